@@ -1,0 +1,541 @@
+//! The cost model: memory and time of a pipeline stage.
+//!
+//! A stage is a node holding a contiguous range of layers `[start, end)`; the first stage
+//! also holds the token embedding, the last one the final norm and LM head. For a decode
+//! step of `B` sequences (`workload.batch`) at context `T` (`workload.context`):
+//!
+//! **Memory** of a stage = weights of its layers + KV cache of its layers
+//! + embedding/head where they sit + workspace + the node's reserve, against the node's
+//! memory (its budget). Layer `l` holds `B × T_l × kv_l` KV bytes, where `T_l = min(T, window_l)`
+//! for sliding-window layers and `kv_l = 2 × kv_heads × head_dim` elements in the KV format.
+//! A tied LM head is a copy of the embedding on the last stage, shared when one node holds both.
+//! The workspace, unless given, is llama.cpp-like activation buffers for one prefill chunk `C`:
+//! `C × (2·hidden + 2·ffn) × 4` bytes per stage, plus `C × vocab × 4` for logits on the last.
+//!
+//! **Decode time per step** of a stage on a node with bandwidth `BW` and compute `F`:
+//! `max(bytes_read / BW, flops / F) + send`, the roofline of the step plus the hop to the next
+//! stage. Per layer, `bytes_read = dense weights + expert weights × (1 − (1 − k/E)^B) + B × T_l × kv_l`
+//! (each step reads the weights once, the experts some token touches, and every sequence's KV
+//! cache) and `flops = B × (2 × active params + 4 × heads × head_dim × T_l)`. The first stage
+//! reads `B` embedding rows; the last reads the whole LM head and does `B × 2 × vocab × hidden`
+//! more FLOPs. `send` is `latency + B × hidden × 2 bytes / link bandwidth` (f16 activations) to
+//! the next stage; the last stage of a multi-stage pipeline sends the sampled tokens
+//! (`B × 4` bytes) back to the first.
+//!
+//! **Prefill time per prompt token** is the same roofline with weights read once per chunk of
+//! `C` tokens, attention over `T/2` tokens on average, and the hop's latency spread over `C`.
+//!
+//! **Pipeline**: tokens/s = `B / max stage time` (the pipeline kept full, one step in flight
+//! per stage, as pipeline-parallel serving runs it); per-token latency = the sum of stage times
+//! (one sequence's token through every stage and back).
+
+use crate::model::{Model, Place};
+use crate::scenario::{Links, Node, Problem, Workload};
+
+/// Bytes per activation element crossing a stage boundary (f16/bf16).
+pub const ACTIVATION_BYTES: f64 = 2.0;
+/// Bytes per sampled token id sent back to the first stage.
+pub const TOKEN_BYTES: f64 = 4.0;
+
+/// Memory of a stage by part, in bytes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryParts {
+    pub weights: u64,
+    pub kv: u64,
+    pub embed_head: u64,
+    pub workspace: u64,
+    pub reserve: u64,
+}
+
+impl MemoryParts {
+    /// Sum of the parts.
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv + self.embed_head + self.workspace + self.reserve
+    }
+}
+
+/// Decode-step time of a stage by part, in seconds.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct TimeParts {
+    /// Bytes read ÷ bandwidth.
+    pub memory_s: f64,
+    /// FLOPs ÷ compute.
+    pub compute_s: f64,
+    /// The hop to the next stage (or back to the first).
+    pub send_s: f64,
+    /// Prefill time per prompt token.
+    pub prefill_s: f64,
+}
+
+impl TimeParts {
+    /// The stage's time per decode step: roofline plus send.
+    pub fn total(&self) -> f64 {
+        self.memory_s.max(self.compute_s) + self.send_s
+    }
+}
+
+#[derive(Copy, Clone, Debug, Default)]
+struct Extra {
+    held: u64,
+    read: f64,
+    flops: f64,
+    prefill_read: f64,
+    prefill_flops: f64,
+}
+
+/// A node reduced to what the cost model needs.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct NodeRates {
+    pub inv_bandwidth: f64,
+    pub inv_compute: f64,
+    /// Memory left for layers, embedding and head after reserve and workspace (may be < 0).
+    pub capacity: i64,
+}
+
+/// Per-layer costs of a model under a workload, as prefix sums, plus the cluster's rates.
+///
+/// Every planner evaluates stages through this one type, so optimal, baseline and exhaustive
+/// plans are compared on exactly the same numbers.
+#[derive(Clone, Debug)]
+pub struct CostModel {
+    layers: usize,
+    weights: Vec<u64>,
+    kv: Vec<u64>,
+    read: Vec<f64>,
+    flops: Vec<f64>,
+    prefill_read: Vec<f64>,
+    prefill_flops: Vec<f64>,
+    embed: Extra,
+    head: Extra,
+    /// Bytes the last stage need not hold when it is also the first (a tied head).
+    shared_single: u64,
+    workspace: u64,
+    logits_workspace: u64,
+    activation_bytes: f64,
+    token_activation_bytes: f64,
+    token_bytes: f64,
+    prefill_chunk: f64,
+    /// Per layer: KV bytes held per token of context (all sequences), and the layer's window.
+    kv_per_context_token: Vec<u64>,
+    windows: Vec<Option<u64>>,
+    pub(crate) nodes: Vec<NodeRates>,
+    reserves: Vec<u64>,
+    budgets: Vec<u64>,
+    links: Links,
+}
+
+impl CostModel {
+    /// The cost model of a checked scenario.
+    pub fn new(problem: &Problem) -> CostModel {
+        CostModel::build(&problem.model, &problem.workload, &problem.nodes, &problem.links)
+    }
+
+    /// The cost model of a model and workload on nodes joined by links.
+    pub fn build(model: &Model, workload: &Workload, nodes: &[Node], links: &Links) -> CostModel {
+        let arch = &model.arch;
+        let batch = workload.batch as f64;
+        let context = workload.context;
+        let chunk = workload.prefill_chunk as f64;
+        let kv_per_token = workload.kv.bytes(arch.kv_width()) * 2;
+        let (touched, touched_prefill, active_fraction) = match &arch.moe {
+            Some(moe) => {
+                let p = moe.active as f64 / moe.experts as f64;
+                (1.0 - (1.0 - p).powf(batch), 1.0 - (1.0 - p).powf(chunk), p)
+            }
+            None => (1.0, 1.0, 1.0),
+        };
+        let attention = 4.0 * (arch.num_heads * arch.head_dim) as f64;
+
+        let layers = model.layers();
+        let n = layers.len();
+        let mut kv_per_context_token = Vec::with_capacity(n);
+        let mut windows = Vec::with_capacity(n);
+        let mut weights = vec![0u64; n + 1];
+        let mut kv = vec![0u64; n + 1];
+        let mut read = vec![0.0; n + 1];
+        let mut flops = vec![0.0; n + 1];
+        let mut prefill_read = vec![0.0; n + 1];
+        let mut prefill_flops = vec![0.0; n + 1];
+        for (i, layer) in layers.iter().enumerate() {
+            let window = arch.windows.get(i).copied().flatten();
+            let tokens = window.map_or(context, |w| w.min(context));
+            let dense = (layer.bytes - layer.expert_bytes) as f64;
+            let active_params =
+                (layer.params - layer.expert_params) as f64 + layer.expert_params as f64 * active_fraction;
+            let kv_held = workload.batch * tokens * kv_per_token;
+            kv_per_context_token.push(workload.batch * kv_per_token);
+            windows.push(window);
+            weights[i + 1] = weights[i] + layer.bytes;
+            kv[i + 1] = kv[i] + kv_held;
+            read[i + 1] = read[i] + dense + layer.expert_bytes as f64 * touched + kv_held as f64;
+            flops[i + 1] = flops[i] + batch * (2.0 * active_params + attention * tokens as f64);
+            prefill_read[i + 1] = prefill_read[i]
+                + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk
+                + kv_per_token as f64;
+            prefill_flops[i + 1] = prefill_flops[i] + 2.0 * active_params + attention * tokens as f64 / 2.0;
+        }
+
+        let hidden = arch.hidden_size as f64;
+        let vocab = arch.vocab_size as f64;
+        let row = model.embedding_row_bytes();
+        let embed = Extra {
+            held: model.bytes_at(Place::Embedding),
+            read: batch * row,
+            flops: 0.0,
+            prefill_read: row,
+            prefill_flops: 0.0,
+        };
+        let head_bytes = model.head_bytes();
+        let head = Extra {
+            held: head_bytes,
+            read: head_bytes as f64,
+            flops: batch * 2.0 * vocab * hidden,
+            prefill_read: head_bytes as f64 / chunk,
+            prefill_flops: 2.0 * vocab * hidden,
+        };
+        let shared_single = if model.head_shares_embedding { embed.held } else { 0 };
+
+        let ffn = match &arch.moe {
+            Some(moe) => moe.expert_intermediate * moe.active + moe.shared_intermediate.unwrap_or(0),
+            None => arch.intermediate_size,
+        }
+        .max(arch.intermediate_size);
+        let (workspace, logits_workspace) = match workload.workspace {
+            Some(bytes) => (bytes, 0),
+            None => {
+                let c = workload.prefill_chunk.min(context.max(1));
+                (c * (2 * arch.hidden_size + 2 * ffn) * 4, c * arch.vocab_size * 4)
+            }
+        };
+
+        let node_rates = nodes
+            .iter()
+            .map(|node| NodeRates {
+                inv_bandwidth: 1.0 / node.bandwidth,
+                inv_compute: 1.0 / node.compute,
+                capacity: node.memory as i64 - node.reserve as i64 - workspace as i64,
+            })
+            .collect();
+        CostModel {
+            layers: n,
+            weights,
+            kv,
+            read,
+            flops,
+            prefill_read,
+            prefill_flops,
+            embed,
+            head,
+            shared_single,
+            workspace,
+            logits_workspace,
+            activation_bytes: batch * hidden * ACTIVATION_BYTES,
+            token_activation_bytes: hidden * ACTIVATION_BYTES,
+            token_bytes: batch * TOKEN_BYTES,
+            prefill_chunk: chunk,
+            kv_per_context_token,
+            windows,
+            nodes: node_rates,
+            reserves: nodes.iter().map(|n| n.reserve).collect(),
+            budgets: nodes.iter().map(|n| n.memory).collect(),
+            links: links.clone(),
+        }
+    }
+
+    /// Number of layers.
+    pub fn layers(&self) -> usize {
+        self.layers
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when every pair of nodes shares one link.
+    pub fn uniform_links(&self) -> bool {
+        self.links.is_uniform()
+    }
+
+    /// Bytes a stage `[start, end)` holds besides reserve and workspace.
+    fn held(&self, start: usize, end: usize) -> u64 {
+        let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
+        if start == 0 {
+            held += self.embed.held;
+        }
+        if end == self.layers {
+            held += self.head.held + self.logits_workspace;
+            if start == 0 {
+                held -= self.shared_single;
+            }
+        }
+        held
+    }
+
+    /// True when `node` can hold `[start, end)`.
+    pub fn fits(&self, node: usize, start: usize, end: usize) -> bool {
+        (self.held(start, end) as i64) <= self.nodes[node].capacity
+    }
+
+    /// True when `node` can hold `[start, end)` with the KV cache sized for `context` tokens.
+    pub fn fits_at_context(&self, node: usize, start: usize, end: usize, context: u64) -> bool {
+        let kv: u64 = (start..end)
+            .map(|l| self.kv_per_context_token[l].saturating_mul(self.windows[l].map_or(context, |w| w.min(context))))
+            .fold(0u64, u64::saturating_add);
+        let held = self.held(start, end) - (self.kv[end] - self.kv[start]);
+        (held.saturating_add(kv) as i64) <= self.nodes[node].capacity
+    }
+
+    /// The same model and workload on the nodes marked in `keep`, renumbered in order.
+    pub(crate) fn subset(&self, keep: &[bool]) -> CostModel {
+        let indices: Vec<usize> = (0..self.nodes.len()).filter(|&k| keep[k]).collect();
+        let mut out = self.clone();
+        out.nodes = indices.iter().map(|&k| self.nodes[k]).collect();
+        out.reserves = indices.iter().map(|&k| self.reserves[k]).collect();
+        out.budgets = indices.iter().map(|&k| self.budgets[k]).collect();
+        out.links = self.links.subset(&indices);
+        out
+    }
+
+    /// Memory of stage `[start, end)` on `node`, by part.
+    pub fn memory(&self, node: usize, start: usize, end: usize) -> MemoryParts {
+        let first = start == 0;
+        let last = end == self.layers;
+        let mut embed_head = 0;
+        if first {
+            embed_head += self.embed.held;
+        }
+        if last {
+            embed_head += self.head.held;
+            if first {
+                embed_head -= self.shared_single;
+            }
+        }
+        MemoryParts {
+            weights: self.weights[end] - self.weights[start],
+            kv: self.kv[end] - self.kv[start],
+            embed_head,
+            workspace: self.workspace + if last { self.logits_workspace } else { 0 },
+            reserve: self.reserves[node],
+        }
+    }
+
+    /// The node's memory budget.
+    pub fn budget(&self, node: usize) -> u64 {
+        self.budgets[node]
+    }
+
+    /// The roofline time of one decode step of `[start, end)` on `node`, without the hop.
+    #[inline]
+    pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
+        let (read, flops) = self.step_work(start, end);
+        let rates = &self.nodes[node];
+        (read * rates.inv_bandwidth).max(flops * rates.inv_compute)
+    }
+
+    #[inline]
+    fn step_work(&self, start: usize, end: usize) -> (f64, f64) {
+        let mut read = self.read[end] - self.read[start];
+        let mut flops = self.flops[end] - self.flops[start];
+        if start == 0 {
+            read += self.embed.read;
+            flops += self.embed.flops;
+        }
+        if end == self.layers {
+            read += self.head.read;
+            flops += self.head.flops;
+        }
+        (read, flops)
+    }
+
+    /// Time of sending one step's activations from `from` to `to`.
+    #[inline]
+    pub fn hop_s(&self, from: usize, to: usize) -> f64 {
+        self.links.get(from, to).time(self.activation_bytes)
+    }
+
+    /// Time of sending the sampled tokens from the last stage `from` back to the first, `to`.
+    #[inline]
+    pub fn return_s(&self, from: usize, to: usize) -> f64 {
+        self.links.get(from, to).time(self.token_bytes)
+    }
+
+    /// The hop every stage pays when links are uniform (pair `0 → 1` stands for all).
+    pub(crate) fn uniform_hop_s(&self) -> f64 {
+        self.links.default.time(self.activation_bytes)
+    }
+
+    /// The return hop when links are uniform.
+    pub(crate) fn uniform_return_s(&self) -> f64 {
+        self.links.default.time(self.token_bytes)
+    }
+
+    /// Time parts of stage `[start, end)` on `node`, sending to `next` (`None`: single stage).
+    pub fn time(&self, node: usize, start: usize, end: usize, next: Option<usize>) -> TimeParts {
+        let (read, flops) = self.step_work(start, end);
+        let rates = &self.nodes[node];
+        let send_s = match next {
+            None => 0.0,
+            Some(to) if end == self.layers => self.return_s(node, to),
+            Some(to) => self.hop_s(node, to),
+        };
+        let mut prefill_read = self.prefill_read[end] - self.prefill_read[start];
+        let mut prefill_flops = self.prefill_flops[end] - self.prefill_flops[start];
+        if start == 0 {
+            prefill_read += self.embed.prefill_read;
+            prefill_flops += self.embed.prefill_flops;
+        }
+        if end == self.layers {
+            prefill_read += self.head.prefill_read;
+            prefill_flops += self.head.prefill_flops;
+        }
+        let prefill_send = match next {
+            Some(to) if end != self.layers => {
+                let link = self.links.get(node, to);
+                link.latency / self.prefill_chunk + self.token_activation_bytes / link.bandwidth
+            }
+            _ => 0.0,
+        };
+        TimeParts {
+            memory_s: read * rates.inv_bandwidth,
+            compute_s: flops * rates.inv_compute,
+            send_s,
+            prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute) + prefill_send,
+        }
+    }
+
+    /// Time of every stage of an assignment, in pipeline order, including hops.
+    pub fn stage_times(&self, stages: &[(usize, usize, usize)]) -> Vec<f64> {
+        let count = stages.len();
+        stages
+            .iter()
+            .enumerate()
+            .map(|(s, &(node, start, end))| {
+                let send = if count == 1 {
+                    0.0
+                } else if s + 1 == count {
+                    self.return_s(node, stages[0].0)
+                } else {
+                    self.hop_s(node, stages[s + 1].0)
+                };
+                self.roofline_s(node, start, end) + send
+            })
+            .collect()
+    }
+
+    /// For each node: is it memory-bound on every layer alone? compute-bound on every one?
+    /// A node that is either has a stage time linear in its layers' read bytes (or FLOPs),
+    /// which lets the latency search use a sliding-window minimum instead of trying every start.
+    pub(crate) fn linear_regime(&self, node: usize) -> Option<Regime> {
+        let rates = &self.nodes[node];
+        let mut memory_bound = true;
+        let mut compute_bound = true;
+        for l in 0..self.layers {
+            let m = (self.read[l + 1] - self.read[l]) * rates.inv_bandwidth;
+            let c = (self.flops[l + 1] - self.flops[l]) * rates.inv_compute;
+            memory_bound &= m >= c;
+            compute_bound &= c >= m;
+        }
+        if memory_bound {
+            Some(Regime::Memory)
+        } else if compute_bound {
+            Some(Regime::Compute)
+        } else {
+            None
+        }
+    }
+
+    /// The prefix sum a linear regime's time follows, times the node's rate.
+    #[inline]
+    pub(crate) fn linear_prefix(&self, node: usize, regime: Regime, at: usize) -> f64 {
+        match regime {
+            Regime::Memory => self.read[at] * self.nodes[node].inv_bandwidth,
+            Regime::Compute => self.flops[at] * self.nodes[node].inv_compute,
+        }
+    }
+
+    /// Layer `l` alone: (bytes read, FLOPs) per decode step and bytes held.
+    pub(crate) fn layer_work(&self, l: usize) -> (f64, f64, u64) {
+        (
+            self.read[l + 1] - self.read[l],
+            self.flops[l + 1] - self.flops[l],
+            (self.weights[l + 1] - self.weights[l]) + (self.kv[l + 1] - self.kv[l]),
+        )
+    }
+
+    /// Bytes the model needs spread over `stages` nodes, at the least: everything once, the
+    /// head copy when tied and split, and one workspace per stage.
+    pub(crate) fn minimum_total(&self, stages: usize) -> u64 {
+        let mut total = self.held(0, self.layers) + self.workspace * stages as u64;
+        if stages > 1 {
+            total += self.shared_single;
+        }
+        total
+    }
+
+    /// The workspace each stage keeps (plus logits on the last).
+    pub(crate) fn workspace(&self) -> u64 {
+        self.workspace
+    }
+}
+
+/// Which roofline term decides a node's time on every layer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Regime {
+    Memory,
+    Compute,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    fn cost(json: &str) -> CostModel {
+        CostModel::new(&Scenario::from_json(json).unwrap().problem().unwrap())
+    }
+
+    #[test]
+    fn a_single_stage_holds_the_whole_model_once() {
+        let c = cost(
+            r#"{"model": {"preset": "llama-3.2-1b", "weights": "bf16"}, "workload": {"context": 1024, "workspace": 0},
+                "nodes": [{"name": "a", "memory": "64 GiB", "bandwidth": "100 GB/s", "compute": "10 TFLOPS", "reserve": 0}]}"#,
+        );
+        let m = c.memory(0, 0, c.layers());
+        // Llama 3.2 1B in bf16: 1,235,814,400 parameters × 2 bytes, the tied head held once.
+        assert_eq!(m.weights + m.embed_head, 1_235_814_400 * 2);
+        // KV: 16 layers × 2 × 8 heads × 64 dims × 2 bytes × 1024 tokens.
+        assert_eq!(m.kv, 16 * 2 * 8 * 64 * 2 * 1024);
+        // Split in two, the tied embedding is held twice.
+        let split = c.memory(0, 0, 8).embed_head + c.memory(0, 8, 16).embed_head;
+        assert_eq!(split, 2 * 128_256 * 2048 * 2 + 2048 * 2);
+    }
+
+    #[test]
+    fn decode_is_memory_bound_on_a_gpu_and_roofline_picks_the_larger_term() {
+        let c = cost(
+            r#"{"model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
+                "nodes": [{"name": "gpu", "device": "rtx-4090"}, {"name": "cpu", "memory": "64 GiB", "bandwidth": "100 GB/s", "compute": "0.01 TFLOPS"}]}"#,
+        );
+        let gpu = c.time(0, 0, c.layers(), None);
+        assert!(gpu.memory_s > gpu.compute_s);
+        assert_eq!(gpu.total(), gpu.memory_s);
+        let cpu = c.time(1, 0, c.layers(), None);
+        assert!(cpu.compute_s > cpu.memory_s);
+        assert_eq!(c.roofline_s(1, 0, c.layers()), cpu.compute_s);
+    }
+
+    #[test]
+    fn the_last_stage_pays_the_return_hop_and_others_the_activation_hop() {
+        let c = cost(
+            r#"{"model": {"preset": "llama-3.2-1b"}, "workload": {"batch": 4},
+                "links": {"default": {"bandwidth": "1 GB/s", "latency": "1 ms"}},
+                "nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-4090"}]}"#,
+        );
+        let times = c.stage_times(&[(0, 0, 8), (1, 8, 16)]);
+        let hop = 1e-3 + 4.0 * 2048.0 * 2.0 / 1e9;
+        let ret = 1e-3 + 4.0 * 4.0 / 1e9;
+        assert!((times[0] - c.roofline_s(0, 0, 8) - hop).abs() < 1e-15);
+        assert!((times[1] - c.roofline_s(1, 8, 16) - ret).abs() < 1e-15);
+    }
+}

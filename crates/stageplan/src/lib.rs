@@ -1,0 +1,33 @@
+//! stageplan: split a large model across mismatched machines, and prove the split is best.
+//!
+//! A [`Scenario`] names a model (a preset, a Hugging Face `config.json`, or later a file
+//! header), a workload, the machines and the links between them. [`Scenario::problem`]
+//! checks it into a [`Problem`]; [`plan`] returns the best contiguous split of layers over a
+//! subset and order of the machines, with memory and time per stage, the bottleneck, the
+//! nodes left out and why, and the splits other tools would choose on the same cost model.
+//!
+//! The crate is pure computation: no I/O, no threads, no clock. It builds unchanged for
+//! `wasm32-unknown-unknown`, so the browser planner and the CLI run the same code.
+//!
+//! - [`model`]: tensors, weight formats, parameter counts.
+//! - [`cost`]: the cost model and its formulas.
+//! - [`planner`]: the `optimal` search and the baselines.
+//! - [`plan`]: the result and its JSON contract.
+
+pub mod cost;
+pub mod error;
+pub mod model;
+pub mod plan;
+pub mod planner;
+pub mod presets;
+pub mod scenario;
+pub mod tensor_type;
+pub mod units;
+
+pub use cost::CostModel;
+pub use error::{ModelError, ScenarioError};
+pub use model::{Model, WeightFormat};
+pub use plan::Plan;
+pub use planner::{plan, plan_bare, plan_enabled, verify};
+pub use scenario::{Objective, Policy, Problem, Scenario};
+pub use tensor_type::TensorType;

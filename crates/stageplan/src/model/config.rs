@@ -1,0 +1,354 @@
+//! Hugging Face `config.json`: the transformer hyperparameters a model card ships with.
+//!
+//! Real configs carry dozens of fields we do not need, so unknown fields are ignored here
+//! (unlike the scenario, where an unknown field is a typo). Fields that decide the size of
+//! a model are validated: a zero or missing dimension is an error that names the field.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ModelError;
+
+/// The fields of a Hugging Face `config.json` that decide a decoder-only transformer's size.
+///
+/// Defaults follow `transformers`: `num_key_value_heads` defaults to `num_attention_heads`,
+/// `head_dim` to `hidden_size / num_attention_heads`, `tie_word_embeddings` to false.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HfConfig {
+    pub model_type: Option<String>,
+    pub architectures: Option<Vec<String>>,
+    pub hidden_size: Option<u64>,
+    pub intermediate_size: Option<u64>,
+    pub num_hidden_layers: Option<u64>,
+    pub num_attention_heads: Option<u64>,
+    pub num_key_value_heads: Option<u64>,
+    pub head_dim: Option<u64>,
+    pub vocab_size: Option<u64>,
+    pub tie_word_embeddings: Option<bool>,
+    /// Bias on the q, k, v (and for Llama o) projections. Qwen2 has q/k/v bias without
+    /// stating it; see [`HfConfig::qkv_bias`].
+    pub attention_bias: Option<bool>,
+    pub mlp_bias: Option<bool>,
+    pub sliding_window: Option<u64>,
+    /// Qwen2 configs set a `sliding_window` but switch it off here.
+    pub use_sliding_window: Option<bool>,
+    /// Per-layer attention kind (`"sliding_attention"` or `"full_attention"`), newer configs.
+    pub layer_types: Option<Vec<String>>,
+    /// Gemma 3: every `sliding_window_pattern`-th layer is global, the rest slide.
+    pub sliding_window_pattern: Option<u64>,
+    pub max_position_embeddings: Option<u64>,
+    /// Mixtral, GPT-OSS.
+    pub num_local_experts: Option<u64>,
+    /// Qwen-MoE, OLMoE.
+    pub num_experts: Option<u64>,
+    pub num_experts_per_tok: Option<u64>,
+    /// Qwen-MoE: the width of one routed expert (Mixtral uses `intermediate_size`).
+    pub moe_intermediate_size: Option<u64>,
+    /// Qwen2-MoE: the width of the always-on shared expert.
+    pub shared_expert_intermediate_size: Option<u64>,
+    /// Qwen-MoE: layers that keep a dense MLP.
+    pub mlp_only_layers: Option<Vec<u64>>,
+    /// Qwen-MoE: every `decoder_sparse_step`-th layer is sparse.
+    pub decoder_sparse_step: Option<u64>,
+    pub torch_dtype: Option<String>,
+    /// Multimodal configs nest the language model here.
+    pub text_config: Option<Box<HfConfig>>,
+    /// DeepSeek's multi-head latent attention; not modelled from a config (see validation).
+    pub kv_lora_rank: Option<u64>,
+}
+
+/// Validated transformer hyperparameters: every dimension present and non-zero.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Transformer {
+    pub model_type: String,
+    pub hidden_size: u64,
+    pub intermediate_size: u64,
+    pub num_layers: u64,
+    pub num_heads: u64,
+    pub num_kv_heads: u64,
+    pub head_dim: u64,
+    pub vocab_size: u64,
+    pub tied_embeddings: bool,
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    /// Extra norms per layer beyond the two every decoder has (Gemma 2/3: two more).
+    pub extra_norms: u64,
+    /// Per-head q/k norms (Qwen3).
+    pub qk_norm: bool,
+    /// The attention window of each layer; `None` attends to the whole context.
+    pub windows: Vec<Option<u64>>,
+    pub max_context: Option<u64>,
+    pub moe: Option<Moe>,
+}
+
+/// Mixture-of-experts shape: all experts' weights are stored, `active` of them run per token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Moe {
+    pub experts: u64,
+    pub active: u64,
+    /// Width of one routed expert's MLP.
+    pub expert_intermediate: u64,
+    /// Width of the always-on shared expert, if any.
+    pub shared_intermediate: Option<u64>,
+    /// Which layers are sparse (the rest keep the dense MLP).
+    pub sparse_layers: Vec<bool>,
+}
+
+impl HfConfig {
+    /// Reads a `config.json` text.
+    ///
+    /// # Errors
+    /// When the text is not JSON or a field has the wrong type.
+    pub fn from_json(text: &str) -> Result<HfConfig, ModelError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|e| ModelError::Config {
+            field: e.path().to_string(),
+            message: e.into_inner().to_string(),
+        })
+    }
+
+    /// Whether q, k and v carry a bias: stated by `attention_bias`, implied by Qwen2.
+    pub fn qkv_bias(&self) -> bool {
+        self.attention_bias.unwrap_or_else(|| {
+            matches!(self.model_type.as_deref(), Some("qwen2" | "qwen2_moe" | "qwen2_vl"))
+        })
+    }
+
+    /// The language model's own config: `text_config` for multimodal models, else `self`.
+    fn language_model(&self) -> &HfConfig {
+        match &self.text_config {
+            Some(text) if self.hidden_size.is_none() => text.language_model(),
+            _ => self,
+        }
+    }
+
+    /// Checks the config and fills in the defaults `transformers` would.
+    ///
+    /// # Errors
+    /// A missing or zero dimension, heads that do not divide evenly, or an attention kind
+    /// this cost model does not describe (DeepSeek's latent attention).
+    pub fn transformer(&self) -> Result<Transformer, ModelError> {
+        let c = self.language_model();
+        let model_type = c.model_type.clone().unwrap_or_else(|| "llama".to_owned());
+        if c.kv_lora_rank.is_some() || model_type.starts_with("deepseek_v") {
+            return Err(ModelError::Unsupported {
+                what: format!("`model_type` `{model_type}` (multi-head latent attention)"),
+                fix: "import the model's safetensors or GGUF header instead, which states every tensor".to_owned(),
+            });
+        }
+        let required = |value: Option<u64>, field: &'static str| -> Result<u64, ModelError> {
+            match value {
+                Some(0) => Err(ModelError::invalid(field, "is 0; it must be at least 1")),
+                Some(v) => Ok(v),
+                None => Err(ModelError::invalid(field, "is missing; copy it from the model's config.json")),
+            }
+        };
+        let hidden_size = required(c.hidden_size, "hidden_size")?;
+        let num_layers = required(c.num_hidden_layers, "num_hidden_layers")?;
+        let num_heads = required(c.num_attention_heads, "num_attention_heads")?;
+        let vocab_size = required(c.vocab_size, "vocab_size")?;
+        let num_kv_heads = match c.num_key_value_heads {
+            None => num_heads,
+            Some(kv) => required(Some(kv), "num_key_value_heads")?,
+        };
+        if num_heads % num_kv_heads != 0 {
+            return Err(ModelError::invalid(
+                "num_key_value_heads",
+                &format!("is {num_kv_heads}, which does not divide num_attention_heads ({num_heads})"),
+            ));
+        }
+        let head_dim = match c.head_dim {
+            Some(d) => required(Some(d), "head_dim")?,
+            None if hidden_size % num_heads == 0 => hidden_size / num_heads,
+            None => {
+                return Err(ModelError::invalid(
+                    "head_dim",
+                    &format!(
+                        "is missing and hidden_size ({hidden_size}) is not a multiple of num_attention_heads ({num_heads}); set head_dim"
+                    ),
+                ));
+            }
+        };
+        if num_layers > 100_000 || hidden_size > 1 << 24 || vocab_size > 1 << 26 {
+            return Err(ModelError::invalid(
+                "num_hidden_layers",
+                "describes a model far beyond any published one; check hidden_size, num_hidden_layers and vocab_size",
+            ));
+        }
+
+        let moe = c.moe(hidden_size, num_layers)?;
+        let intermediate_size = match (&moe, c.intermediate_size) {
+            (_, Some(i)) => required(Some(i), "intermediate_size")?,
+            (Some(m), None) => m.expert_intermediate,
+            (None, None) => required(None, "intermediate_size")?,
+        };
+        let is_gemma = model_type.starts_with("gemma");
+        let windows = c.windows(&model_type, num_layers)?;
+        Ok(Transformer {
+            hidden_size,
+            intermediate_size,
+            num_layers,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size,
+            // Gemma ties its embeddings without always saying so.
+            tied_embeddings: c.tie_word_embeddings.unwrap_or(is_gemma),
+            qkv_bias: c.qkv_bias(),
+            o_bias: c.attention_bias.unwrap_or(false) && !model_type.starts_with("qwen"),
+            mlp_bias: c.mlp_bias.unwrap_or(false),
+            extra_norms: if model_type == "gemma2" || model_type.starts_with("gemma3") { 2 } else { 0 },
+            qk_norm: model_type.starts_with("qwen3") || model_type.starts_with("gemma3"),
+            windows,
+            max_context: c.max_position_embeddings,
+            moe,
+            model_type,
+        })
+    }
+
+    fn moe(&self, hidden_size: u64, num_layers: u64) -> Result<Option<Moe>, ModelError> {
+        let (experts, field) = match (self.num_local_experts, self.num_experts) {
+            (Some(e), _) => (e, "num_local_experts"),
+            (None, Some(e)) => (e, "num_experts"),
+            (None, None) => return Ok(None),
+        };
+        if experts <= 1 {
+            return Ok(None);
+        }
+        let active = self.num_experts_per_tok.ok_or_else(|| {
+            ModelError::invalid("num_experts_per_tok", "is missing in a mixture-of-experts config; copy it from config.json")
+        })?;
+        if active == 0 || active > experts {
+            return Err(ModelError::invalid(
+                "num_experts_per_tok",
+                &format!("is {active}; it must be between 1 and {field} ({experts})"),
+            ));
+        }
+        let expert_intermediate = self
+            .moe_intermediate_size
+            .or(self.intermediate_size)
+            .filter(|&i| i > 0)
+            .ok_or_else(|| ModelError::invalid("moe_intermediate_size", "is missing or 0; copy it from config.json"))?;
+        let step = self.decoder_sparse_step.unwrap_or(1).max(1);
+        let dense: Vec<u64> = self.mlp_only_layers.clone().unwrap_or_default();
+        let sparse_layers = (0..num_layers)
+            .map(|i| !dense.contains(&i) && (i + 1) % step == 0)
+            .collect();
+        let _ = hidden_size;
+        Ok(Some(Moe {
+            experts,
+            active,
+            expert_intermediate,
+            shared_intermediate: self.shared_expert_intermediate_size.filter(|&s| s > 0),
+            sparse_layers,
+        }))
+    }
+
+    fn windows(&self, model_type: &str, num_layers: u64) -> Result<Vec<Option<u64>>, ModelError> {
+        let window = match (self.sliding_window, self.use_sliding_window) {
+            (Some(w), Some(true) | None) if w > 0 => Some(w),
+            _ => None,
+        };
+        let n = num_layers as usize;
+        if let Some(kinds) = &self.layer_types {
+            if kinds.len() != n {
+                return Err(ModelError::invalid(
+                    "layer_types",
+                    &format!("has {} entries for {n} layers; give one per layer", kinds.len()),
+                ));
+            }
+            return Ok(kinds
+                .iter()
+                .map(|kind| if kind.contains("sliding") { window } else { None })
+                .collect());
+        }
+        Ok((0..n)
+            .map(|i| match model_type {
+                // Gemma 2 alternates: even layers slide, odd layers see everything.
+                "gemma2" => window.filter(|_| i % 2 == 0),
+                t if t.starts_with("gemma3") => {
+                    let pattern = self.sliding_window_pattern.unwrap_or(6).max(1) as usize;
+                    window.filter(|_| (i + 1) % pattern != 0)
+                }
+                _ => window,
+            })
+            .collect())
+    }
+}
+
+impl Transformer {
+    /// Query width: heads × head_dim.
+    pub fn q_width(&self) -> u64 {
+        self.num_heads * self.head_dim
+    }
+
+    /// Key (and value) width: kv heads × head_dim.
+    pub fn kv_width(&self) -> u64 {
+        self.num_kv_heads * self.head_dim
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_transformers_defaults() {
+        let config = HfConfig::from_json(
+            r#"{"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "vocab_size": 32000, "rope_theta": 10000.0}"#,
+        )
+        .unwrap();
+        let t = config.transformer().unwrap();
+        assert_eq!(t.num_kv_heads, 32);
+        assert_eq!(t.head_dim, 128);
+        assert!(!t.tied_embeddings);
+        assert!(!t.qkv_bias);
+        assert_eq!(t.windows, vec![None; 32]);
+    }
+
+    #[test]
+    fn names_the_bad_field() {
+        let cases = [
+            (r#"{"hidden_size": 0}"#, "`hidden_size` is 0"),
+            (r#"{"hidden_size": 64}"#, "`num_hidden_layers` is missing"),
+            (r#"{"hidden_size": "big"}"#, "`hidden_size`"),
+            (
+                r#"{"hidden_size": 64, "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 6, "num_key_value_heads": 4, "vocab_size": 1}"#,
+                "`num_key_value_heads` is 4, which does not divide",
+            ),
+            (r#"{"model_type": "deepseek_v3", "kv_lora_rank": 512}"#, "latent attention"),
+        ];
+        for (json, expected) in cases {
+            let err = HfConfig::from_json(json).and_then(|c| c.transformer()).unwrap_err();
+            assert!(err.to_string().contains(expected), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn sliding_windows_follow_each_family() {
+        let base = r#""hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+                       "num_attention_heads": 4, "vocab_size": 100, "sliding_window": 16"#;
+        let windows = |extra: &str| {
+            HfConfig::from_json(&format!("{{{base}{extra}}}")).unwrap().transformer().unwrap().windows
+        };
+        assert_eq!(windows(r#", "model_type": "mistral""#), vec![Some(16); 4]);
+        assert_eq!(windows(r#", "model_type": "qwen2", "use_sliding_window": false"#), vec![None; 4]);
+        assert_eq!(windows(r#", "model_type": "gemma2""#), vec![Some(16), None, Some(16), None]);
+        assert_eq!(
+            windows(r#", "layer_types": ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]"#),
+            vec![None, Some(16), None, Some(16)]
+        );
+    }
+
+    #[test]
+    fn reads_nested_text_config() {
+        let config = HfConfig::from_json(
+            r#"{"model_type": "llava", "text_config": {"hidden_size": 64, "intermediate_size": 128,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}}"#,
+        )
+        .unwrap();
+        assert_eq!(config.transformer().unwrap().num_layers, 2);
+    }
+}

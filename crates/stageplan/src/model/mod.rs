@@ -1,0 +1,231 @@
+//! A model as the planner sees it: tensors placed in layers, the embedding and the head.
+//!
+//! Whatever a model comes from — a Hugging Face `config.json` with a weight format, or
+//! (later) the header of a real file — it becomes a [`Model`]: a list of tensors, each
+//! with a shape, a storage type, exact bytes and a [`Place`]. Everything the planner needs
+//! per layer (bytes, parameters, parameters active per token) is summed from that list,
+//! so every byte lands in exactly one layer, the embedding or the head.
+
+mod config;
+mod weights;
+
+pub use config::{HfConfig, Moe, Transformer};
+pub use weights::{FileType, WeightFormat};
+
+use serde::{Deserialize, Serialize};
+
+use crate::tensor_type::TensorType;
+
+/// Where a tensor lives in the pipeline.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Place {
+    /// Token embedding: on the first stage.
+    Embedding,
+    /// A transformer block.
+    Layer(u32),
+    /// Final norm and LM head: on the last stage.
+    Head,
+}
+
+/// One weight tensor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tensor {
+    /// GGUF-style name (`blk.3.attn_v.weight`).
+    pub name: String,
+    /// Dimensions in GGML order: the row length `ne[0]` first.
+    pub shape: Vec<u64>,
+    pub ty: TensorType,
+    pub bytes: u64,
+    pub place: Place,
+    /// A routed expert's weights: stored in full, read for the active experts only.
+    pub expert: bool,
+}
+
+impl Tensor {
+    /// Number of elements.
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// A model ready to plan: hyperparameters plus every tensor with its exact size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    pub name: String,
+    /// The weight format, as a label (`q4_k_m`, `bf16`, or `file` for an imported file).
+    pub weights: String,
+    pub arch: Transformer,
+    pub tensors: Vec<Tensor>,
+    /// The LM head reuses the token embedding (tied embeddings). A pipeline whose first and
+    /// last stages differ keeps a copy on each, as llama.cpp and vLLM do.
+    pub head_shares_embedding: bool,
+}
+
+/// Per-layer totals, summed from the tensors.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LayerWeights {
+    /// Bytes of every tensor in the layer.
+    pub bytes: u64,
+    /// The part of `bytes` in routed experts.
+    pub expert_bytes: u64,
+    pub params: u64,
+    pub expert_params: u64,
+}
+
+impl Model {
+    /// Builds the tensor list of a transformer from its config and a weight format.
+    pub fn from_transformer(name: &str, arch: Transformer, weights: WeightFormat) -> Model {
+        let tensors = weights.assign(&arch, tensor_shapes(&arch));
+        Model {
+            name: name.to_owned(),
+            weights: weights.to_string(),
+            head_shares_embedding: arch.tied_embeddings,
+            arch,
+            tensors,
+        }
+    }
+
+    /// Number of transformer blocks.
+    pub fn num_layers(&self) -> usize {
+        self.arch.num_layers as usize
+    }
+
+    /// Total parameters; a tied embedding counts once.
+    pub fn params(&self) -> u64 {
+        self.tensors.iter().map(Tensor::elements).sum()
+    }
+
+    /// Bytes of every tensor (a tied embedding counted once).
+    pub fn weight_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.bytes).sum()
+    }
+
+    /// Per-block totals, in layer order.
+    pub fn layers(&self) -> Vec<LayerWeights> {
+        let mut layers = vec![LayerWeights::default(); self.num_layers()];
+        for t in &self.tensors {
+            if let Place::Layer(i) = t.place {
+                // Builders only place tensors in layers below `num_layers`.
+                let layer = &mut layers[i as usize];
+                layer.bytes += t.bytes;
+                layer.params += t.elements();
+                if t.expert {
+                    layer.expert_bytes += t.bytes;
+                    layer.expert_params += t.elements();
+                }
+            }
+        }
+        layers
+    }
+
+    /// Bytes of the tensors in `place`.
+    pub fn bytes_at(&self, place: Place) -> u64 {
+        self.tensors.iter().filter(|t| t.place == place).map(|t| t.bytes).sum()
+    }
+
+    /// Bytes the last stage holds for the head: the final norm and the LM head, or a copy of
+    /// the tied embedding.
+    pub fn head_bytes(&self) -> u64 {
+        let own = self.bytes_at(Place::Head);
+        if self.head_shares_embedding { own + self.bytes_at(Place::Embedding) } else { own }
+    }
+
+    /// Bytes of one embedding row: what the first stage reads per token.
+    pub fn embedding_row_bytes(&self) -> f64 {
+        self.bytes_at(Place::Embedding) as f64 / self.arch.vocab_size.max(1) as f64
+    }
+
+    /// Tensor types and their total bytes, largest first.
+    pub fn type_mix(&self) -> Vec<(TensorType, u64)> {
+        let mut mix: Vec<(TensorType, u64)> = Vec::new();
+        for t in &self.tensors {
+            match mix.iter_mut().find(|(ty, _)| *ty == t.ty) {
+                Some((_, bytes)) => *bytes += t.bytes,
+                None => mix.push((t.ty, t.bytes)),
+            }
+        }
+        mix.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        mix
+    }
+}
+
+/// A tensor before it has a storage type: name, GGML shape, place and whether it is an expert.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TensorShape {
+    pub name: String,
+    pub shape: Vec<u64>,
+    pub place: Place,
+    pub expert: bool,
+}
+
+/// The tensors of a decoder-only transformer, named as llama.cpp's GGUF converter names them.
+pub(crate) fn tensor_shapes(arch: &Transformer) -> Vec<TensorShape> {
+    let h = arch.hidden_size;
+    let mut out = Vec::new();
+    let mut push = |name: String, shape: Vec<u64>, place: Place, expert: bool| {
+        out.push(TensorShape { name, shape, place, expert });
+    };
+    push("token_embd.weight".into(), vec![h, arch.vocab_size], Place::Embedding, false);
+    for i in 0..arch.num_layers {
+        let place = Place::Layer(i as u32);
+        let blk = |suffix: &str| format!("blk.{i}.{suffix}");
+        push(blk("attn_norm.weight"), vec![h], place, false);
+        push(blk("attn_q.weight"), vec![h, arch.q_width()], place, false);
+        push(blk("attn_k.weight"), vec![h, arch.kv_width()], place, false);
+        push(blk("attn_v.weight"), vec![h, arch.kv_width()], place, false);
+        if arch.qkv_bias {
+            push(blk("attn_q.bias"), vec![arch.q_width()], place, false);
+            push(blk("attn_k.bias"), vec![arch.kv_width()], place, false);
+            push(blk("attn_v.bias"), vec![arch.kv_width()], place, false);
+        }
+        if arch.qk_norm {
+            push(blk("attn_q_norm.weight"), vec![arch.head_dim], place, false);
+            push(blk("attn_k_norm.weight"), vec![arch.head_dim], place, false);
+        }
+        push(blk("attn_output.weight"), vec![arch.q_width(), h], place, false);
+        if arch.o_bias {
+            push(blk("attn_output.bias"), vec![h], place, false);
+        }
+        if arch.extra_norms > 0 {
+            push(blk("post_attention_norm.weight"), vec![h], place, false);
+            push(blk("post_ffw_norm.weight"), vec![h], place, false);
+        }
+        push(blk("ffn_norm.weight"), vec![h], place, false);
+        let sparse = arch.moe.as_ref().filter(|m| m.sparse_layers.get(i as usize).copied().unwrap_or(true));
+        match sparse {
+            Some(moe) => {
+                let (e, w) = (moe.experts, moe.expert_intermediate);
+                push(blk("ffn_gate_inp.weight"), vec![h, e], place, false);
+                push(blk("ffn_gate_exps.weight"), vec![h, w, e], place, true);
+                push(blk("ffn_up_exps.weight"), vec![h, w, e], place, true);
+                push(blk("ffn_down_exps.weight"), vec![w, h, e], place, true);
+                if let Some(s) = moe.shared_intermediate {
+                    push(blk("ffn_gate_inp_shexp.weight"), vec![h], place, false);
+                    push(blk("ffn_gate_shexp.weight"), vec![h, s], place, false);
+                    push(blk("ffn_up_shexp.weight"), vec![h, s], place, false);
+                    push(blk("ffn_down_shexp.weight"), vec![s, h], place, false);
+                }
+            }
+            None => {
+                let w = arch.intermediate_size;
+                push(blk("ffn_gate.weight"), vec![h, w], place, false);
+                push(blk("ffn_up.weight"), vec![h, w], place, false);
+                push(blk("ffn_down.weight"), vec![w, h], place, false);
+                if arch.mlp_bias {
+                    push(blk("ffn_gate.bias"), vec![w], place, false);
+                    push(blk("ffn_up.bias"), vec![w], place, false);
+                    push(blk("ffn_down.bias"), vec![h], place, false);
+                }
+            }
+        }
+    }
+    push("output_norm.weight".into(), vec![h], Place::Head, false);
+    if !arch.tied_embeddings {
+        push("output.weight".into(), vec![h, arch.vocab_size], Place::Head, false);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,174 @@
+//! A plan: stages with their memory and time breakdowns, the pipeline's figures, and why.
+//!
+//! The JSON form is a contract: `stages[]` with `node`, `layers` (`[start, end)`),
+//! `memory.total`, `memory.budget` and `time_s`; `tokens_per_s`, `latency_s` and
+//! `bottleneck` (a stage index). Everything else is added explanation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::{Objective, Policy};
+
+/// The result of planning a scenario under one policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub policy: Policy,
+    pub objective: Objective,
+    /// Every stage fits its node's memory (and there is at least one stage).
+    pub feasible: bool,
+    /// Stages in pipeline order. Empty when no plan fits.
+    pub stages: Vec<Stage>,
+    /// Tokens per second with the pipeline kept full: `batch ÷ slowest stage`. 0 when no plan fits.
+    pub tokens_per_s: f64,
+    /// One sequence's time per token: the sum of stages and hops. `null` when no plan fits.
+    pub latency_s: Option<f64>,
+    /// Tokens per second of sequences that go through the pipeline one step at a time
+    /// (no overlap): `batch ÷ latency`. What one interactive stream sees.
+    pub stream_tokens_per_s: f64,
+    /// Prompt tokens per second during prefill, pipelined by chunks.
+    pub prefill_tokens_per_s: f64,
+    /// Index of the slowest stage.
+    pub bottleneck: Option<usize>,
+    /// The longest context every stage still fits at this split; `null` when it does not fit
+    /// even the shortest.
+    pub max_context: Option<u64>,
+    /// Nodes the plan does not use, and why.
+    pub left_out: Vec<LeftOut>,
+    /// How the plan was found and how far from the best it can be.
+    pub search: Search,
+    /// The other policies on the same cost model, for comparison.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baselines: Vec<Baseline>,
+    /// Notes, warnings and errors, each with a fix where there is one.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// One pipeline stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub node: String,
+    /// `[start, end)`.
+    pub layers: [usize; 2],
+    /// Holds the token embedding (first stage).
+    pub embedding: bool,
+    /// Holds the final norm and LM head (last stage).
+    pub head: bool,
+    pub memory: MemoryBreakdown,
+    pub time: TimeBreakdown,
+    /// Time of one decode step in this stage, hop included, in seconds.
+    pub time_s: f64,
+}
+
+/// Memory of a stage, in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryBreakdown {
+    pub weights: u64,
+    pub kv: u64,
+    pub embed_head: u64,
+    pub workspace: u64,
+    pub reserve: u64,
+    pub total: u64,
+    /// The node's memory.
+    pub budget: u64,
+    /// `budget − total`; negative when the stage does not fit.
+    pub headroom: i64,
+}
+
+/// Time of one decode step in a stage, in seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimeBreakdown {
+    /// Bytes read ÷ bandwidth.
+    pub memory_s: f64,
+    /// FLOPs ÷ compute.
+    pub compute_s: f64,
+    /// Sending activations to the next stage (or tokens back to the first).
+    pub send_s: f64,
+    /// Which roofline term decides the stage.
+    pub bound: Bound,
+    /// Prefill time per prompt token.
+    pub prefill_s: f64,
+}
+
+/// The roofline term that decides a stage's time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    Memory,
+    Compute,
+}
+
+/// A node the plan leaves out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeftOut {
+    pub node: String,
+    /// Why, in a sentence.
+    pub reason: String,
+    /// The best objective value a plan that uses this node reaches (tokens/s for throughput,
+    /// seconds per token for latency); `null` when no such plan fits.
+    pub with_node: Option<f64>,
+}
+
+/// How the plan was found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Search {
+    /// `exact`, `heuristic` or `given` (baselines and manual plans).
+    pub method: String,
+    /// What was searched, in words.
+    pub detail: String,
+    /// A bound no plan can beat, in the objective's unit (tokens/s or seconds per token).
+    pub bound: Option<f64>,
+    /// How far the plan can be from the best: `|plan − bound| ÷ bound`; 0 when exact.
+    pub gap: Option<f64>,
+}
+
+/// Another policy's plan, in brief.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    pub policy: Policy,
+    pub feasible: bool,
+    pub tokens_per_s: f64,
+    pub latency_s: Option<f64>,
+    /// `[node, start, end]` per stage.
+    pub stages: Vec<BaselineStage>,
+    /// Why it does not fit, when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// A stage of a baseline plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BaselineStage {
+    pub node: String,
+    pub layers: [usize; 2],
+}
+
+/// A note about the plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    pub level: Level,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// How much a diagnostic matters.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Info,
+    Warning,
+    Error,
+}
+
+impl Plan {
+    /// The plan's value for its objective: tokens/s for throughput (higher is better),
+    /// seconds per token for latency (lower is better).
+    pub fn objective_value(&self) -> Option<f64> {
+        if !self.feasible {
+            return None;
+        }
+        match self.objective {
+            Objective::Throughput => Some(self.tokens_per_s),
+            Objective::Latency => self.latency_s,
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! Planning: turn a checked scenario into a [`Plan`] under its policy, with the other
+//! policies beside it, the nodes left out and why, and fixes when nothing fits.
+//!
+//! Every policy produces an assignment (`(node, start, end)` per stage); one evaluator turns
+//! any assignment into a plan through the [`CostModel`], so optimal, baseline, manual and
+//! exhaustive plans are measured with the same ruler.
+
+mod baselines;
+pub mod exhaustive;
+mod fixes;
+mod search;
+
+use crate::cost::CostModel;
+use crate::plan::{Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, Plan, Search, Stage, TimeBreakdown};
+use crate::scenario::{Objective, Policy, Problem};
+use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
+
+pub use search::group_digits;
+
+/// Plans `problem` under its own policy and objective.
+///
+/// Never fails: a cluster that cannot hold the model gets a plan with `feasible: false`,
+/// no stages, and diagnostics that say how much is missing and what would fix it.
+///
+/// # Examples
+/// ```
+/// use stageplan::Scenario;
+/// let scenario = Scenario::from_json(r#"{
+///     "model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
+///     "nodes": [{"name": "desk", "device": "rtx-4090"}, {"name": "laptop", "device": "m1-16gb"}]
+/// }"#).unwrap();
+/// let plan = stageplan::plan(&scenario.problem().unwrap());
+/// assert!(plan.feasible);
+/// assert_eq!(plan.stages[0].layers, [0, 32]); // all on the 4090: the laptop would slow it down
+/// ```
+pub fn plan(problem: &Problem) -> Plan {
+    let cost = CostModel::new(problem);
+    let allowed = vec![true; problem.nodes.len()];
+    plan_with(problem, &cost, &allowed, problem.policy, problem.objective, true)
+}
+
+/// The plan alone: no baselines, no left-out explanations, no fixes. For callers that
+/// re-plan often and show only the split (and for benchmarking the search itself).
+pub fn plan_bare(problem: &Problem) -> Plan {
+    let cost = CostModel::new(problem);
+    let allowed = vec![true; problem.nodes.len()];
+    plan_with(problem, &cost, &allowed, problem.policy, problem.objective, false)
+}
+
+/// Plans with only the nodes marked in `enabled` (what-if: a node switched off).
+pub fn plan_enabled(problem: &Problem, enabled: &[bool]) -> Plan {
+    let cost = CostModel::new(problem);
+    plan_with(problem, &cost, enabled, problem.policy, problem.objective, true)
+}
+
+/// The best plan found by exhaustive search over every ordered subset and split, when the
+/// instance has at most `limit` plans to visit; for checking the `optimal` policy.
+pub fn verify(problem: &Problem, limit: u64) -> Option<Plan> {
+    let count = exhaustive::plan_count(problem.nodes.len(), problem.model.num_layers())?;
+    if count > limit {
+        return None;
+    }
+    let cost = CostModel::new(problem);
+    let stages = exhaustive::best(&cost, problem.objective, None).map(|(_, a)| a).unwrap_or_default();
+    let mut plan = evaluate(problem, &cost, &stages, Policy::Manual, problem.objective);
+    plan.search = Search {
+        method: "exhaustive".to_owned(),
+        detail: format!("every ordered subset and split: {} plans", group_digits(count)),
+        bound: plan.objective_value(),
+        gap: Some(0.0),
+    };
+    Some(plan)
+}
+
+fn plan_with(problem: &Problem, cost: &CostModel, allowed: &[bool], policy: Policy, objective: Objective, explain: bool) -> Plan {
+    let (stages, search) = match policy {
+        Policy::Optimal => {
+            let found = search::optimal(cost, objective, allowed, None);
+            let stages = found.best.as_ref().map(|b| b.1.clone()).unwrap_or_default();
+            (stages, Some(found))
+        }
+        Policy::MemoryProportional => (baselines::memory_proportional(&restricted(cost, allowed)), None),
+        Policy::Even => (baselines::even(&restricted(cost, allowed)), None),
+        Policy::Greedy => (baselines::greedy(&restricted(cost, allowed)), None),
+        Policy::Manual => (problem.manual.clone().unwrap_or_default(), None),
+    };
+    let stages = match policy {
+        Policy::MemoryProportional | Policy::Even | Policy::Greedy => unrestrict(&stages, allowed),
+        _ => stages,
+    };
+    let mut plan = evaluate(problem, cost, &stages, policy, objective);
+    if let Some(found) = &search {
+        let to_objective = |seconds: f64| match objective {
+            Objective::Throughput => problem.workload.batch as f64 / seconds,
+            Objective::Latency => seconds,
+        };
+        plan.search = Search {
+            method: if found.exact { "exact" } else { "heuristic" }.to_owned(),
+            detail: found.detail.clone(),
+            bound: found.bound.map(to_objective),
+            gap: match (found.bound, plan.objective_value()) {
+                (Some(b), Some(v)) => Some(((v - to_objective(b)) / to_objective(b)).abs()),
+                _ => None,
+            },
+        };
+    }
+    if !explain {
+        return plan;
+    }
+    if policy == Policy::Optimal {
+        plan.left_out = left_out(problem, cost, allowed, &plan, objective, search.as_ref().is_some_and(|f| f.exact));
+    }
+    plan.baselines = Policy::ALL
+        .iter()
+        .filter(|&&p| p != policy && p != Policy::Manual)
+        .map(|&p| {
+            let other = plan_with(problem, cost, allowed, p, objective, false);
+            Baseline {
+                policy: p,
+                feasible: other.feasible,
+                tokens_per_s: other.tokens_per_s,
+                latency_s: other.latency_s,
+                stages: other.stages.iter().map(|s| BaselineStage { node: s.node.clone(), layers: s.layers }).collect(),
+                problem: (!other.feasible).then(|| overflow_summary(&other)),
+            }
+        })
+        .collect();
+    plan.diagnostics.extend(explain_plan(problem, &plan));
+    if !plan.feasible {
+        plan.diagnostics.extend(fixes::fixes(problem, cost, allowed));
+    }
+    plan
+}
+
+/// The cost model of the enabled nodes only (baselines use every node they are given).
+fn restricted(cost: &CostModel, allowed: &[bool]) -> CostModel {
+    cost.subset(allowed)
+}
+
+/// Maps node positions of a restricted cost model back to the scenario's indices.
+fn unrestrict(stages: &[(usize, usize, usize)], allowed: &[bool]) -> Vec<(usize, usize, usize)> {
+    let indices: Vec<usize> = (0..allowed.len()).filter(|&k| allowed[k]).collect();
+    stages.iter().map(|&(k, a, b)| (indices[k], a, b)).collect()
+}
+
+/// Turns an assignment into a plan: breakdowns, pipeline figures, longest context.
+pub(crate) fn evaluate(problem: &Problem, cost: &CostModel, stages: &[(usize, usize, usize)], policy: Policy, objective: Objective) -> Plan {
+    let count = stages.len();
+    let batch = problem.workload.batch as f64;
+    let mut out = Vec::with_capacity(count);
+    for (s, &(node, start, end)) in stages.iter().enumerate() {
+        let next = if count == 1 { None } else if s + 1 == count { Some(stages[0].0) } else { Some(stages[s + 1].0) };
+        let time = cost.time(node, start, end, next);
+        let memory = cost.memory(node, start, end);
+        let budget = cost.budget(node);
+        let total = memory.total();
+        out.push(Stage {
+            node: problem.nodes[node].name.clone(),
+            layers: [start, end],
+            embedding: start == 0,
+            head: end == cost.layers(),
+            memory: MemoryBreakdown {
+                weights: memory.weights,
+                kv: memory.kv,
+                embed_head: memory.embed_head,
+                workspace: memory.workspace,
+                reserve: memory.reserve,
+                total,
+                budget,
+                headroom: budget as i64 - total as i64,
+            },
+            time_s: time.total(),
+            time: TimeBreakdown {
+                memory_s: time.memory_s,
+                compute_s: time.compute_s,
+                send_s: time.send_s,
+                bound: if time.memory_s >= time.compute_s { Bound::Memory } else { Bound::Compute },
+                prefill_s: time.prefill_s,
+            },
+        });
+    }
+    let feasible = !stages.is_empty() && stages.iter().all(|&(k, a, b)| cost.fits(k, a, b));
+    let bottleneck = out
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s).then(b.0.cmp(&a.0)))
+        .map(|(i, _)| i);
+    let slowest = bottleneck.map_or(0.0, |b| out[b].time_s);
+    let latency: f64 = out.iter().map(|s| s.time_s).sum();
+    let prefill = out.iter().map(|s| s.time.prefill_s).fold(0.0, f64::max);
+    let has_stages = !out.is_empty();
+    Plan {
+        policy,
+        objective,
+        feasible,
+        tokens_per_s: if has_stages && feasible { batch / slowest } else { 0.0 },
+        latency_s: (has_stages && feasible).then_some(latency),
+        stream_tokens_per_s: if has_stages && feasible { batch / latency } else { 0.0 },
+        prefill_tokens_per_s: if has_stages && feasible { 1.0 / prefill } else { 0.0 },
+        bottleneck: if has_stages { bottleneck } else { None },
+        max_context: if feasible { max_context(problem, cost, stages) } else { None },
+        stages: out,
+        left_out: Vec::new(),
+        search: Search { method: "given".to_owned(), detail: format!("the `{}` policy", policy.name()), bound: None, gap: None },
+        baselines: Vec::new(),
+        diagnostics: Vec::new(),
+    }
+}
+
+/// The longest context at which every stage of this split still fits, capped at the model's
+/// own maximum when it states one.
+fn max_context(problem: &Problem, cost: &CostModel, stages: &[(usize, usize, usize)]) -> Option<u64> {
+    let cap = problem.model.arch.max_context.unwrap_or(1 << 26).max(1);
+    let fits = |context: u64| stages.iter().all(|&(k, a, b)| cost.fits_at_context(k, a, b, context));
+    if !fits(1) {
+        return None;
+    }
+    if fits(cap) {
+        return Some(cap);
+    }
+    let (mut lo, mut hi) = (1u64, cap);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) { lo = mid } else { hi = mid }
+    }
+    Some(lo)
+}
+
+/// Why each unused node is left out: what the best plan that uses it would reach.
+fn left_out(problem: &Problem, cost: &CostModel, allowed: &[bool], plan: &Plan, objective: Objective, exact: bool) -> Vec<LeftOut> {
+    const EXPLAIN_AT_MOST: usize = 8;
+    let used: Vec<&str> = plan.stages.iter().map(|s| s.node.as_str()).collect();
+    let mut out = Vec::new();
+    let mut unexplained = 0usize;
+    for (k, node) in problem.nodes.iter().enumerate() {
+        if !allowed[k] || used.contains(&node.name.as_str()) {
+            continue;
+        }
+        let name = &node.name;
+        let capacity = cost.nodes[k].capacity;
+        if capacity < 0 {
+            out.push(LeftOut {
+                node: name.clone(),
+                reason: format!(
+                    "`{name}` left out: its reserve and workspace ({}) exceed its memory ({})",
+                    format_bytes((node.reserve + cost.workspace()) as f64),
+                    format_bytes(node.memory as f64)
+                ),
+                with_node: None,
+            });
+            continue;
+        }
+        if out.len() >= EXPLAIN_AT_MOST || !plan.feasible {
+            unexplained += 1;
+            continue;
+        }
+        let found = search::optimal(cost, objective, allowed, Some(k));
+        let with = found.best.as_ref().map(|b| b.0);
+        let (reason, with_node) = match (with, plan.objective_value()) {
+            (None, _) => (format!("`{name}` left out: no plan that uses it fits in memory"), None),
+            (Some(seconds), Some(current)) => match objective {
+                Objective::Throughput => {
+                    let rate = problem.workload.batch as f64 / seconds;
+                    let verb = if rate < current * (1.0 - 1e-9) { "cut" } else { "not raise" };
+                    (
+                        format!("`{name}` left out: it would {verb} throughput from {} to {} tok/s", sig3(current), sig3(rate)),
+                        Some(rate),
+                    )
+                }
+                Objective::Latency => {
+                    let verb = if seconds > current * (1.0 + 1e-9) { "raise" } else { "not lower" };
+                    (
+                        format!(
+                            "`{name}` left out: it would {verb} latency from {} to {} per token",
+                            format_seconds(current),
+                            format_seconds(seconds)
+                        ),
+                        Some(seconds),
+                    )
+                }
+            },
+            (Some(_), None) => (format!("`{name}` left out"), None),
+        };
+        let reason = if exact { reason } else { format!("{reason} (best found)") };
+        out.push(LeftOut { node: name.clone(), reason, with_node });
+    }
+    if unexplained > 0 && plan.feasible {
+        out.push(LeftOut {
+            node: String::new(),
+            reason: format!("{unexplained} more node{} left out", if unexplained == 1 { "" } else { "s" }),
+            with_node: None,
+        });
+    }
+    out
+}
+
+/// A number to three significant figures: `41.237` → `41.2`, `1234.5` → `1235`.
+pub fn sig3(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return format!("{x}");
+    }
+    let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    format!("{x:.digits$}")
+}
+
+fn overflow_summary(plan: &Plan) -> String {
+    let over: Vec<String> = plan
+        .stages
+        .iter()
+        .filter(|s| s.memory.headroom < 0)
+        .map(|s| format!("`{}` over by {}", s.node, format_bytes(-s.memory.headroom as f64)))
+        .collect();
+    if over.is_empty() { "no stages".to_owned() } else { format!("does not fit: {}", over.join(", ")) }
+}
+
+/// The bottleneck, tight memory, and context notes.
+fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
+    let mut notes = Vec::new();
+    if let Some(b) = plan.bottleneck.filter(|_| plan.feasible) {
+        let stage = &plan.stages[b];
+        let node = &problem.nodes.iter().find(|n| n.name == stage.node);
+        let why = match (stage.time.bound, node) {
+            (Bound::Memory, Some(n)) => format!(
+                "memory-bound, reads {} per step at {}",
+                format_bytes(stage.time.memory_s * n.bandwidth),
+                format_bandwidth(n.bandwidth)
+            ),
+            (Bound::Compute, Some(n)) => format!(
+                "compute-bound, {} per step at {}",
+                format_flops(stage.time.compute_s * n.compute),
+                format_compute(n.compute)
+            ),
+            _ => String::new(),
+        };
+        if plan.stages.len() > 1 || plan.objective == Objective::Throughput {
+            notes.push(Diagnostic {
+                level: Level::Info,
+                message: format!(
+                    "stage {b} (`{}`, layers {}–{}) sets the pace: {why}; {} per step",
+                    stage.node,
+                    stage.layers[0],
+                    stage.layers[1],
+                    format_seconds(stage.time_s)
+                ),
+                fix: None,
+            });
+        }
+    }
+    for stage in plan.stages.iter().filter(|s| s.memory.headroom >= 0) {
+        let headroom = stage.memory.headroom as f64;
+        if headroom < 0.02 * stage.memory.budget as f64 {
+            notes.push(Diagnostic {
+                level: Level::Warning,
+                message: format!("`{}` has only {} of headroom", stage.node, format_bytes(headroom)),
+                fix: Some("raise its `reserve` if other programs share it, or plan a shorter context".to_owned()),
+            });
+        }
+    }
+    if let Some(max) = problem.model.arch.max_context
+        && problem.workload.context > max
+    {
+        notes.push(Diagnostic {
+            level: Level::Warning,
+            message: format!("context {} is beyond the model's maximum of {max} tokens", problem.workload.context),
+            fix: Some(format!("set `workload.context` to at most {max}")),
+        });
+    }
+    notes
+}
+
+fn format_flops(flops: f64) -> String {
+    let units = ["FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"];
+    let mut value = flops;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < units.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", units[unit])
+}
+
+#[cfg(test)]
+mod tests;

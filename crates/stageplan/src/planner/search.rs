@@ -1,0 +1,1133 @@
+//! The `optimal` policy: the node subset, order and contiguous split that minimise the
+//! slowest stage (throughput) or the sum of stages (latency).
+//!
+//! **Exact search over subsets and orders.** A pipeline is a sequence of nodes, each taking
+//! the layers after the previous one. Which nodes came before matters only through the set of
+//! nodes used and where the covered prefix ends, so a dynamic program over (set of nodes used,
+//! layers covered) is exact over every ordered subset, in `O(2^n)` states rather than `n!`
+//! orders (the Held–Karp idea, M. Held and R. M. Karp, *A dynamic programming approach to
+//! sequencing problems*, 1962). Nodes with identical figures are interchangeable, so only one
+//! representative subset per multiset is visited.
+//!
+//! - *Throughput* (min–max) uses parametric search (N. Megiddo, *Combinatorial optimization
+//!   with rational objective functions*, 1979): for a threshold `τ`, "can every stage stay
+//!   within `τ`?" is answered by the subset DP where each node reaches as far as it can (a
+//!   farther prefix is never worse). A feasible answer lowers the upper bound to the plan's
+//!   actual slowest stage; an infeasible one raises the lower bound to the smallest stage
+//!   time at which any reachable stage could grow. Both bounds are stage times that occur in
+//!   some plan, so the search ends on the exact optimum.
+//! - *Latency* (min–sum) is a shortest path over the same states. When a node's time is
+//!   linear in its layers (it is memory-bound on every layer, or compute-bound on every one —
+//!   the usual case), the best predecessor for each end layer is a sliding-window minimum
+//!   over the starts that fit in memory, so each (subset, node) step costs `O(L)`.
+//!
+//! Uniform links (one default for every pair, the common case) need no order information in
+//! the state. Per-pair links make hops depend on neighbours, so the state also carries the
+//! last node and the first (whose link receives the sampled token).
+//!
+//! **Heuristic for large clusters.** When the exact state space is too large, the same
+//! machinery runs on fixed node orders (fastest first, and variations), where it is exact
+//! for that order with any node skipped, followed by a local search over swaps. The result
+//! reports a lower bound from a fractional relaxation (layers spread over nodes as a fluid,
+//! memory as a knapsack) and the gap to it.
+
+use std::collections::VecDeque;
+
+use crate::cost::{CostModel, Regime};
+use crate::scenario::Objective;
+
+/// A candidate plan: `(node, start, end)` per stage, in pipeline order.
+pub(crate) type Assignment = Vec<(usize, usize, usize)>;
+
+/// What the search found.
+#[derive(Clone, Debug)]
+pub(crate) struct Found {
+    /// The best plan and its objective value (seconds: slowest stage, or sum).
+    pub best: Option<(f64, Assignment)>,
+    /// True when `best` is proven optimal.
+    pub exact: bool,
+    /// No plan beats this (seconds). Equal to the value when exact.
+    pub bound: Option<f64>,
+    /// What was searched, in words.
+    pub detail: String,
+}
+
+/// Limits on the exact search, in DP cells touched; above them the heuristic runs.
+const EXACT_WORK_LIMIT: f64 = 4e8;
+const EXACT_CELL_LIMIT: f64 = 1.2e7;
+
+/// The objective value of an assignment in seconds, or `None` when a stage does not fit.
+pub(crate) fn value(cost: &CostModel, stages: &[(usize, usize, usize)], objective: Objective) -> Option<f64> {
+    if stages.is_empty() || stages.iter().any(|&(k, a, b)| !cost.fits(k, a, b)) {
+        return None;
+    }
+    let times = cost.stage_times(stages);
+    Some(match objective {
+        Objective::Throughput => times.iter().copied().fold(0.0, f64::max),
+        Objective::Latency => times.iter().sum(),
+    })
+}
+
+/// The best plan using only `allowed` nodes and, if given, certainly using `required`.
+pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], required: Option<usize>) -> Found {
+    let nodes: Vec<usize> = (0..cost.node_count())
+        .filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0)
+        .collect();
+    if nodes.is_empty() || cost.layers() == 0 || required.is_some_and(|r| !nodes.contains(&r)) {
+        return Found { best: None, exact: true, bound: None, detail: "no usable node".to_owned() };
+    }
+    let space = Space::new(cost, &nodes, required);
+    let uniform = cost.uniform_links();
+    let l = cost.layers() as f64;
+    let m = nodes.len() as f64;
+    let masks = space.canonical_masks();
+    let (work, cells) = match (objective, uniform) {
+        (Objective::Throughput, true) => (masks * m * 64.0 + m * l * 64.0, masks),
+        (Objective::Throughput, false) => (m * masks * m * m * 64.0 + m * m * l * 64.0, m * masks * m),
+        (Objective::Latency, true) => (masks * m * l * 2.0, masks * (l + 1.0)),
+        (Objective::Latency, false) => (m * masks * m * m * l, masks * m * (l + 1.0)),
+    };
+    if nodes.len() <= 24 && work <= EXACT_WORK_LIMIT && cells <= EXACT_CELL_LIMIT {
+        let best = match (objective, uniform) {
+            (Objective::Throughput, _) => parametric(|tau| space.feasible(tau, uniform)),
+            (Objective::Latency, true) => space.min_sum_uniform(),
+            (Objective::Latency, false) => space.min_sum_pairwise(),
+        };
+        let visited = if uniform { masks } else { masks * m };
+        let detail = format!(
+            "exact: every ordered subset of {} node{} ({} states{})",
+            nodes.len(),
+            if nodes.len() == 1 { "" } else { "s" },
+            group_digits(visited as u64),
+            if space.classes < nodes.len() { ", identical nodes merged" } else { "" },
+        );
+        let bound = best.as_ref().map(|b| b.0);
+        Found { best, exact: true, bound, detail }
+    } else {
+        heuristic(cost, objective, &nodes, required)
+    }
+}
+
+/// Does any plan fit in memory with the `allowed` nodes? Exact for clusters the subset
+/// search covers; a largest-memory-first fill above that.
+pub(crate) fn any_fit(cost: &CostModel, allowed: &[bool]) -> bool {
+    let nodes: Vec<usize> = (0..cost.node_count()).filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0).collect();
+    if nodes.is_empty() || cost.layers() == 0 {
+        return false;
+    }
+    if nodes.len() <= 16 {
+        let space = Space::new(cost, &nodes, None);
+        matches!(space.feasible(f64::INFINITY, cost.uniform_links()), Probe::Feasible(..))
+    } else {
+        let mut order = nodes;
+        order.sort_by(|&a, &b| cost.nodes[b].capacity.cmp(&cost.nodes[a].capacity).then(a.cmp(&b)));
+        matches!(fixed_order_feasible(cost, &order, f64::INFINITY, None), Probe::Feasible(..))
+    }
+}
+
+/// Thousands separated by commas: `109601` → `109,601`.
+pub fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Outcome of one threshold test.
+pub(crate) enum Probe {
+    /// A plan whose slowest stage is at most the threshold, and that stage time.
+    Feasible(f64, Assignment),
+    /// No plan within the threshold; nothing changes below this larger threshold.
+    Infeasible(f64),
+}
+
+/// Min–max by parametric search over thresholds, snapping both bounds to stage times that
+/// occur, so it ends on the exact optimum. `probe` must be monotone in the threshold.
+fn parametric(mut probe: impl FnMut(f64) -> Probe) -> Option<(f64, Assignment)> {
+    let (mut hi, mut best) = match probe(f64::INFINITY) {
+        Probe::Feasible(value, plan) => (value, plan),
+        Probe::Infeasible(_) => return None,
+    };
+    let mut lo = 0.0f64;
+    // After a miss at a midpoint, `lo` has snapped to a stage time that occurs: test it.
+    let mut test_lo = false;
+    for _ in 0..400 {
+        if lo >= hi || hi - lo <= hi * 1e-15 {
+            break;
+        }
+        let tau = if test_lo { lo } else { lo + (hi - lo) / 2.0 };
+        match probe(tau) {
+            Probe::Feasible(value, plan) => {
+                hi = value;
+                best = plan;
+                test_lo = false;
+            }
+            Probe::Infeasible(next) => {
+                lo = lo.max(next);
+                test_lo = !test_lo;
+            }
+        }
+    }
+    Some((hi, best))
+}
+
+/// The nodes a search may use, their equivalence classes, and cached per-node facts.
+pub(crate) struct Space<'a> {
+    cost: &'a CostModel,
+    /// Node indices into the cost model.
+    nodes: Vec<usize>,
+    /// For position `i`, the earlier position of an identical node, if any: position `i` may
+    /// join a subset only after it.
+    twin_before: Vec<Option<usize>>,
+    classes: usize,
+    /// Position of the required node.
+    required: Option<usize>,
+    regimes: Vec<Option<Regime>>,
+}
+
+impl<'a> Space<'a> {
+    pub(crate) fn new(cost: &'a CostModel, nodes: &[usize], required: Option<usize>) -> Space<'a> {
+        let uniform = cost.uniform_links();
+        let required_pos = required.and_then(|r| nodes.iter().position(|&k| k == r));
+        let mut twin_before = vec![None; nodes.len()];
+        let mut classes = 0;
+        for i in 0..nodes.len() {
+            let same = |a: usize, b: usize| {
+                let (x, y) = (&cost.nodes[nodes[a]], &cost.nodes[nodes[b]]);
+                x.inv_bandwidth == y.inv_bandwidth && x.inv_compute == y.inv_compute && x.capacity == y.capacity
+            };
+            let twin = if uniform && Some(i) != required_pos {
+                (0..i).rev().find(|&j| Some(j) != required_pos && same(i, j))
+            } else {
+                None
+            };
+            if twin.is_none() {
+                classes += 1;
+            }
+            twin_before[i] = twin;
+        }
+        let regimes = nodes.iter().map(|&k| cost.linear_regime(k)).collect();
+        Space { cost, nodes: nodes.to_vec(), twin_before, classes, required: required_pos, regimes }
+    }
+
+    /// Number of subsets that keep identical nodes in index order.
+    fn canonical_masks(&self) -> f64 {
+        let mut sizes: Vec<f64> = Vec::new();
+        let mut class_of = vec![0usize; self.nodes.len()];
+        for i in 0..self.nodes.len() {
+            match self.twin_before[i] {
+                Some(t) => {
+                    class_of[i] = class_of[t];
+                    sizes[class_of[i]] += 1.0;
+                }
+                None => {
+                    class_of[i] = sizes.len();
+                    sizes.push(1.0);
+                }
+            }
+        }
+        sizes.iter().map(|s| s + 1.0).product()
+    }
+
+    /// May position `i` join `mask`? Only after its identical predecessors.
+    #[inline]
+    fn may_join(&self, mask: usize, i: usize) -> bool {
+        mask & (1 << i) == 0 && self.twin_before[i].is_none_or(|t| mask & (1 << t) != 0)
+    }
+
+    #[inline]
+    fn has_required(&self, mask: usize) -> bool {
+        self.required.is_none_or(|r| mask & (1 << r) != 0)
+    }
+
+    /// Can every stage stay within `tau`? The subset DP.
+    ///
+    /// With uniform links a farther covered prefix is never worse (a later node whose range
+    /// it swallows can be dropped at no cost), so one number per subset suffices. With a
+    /// required node, or per-pair links, dropping is not free, so every reachable position
+    /// is kept as a set.
+    pub(crate) fn feasible(&self, tau: f64, uniform: bool) -> Probe {
+        match (uniform, self.required) {
+            (true, None) => self.feasible_uniform(tau),
+            (true, Some(_)) => self.feasible_prefix_sets(tau),
+            (false, _) => self.feasible_pairwise(tau),
+        }
+    }
+
+    fn feasible_uniform(&self, tau: f64) -> Probe {
+        let cost = self.cost;
+        let l = cost.layers();
+        let m = self.nodes.len();
+        let hop = cost.uniform_hop_s();
+        let ret = cost.uniform_return_s();
+        let tables: Vec<ReachTable> = self.nodes.iter().map(|&k| ReachTable::new(cost, k, tau, hop, ret)).collect();
+
+        let full = 1usize << m;
+        let mut reach = vec![-1i32; full];
+        let mut parent = vec![(0usize, 0u8); full];
+        reach[0] = 0;
+        let mut next_event = f64::INFINITY;
+        for mask in 0..full {
+            let j = reach[mask];
+            if j < 0 {
+                continue;
+            }
+            let j = j as usize;
+            for i in 0..m {
+                if !self.may_join(mask, i) {
+                    continue;
+                }
+                let table = &tables[i];
+                let done = mask | (1 << i);
+                // Finish here: node i takes [j, L) as the last stage.
+                let finishes = if mask == 0 { table.single_ok } else { j >= table.final_from };
+                if finishes && self.has_required(done) {
+                    let mut stages = vec![(self.nodes[i], j, l)];
+                    let mut at = mask;
+                    while at != 0 {
+                        let (prev, pos) = parent[at];
+                        stages.push((self.nodes[pos as usize], reach[prev] as usize, reach[at] as usize));
+                        at = prev;
+                    }
+                    stages.reverse();
+                    let times = cost.stage_times(&stages);
+                    return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
+                }
+                next_event = next_event.min(if mask == 0 { table.single_event } else { table.final_event(j) });
+                // Or take as much as fits within tau and pass on.
+                let e = table.reach[j];
+                next_event = next_event.min(table.mid_event[j]);
+                if e > j as u32 && (e as i32) > reach[done] {
+                    reach[done] = e as i32;
+                    parent[done] = (mask, i as u8);
+                }
+            }
+        }
+        Probe::Infeasible(next_event)
+    }
+
+    /// Uniform links, any constraint: `prefixes[mask]` holds every `j` such that the nodes in
+    /// `mask` can cover `[0, j)` with closed stages within `tau`.
+    fn feasible_prefix_sets(&self, tau: f64) -> Probe {
+        let cost = self.cost;
+        let l = cost.layers();
+        let m = self.nodes.len();
+        let hop = cost.uniform_hop_s();
+        let ret = cost.uniform_return_s();
+        let tables: Vec<ReachTable> = self.nodes.iter().map(|&k| ReachTable::new(cost, k, tau, hop, ret)).collect();
+        let full = 1usize << m;
+        let mut sets = Sets::new(full, l + 1);
+        sets.insert(0, 0);
+        let mut next_event = f64::INFINITY;
+        for mask in 0..full {
+            let Some(highest) = sets.max(mask) else { continue };
+            for i in 0..m {
+                if !self.may_join(mask, i) {
+                    continue;
+                }
+                let table = &tables[i];
+                let done = mask | (1 << i);
+                if self.has_required(done) {
+                    let finishes = if mask == 0 { table.single_ok } else { highest >= table.final_from };
+                    if finishes {
+                        let j = if mask == 0 { 0 } else { highest };
+                        let mut stages = vec![(self.nodes[i], j, l)];
+                        let (mut at, mut end) = (mask, j);
+                        while at != 0 {
+                            // Some node in `at` closed a stage ending at `end` from a prefix of `at` without it.
+                            let (pos, begin) = (0..m)
+                                .filter(|&q| at & (1 << q) != 0)
+                                .find_map(|q| {
+                                    sets.iter(at & !(1 << q))
+                                        .find(|&s| s < end && tables[q].reach[s] as usize >= end)
+                                        .map(|s| (q, s))
+                                })
+                                .expect("every reached prefix has a predecessor");
+                            stages.push((self.nodes[pos], begin, end));
+                            (at, end) = (at & !(1 << pos), begin);
+                        }
+                        stages.reverse();
+                        let times = cost.stage_times(&stages);
+                        return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
+                    }
+                    next_event = next_event.min(if mask == 0 {
+                        table.single_event
+                    } else {
+                        sets.iter(mask).map(|j| table.final_event(j)).fold(f64::INFINITY, f64::min)
+                    });
+                }
+                let mut filled_to = 0usize;
+                for s in sets.iter(mask).collect::<Vec<_>>() {
+                    next_event = next_event.min(table.mid_event[s]);
+                    let reach = table.reach.get(s).map_or(s, |&r| r as usize);
+                    let from = (s + 1).max(filled_to + 1);
+                    if reach >= from {
+                        sets.fill(done, from, reach);
+                        filled_to = reach;
+                    }
+                }
+            }
+        }
+        Probe::Infeasible(next_event)
+    }
+
+    /// Per-pair links: a stage's hop depends on who follows, so the open stage's node is part
+    /// of the state, and the first node (which receives the sampled tokens) too. `starts` of
+    /// `(mask, last)` holds every start of `last`'s open stage reachable within `tau`.
+    fn feasible_pairwise(&self, tau: f64) -> Probe {
+        let cost = self.cost;
+        let l = cost.layers();
+        let m = self.nodes.len();
+        // tables[p][k]: the node at position p passing to position k.
+        let tables: Vec<Vec<ReachTable>> = (0..m)
+            .map(|p| {
+                (0..m)
+                    .map(|k| {
+                        let (a, b) = (self.nodes[p], self.nodes[k]);
+                        ReachTable::new(cost, a, tau, cost.hop_s(a, b), cost.return_s(a, b))
+                    })
+                    .collect()
+            })
+            .collect();
+        let full = 1usize << m;
+        let mut next_event = f64::INFINITY;
+        let mut starts = Sets::new(full * m, l);
+        let mut scratch = Vec::with_capacity(l);
+        for f in 0..m {
+            starts.clear();
+            starts.insert((1 << f) * m + f, 0);
+            for mask in 0..full {
+                if mask & (1 << f) == 0 {
+                    continue;
+                }
+                for p in 0..m {
+                    let state = mask * m + p;
+                    let Some(highest) = starts.max(state) else { continue };
+                    // `p` closes the pipeline with [s, L) and sends the tokens back to `f`.
+                    let table = &tables[p][f];
+                    if self.has_required(mask) {
+                        let single = mask == 1 << f;
+                        let finishes = if single { table.single_ok } else { highest >= table.final_from };
+                        if finishes {
+                            let s = if single { 0 } else { highest };
+                            let mut stages = vec![(self.nodes[p], s, l)];
+                            let (mut at, mut last, mut begin) = (mask, p, s);
+                            while at != 1 << f {
+                                let before = at & !(1 << last);
+                                let (q, s_q) = (0..m)
+                                    .filter(|&q| before & (1 << q) != 0)
+                                    .find_map(|q| {
+                                        starts
+                                            .iter(before * m + q)
+                                            .find(|&s_q| s_q < begin && tables[q][last].reach[s_q] as usize >= begin)
+                                            .map(|s_q| (q, s_q))
+                                    })
+                                    .expect("every reached start has a predecessor");
+                                stages.push((self.nodes[q], s_q, begin));
+                                (at, last, begin) = (before, q, s_q);
+                            }
+                            stages.reverse();
+                            let times = cost.stage_times(&stages);
+                            return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
+                        }
+                        next_event = next_event.min(if single {
+                            table.single_event
+                        } else {
+                            starts.iter(state).map(|s| table.final_event(s)).fold(f64::INFINITY, f64::min)
+                        });
+                    }
+                    scratch.clear();
+                    scratch.extend(starts.iter(state));
+                    for k in 0..m {
+                        if mask & (1 << k) != 0 {
+                            continue;
+                        }
+                        let table = &tables[p][k];
+                        let to = (mask | (1 << k)) * m + k;
+                        let mut filled_to = 0usize;
+                        for &s in &scratch {
+                            next_event = next_event.min(table.mid_event[s]);
+                            let reach = table.reach[s] as usize;
+                            let from = (s + 1).max(filled_to + 1);
+                            if reach >= from {
+                                starts.fill(to, from, reach);
+                                filled_to = reach;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Probe::Infeasible(next_event)
+    }
+
+    /// Min–sum over subsets with uniform links: `best[mask][j]` is the least time of closed
+    /// stages (each paying the hop) that cover `[0, j)` with the nodes in `mask`.
+    fn min_sum_uniform(&self) -> Option<(f64, Assignment)> {
+        let cost = self.cost;
+        let l = cost.layers();
+        let m = self.nodes.len();
+        let hop = cost.uniform_hop_s();
+        let ret = cost.uniform_return_s();
+        let full = 1usize << m;
+        let width = l + 1;
+        let mut best = vec![f64::INFINITY; full * width];
+        let mut from = vec![(0u32, 0u8); full * width];
+        best[0] = 0.0;
+        let finals: Vec<FinalCosts> = self.nodes.iter().map(|&k| FinalCosts::new(cost, k, ret)).collect();
+        let mut answer: Option<(f64, usize, usize, usize)> = None; // (value, mask, node pos, start)
+        let mut scratch = Vec::with_capacity(width);
+        for mask in 0..full {
+            let row = &best[mask * width..(mask + 1) * width];
+            if row.iter().all(|v| v.is_infinite()) {
+                continue;
+            }
+            for i in 0..m {
+                if !self.may_join(mask, i) {
+                    continue;
+                }
+                let done = mask | (1 << i);
+                // Finish with node i on [j, L).
+                if self.has_required(done) {
+                    let finals = &finals[i];
+                    let candidates: Box<dyn Iterator<Item = usize>> =
+                        if mask == 0 { Box::new(std::iter::once(0)) } else { Box::new(finals.fits_from..l) };
+                    for j in candidates {
+                        let before = best[mask * width + j];
+                        if before.is_infinite() {
+                            continue;
+                        }
+                        let stage = if mask == 0 { finals.single } else { finals.with_return[j] };
+                        let total = before + stage;
+                        if total < answer.map_or(f64::INFINITY, |a| a.0) {
+                            answer = Some((total, mask, i, j));
+                        }
+                    }
+                }
+                // Or close a stage [j, e) on node i and pass on.
+                scratch.clear();
+                relax(cost, self.nodes[i], self.regimes[i], &best[mask * width..(mask + 1) * width], mask == 0, hop, &mut scratch);
+                for &(e, value, j) in &scratch {
+                    let cell = done * width + e;
+                    if value < best[cell] {
+                        best[cell] = value;
+                        from[cell] = (j as u32, i as u8);
+                    }
+                }
+            }
+        }
+        let (total, mut mask, i, j) = answer?;
+        let mut stages = vec![(self.nodes[i], j, l)];
+        let mut end = j;
+        while mask != 0 {
+            let (start, pos) = from[mask * width + end];
+            stages.push((self.nodes[pos as usize], start as usize, end));
+            mask &= !(1 << pos);
+            end = start as usize;
+        }
+        stages.reverse();
+        // Report the value exactly as every other policy computes it.
+        let exact = cost.stage_times(&stages).iter().sum::<f64>();
+        debug_assert!((exact - total).abs() <= total * 1e-9);
+        Some((exact, stages))
+    }
+
+    /// Min–sum with per-pair links: also track the first node (it receives the tokens) and
+    /// the last (its hop depends on who follows).
+    fn min_sum_pairwise(&self) -> Option<(f64, Assignment)> {
+        let cost = self.cost;
+        let l = cost.layers();
+        let m = self.nodes.len();
+        let full = 1usize << m;
+        let width = l + 1;
+        let mut answer: Option<(f64, Assignment)> = None;
+        // closed[(mask * m + last) * width + j]: stages closed up to j, `last`'s hop not yet paid.
+        let mut closed = vec![f64::INFINITY; full * m * width];
+        let mut from = vec![(0u32, 0u8); full * m * width];
+        let mut incoming = vec![f64::INFINITY; width];
+        let mut incoming_from = vec![0u8; width];
+        let mut scratch = Vec::with_capacity(width);
+        for f in 0..m {
+            let finals: Vec<FinalCosts> = self
+                .nodes
+                .iter()
+                .map(|&k| FinalCosts::new(cost, k, cost.return_s(k, self.nodes[f])))
+                .collect();
+            closed.iter_mut().for_each(|v| *v = f64::INFINITY);
+            // The first stage, on f, covering [0, e).
+            scratch.clear();
+            let mut start_row = vec![f64::INFINITY; width];
+            start_row[0] = 0.0;
+            relax(cost, self.nodes[f], self.regimes[f], &start_row, true, 0.0, &mut scratch);
+            for &(e, value, _) in &scratch {
+                let cell = ((1 << f) * m + f) * width + e;
+                closed[cell] = value;
+                from[cell] = (0, f as u8);
+            }
+            if self.has_required(1 << f) && finals[f].single.is_finite() {
+                let candidate = finals[f].single;
+                if candidate < answer.as_ref().map_or(f64::INFINITY, |a| a.0) {
+                    answer = Some((candidate, vec![(self.nodes[f], 0, l)]));
+                }
+            }
+            for mask in 0..full {
+                if mask & (1 << f) == 0 {
+                    continue;
+                }
+                for k in 0..m {
+                    if mask & (1 << k) != 0 {
+                        continue;
+                    }
+                    // Best way to arrive at k's start j: over every last node p, pay p → k.
+                    let mut any = false;
+                    for j in 0..width {
+                        incoming[j] = f64::INFINITY;
+                        for p in 0..m {
+                            let v = closed[(mask * m + p) * width + j];
+                            if v.is_finite() {
+                                let total = v + cost.hop_s(self.nodes[p], self.nodes[k]);
+                                if total < incoming[j] {
+                                    incoming[j] = total;
+                                    incoming_from[j] = p as u8;
+                                    any = true;
+                                }
+                            }
+                        }
+                    }
+                    if !any {
+                        continue;
+                    }
+                    let done = mask | (1 << k);
+                    if self.has_required(done) {
+                        for j in finals[k].fits_from.max(1)..l {
+                            if incoming[j].is_finite() {
+                                let total = incoming[j] + finals[k].with_return[j];
+                                if total < answer.as_ref().map_or(f64::INFINITY, |a| a.0) {
+                                    let mut stages = vec![(self.nodes[k], j, l)];
+                                    let (mut at, mut last, mut end) = (mask, incoming_from[j] as usize, j);
+                                    loop {
+                                        let (start, prev) = from[(at * m + last) * width + end];
+                                        stages.push((self.nodes[last], start as usize, end));
+                                        if at == 1 << f {
+                                            break;
+                                        }
+                                        at &= !(1 << last);
+                                        (last, end) = (prev as usize, start as usize);
+                                    }
+                                    stages.reverse();
+                                    answer = Some((total, stages));
+                                }
+                            }
+                        }
+                    }
+                    scratch.clear();
+                    relax(cost, self.nodes[k], self.regimes[k], &incoming, false, 0.0, &mut scratch);
+                    for &(e, value, j) in &scratch {
+                        let cell = (done * m + k) * width + e;
+                        if value < closed[cell] {
+                            closed[cell] = value;
+                            from[cell] = (j as u32, incoming_from[j]);
+                        }
+                    }
+                }
+            }
+        }
+        let (_, stages) = answer?;
+        let exact = cost.stage_times(&stages).iter().sum::<f64>();
+        Some((exact, stages))
+    }
+}
+
+/// For node `k` and arrival costs `row[j]` (stages before it cover `[0, j)`), the least
+/// `row[j] + roofline(k, j, e) + hop` for every end `e < L`, as `(e, value, argmin j)`.
+/// `first` marks the first stage (start 0 only).
+fn relax(cost: &CostModel, k: usize, regime: Option<Regime>, row: &[f64], first: bool, hop: f64, out: &mut Vec<(usize, f64, usize)>) {
+    let l = cost.layers();
+    if first {
+        for e in 1..l {
+            if !cost.fits(k, 0, e) {
+                break;
+            }
+            out.push((e, row[0] + cost.roofline_s(k, 0, e) + hop, 0));
+        }
+        return;
+    }
+    match regime {
+        Some(regime) => {
+            // roofline(k, j, e) = P[e] - P[j] for 1 <= j < e < L: a sliding-window minimum
+            // of row[j] - P[j] over the starts j that fit with end e.
+            let mut window: VecDeque<(usize, f64)> = VecDeque::new();
+            let mut lo = 1usize;
+            let mut next_j = 1usize;
+            for e in 2..l {
+                while next_j < e {
+                    if row[next_j].is_finite() {
+                        let key = row[next_j] - cost.linear_prefix(k, regime, next_j);
+                        while window.back().is_some_and(|&(_, v)| v >= key) {
+                            window.pop_back();
+                        }
+                        window.push_back((next_j, key));
+                    }
+                    next_j += 1;
+                }
+                while lo < e && !cost.fits(k, lo, e) {
+                    lo += 1;
+                }
+                while window.front().is_some_and(|&(j, _)| j < lo) {
+                    window.pop_front();
+                }
+                if let Some(&(j, _)) = window.front() {
+                    // Recompute from the exact formula so values match other evaluations.
+                    out.push((e, row[j] + cost.roofline_s(k, j, e) + hop, j));
+                }
+            }
+        }
+        None => {
+            for e in 2..l {
+                let mut best: Option<(f64, usize)> = None;
+                for j in (1..e).rev() {
+                    if !cost.fits(k, j, e) {
+                        break;
+                    }
+                    if row[j].is_finite() {
+                        let v = row[j] + cost.roofline_s(k, j, e) + hop;
+                        if best.is_none_or(|(b, _)| v < b) {
+                            best = Some((v, j));
+                        }
+                    }
+                }
+                if let Some((v, j)) = best {
+                    out.push((e, v, j));
+                }
+            }
+        }
+    }
+}
+
+/// Many small sets of positions `0..size`, as bitsets in one buffer.
+struct Sets {
+    words: usize,
+    bits: Vec<u64>,
+}
+
+impl Sets {
+    fn new(count: usize, size: usize) -> Sets {
+        let words = size.div_ceil(64).max(1);
+        Sets { words, bits: vec![0; count * words] }
+    }
+
+    fn clear(&mut self) {
+        self.bits.iter_mut().for_each(|w| *w = 0);
+    }
+
+    fn insert(&mut self, set: usize, at: usize) {
+        self.bits[set * self.words + at / 64] |= 1 << (at % 64);
+    }
+
+    /// Inserts every position in `lo..=hi`.
+    fn fill(&mut self, set: usize, lo: usize, hi: usize) {
+        let base = set * self.words;
+        let (first, last) = (lo / 64, hi / 64);
+        for w in first..=last {
+            let from = if w == first { lo % 64 } else { 0 };
+            let to = if w == last { hi % 64 } else { 63 };
+            let mask = (u64::MAX >> (63 - to)) & (u64::MAX << from);
+            self.bits[base + w] |= mask;
+        }
+    }
+
+    fn max(&self, set: usize) -> Option<usize> {
+        let words = &self.bits[set * self.words..(set + 1) * self.words];
+        words.iter().rposition(|&w| w != 0).map(|w| w * 64 + 63 - words[w].leading_zeros() as usize)
+    }
+
+    /// Positions in increasing order.
+    fn iter(&self, set: usize) -> impl Iterator<Item = usize> + '_ {
+        self.bits[set * self.words..(set + 1) * self.words].iter().enumerate().flat_map(|(w, &word)| {
+            let mut word = word;
+            std::iter::from_fn(move || {
+                if word == 0 {
+                    return None;
+                }
+                let bit = word.trailing_zeros() as usize;
+                word &= word - 1;
+                Some(w * 64 + bit)
+            })
+        })
+    }
+}
+
+/// For one node at one threshold: how far a middle stage starting at each layer can reach,
+/// and from which start a last stage fits.
+struct ReachTable {
+    /// `reach[j]`: the largest `e < L` with `[j, e)` within the threshold and memory; `j` if none.
+    reach: Vec<u32>,
+    /// `mid_event[j]`: the threshold at which `reach[j]` would grow (∞ if memory blocks it).
+    mid_event: Vec<f64>,
+    /// Smallest start from which `[start, L)` is within the threshold as a last stage.
+    final_from: usize,
+    /// Last-stage times with the return hop per start (for the next event).
+    final_times: Vec<f64>,
+    final_fits_from: usize,
+    single_ok: bool,
+    single_event: f64,
+}
+
+impl ReachTable {
+    fn new(cost: &CostModel, k: usize, tau: f64, hop: f64, ret: f64) -> ReachTable {
+        let l = cost.layers();
+        let mut reach = vec![0u32; l];
+        let mut mid_event = vec![f64::INFINITY; l];
+        let mut p = 0usize;
+        for j in 0..l {
+            p = p.max(j);
+            while p < l - 1 && cost.fits(k, j, p + 1) && cost.roofline_s(k, j, p + 1) + hop <= tau {
+                p += 1;
+            }
+            reach[j] = p as u32;
+            if p < l - 1 && cost.fits(k, j, p + 1) {
+                mid_event[j] = cost.roofline_s(k, j, p + 1) + hop;
+            }
+        }
+        // Last stage [j, L): fits from some start on; time falls as j grows.
+        let final_fits_from = (0..l).find(|&j| cost.fits(k, j, l)).unwrap_or(l);
+        let final_times: Vec<f64> = (0..l).map(|j| cost.roofline_s(k, j, l) + ret).collect();
+        let final_from = (final_fits_from.max(1)..l).find(|&j| final_times[j] <= tau).unwrap_or(usize::MAX);
+        let single = cost.roofline_s(k, 0, l);
+        let single_fits = cost.fits(k, 0, l);
+        ReachTable {
+            reach,
+            mid_event,
+            final_from,
+            final_times,
+            final_fits_from,
+            single_ok: single_fits && single <= tau,
+            single_event: if single_fits { single } else { f64::INFINITY },
+        }
+    }
+
+    /// The threshold at which a last stage from `j` would fit in time (∞ if memory blocks it).
+    fn final_event(&self, j: usize) -> f64 {
+        if j >= self.final_fits_from && j > 0 { self.final_times[j] } else { f64::INFINITY }
+    }
+}
+
+/// Last-stage costs of one node for every start (∞ where memory does not fit).
+struct FinalCosts {
+    with_return: Vec<f64>,
+    fits_from: usize,
+    single: f64,
+}
+
+impl FinalCosts {
+    fn new(cost: &CostModel, k: usize, ret: f64) -> FinalCosts {
+        let l = cost.layers();
+        let fits_from = (1..l).find(|&j| cost.fits(k, j, l)).unwrap_or(l);
+        let with_return = (0..l)
+            .map(|j| if j >= fits_from { cost.roofline_s(k, j, l) + ret } else { f64::INFINITY })
+            .collect();
+        let single = if cost.fits(k, 0, l) { cost.roofline_s(k, 0, l) } else { f64::INFINITY };
+        FinalCosts { with_return, fits_from, single }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Large clusters: fixed orders, local search, and a lower bound.
+
+pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize], required: Option<usize>) -> Found {
+    let speed_order = {
+        let mut order = nodes.to_vec();
+        let probe = |k: usize| cost.roofline_s(k, cost.layers() / 2, cost.layers() / 2 + 1);
+        order.sort_by(|&a, &b| probe(a).total_cmp(&probe(b)).then(a.cmp(&b)));
+        order
+    };
+    let memory_order = {
+        let mut order = nodes.to_vec();
+        order.sort_by(|&a, &b| cost.nodes[b].capacity.cmp(&cost.nodes[a].capacity).then(a.cmp(&b)));
+        order
+    };
+    let mut orders = vec![speed_order.clone(), memory_order];
+    // The first stage carries the embedding and the last the head: try each of the fastest
+    // few nodes at the front.
+    for &k in speed_order.iter().take(4).skip(1) {
+        let mut order = vec![k];
+        order.extend(speed_order.iter().copied().filter(|&x| x != k));
+        orders.push(order);
+    }
+    let mut best: Option<(f64, Assignment)> = None;
+    let mut best_order = speed_order.clone();
+    let mut evaluated = 0usize;
+    for order in &orders {
+        evaluated += 1;
+        if let Some(found) = fixed_order(cost, objective, order, required)
+            && best.as_ref().is_none_or(|b| found.0 < b.0)
+        {
+            best = Some(found);
+            best_order = order.clone();
+        }
+    }
+    // Local search: move each used node one place earlier; keep improvements. The budget
+    // keeps it bounded on very large clusters.
+    let budget = 64usize.max(4096 / nodes.len().max(1));
+    let mut improved = true;
+    while improved && evaluated < budget && best.is_some() {
+        improved = false;
+        for i in 1..best_order.len() {
+            if evaluated >= budget {
+                break;
+            }
+            let mut order = best_order.clone();
+            order.swap(i - 1, i);
+            evaluated += 1;
+            if let Some(found) = fixed_order(cost, objective, &order, required)
+                && best.as_ref().is_some_and(|b| found.0 < b.0 * (1.0 - 1e-12))
+            {
+                best = Some(found);
+                best_order = order;
+                improved = true;
+            }
+        }
+    }
+    let bound = lower_bound(cost, objective, nodes);
+    let detail = format!(
+        "heuristic: {} node orders searched exactly each (too many nodes for the exact search over subsets)",
+        group_digits(evaluated as u64)
+    );
+    Found { best, exact: false, bound, detail }
+}
+
+/// The best plan for one node order, any node may be skipped: exact for that order.
+fn fixed_order(cost: &CostModel, objective: Objective, order: &[usize], required: Option<usize>) -> Option<(f64, Assignment)> {
+    match objective {
+        Objective::Throughput => parametric(|tau| fixed_order_feasible(cost, order, tau, required)),
+        Objective::Latency => fixed_order_min_sum(cost, order, required),
+    }
+}
+
+/// Greedy farthest reach along the order: exact for a fixed order with uniform links. With
+/// per-pair links the hop to the next node in the order is assumed; the plan found is then
+/// evaluated exactly.
+fn fixed_order_feasible(cost: &CostModel, order: &[usize], tau: f64, required: Option<usize>) -> Probe {
+    let l = cost.layers();
+    let mut stages: Assignment = Vec::new();
+    let mut j = 0usize;
+    let mut next_event = f64::INFINITY;
+    let mut used_required = required.is_none();
+    for (pos, &k) in order.iter().enumerate() {
+        let is_required = required == Some(k);
+        let ret = stages.first().map_or(0.0, |s| cost.return_s(k, s.0));
+        if (used_required || is_required) && cost.fits(k, j, l) {
+            let t = cost.roofline_s(k, j, l) + ret;
+            if t <= tau {
+                stages.push((k, j, l));
+                let times = cost.stage_times(&stages);
+                return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
+            }
+            next_event = next_event.min(t);
+        }
+        let hop = order.get(pos + 1).map_or(cost.uniform_hop_s(), |&next| cost.hop_s(k, next));
+        let mut e = j;
+        while e < l - 1 && cost.fits(k, j, e + 1) && cost.roofline_s(k, j, e + 1) + hop <= tau {
+            e += 1;
+        }
+        if e < l - 1 && cost.fits(k, j, e + 1) {
+            next_event = next_event.min(cost.roofline_s(k, j, e + 1) + hop);
+        }
+        if e > j {
+            stages.push((k, j, e));
+            used_required |= is_required;
+            j = e;
+        } else if is_required {
+            break; // the required node cannot be skipped
+        }
+    }
+    Probe::Infeasible(next_event)
+}
+
+/// Min–sum along a fixed order, any node skipped except `required`: `cost[j]` is the least
+/// time of stages covering `[0, j)` with the nodes so far (the last one's hop not yet paid).
+fn fixed_order_min_sum(cost: &CostModel, order: &[usize], required: Option<usize>) -> Option<(f64, Assignment)> {
+    const NONE: u32 = u32::MAX;
+    let l = cost.layers();
+    let width = l + 1;
+    let required_pos = required.and_then(|r| order.iter().position(|&k| k == r));
+    let mut value = vec![f64::INFINITY; width];
+    value[0] = 0.0;
+    let mut first = vec![NONE; width];
+    let mut last = vec![NONE; width];
+    // owner[pos][e]: the position whose stage ended at e in the state before position `pos`;
+    // start[pos][e]: where position pos's stage ending at e began, if it set that state.
+    let mut owner_before: Vec<Vec<u32>> = Vec::with_capacity(order.len());
+    let mut owner = vec![NONE; width];
+    let mut start_of: Vec<Vec<u32>> = Vec::with_capacity(order.len());
+    let mut answer: Option<(f64, usize, usize)> = None;
+    let mut incoming = vec![f64::INFINITY; width];
+    let mut scratch = Vec::new();
+    for (pos, &k) in order.iter().enumerate() {
+        owner_before.push(owner.clone());
+        let mut starts = vec![NONE; width];
+        for j in 0..l {
+            incoming[j] = if j == 0 {
+                value[0]
+            } else if value[j].is_finite() && last[j] != NONE {
+                value[j] + cost.hop_s(order[last[j] as usize], k)
+            } else {
+                f64::INFINITY
+            };
+        }
+        // Finish here with [j, L).
+        if required_pos.is_none_or(|r| pos >= r) {
+            for j in 0..l {
+                if incoming[j].is_finite() && cost.fits(k, j, l) {
+                    let ret = if j == 0 { 0.0 } else { cost.return_s(k, order[first[j] as usize]) };
+                    let total = incoming[j] + cost.roofline_s(k, j, l) + ret;
+                    if total < answer.map_or(f64::INFINITY, |a| a.0) {
+                        answer = Some((total, pos, j));
+                    }
+                }
+            }
+        }
+        // Or take [j, e).
+        let (mut next_value, mut next_first, mut next_last, mut next_owner) = if Some(pos) == required_pos {
+            (vec![f64::INFINITY; width], vec![NONE; width], vec![NONE; width], vec![NONE; width])
+        } else {
+            (value.clone(), first.clone(), last.clone(), owner.clone())
+        };
+        let regime = cost.linear_regime(k);
+        for first_stage in [true, false] {
+            scratch.clear();
+            relax(cost, k, regime, &incoming, first_stage, 0.0, &mut scratch);
+            for &(e, v, j) in &scratch {
+                if v < next_value[e] {
+                    next_value[e] = v;
+                    next_first[e] = if j == 0 { pos as u32 } else { first[j] };
+                    next_last[e] = pos as u32;
+                    next_owner[e] = pos as u32;
+                    starts[e] = j as u32;
+                }
+            }
+        }
+        start_of.push(starts);
+        (value, first, last, owner) = (next_value, next_first, next_last, next_owner);
+    }
+    let (_, pos, j) = answer?;
+    let mut stages = vec![(order[pos], j, l)];
+    let (mut end, mut at) = (j, pos);
+    while end > 0 {
+        let by = owner_before[at][end];
+        if by == NONE {
+            return None;
+        }
+        let by = by as usize;
+        let begin = start_of[by][end] as usize;
+        stages.push((order[by], begin, end));
+        (end, at) = (begin, by);
+    }
+    stages.reverse();
+    let total = cost.stage_times(&stages).iter().sum::<f64>();
+    Some((total, stages))
+}
+
+/// A bound no plan beats, in seconds (the slowest stage's or the sum's).
+///
+/// Throughput: the least `τ` at which the nodes together could hold every layer if each took
+/// at most as many layers as fit in `τ` (counting the lightest layers, for each roofline term
+/// apart) and in its memory; and at least the slowest single layer on its best node.
+/// Latency: each roofline term alone, with layers spread fractionally over the nodes, the
+/// densest work on the fastest node, memory filled like a knapsack (a rearrangement argument
+/// makes that greedy fill optimal for the relaxation).
+pub(crate) fn lower_bound(cost: &CostModel, objective: Objective, nodes: &[usize]) -> Option<f64> {
+    let l = cost.layers();
+    if l == 0 || nodes.is_empty() {
+        return None;
+    }
+    let work: Vec<(f64, f64, u64)> = (0..l).map(|i| cost.layer_work(i)).collect();
+    let rates = |k: usize, term: usize| {
+        let r = &cost.nodes[k];
+        if term == 0 { r.inv_bandwidth } else { r.inv_compute }
+    };
+    let pick = |w: &(f64, f64, u64), term: usize| if term == 0 { w.0 } else { w.1 };
+    match objective {
+        Objective::Throughput => {
+            let mut single = 0.0f64;
+            for i in 0..l {
+                let best = nodes
+                    .iter()
+                    .filter(|&&k| cost.fits(k, i, i + 1))
+                    .map(|&k| cost.roofline_s(k, i, i + 1))
+                    .fold(f64::INFINITY, f64::min);
+                single = single.max(best);
+            }
+            if single.is_infinite() {
+                return None;
+            }
+            let prefix = |mut v: Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                let mut sums = Vec::with_capacity(v.len() + 1);
+                sums.push(0.0);
+                for x in v {
+                    sums.push(sums.last().copied().unwrap_or(0.0) + x);
+                }
+                sums
+            };
+            let read = prefix(work.iter().map(|w| w.0).collect());
+            let flops = prefix(work.iter().map(|w| w.1).collect());
+            let held = prefix(work.iter().map(|w| w.2 as f64).collect());
+            let upto = |sums: &Vec<f64>, limit: f64| sums.partition_point(|&s| s <= limit).saturating_sub(1);
+            let count = |tau: f64| -> usize {
+                nodes
+                    .iter()
+                    .map(|&k| {
+                        let cap = cost.nodes[k].capacity as f64;
+                        upto(&read, tau / rates(k, 0)).min(upto(&flops, tau / rates(k, 1))).min(upto(&held, cap))
+                    })
+                    .sum()
+            };
+            let (mut lo, mut hi) = (0.0f64, single);
+            while count(hi) < l {
+                hi *= 2.0;
+                if !hi.is_finite() || hi > 1e12 {
+                    return Some(single);
+                }
+            }
+            for _ in 0..100 {
+                let mid = (lo + hi) / 2.0;
+                if count(mid) >= l { hi = mid } else { lo = mid }
+            }
+            Some(single.max(lo))
+        }
+        Objective::Latency => {
+            let fluid = |term: usize| -> f64 {
+                let mut layers: Vec<(f64, f64)> = work.iter().map(|w| (pick(w, term), w.2 as f64)).collect();
+                layers.sort_by(|a, b| (b.0 / b.1.max(1.0)).total_cmp(&(a.0 / a.1.max(1.0))));
+                let mut fast: Vec<(f64, f64)> =
+                    nodes.iter().map(|&k| (rates(k, term), cost.nodes[k].capacity.max(0) as f64)).collect();
+                fast.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let mut total = 0.0;
+                let mut node = 0usize;
+                let mut room = fast[0].1;
+                for (amount, held) in layers {
+                    let mut left = 1.0f64;
+                    while left > 1e-12 {
+                        let Some(&(rate, _)) = fast.get(node) else { return total };
+                        let take = if held <= 0.0 { left } else { left.min(room / held) };
+                        total += take * amount * rate;
+                        room -= take * held;
+                        left -= take;
+                        if left > 1e-12 {
+                            node += 1;
+                            room = fast.get(node).map_or(0.0, |f| f.1);
+                        }
+                    }
+                }
+                total
+            };
+            Some(fluid(0).max(fluid(1)))
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The `optimal` policy against exhaustive search, the heuristic against its bound, and the
+//! planner's behaviour on clusters where splitting by memory hurts.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{Model, Place, Tensor, Transformer};
+use crate::scenario::{Link, Links, Node, Scenario, Workload};
+use crate::tensor_type::TensorType;
+
+/// A random planning instance: per-layer sizes and work, nodes, links.
+#[derive(Clone, Debug)]
+struct Instance {
+    /// (bytes, params) per layer.
+    layers: Vec<(u64, u64)>,
+    embed: u64,
+    head: u64,
+    tied: bool,
+    window: Option<u64>,
+    context: u64,
+    batch: u64,
+    /// (memory, bandwidth, compute, reserve) per node.
+    nodes: Vec<(u64, f64, f64, u64)>,
+    link: (f64, f64),
+    pairs: Vec<(usize, usize, f64, f64)>,
+}
+
+const MB: u64 = 1_000_000;
+
+fn instance(max_nodes: usize, max_layers: usize, pairwise: bool) -> impl Strategy<Value = Instance> {
+    (1..=max_nodes, 1..=max_layers).prop_flat_map(move |(n, l)| {
+        let layers = prop::collection::vec((1..=100 * MB, 1_000_000u64..=60_000_000), l);
+        // Node memory around the model's size over the node count, so some instances fit on
+        // one node, some need several, some fit nowhere.
+        let nodes = prop::collection::vec(
+            (
+                0u64..=(60 * MB * l as u64 / n as u64 * 3),
+                prop_oneof![Just(1e11), 1e9..2e12f64],
+                // Low compute makes some nodes compute-bound on some layers: mixed regimes.
+                prop_oneof![Just(1e14), 1e8..1e13f64],
+                prop_oneof![Just(0u64), 0..=50 * MB],
+            ),
+            n,
+        );
+        let pairs = if pairwise {
+            prop::collection::vec((0..n, 0..n, 1e7..1e10f64, 0.0..2e-3f64), 0..=n * 2).boxed()
+        } else {
+            Just(Vec::new()).boxed()
+        };
+        (
+            layers,
+            (1..=200 * MB, 1..=200 * MB, any::<bool>()),
+            prop_oneof![Just(None), (1u64..=64).prop_map(Some)],
+            (1u64..=256, 1u64..=4),
+            nodes,
+            (1e7..1e10f64, 0.0..2e-3f64),
+            pairs,
+        )
+            .prop_map(|(layers, (embed, head, tied), window, (context, batch), nodes, link, pairs)| Instance {
+                layers,
+                embed,
+                head,
+                tied,
+                window,
+                context,
+                batch,
+                nodes,
+                link,
+                pairs,
+            })
+    })
+}
+
+impl Instance {
+    fn problem(&self, objective: Objective) -> Problem {
+        let l = self.layers.len() as u64;
+        let arch = Transformer {
+            model_type: "test".into(),
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_layers: l,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 16,
+            vocab_size: 1000,
+            tied_embeddings: self.tied,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+            extra_norms: 0,
+            qk_norm: false,
+            windows: (0..l).map(|i| self.window.filter(|_| i % 2 == 0)).collect(),
+            max_context: None,
+            moe: None,
+        };
+        let tensor = |name: String, bytes: u64, params: u64, place: Place| Tensor {
+            name,
+            shape: vec![params],
+            ty: TensorType::F16,
+            bytes,
+            place,
+            expert: false,
+        };
+        let mut tensors = vec![tensor("token_embd.weight".into(), self.embed, self.embed / 2, Place::Embedding)];
+        for (i, &(bytes, params)) in self.layers.iter().enumerate() {
+            tensors.push(tensor(format!("blk.{i}.w"), bytes, params, Place::Layer(i as u32)));
+        }
+        if !self.tied {
+            tensors.push(tensor("output.weight".into(), self.head, self.head / 2, Place::Head));
+        }
+        let model = Model { name: "test".into(), weights: "f16".into(), arch, tensors, head_shares_embedding: self.tied };
+        let nodes: Vec<Node> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &(memory, bandwidth, compute, reserve))| Node {
+                name: format!("n{i}"),
+                device: None,
+                memory,
+                bandwidth,
+                compute,
+                reserve,
+            })
+            .collect();
+        let mut links = Links::uniform(nodes.len(), Link { bandwidth: self.link.0, latency: self.link.1 });
+        for &(a, b, bandwidth, latency) in &self.pairs {
+            if a != b {
+                links.set(a, b, Link { bandwidth, latency });
+            }
+        }
+        Problem {
+            model,
+            workload: Workload {
+                context: self.context,
+                batch: self.batch,
+                kv: TensorType::F16,
+                workspace: Some(MB),
+                prefill_chunk: 512,
+            },
+            nodes,
+            links,
+            objective,
+            policy: Policy::Optimal,
+            manual: None,
+        }
+    }
+}
+
+/// Checks a plan's shape: contiguous ranges covering every layer once, distinct nodes,
+/// every stage within budget.
+fn assert_well_formed(plan: &Plan, layers: usize) {
+    assert!(plan.feasible);
+    let mut expected = 0;
+    let mut seen = Vec::new();
+    for stage in &plan.stages {
+        assert_eq!(stage.layers[0], expected, "ranges are contiguous");
+        assert!(stage.layers[1] > stage.layers[0], "no empty stage");
+        assert!(stage.memory.total <= stage.memory.budget, "stage fits: {stage:?}");
+        assert!(!seen.contains(&stage.node), "a node appears once");
+        seen.push(stage.node.clone());
+        expected = stage.layers[1];
+    }
+    assert_eq!(expected, layers, "every layer is covered");
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+fn check_against_exhaustive(instance: &Instance, objective: Objective) -> Result<(), TestCaseError> {
+    let problem = instance.problem(objective);
+    let cost = CostModel::new(&problem);
+    let exhaustive = exhaustive::best(&cost, objective, None);
+    let plan = plan(&problem);
+    match exhaustive {
+        None => prop_assert!(!plan.feasible, "exhaustive found nothing but optimal found {:?}", plan.stages),
+        Some((best, stages)) => {
+            prop_assert!(plan.feasible, "exhaustive found {stages:?} ({best}) but optimal found nothing");
+            assert_well_formed(&plan, problem.model.num_layers());
+            let ours = search::value(&cost, &plan_assignment(&problem, &plan), objective).unwrap();
+            prop_assert!(
+                ours <= best || close(ours, best),
+                "{objective:?}: optimal {ours} worse than exhaustive {best}: {:?} vs {stages:?}",
+                plan.stages.iter().map(|s| (s.node.clone(), s.layers)).collect::<Vec<_>>()
+            );
+            prop_assert_eq!(plan.search.method.as_str(), "exact");
+        }
+    }
+    Ok(())
+}
+
+fn plan_assignment(problem: &Problem, plan: &Plan) -> Vec<(usize, usize, usize)> {
+    plan.stages
+        .iter()
+        .map(|s| (problem.nodes.iter().position(|n| n.name == s.node).unwrap(), s.layers[0], s.layers[1]))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn optimal_throughput_matches_exhaustive_search(instance in instance(6, 24, false)) {
+        check_against_exhaustive(&instance, Objective::Throughput)?;
+    }
+
+    #[test]
+    fn optimal_latency_matches_exhaustive_search(instance in instance(6, 24, false)) {
+        check_against_exhaustive(&instance, Objective::Latency)?;
+    }
+
+    #[test]
+    fn optimal_matches_exhaustive_search_with_per_pair_links(instance in instance(5, 16, true)) {
+        check_against_exhaustive(&instance, Objective::Throughput)?;
+        check_against_exhaustive(&instance, Objective::Latency)?;
+    }
+
+    /// "Best plan that uses node r" (how left-out nodes are explained) is exact too.
+    #[test]
+    fn best_plan_with_a_required_node_matches_exhaustive_search(
+        instance in instance(5, 16, false),
+        pairwise in instance(4, 12, true),
+        r in 0usize..6,
+        latency in any::<bool>(),
+    ) {
+        let objective = if latency { Objective::Latency } else { Objective::Throughput };
+        for instance in [&instance, &pairwise] {
+            let problem = instance.problem(objective);
+            let cost = CostModel::new(&problem);
+            let r = r % problem.nodes.len();
+            let expected = exhaustive::best(&cost, objective, Some(r));
+            let found = search::optimal(&cost, objective, &vec![true; problem.nodes.len()], Some(r));
+            match (expected, found.best) {
+                (None, None) => {}
+                (Some((want, _)), Some((got, stages))) => {
+                    prop_assert!(stages.iter().any(|s| s.0 == r), "uses the required node");
+                    prop_assert!(got <= want || close(got, want), "{objective:?}: {got} worse than {want}");
+                }
+                (want, got) => prop_assert!(false, "exhaustive {want:?} vs optimal {got:?}"),
+            }
+        }
+    }
+
+    /// The heuristic (used above the exact search's size) returns valid plans, never better
+    /// than the optimum, and its lower bound never exceeds the optimum.
+    #[test]
+    fn heuristic_is_valid_and_bounded(instance in instance(6, 24, false), latency in any::<bool>()) {
+        let objective = if latency { Objective::Latency } else { Objective::Throughput };
+        let problem = instance.problem(objective);
+        let cost = CostModel::new(&problem);
+        let nodes: Vec<usize> = (0..problem.nodes.len()).filter(|&k| cost.nodes[k].capacity >= 0).collect();
+        let exact = search::optimal(&cost, objective, &vec![true; problem.nodes.len()], None);
+        let rough = search::heuristic(&cost, objective, &nodes, None);
+        if let Some((value, stages)) = &rough.best {
+            let recomputed = search::value(&cost, stages, objective);
+            prop_assert!(recomputed.is_some_and(|v| close(v, *value)), "heuristic plan is valid and its value is true");
+            let (best, _) = exact.best.clone().expect("exact finds a plan when the heuristic does");
+            prop_assert!(*value >= best || close(*value, best));
+        }
+        if let (Some(bound), Some((best, _))) = (search::lower_bound(&cost, objective, &nodes), &exact.best) {
+            prop_assert!(bound <= *best || close(bound, *best), "bound {bound} above optimum {best}");
+        }
+    }
+
+    /// A plan is never worse than any single node that holds the whole model alone.
+    #[test]
+    fn never_slower_than_the_best_single_node(instance in instance(6, 24, false)) {
+        let problem = instance.problem(Objective::Throughput);
+        let cost = CostModel::new(&problem);
+        let plan = plan(&problem);
+        for k in 0..problem.nodes.len() {
+            if let Some(alone) = search::value(&cost, &[(k, 0, problem.model.num_layers())], Objective::Throughput) {
+                prop_assert!(plan.feasible);
+                let ours = problem.workload.batch as f64 / plan.tokens_per_s;
+                prop_assert!(ours <= alone || close(ours, alone));
+            }
+        }
+    }
+}
+
+fn scenario(json: &str) -> Problem {
+    Scenario::from_json(json).unwrap().problem().unwrap()
+}
+
+fn baseline(plan: &Plan, policy: Policy) -> &crate::plan::Baseline {
+    plan.baselines.iter().find(|b| b.policy == policy).unwrap()
+}
+
+#[test]
+fn a_fast_small_gpu_beside_a_slow_big_box_beats_splitting_by_memory() {
+    let problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"}, "workload": {"context": 8192},
+            "nodes": [{"name": "desk", "device": "rtx-4090"},
+                      {"name": "box", "device": "cpu-epyc-12ch-ddr5"},
+                      {"name": "mac", "device": "m2-max-96gb"}]}"#,
+    );
+    let plan = plan(&problem);
+    assert_well_formed(&plan, 80);
+    let proportional = baseline(&plan, Policy::MemoryProportional);
+    assert!(proportional.feasible);
+    assert!(plan.tokens_per_s > proportional.tokens_per_s * 1.2, "{} vs {}", plan.tokens_per_s, proportional.tokens_per_s);
+}
+
+#[test]
+fn a_straggler_is_left_out_with_the_reason() {
+    let problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-8b", "weights": "q8_0"}, "objective": "latency",
+            "nodes": [{"name": "desk", "device": "rtx-4090"},
+                      {"name": "old-laptop", "memory": "16 GiB", "bandwidth": "25 GB/s", "compute": "1 TFLOPS", "reserve": "4 GiB"}]}"#,
+    );
+    let plan = plan(&problem);
+    assert_eq!(plan.stages.len(), 1);
+    assert_eq!(plan.stages[0].node, "desk");
+    let left = &plan.left_out[0];
+    assert_eq!(left.node, "old-laptop");
+    assert!(left.reason.starts_with("`old-laptop` left out: it would raise latency from"), "{}", left.reason);
+    // The split the memory-proportional tools make is slower.
+    let proportional = baseline(&plan, Policy::MemoryProportional);
+    assert!(proportional.latency_s.unwrap() > plan.latency_s.unwrap());
+}
+
+#[test]
+fn a_model_too_big_for_the_cluster_gets_fixes_not_a_crash() {
+    let problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "bf16"}, "workload": {"context": 8192},
+            "nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-4090"}]}"#,
+    );
+    let plan = plan(&problem);
+    assert!(!plan.feasible);
+    assert!(plan.stages.is_empty());
+    assert_eq!(plan.tokens_per_s, 0.0);
+    let messages: Vec<&str> = plan.diagnostics.iter().map(|d| d.message.as_str()).collect();
+    assert!(messages[0].contains("short"), "{messages:?}");
+    // Two 24 GB cards hold a 70B model in a 2-3 bit format.
+    assert!(messages.iter().any(|m| m.starts_with("weights in `")), "{messages:?}");
+    assert!(messages.iter().any(|m| m.starts_with("one more")), "{messages:?}");
+}
+
+#[test]
+fn what_if_a_node_goes_away() {
+    let problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"},
+            "nodes": [{"name": "a", "device": "rtx-3090"}, {"name": "b", "device": "rtx-3090"}, {"name": "c", "device": "rtx-3090"}]}"#,
+    );
+    let all = plan(&problem);
+    assert_eq!(all.stages.len(), 3, "three stages keep the pipeline's slowest stage shortest");
+    let without_a = plan_enabled(&problem, &[false, true, true]);
+    assert!(without_a.feasible);
+    assert!(without_a.stages.iter().all(|s| s.node != "a"));
+    let only_a = plan_enabled(&problem, &[true, false, false]);
+    assert!(!only_a.feasible);
+}
+
+#[test]
+fn large_clusters_use_the_heuristic_and_report_a_gap() {
+    let problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-405b", "weights": "q4_k_m"},
+            "nodes": [{"name": "a", "device": "rtx-4090", "count": 20}, {"name": "b", "device": "rtx-3090", "count": 20},
+                      {"name": "m", "device": "m2-ultra-192gb", "count": 4}]}"#,
+    );
+    let plan = plan(&problem);
+    assert_well_formed(&plan, 126);
+    assert_eq!(plan.search.method, "heuristic");
+    let gap = plan.search.gap.unwrap();
+    assert!((0.0..1.0).contains(&gap), "gap {gap}");
+}
+
+#[test]
+fn identical_nodes_are_merged_in_the_exact_search() {
+    let problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "q8_0"},
+            "nodes": [{"name": "gpu", "device": "rtx-3090", "count": 12}]}"#,
+    );
+    let plan = plan(&problem);
+    assert_eq!(plan.search.method, "exact");
+    assert!(plan.search.detail.contains("identical nodes merged"), "{}", plan.search.detail);
+    assert_well_formed(&plan, 80);
+}
+
+#[test]
+fn manual_and_baseline_plans_are_evaluated_on_the_same_cost_model() {
+    let mut problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-8b"}, "policy": "manual",
+            "nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-3090"}],
+            "stages": [{"node": "b", "layers": [0, 10]}, {"node": "a", "layers": [10, 32]}]}"#,
+    );
+    let manual = plan(&problem);
+    assert_eq!(manual.policy, Policy::Manual);
+    assert_eq!(manual.stages[0].node, "b");
+    assert_eq!(manual.search.method, "given");
+    problem.policy = Policy::Optimal;
+    let best = plan(&problem);
+    assert!(best.tokens_per_s >= manual.tokens_per_s);
+}
+
+

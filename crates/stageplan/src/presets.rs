@@ -1,0 +1,237 @@
+//! Built-in models and devices, with the published figures they come from.
+//!
+//! Model presets are Hugging Face `config.json` files (under `presets/models/`) plus the
+//! parameter total the model card publishes; a test checks our count against it. Device
+//! presets carry vendor figures: memory as the driver reports it, peak memory bandwidth,
+//! and dense FP16 throughput (tensor cores with FP32 accumulation on NVIDIA GeForce cards,
+//! which halves their FP16-accumulate figure; GPU FP32 on Apple silicon, where FP16 runs at
+//! the same rate). Peaks are upper bounds: a measured probe (`stageplan probe`) replaces them.
+
+use serde::Serialize;
+
+use crate::error::{ModelError, closest};
+use crate::model::{HfConfig, Model, WeightFormat};
+
+/// A model preset: a config and the parameter count its model card publishes.
+#[derive(Copy, Clone, Debug)]
+pub struct ModelPreset {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub config_json: &'static str,
+    /// Published total parameters.
+    pub published_params: f64,
+}
+
+macro_rules! model_presets {
+    ($($name:literal, $title:literal, $params:expr;)*) => {
+        /// Every model preset.
+        pub const MODELS: &[ModelPreset] = &[$(ModelPreset {
+            name: $name,
+            title: $title,
+            config_json: include_str!(concat!("../presets/models/", $name, ".json")),
+            published_params: $params,
+        }),*];
+    };
+}
+
+model_presets! {
+    "llama-3.2-1b", "Llama 3.2 1B (tied embeddings)", 1.24e9;
+    "llama-3.2-3b", "Llama 3.2 3B (tied embeddings)", 3.21e9;
+    "llama-3.1-8b", "Llama 3.1 8B", 8.03e9;
+    "llama-3.1-70b", "Llama 3.1 70B", 70.6e9;
+    "llama-3.1-405b", "Llama 3.1 405B", 405.9e9;
+    "mistral-7b-v0.1", "Mistral 7B v0.1 (sliding window 4096)", 7.24e9;
+    "mistral-nemo-12b", "Mistral NeMo 12B", 12.2e9;
+    "mixtral-8x7b", "Mixtral 8x7B (8 experts, 2 active)", 46.7e9;
+    "qwen2.5-7b", "Qwen2.5 7B (q/k/v bias)", 7.62e9;
+    "qwen2.5-32b", "Qwen2.5 32B", 32.8e9;
+    "qwen2.5-72b", "Qwen2.5 72B", 72.7e9;
+    "gemma-2-9b", "Gemma 2 9B (alternating sliding window, tied)", 9.24e9;
+}
+
+impl ModelPreset {
+    /// Finds a preset by name (case-insensitive).
+    ///
+    /// # Errors
+    /// [`ModelError::UnknownPreset`] with the nearest name when there is one.
+    pub fn find(name: &str) -> Result<&'static ModelPreset, ModelError> {
+        MODELS.iter().find(|p| p.name.eq_ignore_ascii_case(name.trim())).ok_or_else(|| {
+            ModelError::UnknownPreset {
+                name: name.to_owned(),
+                suggestion: closest(name, MODELS.iter().map(|p| p.name)),
+            }
+        })
+    }
+
+    /// The preset's config.
+    pub fn config(&self) -> HfConfig {
+        // The preset files are ours and tested to parse (`every_model_preset_parses`).
+        HfConfig::from_json(self.config_json).expect("built-in preset config parses")
+    }
+
+    /// The model in a weight format.
+    ///
+    /// # Errors
+    /// Never for the built-in configs (tested); the `Result` keeps the signature honest.
+    pub fn model(&self, weights: WeightFormat) -> Result<Model, ModelError> {
+        Ok(Model::from_transformer(self.name, self.config().transformer()?, weights))
+    }
+}
+
+/// What kind of memory a device plans against.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    /// A discrete GPU: its VRAM.
+    Gpu,
+    /// Apple silicon: unified memory, of which macOS lets the GPU wire about three quarters.
+    Unified,
+    /// A CPU box: system RAM.
+    Cpu,
+}
+
+/// A device preset with its published figures.
+#[derive(Copy, Clone, Debug, Serialize)]
+pub struct DevicePreset {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub kind: DeviceKind,
+    /// Memory as the driver reports it, in bytes.
+    pub memory: f64,
+    /// Peak memory bandwidth, bytes/s.
+    pub bandwidth: f64,
+    /// Dense FP16 throughput, FLOP/s.
+    pub compute: f64,
+    /// Memory the runtime and the OS keep: CUDA/ROCm context and workspaces on a GPU, the
+    /// part of unified memory macOS does not give the GPU, the OS on a CPU box.
+    pub reserve: f64,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * MIB;
+const GB_S: f64 = 1e9;
+const TFLOPS: f64 = 1e12;
+
+const fn gpu(name: &'static str, title: &'static str, memory_mib: f64, bandwidth_gb_s: f64, tflops: f64) -> DevicePreset {
+    DevicePreset {
+        name,
+        title,
+        kind: DeviceKind::Gpu,
+        memory: memory_mib * MIB,
+        bandwidth: bandwidth_gb_s * GB_S,
+        compute: tflops * TFLOPS,
+        reserve: GIB,
+    }
+}
+
+const fn apple(name: &'static str, title: &'static str, memory_gib: f64, bandwidth_gb_s: f64, tflops: f64) -> DevicePreset {
+    DevicePreset {
+        name,
+        title,
+        kind: DeviceKind::Unified,
+        memory: memory_gib * GIB,
+        bandwidth: bandwidth_gb_s * GB_S,
+        compute: tflops * TFLOPS,
+        // macOS' default GPU working-set limit (`recommendedMaxWorkingSetSize`) is about
+        // three quarters of unified memory.
+        reserve: memory_gib * GIB / 4.0,
+    }
+}
+
+const fn cpu(name: &'static str, title: &'static str, memory_gib: f64, bandwidth_gb_s: f64, tflops: f64, reserve_gib: f64) -> DevicePreset {
+    DevicePreset {
+        name,
+        title,
+        kind: DeviceKind::Cpu,
+        memory: memory_gib * GIB,
+        bandwidth: bandwidth_gb_s * GB_S,
+        compute: tflops * TFLOPS,
+        reserve: reserve_gib * GIB,
+    }
+}
+
+/// Every device preset.
+pub const DEVICES: &[DevicePreset] = &[
+    gpu("rtx-3060-12gb", "NVIDIA GeForce RTX 3060 12 GB", 12288.0, 360.0, 25.6),
+    gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24 GB", 24576.0, 936.0, 71.0),
+    gpu("rtx-4060-ti-16gb", "NVIDIA GeForce RTX 4060 Ti 16 GB", 16380.0, 288.0, 44.2),
+    gpu("rtx-4080", "NVIDIA GeForce RTX 4080 16 GB", 16376.0, 716.8, 97.5),
+    gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24 GB", 24564.0, 1008.0, 165.2),
+    gpu("rtx-5090", "NVIDIA GeForce RTX 5090 32 GB", 32607.0, 1792.0, 209.5),
+    gpu("l4", "NVIDIA L4 24 GB", 23034.0, 300.0, 121.0),
+    gpu("l40s", "NVIDIA L40S 48 GB", 46068.0, 864.0, 362.0),
+    gpu("a100-40gb", "NVIDIA A100 40 GB", 40960.0, 1555.0, 312.0),
+    gpu("a100-80gb", "NVIDIA A100 80 GB SXM", 81920.0, 2039.0, 312.0),
+    gpu("h100", "NVIDIA H100 80 GB SXM", 81559.0, 3350.0, 989.0),
+    gpu("h200", "NVIDIA H200 141 GB SXM", 143771.0, 4800.0, 989.0),
+    gpu("mi300x", "AMD Instinct MI300X 192 GB", 196608.0, 5300.0, 1307.0),
+    apple("m1-16gb", "Apple M1, 16 GB", 16.0, 68.25, 2.6),
+    apple("m1-pro-32gb", "Apple M1 Pro, 32 GB", 32.0, 200.0, 5.2),
+    apple("m1-max-64gb", "Apple M1 Max, 64 GB", 64.0, 400.0, 10.4),
+    apple("m1-ultra-128gb", "Apple M1 Ultra, 128 GB", 128.0, 800.0, 21.0),
+    apple("m2-24gb", "Apple M2, 24 GB", 24.0, 100.0, 3.6),
+    apple("m2-pro-32gb", "Apple M2 Pro, 32 GB", 32.0, 200.0, 6.8),
+    apple("m2-max-96gb", "Apple M2 Max, 96 GB", 96.0, 400.0, 13.6),
+    apple("m2-ultra-192gb", "Apple M2 Ultra, 192 GB", 192.0, 800.0, 27.2),
+    apple("m3-24gb", "Apple M3, 24 GB", 24.0, 100.0, 4.1),
+    apple("m3-pro-36gb", "Apple M3 Pro, 36 GB", 36.0, 150.0, 7.4),
+    apple("m3-max-128gb", "Apple M3 Max (40-core GPU), 128 GB", 128.0, 400.0, 16.4),
+    apple("m3-ultra-512gb", "Apple M3 Ultra, 512 GB", 512.0, 819.0, 28.4),
+    apple("m4-32gb", "Apple M4, 32 GB", 32.0, 120.0, 4.3),
+    apple("m4-pro-64gb", "Apple M4 Pro, 64 GB", 64.0, 273.0, 9.2),
+    apple("m4-max-128gb", "Apple M4 Max (40-core GPU), 128 GB", 128.0, 546.0, 18.4),
+    cpu("cpu-ddr4-dual-channel", "Desktop CPU, dual-channel DDR4-3200, 32 GB", 32.0, 51.2, 1.0, 4.0),
+    cpu("cpu-ddr5-dual-channel", "Desktop CPU, dual-channel DDR5-5600, 64 GB", 64.0, 89.6, 2.0, 6.0),
+    cpu("cpu-epyc-12ch-ddr5", "Server CPU, 12-channel DDR5-4800, 384 GB", 384.0, 460.8, 7.4, 16.0),
+];
+
+impl DevicePreset {
+    /// Finds a device by name (case-insensitive); the error suggests the nearest name.
+    pub fn find(name: &str) -> Result<&'static DevicePreset, Option<String>> {
+        DEVICES
+            .iter()
+            .find(|d| d.name.eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| closest(name, DEVICES.iter().map(|d| d.name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_preset_parses_and_matches_its_published_size() {
+        for preset in MODELS {
+            let model = preset.model(WeightFormat::default()).unwrap();
+            let params = model.params() as f64;
+            let error = (params - preset.published_params).abs() / preset.published_params;
+            assert!(error < 0.01, "{}: {params:.4e} vs published {:.4e}", preset.name, preset.published_params);
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_lowercase() {
+        let mut names: Vec<&str> = MODELS.iter().map(|m| m.name).chain(DEVICES.iter().map(|d| d.name)).collect();
+        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')));
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count);
+    }
+
+    #[test]
+    fn devices_have_sane_figures() {
+        for d in DEVICES {
+            assert!(d.reserve < d.memory, "{}", d.name);
+            assert!(d.bandwidth > 10e9 && d.bandwidth < 10e12, "{}", d.name);
+            assert!(d.compute > 0.5e12 && d.compute < 5e15, "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn unknown_names_suggest_the_nearest() {
+        let err = ModelPreset::find("llama-3.1-7b").unwrap_err();
+        assert!(err.to_string().contains("did you mean `llama-3.1-8b`"), "{err}");
+        assert_eq!(DevicePreset::find("rtx4090").unwrap_err(), Some("rtx-4090".to_owned()));
+    }
+}

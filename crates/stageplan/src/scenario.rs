@@ -1,0 +1,667 @@
+//! The scenario file: a model, a workload, a cluster and what to optimise.
+//!
+//! This is a contract other parts of stageplan (the CLI, the web app, the JS API, tests)
+//! rely on; field names are stable. Reading is strict: an unknown field is a typo and an
+//! error, a quantity must be finite and non-negative, node names must be unique. Every
+//! error names the field by its JSON path (`nodes[1].memory`) and says what to write.
+//!
+//! ```json
+//! {
+//!   "model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"},
+//!   "workload": {"context": 8192, "batch": 1, "kv": "f16"},
+//!   "nodes": [{"name": "desk", "device": "rtx-4090"},
+//!             {"name": "mac", "memory": "64 GiB", "bandwidth": "400 GB/s", "compute": "27 TFLOPS", "reserve": "16 GiB"}],
+//!   "links": {"default": {"bandwidth": "1.25 GB/s", "latency": "0.5 ms"}},
+//!   "objective": "throughput",
+//!   "policy": "optimal"
+//! }
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ModelError, ScenarioError, suggest};
+use crate::model::{HfConfig, Model, WeightFormat};
+use crate::presets::{DevicePreset, ModelPreset};
+use crate::tensor_type::TensorType;
+use crate::units::{Bandwidth, Bytes, Compute, Seconds};
+
+/// A scenario exactly as written in the file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub model: ModelSpec,
+    #[serde(default)]
+    pub workload: WorkloadSpec,
+    pub nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    pub links: LinksSpec,
+    #[serde(default)]
+    pub objective: Objective,
+    #[serde(default)]
+    pub policy: Policy,
+    /// The stages of a `manual` plan, in pipeline order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Vec<StageSpec>>,
+}
+
+/// The model: a preset, an inline `config.json`, or (in the CLI) a file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<HfConfig>,
+    /// A model file's path; read by the CLI, which replaces it with what it found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// A display name for an inline config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Weight format; defaults to `bf16`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<String>,
+}
+
+/// What runs: context length, concurrent sequences, KV-cache format, workspace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadSpec {
+    /// Tokens of context per sequence.
+    pub context: u64,
+    /// Sequences decoded together in one step.
+    pub batch: u64,
+    /// KV-cache element format: `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0`, `iq4_nl`.
+    pub kv: String,
+    /// Activation buffers per stage; `"auto"` or omitted estimates them (see [`crate::cost`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Workspace>,
+    /// Prompt tokens processed per step during prefill (llama.cpp's `n_ubatch`).
+    pub prefill_chunk: u64,
+}
+
+impl Default for WorkloadSpec {
+    fn default() -> Self {
+        WorkloadSpec { context: 4096, batch: 1, kv: "f16".to_owned(), workspace: None, prefill_chunk: 512 }
+    }
+}
+
+/// A workspace size, or `"auto"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Workspace {
+    Size(Bytes),
+    Auto(AutoWord),
+}
+
+/// The word `auto`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoWord {
+    Auto,
+}
+
+/// One machine (or, with `count`, several alike).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    pub name: String,
+    /// A device preset; the fields below override its figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Memory usable for the model: VRAM on a discrete GPU, RAM on a CPU or unified-memory machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Bytes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Bandwidth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Compute>,
+    /// Memory kept by the runtime and OS, not available to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<Bytes>,
+    /// This many identical machines, named `name-1` … `name-N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+/// Network links between nodes: a default, and overrides per pair (both directions).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<LinkSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairLinkSpec>,
+}
+
+/// A link's bandwidth and one-way latency.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    pub bandwidth: Bandwidth,
+    pub latency: Seconds,
+}
+
+/// A link between two named nodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairLinkSpec {
+    pub between: [String; 2],
+    pub bandwidth: Bandwidth,
+    pub latency: Seconds,
+}
+
+/// A stage of a manual plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    pub node: String,
+    /// `[start, end)`: the half-open range of layers.
+    pub layers: [u64; 2],
+}
+
+/// What the planner optimises.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objective {
+    /// Tokens per second of the pipeline kept full: minimise the slowest stage.
+    #[default]
+    Throughput,
+    /// Time per token of one sequence: minimise the sum of stages and hops.
+    Latency,
+}
+
+/// How layers are split among nodes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// The best subset, order and split of nodes for the objective.
+    #[default]
+    Optimal,
+    /// Layers in proportion to each node's memory (exo, llama.cpp's default tensor split).
+    MemoryProportional,
+    /// The same number of layers on every node (vLLM's default).
+    Even,
+    /// The largest node first, filled up, then the next.
+    Greedy,
+    /// The stages the scenario gives.
+    Manual,
+}
+
+impl Policy {
+    /// Every policy.
+    pub const ALL: [Policy; 5] = [Policy::Optimal, Policy::MemoryProportional, Policy::Even, Policy::Greedy, Policy::Manual];
+
+    /// The kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Optimal => "optimal",
+            Policy::MemoryProportional => "memory-proportional",
+            Policy::Even => "even",
+            Policy::Greedy => "greedy",
+            Policy::Manual => "manual",
+        }
+    }
+}
+
+impl Objective {
+    /// The kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Throughput => "throughput",
+            Objective::Latency => "latency",
+        }
+    }
+}
+
+/// A checked workload.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Workload {
+    pub context: u64,
+    pub batch: u64,
+    pub kv: TensorType,
+    /// Explicit workspace bytes per stage, or `None` for the estimate.
+    pub workspace: Option<u64>,
+    pub prefill_chunk: u64,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload { context: 4096, batch: 1, kv: TensorType::F16, workspace: None, prefill_chunk: 512 }
+    }
+}
+
+/// A checked node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Node {
+    pub name: String,
+    /// The preset it came from, if any.
+    pub device: Option<String>,
+    /// Memory budget in bytes.
+    pub memory: u64,
+    /// Bytes/s.
+    pub bandwidth: f64,
+    /// FLOP/s.
+    pub compute: f64,
+    /// Bytes kept by the runtime.
+    pub reserve: u64,
+}
+
+/// A link's figures.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct Link {
+    /// Bytes/s.
+    pub bandwidth: f64,
+    /// Seconds, one way.
+    pub latency: f64,
+}
+
+impl Link {
+    /// Time to send `bytes` over this link.
+    pub fn time(&self, bytes: f64) -> f64 {
+        self.latency + bytes / self.bandwidth
+    }
+}
+
+/// The default link when a scenario states none: 10 Gb Ethernet.
+pub const DEFAULT_LINK: Link = Link { bandwidth: 1.25e9, latency: 0.5e-3 };
+
+/// Links between every pair of nodes (symmetric).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Links {
+    pub default: Link,
+    /// Row-major `n × n`; `None` means the default.
+    overrides: Vec<Option<Link>>,
+    n: usize,
+}
+
+impl Links {
+    /// Every pair on `default`.
+    pub fn uniform(n: usize, default: Link) -> Links {
+        Links { default, overrides: vec![None; n * n], n }
+    }
+
+    /// Sets the link between `a` and `b`, both ways.
+    pub fn set(&mut self, a: usize, b: usize, link: Link) {
+        self.overrides[a * self.n + b] = Some(link);
+        self.overrides[b * self.n + a] = Some(link);
+    }
+
+    /// The link from `a` to `b`.
+    pub fn get(&self, a: usize, b: usize) -> Link {
+        self.overrides.get(a * self.n + b).copied().flatten().unwrap_or(self.default)
+    }
+
+    /// The same links with one more node, joined to all others by the default link.
+    pub fn extended(&self) -> Links {
+        let indices: Vec<usize> = (0..self.n).collect();
+        let mut out = Links::uniform(self.n + 1, self.default);
+        for &a in &indices {
+            for &b in &indices {
+                out.overrides[a * out.n + b] = self.overrides[a * self.n + b];
+            }
+        }
+        out
+    }
+
+    /// The links among `indices` only, renumbered in that order.
+    pub fn subset(&self, indices: &[usize]) -> Links {
+        let mut out = Links::uniform(indices.len(), self.default);
+        for (a, &x) in indices.iter().enumerate() {
+            for (b, &y) in indices.iter().enumerate() {
+                out.overrides[a * out.n + b] = self.overrides[x * self.n + y];
+            }
+        }
+        out
+    }
+
+    /// True when every pair uses the default link.
+    pub fn is_uniform(&self) -> bool {
+        self.overrides.iter().all(Option::is_none)
+    }
+}
+
+/// A scenario after checking: ready to plan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Problem {
+    pub model: Model,
+    pub workload: Workload,
+    pub nodes: Vec<Node>,
+    pub links: Links,
+    pub objective: Objective,
+    pub policy: Policy,
+    /// Manual stages as (node index, start, end).
+    pub manual: Option<Vec<(usize, usize, usize)>>,
+}
+
+impl Scenario {
+    /// Reads a scenario from JSON text.
+    ///
+    /// # Errors
+    /// [`ScenarioError::Syntax`] with the JSON path of the offending field.
+    pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let message = inner.to_string();
+            // serde_json appends " at line L column C"; keep it, it helps find the spot.
+            if path == "." || path.is_empty() {
+                ScenarioError::Syntax(message)
+            } else {
+                ScenarioError::Syntax(format!("`{path}`: {message}"))
+            }
+        })
+    }
+
+    /// Checks every field and resolves presets.
+    ///
+    /// # Errors
+    /// The first problem found, naming its field.
+    pub fn problem(&self) -> Result<Problem, ScenarioError> {
+        let model = self.model.resolve()?;
+        let workload = self.workload.check()?;
+        let nodes = self.check_nodes()?;
+        let links = self.check_links(&nodes)?;
+        let manual = self.check_stages(&nodes, model.num_layers())?;
+        Ok(Problem { model, workload, nodes, links, objective: self.objective, policy: self.policy, manual })
+    }
+
+    fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
+        if self.nodes.is_empty() {
+            return Err(ScenarioError::field(
+                "nodes",
+                "is empty; list at least one machine, e.g. `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`",
+            ));
+        }
+        let mut nodes: Vec<Node> = Vec::new();
+        for (i, spec) in self.nodes.iter().enumerate() {
+            let at = |field: &str| format!("nodes[{i}].{field}");
+            let name = spec.name.trim();
+            if name.is_empty() {
+                return Err(ScenarioError::field(at("name"), "is empty; give every node a unique name"));
+            }
+            let preset = match &spec.device {
+                None => None,
+                Some(device) => Some(DevicePreset::find(device).map_err(|suggestion| {
+                    ScenarioError::field(
+                        at("device"),
+                        format!(
+                            "`{device}` is not a device preset{}; run `stageplan presets` to list them, or give `memory`, `bandwidth` and `compute` instead",
+                            suggest(&suggestion)
+                        ),
+                    )
+                })?),
+            };
+            let pick = |own: Option<f64>, preset_value: Option<f64>, field: &str, example: &str| {
+                own.or(preset_value).ok_or_else(|| {
+                    ScenarioError::field(at(field), format!("is missing; give it (e.g. `{example}`) or pick a `device` preset"))
+                })
+            };
+            let memory = pick(spec.memory.map(Bytes::get), preset.map(|p| p.memory), "memory", "24 GiB")?;
+            let bandwidth = pick(spec.bandwidth.map(Bandwidth::get), preset.map(|p| p.bandwidth), "bandwidth", "1008 GB/s")?;
+            let compute = pick(spec.compute.map(Compute::get), preset.map(|p| p.compute), "compute", "165 TFLOPS")?;
+            let reserve = spec.reserve.map(Bytes::get).or(preset.map(|p| p.reserve)).unwrap_or(0.0);
+            for (value, field) in [(bandwidth, "bandwidth"), (compute, "compute")] {
+                if value <= 0.0 {
+                    return Err(ScenarioError::field(at(field), "is 0; it must be greater than 0"));
+                }
+            }
+            if memory > 1e18 || reserve > 1e18 {
+                return Err(ScenarioError::field(at("memory"), "is over an exabyte; check the unit"));
+            }
+            let count = spec.count.unwrap_or(1);
+            if count == 0 || count > 100_000 {
+                return Err(ScenarioError::field(at("count"), format!("is {count}; it must be between 1 and 100000")));
+            }
+            for k in 1..=count {
+                let name = if spec.count.is_some() { format!("{name}-{k}") } else { name.to_owned() };
+                if nodes.iter().any(|n| n.name == name) {
+                    return Err(ScenarioError::field(
+                        at("name"),
+                        format!("`{name}` is used twice; give every node a unique name"),
+                    ));
+                }
+                nodes.push(Node {
+                    name,
+                    device: spec.device.clone(),
+                    memory: memory as u64,
+                    bandwidth,
+                    compute,
+                    reserve: reserve as u64,
+                });
+            }
+        }
+        Ok(nodes)
+    }
+
+    fn check_links(&self, nodes: &[Node]) -> Result<Links, ScenarioError> {
+        let default = match &self.links.default {
+            Some(l) => check_link(l.bandwidth, l.latency, "links.default")?,
+            None => DEFAULT_LINK,
+        };
+        let mut links = Links::uniform(nodes.len(), default);
+        for (i, pair) in self.links.pairs.iter().enumerate() {
+            let at = format!("links.pairs[{i}]");
+            let link = check_link(pair.bandwidth, pair.latency, &at)?;
+            let index = |name: &str| {
+                nodes.iter().position(|n| n.name == name).ok_or_else(|| {
+                    ScenarioError::field(format!("{at}.between"), format!("names `{name}`, which is not a node; use a name from `nodes`"))
+                })
+            };
+            let (a, b) = (index(&pair.between[0])?, index(&pair.between[1])?);
+            if a == b {
+                return Err(ScenarioError::field(format!("{at}.between"), "names the same node twice; a link joins two nodes"));
+            }
+            links.set(a, b, link);
+        }
+        Ok(links)
+    }
+
+    fn check_stages(&self, nodes: &[Node], layers: usize) -> Result<Option<Vec<(usize, usize, usize)>>, ScenarioError> {
+        let Some(stages) = &self.stages else {
+            if self.policy == Policy::Manual {
+                return Err(ScenarioError::field(
+                    "stages",
+                    "is missing; the `manual` policy needs stages like `[{\"node\": \"desk\", \"layers\": [0, 40]}]`",
+                ));
+            }
+            return Ok(None);
+        };
+        if self.policy != Policy::Manual {
+            return Err(ScenarioError::field(
+                "stages",
+                format!("is given but `policy` is `{}`; set `\"policy\": \"manual\"` or remove `stages`", self.policy.name()),
+            ));
+        }
+        if stages.is_empty() {
+            return Err(ScenarioError::field("stages", "is empty; give at least one stage"));
+        }
+        let mut out = Vec::with_capacity(stages.len());
+        let mut expected_start = 0u64;
+        for (i, stage) in stages.iter().enumerate() {
+            let at = format!("stages[{i}]");
+            let node = nodes.iter().position(|n| n.name == stage.node).ok_or_else(|| {
+                ScenarioError::field(format!("{at}.node"), format!("`{}` is not a node; use a name from `nodes`", stage.node))
+            })?;
+            if out.iter().any(|&(n, _, _)| n == node) {
+                return Err(ScenarioError::field(
+                    format!("{at}.node"),
+                    format!("`{}` already has a stage; give each node one contiguous range", stage.node),
+                ));
+            }
+            let [start, end] = stage.layers;
+            if start >= end {
+                return Err(ScenarioError::field(
+                    format!("{at}.layers"),
+                    format!("`[{start}, {end}]` is empty; a stage is `[start, end)` with start < end"),
+                ));
+            }
+            if start != expected_start {
+                let problem = if start < expected_start { "overlaps the stage before" } else { "leaves a gap after the stage before" };
+                return Err(ScenarioError::field(
+                    format!("{at}.layers"),
+                    format!("`[{start}, {end}]` {problem}; start it at {expected_start}"),
+                ));
+            }
+            if end > layers as u64 {
+                return Err(ScenarioError::field(
+                    format!("{at}.layers"),
+                    format!("`[{start}, {end}]` ends past the model's {layers} layers; end the last stage at {layers}"),
+                ));
+            }
+            out.push((node, start as usize, end as usize));
+            expected_start = end;
+        }
+        if expected_start != layers as u64 {
+            return Err(ScenarioError::field(
+                format!("stages[{}].layers", stages.len() - 1),
+                format!("ends at {expected_start} but the model has {layers} layers; end the last stage at {layers}"),
+            ));
+        }
+        Ok(Some(out))
+    }
+}
+
+fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {
+    if bandwidth.get() <= 0.0 {
+        return Err(ScenarioError::field(format!("{at}.bandwidth"), "is 0; it must be greater than 0"));
+    }
+    Ok(Link { bandwidth: bandwidth.get(), latency: latency.get() })
+}
+
+impl ModelSpec {
+    /// The model this spec names, with its weight format applied.
+    ///
+    /// # Errors
+    /// Unknown preset or weight format, a bad config, or none/several of `preset`, `config`, `file`.
+    pub fn resolve(&self) -> Result<Model, ScenarioError> {
+        let weights: WeightFormat = match &self.weights {
+            Some(w) => w.parse().map_err(|e: ModelError| match e {
+                ModelError::UnknownWeights { name, suggestion } => ScenarioError::field(
+                    "model.weights",
+                    format!("`{name}` is not a weight format{}; run `stageplan presets` to list them", suggest(&suggestion)),
+                ),
+                other => other.into(),
+            })?,
+            None => WeightFormat::default(),
+        };
+        match (&self.preset, &self.config, &self.file) {
+            (Some(preset), None, None) => {
+                let preset = ModelPreset::find(preset).map_err(|e| match e {
+                    ModelError::UnknownPreset { name, suggestion } => ScenarioError::field(
+                        "model.preset",
+                        format!("`{name}` is not a model preset{}; run `stageplan presets` to list them", suggest(&suggestion)),
+                    ),
+                    other => other.into(),
+                })?;
+                Ok(preset.model(weights)?)
+            }
+            (None, Some(config), None) => {
+                let arch = config.transformer().map_err(|e| e.within("model.config"))?;
+                let name = self.name.clone().unwrap_or_else(|| arch.model_type.clone());
+                Ok(Model::from_transformer(&name, arch, weights))
+            }
+            (None, None, Some(_)) => Err(ScenarioError::field(
+                "model.file",
+                "cannot be read here; the CLI reads model files, a library caller passes the model's config or header",
+            )),
+            (None, None, None) => Err(ScenarioError::field(
+                "model",
+                "names no model; give `preset` (e.g. `llama-3.1-8b`), `config` (a config.json object) or `file`",
+            )),
+            _ => Err(ScenarioError::field("model", "gives more than one of `preset`, `config` and `file`; keep one")),
+        }
+    }
+}
+
+impl WorkloadSpec {
+    /// Checks ranges and parses the KV format.
+    ///
+    /// # Errors
+    /// A zero context, batch or chunk, or an unknown KV format.
+    pub fn check(&self) -> Result<Workload, ScenarioError> {
+        if self.context == 0 || self.context > 1 << 26 {
+            return Err(ScenarioError::field(
+                "workload.context",
+                format!("is {}; give a context between 1 and 67108864 tokens", self.context),
+            ));
+        }
+        if self.batch == 0 || self.batch > 1 << 20 {
+            return Err(ScenarioError::field("workload.batch", format!("is {}; give between 1 and 1048576 sequences", self.batch)));
+        }
+        if self.prefill_chunk == 0 || self.prefill_chunk > 1 << 20 {
+            return Err(ScenarioError::field(
+                "workload.prefill_chunk",
+                format!("is {}; give between 1 and 1048576 tokens (llama.cpp uses 512)", self.prefill_chunk),
+            ));
+        }
+        let kv = parse_kv(&self.kv)?;
+        let workspace = match &self.workspace {
+            Some(Workspace::Size(bytes)) => Some(bytes.get() as u64),
+            Some(Workspace::Auto(_)) | None => None,
+        };
+        Ok(Workload { context: self.context, batch: self.batch, kv, workspace, prefill_chunk: self.prefill_chunk })
+    }
+}
+
+/// KV-cache formats the engines offer (llama.cpp's `-ctk/-ctv`, vLLM's `fp8`).
+pub const KV_FORMATS: &[TensorType] = &[
+    TensorType::F32,
+    TensorType::F16,
+    TensorType::BF16,
+    TensorType::F8_E4M3,
+    TensorType::Q8_0,
+    TensorType::Q5_1,
+    TensorType::Q5_0,
+    TensorType::Q4_1,
+    TensorType::Q4_0,
+    TensorType::IQ4_NL,
+];
+
+fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
+    let bad = || {
+        ScenarioError::field(
+            "workload.kv",
+            format!("`{name}` is not a KV-cache format; use `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0` or `iq4_nl`"),
+        )
+    };
+    let ty: TensorType = name.parse().map_err(|_| bad())?;
+    if KV_FORMATS.contains(&ty) { Ok(ty) } else { Err(bad()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(json: &str) -> Result<Problem, ScenarioError> {
+        Scenario::from_json(json).and_then(|s| s.problem())
+    }
+
+    const MINIMAL: &str = r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#;
+
+    #[test]
+    fn fills_defaults() {
+        let p = problem(MINIMAL).unwrap();
+        assert_eq!(p.workload, Workload::default());
+        assert_eq!(p.objective, Objective::Throughput);
+        assert_eq!(p.policy, Policy::Optimal);
+        assert_eq!(p.nodes[0].memory, 24564 * 1024 * 1024);
+        assert!(p.links.is_uniform());
+    }
+
+    #[test]
+    fn expands_counts_and_applies_overrides() {
+        let p = problem(
+            r#"{"model": {"preset": "llama-3.1-8b"},
+                "nodes": [{"name": "gpu", "device": "rtx-3090", "count": 3, "memory": "20 GiB"}],
+                "links": {"pairs": [{"between": ["gpu-1", "gpu-3"], "bandwidth": "10 Gbit/s", "latency": "1 ms"}]}}"#,
+        )
+        .unwrap();
+        let names: Vec<&str> = p.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["gpu-1", "gpu-2", "gpu-3"]);
+        assert_eq!(p.nodes[1].memory, 20 << 30);
+        assert_eq!(p.links.get(2, 0).latency, 1e-3);
+        assert_eq!(p.links.get(0, 1), DEFAULT_LINK);
+    }
+}
