@@ -4,9 +4,9 @@
 //! also holds the token embedding, the last one the final norm and LM head. For a decode
 //! step of `B` sequences (`workload.batch`) at context `T` (`workload.context`):
 //!
-//! **Memory** of a stage = weights of its layers + KV cache of its layers
-//! + embedding/head where they sit + workspace + the node's reserve, against the node's
-//! memory (its budget). Layer `l` holds `B × T_l × kv_l` KV bytes, where `T_l = min(T, window_l)`
+//! **Memory** of a stage is the sum of the weights of its layers, the KV cache of its layers,
+//! the embedding or head where they sit, the workspace and the node's reserve, against the
+//! node's memory (its budget). Layer `l` holds `B × T_l × kv_l` KV bytes, where `T_l = min(T, window_l)`
 //! for sliding-window layers and `kv_l = 2 × kv_heads × head_dim` elements in the KV format.
 //! A tied LM head is a copy of the embedding on the last stage, shared when one node holds both.
 //! The workspace, unless given, is llama.cpp-like activation buffers for one prefill chunk `C`:
@@ -284,6 +284,30 @@ impl CostModel {
             .fold(0u64, u64::saturating_add);
         let held = self.held(start, end) - (self.kv[end] - self.kv[start]);
         (held.saturating_add(kv) as i64) <= self.nodes[node].capacity
+    }
+
+    /// The fastest link any pair has: the least latency and the most bandwidth (each may come
+    /// from a different pair). Every real hop takes at least as long over it.
+    pub(crate) fn best_link(&self) -> crate::scenario::Link {
+        let n = self.nodes.len();
+        let mut best = self.links.default;
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    let link = self.links.get(a, b);
+                    best.latency = best.latency.min(link.latency);
+                    best.bandwidth = best.bandwidth.max(link.bandwidth);
+                }
+            }
+        }
+        best
+    }
+
+    /// The same cost model with every pair on `link`.
+    pub(crate) fn with_links(&self, link: crate::scenario::Link) -> CostModel {
+        let mut out = self.clone();
+        out.links = Links::uniform(self.nodes.len(), link);
+        out
     }
 
     /// The same model and workload on the nodes marked in `keep`, renumbered in order.

@@ -321,6 +321,9 @@ impl Links {
     }
 }
 
+/// One stage of an assignment: `(node index, first layer, end layer)`, the range half-open.
+pub type Placement = (usize, usize, usize);
+
 /// A scenario after checking: ready to plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Problem {
@@ -331,7 +334,7 @@ pub struct Problem {
     pub objective: Objective,
     pub policy: Policy,
     /// Manual stages as (node index, start, end).
-    pub manual: Option<Vec<(usize, usize, usize)>>,
+    pub manual: Option<Vec<Placement>>,
 }
 
 impl Scenario {
@@ -340,6 +343,11 @@ impl Scenario {
     /// # Errors
     /// [`ScenarioError::Syntax`] with the JSON path of the offending field.
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
+        if !text.trim_start().starts_with('{') {
+            return Err(ScenarioError::Syntax(
+                "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`".to_owned(),
+            ));
+        }
         let de = &mut serde_json::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
@@ -347,7 +355,12 @@ impl Scenario {
             let message = inner.to_string();
             // serde_json appends " at line L column C"; keep it, it helps find the spot.
             if path == "." || path.is_empty() {
-                ScenarioError::Syntax(message)
+                let hint = if message.starts_with("missing field") {
+                    "; a scenario needs at least `model` and `nodes`"
+                } else {
+                    ""
+                };
+                ScenarioError::Syntax(format!("{message}{hint}"))
             } else {
                 ScenarioError::Syntax(format!("`{path}`: {message}"))
             }
@@ -458,7 +471,7 @@ impl Scenario {
         Ok(links)
     }
 
-    fn check_stages(&self, nodes: &[Node], layers: usize) -> Result<Option<Vec<(usize, usize, usize)>>, ScenarioError> {
+    fn check_stages(&self, nodes: &[Node], layers: usize) -> Result<Option<Vec<Placement>>, ScenarioError> {
         let Some(stages) = &self.stages else {
             if self.policy == Policy::Manual {
                 return Err(ScenarioError::field(

@@ -100,7 +100,7 @@ impl TensorType {
     /// Exact bytes of `elements` weights, or `None` when they are not a whole number of blocks.
     pub fn bytes_exact(self, elements: u64) -> Option<u64> {
         let (block_elements, block_bytes) = self.block();
-        if elements % block_elements != 0 {
+        if !elements.is_multiple_of(block_elements) {
             return None;
         }
         (elements / block_elements).checked_mul(block_bytes)

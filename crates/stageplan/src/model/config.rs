@@ -110,7 +110,7 @@ impl HfConfig {
 
     /// Whether q, k and v carry a bias: stated by `attention_bias`, implied by Qwen2.
     pub fn qkv_bias(&self) -> bool {
-        self.attention_bias.unwrap_or_else(|| {
+        self.attention_bias.unwrap_or({
             matches!(self.model_type.as_deref(), Some("qwen2" | "qwen2_moe" | "qwen2_vl"))
         })
     }

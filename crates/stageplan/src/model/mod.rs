@@ -150,6 +150,80 @@ impl Model {
     }
 }
 
+/// What `stageplan model` reports: sizes per layer, parameters, the type mix, KV per token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSummary {
+    pub name: String,
+    pub weights: String,
+    /// Total parameters (a tied embedding counted once).
+    pub params: u64,
+    /// Bytes of every tensor.
+    pub weight_bytes: u64,
+    pub embedding_bytes: u64,
+    /// Final norm and LM head (a tied head counts its copy of the embedding).
+    pub head_bytes: u64,
+    pub tied_embeddings: bool,
+    /// KV-cache bytes per token of context, all layers, in `kv_format` (sliding windows
+    /// cap some layers' cache; this is the per-token rate below the window).
+    pub kv_bytes_per_token: u64,
+    pub kv_format: TensorType,
+    pub hidden_size: u64,
+    pub max_context: Option<u64>,
+    pub layers: Vec<LayerSummary>,
+    /// Bytes per storage type, largest first.
+    pub type_mix: Vec<TypeBytes>,
+}
+
+/// One block in a [`ModelSummary`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerSummary {
+    pub index: usize,
+    pub bytes: u64,
+    pub params: u64,
+    /// The attention window, when the layer slides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+}
+
+/// Bytes stored in one tensor type.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TypeBytes {
+    #[serde(rename = "type")]
+    pub ty: TensorType,
+    pub bytes: u64,
+}
+
+impl Model {
+    /// The summary `stageplan model` prints, with KV per token in `kv`.
+    pub fn summary(&self, kv: TensorType) -> ModelSummary {
+        ModelSummary {
+            name: self.name.clone(),
+            weights: self.weights.clone(),
+            params: self.params(),
+            weight_bytes: self.weight_bytes(),
+            embedding_bytes: self.bytes_at(Place::Embedding),
+            head_bytes: self.head_bytes(),
+            tied_embeddings: self.head_shares_embedding,
+            kv_bytes_per_token: kv.bytes(self.arch.kv_width()) * 2 * self.arch.num_layers,
+            kv_format: kv,
+            hidden_size: self.arch.hidden_size,
+            max_context: self.arch.max_context,
+            layers: self
+                .layers()
+                .into_iter()
+                .enumerate()
+                .map(|(index, l)| LayerSummary {
+                    index,
+                    bytes: l.bytes,
+                    params: l.params,
+                    window: self.arch.windows.get(index).copied().flatten(),
+                })
+                .collect(),
+            type_mix: self.type_mix().into_iter().map(|(ty, bytes)| TypeBytes { ty, bytes }).collect(),
+        }
+    }
+}
+
 /// A tensor before it has a storage type: name, GGML shape, place and whether it is an expert.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TensorShape {

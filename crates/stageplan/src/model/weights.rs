@@ -199,7 +199,7 @@ fn llama_quantize_types(ftype: FileType, arch: &Transformer, shapes: &[TensorSha
         let layer = layer_of(s);
         let mut ty = default;
         if name == "output.weight" || (tied && name == "token_embd.weight") {
-            if s.shape[0] % default.block().0 != 0 {
+            if !s.shape[0].is_multiple_of(default.block().0) {
                 ty = T::Q8_0;
             } else if matches!(ftype, F::IQ2_XXS | F::IQ2_XS | F::IQ3_XXS | F::IQ1_S | F::IQ2_S | F::IQ2_M | F::IQ1_M) {
                 ty = T::Q5_K;
@@ -320,7 +320,7 @@ fn llama_quantize_types(ftype: FileType, arch: &Transformer, shapes: &[TensorSha
 /// falls back to a 32-wide type, and to `f16` if even that does not divide it.
 fn row_size_fallback(ty: TensorType, row: u64) -> TensorType {
     use TensorType as T;
-    if row % ty.block().0 == 0 {
+    if row.is_multiple_of(ty.block().0) {
         return ty;
     }
     let fallback = match ty {
@@ -331,7 +331,7 @@ fn row_size_fallback(ty: TensorType, row: u64) -> TensorType {
         T::Q6_K => T::Q8_0,
         _ => T::F16,
     };
-    if row % fallback.block().0 == 0 { fallback } else { T::F16 }
+    if row.is_multiple_of(fallback.block().0) { fallback } else { T::F16 }
 }
 
 impl fmt::Display for WeightFormat {

@@ -82,7 +82,7 @@ fn smaller_format(problem: &Problem, fits: &dyn Fn(&Problem) -> bool) -> Option<
         .map(|(m, w)| (m.weight_bytes(), w))
         .collect();
     // Largest first: the least quality given up.
-    candidates.sort_by(|a, b| b.0.cmp(&a.0));
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
     candidates.into_iter().map(|(_, w)| w).find(|&w| {
         let mut changed = problem.clone();
         changed.model = Model::from_transformer(&problem.model.name, problem.model.arch.clone(), w);
@@ -127,7 +127,7 @@ fn one_more_node(problem: &Problem, allowed: &[bool], fits: &dyn Fn(&Problem) ->
             kinds.push(node);
         }
     }
-    kinds.sort_by(|a, b| a.memory.cmp(&b.memory));
+    kinds.sort_by_key(|a| a.memory);
     let with = |node: Node| {
         let mut changed = problem.clone();
         changed.links = changed.links.extended();

@@ -31,6 +31,10 @@
 //! reports a lower bound from a fractional relaxation (layers spread over nodes as a fluid,
 //! memory as a knapsack) and the gap to it.
 
+// The dynamic programs index several tables by the same node position; index loops read
+// closer to the recurrences than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 use std::collections::VecDeque;
 
 use crate::cost::{CostModel, Regime};
@@ -57,6 +61,7 @@ const EXACT_WORK_LIMIT: f64 = 4e8;
 const EXACT_CELL_LIMIT: f64 = 1.2e7;
 
 /// The objective value of an assignment in seconds, or `None` when a stage does not fit.
+#[cfg(test)]
 pub(crate) fn value(cost: &CostModel, stages: &[(usize, usize, usize)], objective: Objective) -> Option<f64> {
     if stages.is_empty() || stages.iter().any(|&(k, a, b)| !cost.fits(k, a, b)) {
         return None;
@@ -89,7 +94,25 @@ pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], 
     };
     if nodes.len() <= 24 && work <= EXACT_WORK_LIMIT && cells <= EXACT_CELL_LIMIT {
         let best = match (objective, uniform) {
-            (Objective::Throughput, _) => parametric(|tau| space.feasible(tau, uniform)),
+            (Objective::Throughput, true) => {
+                // A plan along the fastest-first order seeds the upper bound.
+                let floor = lower_bound(cost, objective, &nodes).unwrap_or(0.0);
+                let seed = fixed_order(cost, objective, &speed_order(cost, &nodes), required);
+                parametric(floor, seed, |tau| space.feasible(tau, true))
+            }
+            (Objective::Throughput, false) => {
+                // Relax every link to the best one (uniform): its optimum bounds ours from below,
+                // and its plan, on the real links, from above.
+                let relaxed = cost.with_links(cost.best_link());
+                let mut floor = lower_bound(cost, objective, &nodes).unwrap_or(0.0);
+                let mut seed = None;
+                let inner = Space::new(&relaxed, &nodes, required);
+                if let Some((value, stages)) = parametric(floor, None, |tau| inner.feasible(tau, true)) {
+                    floor = floor.max(value);
+                    seed = Some((cost.stage_times(&stages).iter().copied().fold(0.0, f64::max), stages));
+                }
+                parametric(floor, seed, |tau| space.feasible(tau, false))
+            }
             (Objective::Latency, true) => space.min_sum_uniform(),
             (Objective::Latency, false) => space.min_sum_pairwise(),
         };
@@ -130,7 +153,7 @@ pub fn group_digits(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -148,12 +171,18 @@ pub(crate) enum Probe {
 
 /// Min–max by parametric search over thresholds, snapping both bounds to stage times that
 /// occur, so it ends on the exact optimum. `probe` must be monotone in the threshold.
-fn parametric(mut probe: impl FnMut(f64) -> Probe) -> Option<(f64, Assignment)> {
-    let (mut hi, mut best) = match probe(f64::INFINITY) {
-        Probe::Feasible(value, plan) => (value, plan),
-        Probe::Infeasible(_) => return None,
+///
+/// `floor` is a threshold known to be infeasible or optimal (a lower bound); 0 will do.
+/// `seed` is a plan already known (from a cheaper search), if any.
+fn parametric(floor: f64, seed: Option<(f64, Assignment)>, mut probe: impl FnMut(f64) -> Probe) -> Option<(f64, Assignment)> {
+    let (mut hi, mut best) = match seed {
+        Some(plan) => plan,
+        None => match probe(f64::INFINITY) {
+            Probe::Feasible(value, plan) => (value, plan),
+            Probe::Infeasible(_) => return None,
+        },
     };
-    let mut lo = 0.0f64;
+    let mut lo = floor.min(hi);
     // After a miss at a midpoint, `lo` has snapped to a stage time that occurs: test it.
     let mut test_lo = false;
     for _ in 0..400 {
@@ -169,7 +198,8 @@ fn parametric(mut probe: impl FnMut(f64) -> Probe) -> Option<(f64, Assignment)> 
             }
             Probe::Infeasible(next) => {
                 lo = lo.max(next);
-                test_lo = !test_lo;
+                // Once the bracket is narrow the snapped bound is likely the optimum.
+                test_lo = !test_lo && hi - lo <= 0.02 * hi;
             }
         }
     }
@@ -188,6 +218,7 @@ pub(crate) struct Space<'a> {
     /// Position of the required node.
     required: Option<usize>,
     regimes: Vec<Option<Regime>>,
+    facts: Vec<NodeFacts>,
 }
 
 impl<'a> Space<'a> {
@@ -212,7 +243,8 @@ impl<'a> Space<'a> {
             twin_before[i] = twin;
         }
         let regimes = nodes.iter().map(|&k| cost.linear_regime(k)).collect();
-        Space { cost, nodes: nodes.to_vec(), twin_before, classes, required: required_pos, regimes }
+        let facts = nodes.iter().map(|&k| NodeFacts::new(cost, k)).collect();
+        Space { cost, nodes: nodes.to_vec(), twin_before, classes, required: required_pos, regimes, facts }
     }
 
     /// Number of subsets that keep identical nodes in index order.
@@ -265,7 +297,7 @@ impl<'a> Space<'a> {
         let m = self.nodes.len();
         let hop = cost.uniform_hop_s();
         let ret = cost.uniform_return_s();
-        let tables: Vec<ReachTable> = self.nodes.iter().map(|&k| ReachTable::new(cost, k, tau, hop, ret)).collect();
+        let tables: Vec<ReachTable> = (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
 
         let full = 1usize << m;
         let mut reach = vec![-1i32; full];
@@ -298,7 +330,7 @@ impl<'a> Space<'a> {
                     let times = cost.stage_times(&stages);
                     return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
                 }
-                next_event = next_event.min(if mask == 0 { table.single_event } else { table.final_event(j) });
+                next_event = next_event.min(if mask == 0 { table.single_event() } else { table.final_event(j) });
                 // Or take as much as fits within tau and pass on.
                 let e = table.reach[j];
                 next_event = next_event.min(table.mid_event[j]);
@@ -319,7 +351,7 @@ impl<'a> Space<'a> {
         let m = self.nodes.len();
         let hop = cost.uniform_hop_s();
         let ret = cost.uniform_return_s();
-        let tables: Vec<ReachTable> = self.nodes.iter().map(|&k| ReachTable::new(cost, k, tau, hop, ret)).collect();
+        let tables: Vec<ReachTable> = (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
         let full = 1usize << m;
         let mut sets = Sets::new(full, l + 1);
         sets.insert(0, 0);
@@ -356,7 +388,7 @@ impl<'a> Space<'a> {
                         return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
                     }
                     next_event = next_event.min(if mask == 0 {
-                        table.single_event
+                        table.single_event()
                     } else {
                         sets.iter(mask).map(|j| table.final_event(j)).fold(f64::INFINITY, f64::min)
                     });
@@ -389,7 +421,7 @@ impl<'a> Space<'a> {
                 (0..m)
                     .map(|k| {
                         let (a, b) = (self.nodes[p], self.nodes[k]);
-                        ReachTable::new(cost, a, tau, cost.hop_s(a, b), cost.return_s(a, b))
+                        ReachTable::new(cost, a, &self.facts[p], tau, cost.hop_s(a, b), cost.return_s(a, b))
                     })
                     .collect()
             })
@@ -436,7 +468,7 @@ impl<'a> Space<'a> {
                             return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
                         }
                         next_event = next_event.min(if single {
-                            table.single_event
+                            table.single_event()
                         } else {
                             starts.iter(state).map(|s| table.final_event(s)).fold(f64::INFINITY, f64::min)
                         });
@@ -468,6 +500,10 @@ impl<'a> Space<'a> {
 
     /// Min–sum over subsets with uniform links: `best[mask][j]` is the least time of closed
     /// stages (each paying the hop) that cover `[0, j)` with the nodes in `mask`.
+    ///
+    /// Branch and bound: a plan from a fixed node order gives an upper bound; a state whose
+    /// cost plus a lower bound on the rest (each layer at its fastest node, per roofline
+    /// term) reaches it cannot lead to a better plan and is not extended.
     fn min_sum_uniform(&self) -> Option<(f64, Assignment)> {
         let cost = self.cost;
         let l = cost.layers();
@@ -476,15 +512,26 @@ impl<'a> Space<'a> {
         let ret = cost.uniform_return_s();
         let full = 1usize << m;
         let width = l + 1;
+        let rest = self.rest_lower_bounds();
+        let mut incumbent = fixed_order_min_sum(cost, &speed_order(cost, &self.nodes), self.required.map(|r| self.nodes[r]));
+        let bound = |incumbent: &Option<(f64, Assignment)>| incumbent.as_ref().map_or(f64::INFINITY, |b| b.0);
         let mut best = vec![f64::INFINITY; full * width];
         let mut from = vec![(0u32, 0u8); full * width];
         best[0] = 0.0;
         let finals: Vec<FinalCosts> = self.nodes.iter().map(|&k| FinalCosts::new(cost, k, ret)).collect();
         let mut answer: Option<(f64, usize, usize, usize)> = None; // (value, mask, node pos, start)
         let mut scratch = Vec::with_capacity(width);
+        let mut row = vec![f64::INFINITY; width];
         for mask in 0..full {
-            let row = &best[mask * width..(mask + 1) * width];
-            if row.iter().all(|v| v.is_infinite()) {
+            // Keep only the starts that can still beat the incumbent.
+            let limit = bound(&incumbent).min(answer.map_or(f64::INFINITY, |a| a.0));
+            let mut alive = false;
+            for j in 0..width {
+                let v = best[mask * width + j];
+                row[j] = if v + rest[j] < limit { v } else { f64::INFINITY };
+                alive |= row[j].is_finite();
+            }
+            if !alive {
                 continue;
             }
             for i in 0..m {
@@ -495,46 +542,65 @@ impl<'a> Space<'a> {
                 // Finish with node i on [j, L).
                 if self.has_required(done) {
                     let finals = &finals[i];
-                    let candidates: Box<dyn Iterator<Item = usize>> =
-                        if mask == 0 { Box::new(std::iter::once(0)) } else { Box::new(finals.fits_from..l) };
-                    for j in candidates {
-                        let before = best[mask * width + j];
-                        if before.is_infinite() {
+                    let starts = if mask == 0 { 0..1 } else { finals.fits_from..l };
+                    for j in starts {
+                        if row[j].is_infinite() {
                             continue;
                         }
                         let stage = if mask == 0 { finals.single } else { finals.with_return[j] };
-                        let total = before + stage;
+                        let total = row[j] + stage;
                         if total < answer.map_or(f64::INFINITY, |a| a.0) {
                             answer = Some((total, mask, i, j));
                         }
                     }
                 }
                 // Or close a stage [j, e) on node i and pass on.
+                let limit = bound(&incumbent).min(answer.map_or(f64::INFINITY, |a| a.0));
                 scratch.clear();
-                relax(cost, self.nodes[i], self.regimes[i], &best[mask * width..(mask + 1) * width], mask == 0, hop, &mut scratch);
+                relax(cost, self.nodes[i], self.regimes[i], &row, mask == 0, hop, &mut scratch);
                 for &(e, value, j) in &scratch {
                     let cell = done * width + e;
-                    if value < best[cell] {
+                    if value < best[cell] && value + rest[e] < limit {
                         best[cell] = value;
                         from[cell] = (j as u32, i as u8);
                     }
                 }
             }
         }
-        let (total, mut mask, i, j) = answer?;
-        let mut stages = vec![(self.nodes[i], j, l)];
-        let mut end = j;
-        while mask != 0 {
-            let (start, pos) = from[mask * width + end];
-            stages.push((self.nodes[pos as usize], start as usize, end));
-            mask &= !(1 << pos);
-            end = start as usize;
+        if let Some((_, mut mask, i, j)) = answer {
+            let mut stages = vec![(self.nodes[i], j, l)];
+            let mut end = j;
+            while mask != 0 {
+                let (start, pos) = from[mask * width + end];
+                stages.push((self.nodes[pos as usize], start as usize, end));
+                mask &= !(1 << pos);
+                end = start as usize;
+            }
+            stages.reverse();
+            // Report the value exactly as every other policy computes it.
+            let exact = cost.stage_times(&stages).iter().sum::<f64>();
+            if exact < bound(&incumbent) {
+                incumbent = Some((exact, stages));
+            }
         }
-        stages.reverse();
-        // Report the value exactly as every other policy computes it.
-        let exact = cost.stage_times(&stages).iter().sum::<f64>();
-        debug_assert!((exact - total).abs() <= total * 1e-9);
-        Some((exact, stages))
+        incumbent
+    }
+
+    /// `rest[j]`: no plan covers `[j, L)` faster than this — each layer on the node fastest
+    /// for it, counting one roofline term at a time (a stage's time is at least either sum).
+    fn rest_lower_bounds(&self) -> Vec<f64> {
+        let cost = self.cost;
+        let l = cost.layers();
+        let mut rest = vec![0.0; l + 1];
+        let (mut read, mut compute) = (0.0f64, 0.0f64);
+        for j in (0..l).rev() {
+            let (bytes, flops, _) = cost.layer_work(j);
+            read += self.nodes.iter().map(|&k| bytes * cost.nodes[k].inv_bandwidth).fold(f64::INFINITY, f64::min);
+            compute += self.nodes.iter().map(|&k| flops * cost.nodes[k].inv_compute).fold(f64::INFINITY, f64::min);
+            // A hair under, so rounding never prunes a state that ties the incumbent's rival.
+            rest[j] = read.max(compute) * (1.0 - 1e-9);
+        }
+        rest
     }
 
     /// Min–sum with per-pair links: also track the first node (it receives the tokens) and
@@ -762,58 +828,98 @@ impl Sets {
     }
 }
 
+/// What does not depend on the threshold, per node: how far memory lets a middle stage reach
+/// from each start, and last-stage times.
+struct NodeFacts {
+    /// `memory_reach[j]`: the largest `e < L` with `[j, e)` fitting in memory; `j` if none.
+    memory_reach: Vec<u32>,
+    /// `roofline(k, j, L)` for each start `j`.
+    final_roofline: Vec<f64>,
+    /// Smallest start `j >= 1` from which `[j, L)` fits; `L` if none.
+    final_fits_from: usize,
+    /// The whole model alone on this node, if it fits.
+    single: Option<f64>,
+}
+
+impl NodeFacts {
+    fn new(cost: &CostModel, k: usize) -> NodeFacts {
+        let l = cost.layers();
+        let mut memory_reach = vec![0u32; l];
+        let mut p = 0usize;
+        for (j, reach) in memory_reach.iter_mut().enumerate() {
+            p = p.max(j);
+            while p < l - 1 && cost.fits(k, j, p + 1) {
+                p += 1;
+            }
+            *reach = p as u32;
+        }
+        let final_fits_from = (1..l).find(|&j| cost.fits(k, j, l)).unwrap_or(l);
+        NodeFacts {
+            memory_reach,
+            final_roofline: (0..l).map(|j| cost.roofline_s(k, j, l)).collect(),
+            final_fits_from,
+            single: cost.fits(k, 0, l).then(|| cost.roofline_s(k, 0, l)),
+        }
+    }
+}
+
 /// For one node at one threshold: how far a middle stage starting at each layer can reach,
 /// and from which start a last stage fits.
-struct ReachTable {
+struct ReachTable<'f> {
+    facts: &'f NodeFacts,
     /// `reach[j]`: the largest `e < L` with `[j, e)` within the threshold and memory; `j` if none.
     reach: Vec<u32>,
     /// `mid_event[j]`: the threshold at which `reach[j]` would grow (∞ if memory blocks it).
     mid_event: Vec<f64>,
     /// Smallest start from which `[start, L)` is within the threshold as a last stage.
     final_from: usize,
-    /// Last-stage times with the return hop per start (for the next event).
-    final_times: Vec<f64>,
-    final_fits_from: usize,
+    ret: f64,
     single_ok: bool,
-    single_event: f64,
 }
 
-impl ReachTable {
-    fn new(cost: &CostModel, k: usize, tau: f64, hop: f64, ret: f64) -> ReachTable {
+impl<'f> ReachTable<'f> {
+    fn new(cost: &CostModel, k: usize, facts: &'f NodeFacts, tau: f64, hop: f64, ret: f64) -> ReachTable<'f> {
         let l = cost.layers();
         let mut reach = vec![0u32; l];
         let mut mid_event = vec![f64::INFINITY; l];
         let mut p = 0usize;
         for j in 0..l {
+            let limit = facts.memory_reach[j] as usize;
             p = p.max(j);
-            while p < l - 1 && cost.fits(k, j, p + 1) && cost.roofline_s(k, j, p + 1) + hop <= tau {
+            while p < limit && cost.roofline_s(k, j, p + 1) + hop <= tau {
                 p += 1;
             }
             reach[j] = p as u32;
-            if p < l - 1 && cost.fits(k, j, p + 1) {
+            if p < limit {
                 mid_event[j] = cost.roofline_s(k, j, p + 1) + hop;
             }
         }
-        // Last stage [j, L): fits from some start on; time falls as j grows.
-        let final_fits_from = (0..l).find(|&j| cost.fits(k, j, l)).unwrap_or(l);
-        let final_times: Vec<f64> = (0..l).map(|j| cost.roofline_s(k, j, l) + ret).collect();
-        let final_from = (final_fits_from.max(1)..l).find(|&j| final_times[j] <= tau).unwrap_or(usize::MAX);
-        let single = cost.roofline_s(k, 0, l);
-        let single_fits = cost.fits(k, 0, l);
+        // Last-stage times fall as the start grows: the first start within tau.
+        let from = facts.final_fits_from;
+        let final_from = if from >= l {
+            usize::MAX
+        } else {
+            let offset = facts.final_roofline[from..].partition_point(|&t| t + ret > tau);
+            if from + offset < l { from + offset } else { usize::MAX }
+        };
         ReachTable {
+            facts,
             reach,
             mid_event,
             final_from,
-            final_times,
-            final_fits_from,
-            single_ok: single_fits && single <= tau,
-            single_event: if single_fits { single } else { f64::INFINITY },
+            ret,
+            single_ok: facts.single.is_some_and(|t| t <= tau),
         }
     }
 
     /// The threshold at which a last stage from `j` would fit in time (∞ if memory blocks it).
     fn final_event(&self, j: usize) -> f64 {
-        if j >= self.final_fits_from && j > 0 { self.final_times[j] } else { f64::INFINITY }
+        if j >= self.facts.final_fits_from && j > 0 { self.facts.final_roofline[j] + self.ret } else { f64::INFINITY }
+    }
+
+    /// The threshold at which the whole model alone on this node would fit in time.
+    fn single_event(&self) -> f64 {
+        self.facts.single.unwrap_or(f64::INFINITY)
     }
 }
 
@@ -839,13 +945,16 @@ impl FinalCosts {
 // ---------------------------------------------------------------------------------------
 // Large clusters: fixed orders, local search, and a lower bound.
 
+/// Nodes fastest first, judged on a middle layer.
+fn speed_order(cost: &CostModel, nodes: &[usize]) -> Vec<usize> {
+    let mut order = nodes.to_vec();
+    let probe = |k: usize| cost.roofline_s(k, cost.layers() / 2, cost.layers() / 2 + 1);
+    order.sort_by(|&a, &b| probe(a).total_cmp(&probe(b)).then(a.cmp(&b)));
+    order
+}
+
 pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize], required: Option<usize>) -> Found {
-    let speed_order = {
-        let mut order = nodes.to_vec();
-        let probe = |k: usize| cost.roofline_s(k, cost.layers() / 2, cost.layers() / 2 + 1);
-        order.sort_by(|&a, &b| probe(a).total_cmp(&probe(b)).then(a.cmp(&b)));
-        order
-    };
+    let speed_order = speed_order(cost, nodes);
     let memory_order = {
         let mut order = nodes.to_vec();
         order.sort_by(|&a, &b| cost.nodes[b].capacity.cmp(&cost.nodes[a].capacity).then(a.cmp(&b)));
@@ -904,7 +1013,7 @@ pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize],
 /// The best plan for one node order, any node may be skipped: exact for that order.
 fn fixed_order(cost: &CostModel, objective: Objective, order: &[usize], required: Option<usize>) -> Option<(f64, Assignment)> {
     match objective {
-        Objective::Throughput => parametric(|tau| fixed_order_feasible(cost, order, tau, required)),
+        Objective::Throughput => parametric(0.0, None, |tau| fixed_order_feasible(cost, order, tau, required)),
         Objective::Latency => fixed_order_min_sum(cost, order, required),
     }
 }

@@ -1,0 +1,27 @@
+//! `stageplan`: plan a model across machines from the command line.
+//!
+//! Exit status: 0 when the plan fits, 1 when nothing fits (the plan says what is missing),
+//! 2 for bad input (a one-line error naming the field and the fix).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod commands;
+mod render;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = commands::Cli::parse();
+    match commands::run(cli) {
+        Ok(outcome) => {
+            print!("{}", outcome.stdout);
+            outcome.code
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+    }
+}

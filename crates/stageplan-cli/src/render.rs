@@ -1,0 +1,270 @@
+//! Text output: tables a person reads in a terminal, without colour.
+//!
+//! Memory bars stack the parts of a stage against its node's budget:
+//! `█` weights, `▓` KV cache, `▒` embedding and head, `░` workspace and reserve, `·` free.
+
+use std::fmt::Write;
+
+use stageplan::model::ModelSummary;
+use stageplan::plan::{Level, Plan};
+use stageplan::planner::{group_digits, sig3};
+use stageplan::presets::{DEVICES, MODELS};
+use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
+use stageplan::{Objective, Problem, WeightFormat};
+
+const BAR: usize = 24;
+
+/// The plan as a table with its figures, left-out nodes, baselines and notes.
+pub fn plan(problem: &Problem, plan: &Plan) -> String {
+    let mut out = String::new();
+    let model = &problem.model;
+    let w = &problem.workload;
+    let _ = writeln!(
+        out,
+        "{} · {} · {} of weights · {} layers",
+        model.name,
+        model.weights,
+        format_bytes(model.weight_bytes() as f64),
+        model.num_layers()
+    );
+    let _ = writeln!(
+        out,
+        "context {} × {} sequence{} · KV {} · objective {} · policy {}",
+        group_digits(w.context),
+        w.batch,
+        if w.batch == 1 { "" } else { "s" },
+        w.kv,
+        plan.objective.name(),
+        plan.policy.name()
+    );
+    out.push('\n');
+
+    if plan.stages.is_empty() {
+        out.push_str("no plan fits\n");
+    } else {
+        let name_width = plan.stages.iter().map(|s| s.node.len()).max().unwrap_or(4).max(4);
+        let _ = writeln!(
+            out,
+            "  #  {:<name_width$}  {:<9}  {:<BAR$}  {:>21}  {:>10}  bound",
+            "node", "layers", "memory", "used / budget", "time/step"
+        );
+        for (i, stage) in plan.stages.iter().enumerate() {
+            let m = &stage.memory;
+            let marker = if plan.bottleneck == Some(i) && plan.stages.len() > 1 { "  ◀ bottleneck" } else { "" };
+            let over = if m.headroom < 0 { "  ✗ over budget" } else { "" };
+            let _ = writeln!(
+                out,
+                "  {i:<2} {:<name_width$}  {:<9}  {}  {:>21}  {:>10}  {}{marker}{over}",
+                stage.node,
+                format!("{}–{}", stage.layers[0], stage.layers[1]),
+                bar(m.weights, m.kv, m.embed_head, m.workspace + m.reserve, m.budget),
+                format!("{} / {}", short_bytes(m.total), format_bytes(m.budget as f64)),
+                format_seconds(stage.time_s),
+                match stage.time.bound {
+                    stageplan::plan::Bound::Memory => "memory",
+                    stageplan::plan::Bound::Compute => "compute",
+                },
+            );
+        }
+        let _ = writeln!(out, "     {:<name_width$}             █ weights ▓ KV ▒ embed/head ░ workspace+reserve · free", "");
+        out.push('\n');
+        if plan.feasible {
+            let _ = writeln!(
+                out,
+                "throughput {} tok/s with the pipeline full · {} tok/s for one stream · latency {} per token",
+                sig3(plan.tokens_per_s),
+                sig3(plan.stream_tokens_per_s),
+                plan.latency_s.map_or_else(|| "–".to_owned(), format_seconds)
+            );
+            let _ = writeln!(
+                out,
+                "prefill {} tok/s · longest context that fits this split: {}",
+                sig3(plan.prefill_tokens_per_s),
+                plan.max_context.map_or_else(|| "–".to_owned(), |c| format!("{} tokens", group_digits(c)))
+            );
+        }
+    }
+    let _ = writeln!(out, "search: {}", plan.search.detail);
+    if let (Some(bound), Some(gap)) = (plan.search.bound, plan.search.gap)
+        && plan.search.method == "heuristic"
+    {
+        let unit = if plan.objective == Objective::Throughput { " tok/s" } else { " s/token" };
+        let _ = writeln!(out, "bound: no plan beats {}{unit}; this plan is within {:.1}%", sig3(bound), gap * 100.0);
+    }
+
+    if !plan.left_out.is_empty() {
+        out.push_str("\nleft out\n");
+        for left in &plan.left_out {
+            let _ = writeln!(out, "  {}", left.reason);
+        }
+    }
+
+    if !plan.baselines.is_empty() {
+        out.push_str("\nother policies, same cost model\n");
+        let ours = plan.objective_value();
+        for b in &plan.baselines {
+            let figure = if !b.feasible {
+                b.problem.clone().unwrap_or_else(|| "does not fit".to_owned())
+            } else {
+                let (value, text) = match plan.objective {
+                    Objective::Throughput => (b.tokens_per_s, format!("{} tok/s", sig3(b.tokens_per_s))),
+                    Objective::Latency => {
+                        let l = b.latency_s.unwrap_or(f64::INFINITY);
+                        (l, format!("{} per token", format_seconds(l)))
+                    }
+                };
+                match ours {
+                    Some(ours) if ours > 0.0 && value.is_finite() => {
+                        let change = (value - ours) / ours * 100.0;
+                        format!("{text}  ({change:+.0}% vs this plan)")
+                    }
+                    _ => text,
+                }
+            };
+            let _ = writeln!(out, "  {:<20} {figure}", b.policy.name());
+        }
+    }
+
+    if !plan.diagnostics.is_empty() {
+        out.push_str("\nnotes\n");
+        for d in &plan.diagnostics {
+            let level = match d.level {
+                Level::Error => "error: ",
+                Level::Warning => "warning: ",
+                Level::Info => "",
+            };
+            let _ = write!(out, "  {level}{}", d.message);
+            if let Some(fix) = &d.fix {
+                let _ = write!(out, " → {fix}");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The line `--verify` adds: the exhaustive optimum beside ours.
+pub fn verification(plan: &Plan, exhaustive: &Plan) -> String {
+    let ours = plan.objective_value();
+    let best = exhaustive.objective_value();
+    let verdict = match (ours, best) {
+        (None, None) => "no plan fits either way".to_owned(),
+        (Some(a), Some(b)) if (a - b).abs() <= 1e-9 * a.abs().max(b.abs()) => "the plan is optimal".to_owned(),
+        (Some(a), Some(b)) => format!("MISMATCH: this plan {a}, exhaustive {b}"),
+        (a, b) => format!("MISMATCH: this plan {a:?}, exhaustive {b:?}"),
+    };
+    format!("\nverified by {}: {verdict}\n", exhaustive.search.detail)
+}
+
+fn bar(weights: u64, kv: u64, embed_head: u64, other: u64, budget: u64) -> String {
+    let budget = budget.max(1) as f64;
+    let total = (weights + kv + embed_head + other) as f64;
+    let scale = BAR as f64 / budget.max(total);
+    // Cumulative rounding keeps the segments summing to the filled length.
+    let mut cells = String::new();
+    let mut drawn = 0usize;
+    let mut running = 0.0;
+    for (amount, glyph) in [(weights, '█'), (kv, '▓'), (embed_head, '▒'), (other, '░')] {
+        running += amount as f64;
+        let upto = ((running * scale).round() as usize).min(BAR);
+        for _ in drawn..upto {
+            cells.push(glyph);
+        }
+        drawn = drawn.max(upto);
+    }
+    for _ in drawn..BAR {
+        cells.push('·');
+    }
+    cells
+}
+
+fn short_bytes(bytes: u64) -> String {
+    format_bytes(bytes as f64)
+}
+
+/// A model's summary.
+pub fn model(s: &ModelSummary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} · {}", s.name, s.weights);
+    let _ = writeln!(out, "parameters      {} ({})", params(s.params), group_digits(s.params));
+    let _ = writeln!(out, "weights         {} ({} bytes)", format_bytes(s.weight_bytes as f64), group_digits(s.weight_bytes));
+    let _ = writeln!(
+        out,
+        "embedding       {}{}",
+        format_bytes(s.embedding_bytes as f64),
+        if s.tied_embeddings { " (tied: the last stage keeps a copy as the LM head)" } else { "" }
+    );
+    let _ = writeln!(out, "head            {} (final norm and LM head)", format_bytes(s.head_bytes as f64));
+    let _ = writeln!(out, "KV cache        {} per token ({})", format_bytes(s.kv_bytes_per_token as f64), s.kv_format);
+    if let Some(max) = s.max_context {
+        let _ = writeln!(out, "max context     {} tokens", group_digits(max));
+    }
+    let mix: Vec<String> = s
+        .type_mix
+        .iter()
+        .map(|t| format!("{} {:.1}%", t.ty, t.bytes as f64 * 100.0 / s.weight_bytes.max(1) as f64))
+        .collect();
+    let _ = writeln!(out, "type mix        {}", mix.join(", "));
+    let _ = writeln!(out, "\n  layer  bytes                  params       window");
+    for layer in &s.layers {
+        let _ = writeln!(
+            out,
+            "  {:<5}  {:<21}  {:<11}  {}",
+            layer.index,
+            format!("{} ({})", format_bytes(layer.bytes as f64), group_digits(layer.bytes)),
+            params(layer.params),
+            layer.window.map_or_else(|| "–".to_owned(), group_digits)
+        );
+    }
+    out
+}
+
+fn params(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2} B", n / 1e9)
+    } else {
+        format!("{:.1} M", n / 1e6)
+    }
+}
+
+/// Model presets, device presets and weight formats.
+pub fn presets() -> String {
+    let mut out = String::from("model presets\n");
+    for m in MODELS {
+        let _ = writeln!(out, "  {:<18} {:<48} {:>8}", m.name, m.title, params(m.published_params as u64));
+    }
+    out.push_str("\ndevice presets            memory      bandwidth    compute (fp16)  reserve\n");
+    for d in DEVICES {
+        let _ = writeln!(
+            out,
+            "  {:<22}  {:>10}  {:>10}  {:>14}  {:>9}   {}",
+            d.name,
+            format_bytes(d.memory),
+            format_bandwidth(d.bandwidth),
+            format_compute(d.compute),
+            format_bytes(d.reserve),
+            d.title
+        );
+    }
+    out.push_str("\nweight formats\n  ");
+    let names: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
+    out.push_str(&names.join(", "));
+    out.push_str("\n\nKV-cache formats\n  ");
+    let kv: Vec<&str> = stageplan::scenario::KV_FORMATS.iter().map(|t| t.name()).collect();
+    out.push_str(&kv.join(", "));
+    out.push('\n');
+    out
+}
+
+/// The same, as JSON.
+pub fn presets_json() -> serde_json::Value {
+    serde_json::json!({
+        "models": MODELS.iter().map(|m| serde_json::json!({
+            "name": m.name, "title": m.title, "published_params": m.published_params,
+        })).collect::<Vec<_>>(),
+        "devices": DEVICES,
+        "weights": WeightFormat::all().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "kv": stageplan::scenario::KV_FORMATS.iter().map(|t| t.name()).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,66 @@
+//! Data-driven CLI tests: each folder under `tests/cli/` at the repository root is a case.
+//!
+//! A case holds `cmd` (the arguments, one line, run from the case folder), any input files
+//! it names, and `expected`: the exit status, standard output and standard error. After an
+//! intended change of output, regenerate with `UPDATE_EXPECT=1 cargo test -p stageplan-cli`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cases() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/cli")
+}
+
+fn run_case(dir: &Path) {
+    let cmd = std::fs::read_to_string(dir.join("cmd")).expect("case has a cmd file");
+    let args: Vec<&str> = cmd.split_whitespace().collect();
+    let output = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+        .args(&args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("stageplan runs");
+    let actual = format!(
+        "exit: {}\n--- stdout\n{}--- stderr\n{}",
+        output.status.code().map_or_else(|| "signal".to_owned(), |c| c.to_string()),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    expect_test::expect_file![dir.join("expected")].assert_eq(&actual);
+}
+
+#[test]
+fn every_case_matches_its_expected_output() {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(cases())
+        .expect("tests/cli exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.join("cmd").exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 20, "found only {} cases", dirs.len());
+    for dir in dirs {
+        run_case(&dir);
+    }
+}
+
+/// Bad input is one line on standard error and exit status 2, never a panic.
+#[test]
+fn bad_input_is_one_line_and_status_2() {
+    for entry in std::fs::read_dir(cases()).expect("tests/cli exists") {
+        let dir = entry.expect("readable entry").path();
+        if !dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("bad-")) {
+            continue;
+        }
+        let cmd = std::fs::read_to_string(dir.join("cmd")).expect("cmd");
+        let output = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+            .args(cmd.split_whitespace())
+            .current_dir(&dir)
+            .output()
+            .expect("stageplan runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{}: {stderr}", dir.display());
+        assert_eq!(stderr.lines().count(), 1, "{}: {stderr}", dir.display());
+        assert!(stderr.starts_with("error: "), "{}: {stderr}", dir.display());
+        assert!(output.stdout.is_empty(), "{}", dir.display());
+    }
+}
