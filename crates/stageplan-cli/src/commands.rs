@@ -114,22 +114,27 @@ impl<E: std::error::Error> From<E> for Failure {
 /// Bad input: unreadable files, malformed scenarios, unknown names.
 pub fn run(cli: Cli) -> Result<Outcome, Failure> {
     match cli.command {
-        Command::Plan { scenario, format, objective, policy, verify } => plan(&scenario, format, objective, policy, verify),
+        Command::Plan { scenario, format, objective, policy, verify } => {
+            plan(&scenario, format, objective, policy, verify)
+        }
         Command::Model { model, weights, kv, format } => model_command(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets(format),
     }
 }
 
 fn read(path: &Path) -> Result<String, Failure> {
-    let text = if path == Path::new("-") {
-        std::io::read_to_string(std::io::stdin())
-    } else {
-        std::fs::read_to_string(path)
-    };
+    let text =
+        if path == Path::new("-") { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(path) };
     text.map_err(|e| Failure(format!("cannot read `{}`: {e}", path.display())))
 }
 
-fn plan(path: &Path, format: Format, objective: Option<ObjectiveArg>, policy: Option<PolicyArg>, verify: bool) -> Result<Outcome, Failure> {
+fn plan(
+    path: &Path,
+    format: Format,
+    objective: Option<ObjectiveArg>,
+    policy: Option<PolicyArg>,
+    verify: bool,
+) -> Result<Outcome, Failure> {
     let mut scenario = Scenario::from_json(&read(path)?)?;
     if let Some(objective) = objective {
         scenario.objective = match objective {
@@ -162,7 +167,9 @@ fn plan(path: &Path, format: Format, objective: Option<ObjectiveArg>, policy: Op
         Format::Json => {
             let mut text = match &verified {
                 None => serde_json::to_string_pretty(&plan)?,
-                Some(exhaustive) => serde_json::to_string_pretty(&serde_json::json!({"plan": plan, "exhaustive": exhaustive}))?,
+                Some(exhaustive) => {
+                    serde_json::to_string_pretty(&serde_json::json!({"plan": plan, "exhaustive": exhaustive}))?
+                }
             };
             text.push('\n');
             text
@@ -207,7 +214,8 @@ fn resolve_model(name: &str, weights: WeightFormat) -> Result<Model, Failure> {
     }
     let config = HfConfig::from_json(&read(path)?)?;
     let arch = config.transformer()?;
-    let label = path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()).unwrap_or(&arch.model_type).to_owned();
+    let label =
+        path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()).unwrap_or(&arch.model_type).to_owned();
     Ok(Model::from_transformer(&label, arch, weights))
 }
 

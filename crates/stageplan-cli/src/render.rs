@@ -66,7 +66,11 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
                 },
             );
         }
-        let _ = writeln!(out, "     {:<name_width$}             █ weights ▓ KV ▒ embed/head ░ workspace+reserve · free", "");
+        let _ = writeln!(
+            out,
+            "     {:<name_width$}             █ weights ▓ KV ▒ embed/head ░ workspace+reserve · free",
+            ""
+        );
         out.push('\n');
         if plan.feasible {
             let _ = writeln!(
@@ -94,8 +98,27 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
 
     if !plan.left_out.is_empty() {
         out.push_str("\nleft out\n");
+        // Nodes with the same reason (identical machines) share a line.
+        let mut groups: Vec<(Vec<&str>, &str)> = Vec::new();
         for left in &plan.left_out {
-            let _ = writeln!(out, "  {}", left.reason);
+            match left.reason.split_once(" left out: ") {
+                Some((_, tail)) if !left.node.is_empty() => match groups.iter_mut().find(|(_, t)| *t == tail) {
+                    Some((names, _)) => names.push(&left.node),
+                    None => groups.push((vec![&left.node], tail)),
+                },
+                _ => groups.push((Vec::new(), &left.reason)),
+            }
+        }
+        for (names, tail) in groups {
+            let who = match names.len() {
+                0 => String::new(),
+                1 => format!("`{}` left out: ", names[0]),
+                2..=3 => {
+                    format!("{} left out: ", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
+                }
+                n => format!("`{}`, `{}` and {} more alike left out: ", names[0], names[1], n - 2),
+            };
+            let _ = writeln!(out, "  {who}{tail}");
         }
     }
 
@@ -187,7 +210,12 @@ pub fn model(s: &ModelSummary) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{} · {}", s.name, s.weights);
     let _ = writeln!(out, "parameters      {} ({})", params(s.params), group_digits(s.params));
-    let _ = writeln!(out, "weights         {} ({} bytes)", format_bytes(s.weight_bytes as f64), group_digits(s.weight_bytes));
+    let _ = writeln!(
+        out,
+        "weights         {} ({} bytes)",
+        format_bytes(s.weight_bytes as f64),
+        group_digits(s.weight_bytes)
+    );
     let _ = writeln!(
         out,
         "embedding       {}{}",
@@ -221,11 +249,7 @@ pub fn model(s: &ModelSummary) -> String {
 
 fn params(n: u64) -> String {
     let n = n as f64;
-    if n >= 1e9 {
-        format!("{:.2} B", n / 1e9)
-    } else {
-        format!("{:.1} M", n / 1e6)
-    }
+    if n >= 1e9 { format!("{:.2} B", n / 1e9) } else { format!("{:.1} M", n / 1e6) }
 }
 
 /// Model presets, device presets and weight formats.

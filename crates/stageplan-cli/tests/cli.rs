@@ -64,3 +64,43 @@ fn bad_input_is_one_line_and_status_2() {
         assert!(output.stdout.is_empty(), "{}", dir.display());
     }
 }
+
+fn repo_file(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(name)).expect("repository file")
+}
+
+/// The README's example output is what the CLI prints today.
+#[test]
+fn readme_example_is_current() {
+    let readme = repo_file("README.md");
+    let prompt = "$ stageplan plan tests/scenarios/home-70b.json --objective latency\n";
+    let start = readme.find(prompt).expect("README shows the example") + prompt.len();
+    let shown = &readme[start..start + readme[start..].find("```").expect("block ends")];
+    let output = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+        .args(["plan", "tests/scenarios/home-70b.json", "--objective", "latency"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("stageplan runs");
+    assert_eq!(shown, String::from_utf8_lossy(&output.stdout), "update the README example");
+}
+
+/// The quick start is exactly two commands.
+#[test]
+fn readme_quick_start_has_two_commands() {
+    let readme = repo_file("README.md");
+    let section = &readme[readme.find("## Quick start").expect("quick start")..];
+    let block = &section[section.find("```sh\n").expect("a sh block") + 6..];
+    let block = &block[..block.find("```").expect("block ends")];
+    assert_eq!(block.lines().filter(|l| !l.trim().is_empty()).count(), 2, "{block}");
+}
+
+/// ARCHITECTURE.md names every crate, so the map does not rot.
+#[test]
+fn architecture_names_every_crate() {
+    let architecture = repo_file("ARCHITECTURE.md");
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for entry in std::fs::read_dir(crates).expect("crates/") {
+        let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+        assert!(architecture.contains(&format!("`crates/{name}`")), "ARCHITECTURE.md does not describe crates/{name}");
+    }
+}

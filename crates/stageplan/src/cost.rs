@@ -169,9 +169,8 @@ impl CostModel {
             kv[i + 1] = kv[i] + kv_held;
             read[i + 1] = read[i] + dense + layer.expert_bytes as f64 * touched + kv_held as f64;
             flops[i + 1] = flops[i] + batch * (2.0 * active_params + attention * tokens as f64);
-            prefill_read[i + 1] = prefill_read[i]
-                + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk
-                + kv_per_token as f64;
+            prefill_read[i + 1] =
+                prefill_read[i] + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk + kv_per_token as f64;
             prefill_flops[i + 1] = prefill_flops[i] + 2.0 * active_params + attention * tokens as f64 / 2.0;
         }
 

@@ -55,11 +55,9 @@ impl ModelPreset {
     /// # Errors
     /// [`ModelError::UnknownPreset`] with the nearest name when there is one.
     pub fn find(name: &str) -> Result<&'static ModelPreset, ModelError> {
-        MODELS.iter().find(|p| p.name.eq_ignore_ascii_case(name.trim())).ok_or_else(|| {
-            ModelError::UnknownPreset {
-                name: name.to_owned(),
-                suggestion: closest(name, MODELS.iter().map(|p| p.name)),
-            }
+        MODELS.iter().find(|p| p.name.eq_ignore_ascii_case(name.trim())).ok_or_else(|| ModelError::UnknownPreset {
+            name: name.to_owned(),
+            suggestion: closest(name, MODELS.iter().map(|p| p.name)),
         })
     }
 
@@ -112,7 +110,13 @@ const GIB: f64 = 1024.0 * MIB;
 const GB_S: f64 = 1e9;
 const TFLOPS: f64 = 1e12;
 
-const fn gpu(name: &'static str, title: &'static str, memory_mib: f64, bandwidth_gb_s: f64, tflops: f64) -> DevicePreset {
+const fn gpu(
+    name: &'static str,
+    title: &'static str,
+    memory_mib: f64,
+    bandwidth_gb_s: f64,
+    tflops: f64,
+) -> DevicePreset {
     DevicePreset {
         name,
         title,
@@ -124,7 +128,13 @@ const fn gpu(name: &'static str, title: &'static str, memory_mib: f64, bandwidth
     }
 }
 
-const fn apple(name: &'static str, title: &'static str, memory_gib: f64, bandwidth_gb_s: f64, tflops: f64) -> DevicePreset {
+const fn apple(
+    name: &'static str,
+    title: &'static str,
+    memory_gib: f64,
+    bandwidth_gb_s: f64,
+    tflops: f64,
+) -> DevicePreset {
     DevicePreset {
         name,
         title,
@@ -138,7 +148,14 @@ const fn apple(name: &'static str, title: &'static str, memory_gib: f64, bandwid
     }
 }
 
-const fn cpu(name: &'static str, title: &'static str, memory_gib: f64, bandwidth_gb_s: f64, tflops: f64, reserve_gib: f64) -> DevicePreset {
+const fn cpu(
+    name: &'static str,
+    title: &'static str,
+    memory_gib: f64,
+    bandwidth_gb_s: f64,
+    tflops: f64,
+    reserve_gib: f64,
+) -> DevicePreset {
     DevicePreset {
         name,
         title,
@@ -212,7 +229,11 @@ mod tests {
     #[test]
     fn names_are_unique_and_lowercase() {
         let mut names: Vec<&str> = MODELS.iter().map(|m| m.name).chain(DEVICES.iter().map(|d| d.name)).collect();
-        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')));
+        assert!(
+            names
+                .iter()
+                .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'))
+        );
         let count = names.len();
         names.sort_unstable();
         names.dedup();

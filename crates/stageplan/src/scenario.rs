@@ -190,7 +190,8 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy.
-    pub const ALL: [Policy; 5] = [Policy::Optimal, Policy::MemoryProportional, Policy::Even, Policy::Greedy, Policy::Manual];
+    pub const ALL: [Policy; 5] =
+        [Policy::Optimal, Policy::MemoryProportional, Policy::Even, Policy::Greedy, Policy::Manual];
 
     /// The kebab-case name.
     pub fn name(self) -> &'static str {
@@ -345,7 +346,8 @@ impl Scenario {
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
         if !text.trim_start().starts_with('{') {
             return Err(ScenarioError::Syntax(
-                "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`".to_owned(),
+                "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`"
+                    .to_owned(),
             ));
         }
         let de = &mut serde_json::Deserializer::from_str(text);
@@ -408,11 +410,15 @@ impl Scenario {
             };
             let pick = |own: Option<f64>, preset_value: Option<f64>, field: &str, example: &str| {
                 own.or(preset_value).ok_or_else(|| {
-                    ScenarioError::field(at(field), format!("is missing; give it (e.g. `{example}`) or pick a `device` preset"))
+                    ScenarioError::field(
+                        at(field),
+                        format!("is missing; give it (e.g. `{example}`) or pick a `device` preset"),
+                    )
                 })
             };
             let memory = pick(spec.memory.map(Bytes::get), preset.map(|p| p.memory), "memory", "24 GiB")?;
-            let bandwidth = pick(spec.bandwidth.map(Bandwidth::get), preset.map(|p| p.bandwidth), "bandwidth", "1008 GB/s")?;
+            let bandwidth =
+                pick(spec.bandwidth.map(Bandwidth::get), preset.map(|p| p.bandwidth), "bandwidth", "1008 GB/s")?;
             let compute = pick(spec.compute.map(Compute::get), preset.map(|p| p.compute), "compute", "165 TFLOPS")?;
             let reserve = spec.reserve.map(Bytes::get).or(preset.map(|p| p.reserve)).unwrap_or(0.0);
             for (value, field) in [(bandwidth, "bandwidth"), (compute, "compute")] {
@@ -459,12 +465,18 @@ impl Scenario {
             let link = check_link(pair.bandwidth, pair.latency, &at)?;
             let index = |name: &str| {
                 nodes.iter().position(|n| n.name == name).ok_or_else(|| {
-                    ScenarioError::field(format!("{at}.between"), format!("names `{name}`, which is not a node; use a name from `nodes`"))
+                    ScenarioError::field(
+                        format!("{at}.between"),
+                        format!("names `{name}`, which is not a node; use a name from `nodes`"),
+                    )
                 })
             };
             let (a, b) = (index(&pair.between[0])?, index(&pair.between[1])?);
             if a == b {
-                return Err(ScenarioError::field(format!("{at}.between"), "names the same node twice; a link joins two nodes"));
+                return Err(ScenarioError::field(
+                    format!("{at}.between"),
+                    "names the same node twice; a link joins two nodes",
+                ));
             }
             links.set(a, b, link);
         }
@@ -484,7 +496,10 @@ impl Scenario {
         if self.policy != Policy::Manual {
             return Err(ScenarioError::field(
                 "stages",
-                format!("is given but `policy` is `{}`; set `\"policy\": \"manual\"` or remove `stages`", self.policy.name()),
+                format!(
+                    "is given but `policy` is `{}`; set `\"policy\": \"manual\"` or remove `stages`",
+                    self.policy.name()
+                ),
             ));
         }
         if stages.is_empty() {
@@ -495,7 +510,10 @@ impl Scenario {
         for (i, stage) in stages.iter().enumerate() {
             let at = format!("stages[{i}]");
             let node = nodes.iter().position(|n| n.name == stage.node).ok_or_else(|| {
-                ScenarioError::field(format!("{at}.node"), format!("`{}` is not a node; use a name from `nodes`", stage.node))
+                ScenarioError::field(
+                    format!("{at}.node"),
+                    format!("`{}` is not a node; use a name from `nodes`", stage.node),
+                )
             })?;
             if out.iter().any(|&(n, _, _)| n == node) {
                 return Err(ScenarioError::field(
@@ -511,7 +529,11 @@ impl Scenario {
                 ));
             }
             if start != expected_start {
-                let problem = if start < expected_start { "overlaps the stage before" } else { "leaves a gap after the stage before" };
+                let problem = if start < expected_start {
+                    "overlaps the stage before"
+                } else {
+                    "leaves a gap after the stage before"
+                };
                 return Err(ScenarioError::field(
                     format!("{at}.layers"),
                     format!("`[{start}, {end}]` {problem}; start it at {expected_start}"),
@@ -553,7 +575,10 @@ impl ModelSpec {
             Some(w) => w.parse().map_err(|e: ModelError| match e {
                 ModelError::UnknownWeights { name, suggestion } => ScenarioError::field(
                     "model.weights",
-                    format!("`{name}` is not a weight format{}; run `stageplan presets` to list them", suggest(&suggestion)),
+                    format!(
+                        "`{name}` is not a weight format{}; run `stageplan presets` to list them",
+                        suggest(&suggestion)
+                    ),
                 ),
                 other => other.into(),
             })?,
@@ -564,7 +589,10 @@ impl ModelSpec {
                 let preset = ModelPreset::find(preset).map_err(|e| match e {
                     ModelError::UnknownPreset { name, suggestion } => ScenarioError::field(
                         "model.preset",
-                        format!("`{name}` is not a model preset{}; run `stageplan presets` to list them", suggest(&suggestion)),
+                        format!(
+                            "`{name}` is not a model preset{}; run `stageplan presets` to list them",
+                            suggest(&suggestion)
+                        ),
                     ),
                     other => other.into(),
                 })?;
@@ -601,7 +629,10 @@ impl WorkloadSpec {
             ));
         }
         if self.batch == 0 || self.batch > 1 << 20 {
-            return Err(ScenarioError::field("workload.batch", format!("is {}; give between 1 and 1048576 sequences", self.batch)));
+            return Err(ScenarioError::field(
+                "workload.batch",
+                format!("is {}; give between 1 and 1048576 sequences", self.batch),
+            ));
         }
         if self.prefill_chunk == 0 || self.prefill_chunk > 1 << 20 {
             return Err(ScenarioError::field(
@@ -636,7 +667,9 @@ fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
     let bad = || {
         ScenarioError::field(
             "workload.kv",
-            format!("`{name}` is not a KV-cache format; use `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0` or `iq4_nl`"),
+            format!(
+                "`{name}` is not a KV-cache format; use `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0` or `iq4_nl`"
+            ),
         )
     };
     let ty: TensorType = name.parse().map_err(|_| bad())?;

@@ -126,7 +126,9 @@ impl fmt::Display for TensorType {
 
 /// A name that is not a tensor type we know.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("unknown tensor type `{0}`; use one of `f32`, `f16`, `bf16`, `fp8`, `int8`, `q8_0`, `q6_k`, `q5_k`, `q4_k`, `q4_0`, `q3_k`, `q2_k`, `iq4_xs`, …")]
+#[error(
+    "unknown tensor type `{0}`; use one of `f32`, `f16`, `bf16`, `fp8`, `int8`, `q8_0`, `q6_k`, `q5_k`, `q4_k`, `q4_0`, `q3_k`, `q2_k`, `iq4_xs`, …"
+)]
 pub struct UnknownTensorType(pub String);
 
 impl FromStr for TensorType {
@@ -151,10 +153,7 @@ impl FromStr for TensorType {
 
 /// Lowercase, with `-` and spaces read as `_`: `Q4-K` → `q4_k`.
 pub(crate) fn normalize(s: &str) -> String {
-    s.trim()
-        .chars()
-        .map(|c| if c == '-' || c == ' ' { '_' } else { c.to_ascii_lowercase() })
-        .collect()
+    s.trim().chars().map(|c| if c == '-' || c == ' ' { '_' } else { c.to_ascii_lowercase() }).collect()
 }
 
 impl Serialize for TensorType {

@@ -103,12 +103,7 @@ pub struct QuantityError {
 
 impl QuantityError {
     fn new(input: &str, dimension: Dimension, reason: &'static str) -> Self {
-        QuantityError {
-            input: input.to_owned(),
-            noun: dimension.noun(),
-            reason,
-            example: dimension.example(),
-        }
+        QuantityError { input: input.to_owned(), noun: dimension.noun(), reason, example: dimension.example() }
     }
 }
 
@@ -139,9 +134,7 @@ pub fn parse_quantity(text: &str, dimension: Dimension) -> Result<f64, QuantityE
     if number.is_empty() {
         return Err(QuantityError::new(text, dimension, "it has no number"));
     }
-    let value: f64 = number
-        .parse()
-        .map_err(|_| QuantityError::new(text, dimension, "its number is malformed"))?;
+    let value: f64 = number.parse().map_err(|_| QuantityError::new(text, dimension, "its number is malformed"))?;
     let unit = unit.trim();
     let factor = if unit.is_empty() {
         1.0
@@ -264,11 +257,7 @@ pub fn format_bytes(bytes: f64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 {
-        format!("{value:.0} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
+    if unit == 0 { format!("{value:.0} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
 /// `1.008e12` → `1008 GB/s`.
@@ -299,7 +288,13 @@ fn decimal(value: f64, units: &[&str]) -> String {
         value /= 1000.0;
         unit += 1;
     }
-    let digits = if value >= 100.0 { 0 } else if value >= 10.0 { 1 } else { 2 };
+    let digits = if value >= 100.0 {
+        0
+    } else if value >= 10.0 {
+        1
+    } else {
+        2
+    };
     format!("{value:.digits$} {}", units[unit])
 }
 

@@ -102,17 +102,13 @@ impl HfConfig {
     /// When the text is not JSON or a field has the wrong type.
     pub fn from_json(text: &str) -> Result<HfConfig, ModelError> {
         let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(|e| ModelError::Config {
-            field: e.path().to_string(),
-            message: e.into_inner().to_string(),
-        })
+        serde_path_to_error::deserialize(de)
+            .map_err(|e| ModelError::Config { field: e.path().to_string(), message: e.into_inner().to_string() })
     }
 
     /// Whether q, k and v carry a bias: stated by `attention_bias`, implied by Qwen2.
     pub fn qkv_bias(&self) -> bool {
-        self.attention_bias.unwrap_or({
-            matches!(self.model_type.as_deref(), Some("qwen2" | "qwen2_moe" | "qwen2_vl"))
-        })
+        self.attention_bias.unwrap_or(matches!(self.model_type.as_deref(), Some("qwen2" | "qwen2_moe" | "qwen2_vl")))
     }
 
     /// The language model's own config: `text_config` for multimodal models, else `self`.
@@ -217,7 +213,10 @@ impl HfConfig {
             return Ok(None);
         }
         let active = self.num_experts_per_tok.ok_or_else(|| {
-            ModelError::invalid("num_experts_per_tok", "is missing in a mixture-of-experts config; copy it from config.json")
+            ModelError::invalid(
+                "num_experts_per_tok",
+                "is missing in a mixture-of-experts config; copy it from config.json",
+            )
         })?;
         if active == 0 || active > experts {
             return Err(ModelError::invalid(
@@ -225,16 +224,13 @@ impl HfConfig {
                 &format!("is {active}; it must be between 1 and {field} ({experts})"),
             ));
         }
-        let expert_intermediate = self
-            .moe_intermediate_size
-            .or(self.intermediate_size)
-            .filter(|&i| i > 0)
-            .ok_or_else(|| ModelError::invalid("moe_intermediate_size", "is missing or 0; copy it from config.json"))?;
+        let expert_intermediate =
+            self.moe_intermediate_size.or(self.intermediate_size).filter(|&i| i > 0).ok_or_else(|| {
+                ModelError::invalid("moe_intermediate_size", "is missing or 0; copy it from config.json")
+            })?;
         let step = self.decoder_sparse_step.unwrap_or(1).max(1);
         let dense: Vec<u64> = self.mlp_only_layers.clone().unwrap_or_default();
-        let sparse_layers = (0..num_layers)
-            .map(|i| !dense.contains(&i) && (i + 1) % step == 0)
-            .collect();
+        let sparse_layers = (0..num_layers).map(|i| !dense.contains(&i) && (i + 1) % step == 0).collect();
         let _ = hidden_size;
         Ok(Some(Moe {
             experts,
@@ -258,10 +254,7 @@ impl HfConfig {
                     &format!("has {} entries for {n} layers; give one per layer", kinds.len()),
                 ));
             }
-            return Ok(kinds
-                .iter()
-                .map(|kind| if kind.contains("sliding") { window } else { None })
-                .collect());
+            return Ok(kinds.iter().map(|kind| if kind.contains("sliding") { window } else { None }).collect());
         }
         Ok((0..n)
             .map(|i| match model_type {
@@ -330,14 +323,15 @@ mod tests {
     fn sliding_windows_follow_each_family() {
         let base = r#""hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
                        "num_attention_heads": 4, "vocab_size": 100, "sliding_window": 16"#;
-        let windows = |extra: &str| {
-            HfConfig::from_json(&format!("{{{base}{extra}}}")).unwrap().transformer().unwrap().windows
-        };
+        let windows =
+            |extra: &str| HfConfig::from_json(&format!("{{{base}{extra}}}")).unwrap().transformer().unwrap().windows;
         assert_eq!(windows(r#", "model_type": "mistral""#), vec![Some(16); 4]);
         assert_eq!(windows(r#", "model_type": "qwen2", "use_sliding_window": false"#), vec![None; 4]);
         assert_eq!(windows(r#", "model_type": "gemma2""#), vec![Some(16), None, Some(16), None]);
         assert_eq!(
-            windows(r#", "layer_types": ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]"#),
+            windows(
+                r#", "layer_types": ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]"#
+            ),
             vec![None, Some(16), None, Some(16)]
         );
     }

@@ -42,7 +42,14 @@ fn q4_k_m_mix_follows_llama_quantize() {
 /// alignment, a few MB).
 #[test]
 fn quantized_sizes_match_published_files() {
-    let cases = [("q8_0", 8.54e9), ("q6_k", 6.60e9), ("q5_k_m", 5.73e9), ("q4_k_m", 4.92e9), ("q3_k_m", 4.02e9), ("q2_k", 3.18e9)];
+    let cases = [
+        ("q8_0", 8.54e9),
+        ("q6_k", 6.60e9),
+        ("q5_k_m", 5.73e9),
+        ("q4_k_m", 4.92e9),
+        ("q3_k_m", 4.02e9),
+        ("q2_k", 3.18e9),
+    ];
     for (format, published) in cases {
         let bytes = preset("llama-3.1-8b", format).weight_bytes() as f64;
         let error = (bytes - published) / published;
@@ -56,12 +63,13 @@ fn mixture_of_experts_counts_all_experts_for_memory() {
     let layer = &model.layers()[0];
     assert_eq!(layer.expert_params, 8 * 3 * 4096 * 14336);
     // 46.7 B stored, about 12.9 B active per token.
-    let active: u64 = model
-        .layers()
-        .iter()
-        .map(|l| l.params - l.expert_params + l.expert_params * 2 / 8)
-        .sum::<u64>()
-        + model.tensors.iter().filter(|t| t.place != Place::Layer(0) && !matches!(t.place, Place::Layer(_))).map(Tensor::elements).sum::<u64>();
+    let active: u64 = model.layers().iter().map(|l| l.params - l.expert_params + l.expert_params * 2 / 8).sum::<u64>()
+        + model
+            .tensors
+            .iter()
+            .filter(|t| t.place != Place::Layer(0) && !matches!(t.place, Place::Layer(_)))
+            .map(Tensor::elements)
+            .sum::<u64>();
     assert!((active as f64 / 12.9e9 - 1.0).abs() < 0.01, "{active}");
 }
 

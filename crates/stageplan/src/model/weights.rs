@@ -127,10 +127,7 @@ impl WeightFormat {
     pub(crate) fn assign(self, arch: &Transformer, shapes: Vec<TensorShape>) -> Vec<Tensor> {
         let mut types: Vec<TensorType> = match self {
             WeightFormat::Float(t) => vec![t; shapes.len()],
-            WeightFormat::Linear(t) => shapes
-                .iter()
-                .map(|s| if is_linear(s) { t } else { TensorType::BF16 })
-                .collect(),
+            WeightFormat::Linear(t) => shapes.iter().map(|s| if is_linear(s) { t } else { TensorType::BF16 }).collect(),
             WeightFormat::Gguf(ftype) => llama_quantize_types(ftype, arch, &shapes),
         };
         shapes
@@ -175,9 +172,8 @@ fn llama_quantize_types(ftype: FileType, arch: &Transformer, shapes: &[TensorSha
     let n_expert = arch.moe.as_ref().map_or(0, |m| m.experts);
     let n_gqa = arch.num_heads / arch.num_kv_heads.max(1);
     let tied = !shapes.iter().any(|s| s.name == "output.weight");
-    let is_70b = matches!(arch.model_type.as_str(), "llama" | "mistral")
-        && n_layer == 80
-        && arch.num_heads != arch.num_kv_heads;
+    let is_70b =
+        matches!(arch.model_type.as_str(), "llama" | "mistral") && n_layer == 80 && arch.num_heads != arch.num_kv_heads;
     let n_attention_wv = shapes.iter().filter(|s| s.name.contains("attn_v.weight")).count() as i64;
     let iq_low = matches!(ftype, F::IQ2_XXS | F::IQ2_XS | F::IQ1_S | F::IQ2_S | F::IQ2_M | F::IQ1_M);
     let default = ftype.default_type();
@@ -237,12 +233,30 @@ fn llama_quantize_types(ftype: FileType, arch: &Transformer, shapes: &[TensorSha
         } else if name.contains("attn_v.weight") {
             let v = i_attention_wv;
             ty = match ftype {
-                F::Q2_K => if n_gqa >= 4 { T::Q4_K } else { T::Q3_K },
+                F::Q2_K => {
+                    if n_gqa >= 4 {
+                        T::Q4_K
+                    } else {
+                        T::Q3_K
+                    }
+                }
                 F::Q2_K_S if n_gqa >= 4 => T::Q4_K,
-                F::IQ3_XXS => if n_gqa >= 4 { T::Q4_K } else { T::IQ3_XXS },
+                F::IQ3_XXS => {
+                    if n_gqa >= 4 {
+                        T::Q4_K
+                    } else {
+                        T::IQ3_XXS
+                    }
+                }
                 F::IQ3_XS | F::IQ3_S if n_gqa >= 4 => T::Q4_K,
                 F::IQ3_M => T::Q4_K,
-                F::Q3_K_M => if v < 2 { T::Q5_K } else { T::Q4_K },
+                F::Q3_K_M => {
+                    if v < 2 {
+                        T::Q5_K
+                    } else {
+                        T::Q4_K
+                    }
+                }
                 F::Q3_K_L => T::Q5_K,
                 F::IQ4_NL | F::IQ4_XS if n_gqa >= 4 => T::Q5_K,
                 F::Q4_K_M | F::Q5_K_M if use_more_bits(v, n_attention_wv) => T::Q6_K,
@@ -292,8 +306,17 @@ fn llama_quantize_types(ftype: FileType, arch: &Transformer, shapes: &[TensorSha
         } else if name.contains("attn_output.weight") {
             ty = if n_expert == 8 {
                 match ftype {
-                    F::Q2_K | F::IQ3_XS | F::IQ3_XXS | F::Q3_K_S | F::Q3_K_M | F::IQ4_NL | F::Q4_K_S | F::Q4_K_M
-                    | F::IQ3_S | F::IQ3_M | F::IQ4_XS => T::Q5_K,
+                    F::Q2_K
+                    | F::IQ3_XS
+                    | F::IQ3_XXS
+                    | F::Q3_K_S
+                    | F::Q3_K_M
+                    | F::IQ4_NL
+                    | F::Q4_K_S
+                    | F::Q4_K_M
+                    | F::IQ3_S
+                    | F::IQ3_M
+                    | F::IQ4_XS => T::Q5_K,
                     _ => default,
                 }
             } else {

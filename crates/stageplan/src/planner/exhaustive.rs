@@ -29,7 +29,8 @@ pub fn plan_count(nodes: usize, layers: usize) -> Option<u64> {
 /// the (many) complete plans costs O(1); ranges that do not fit are not extended, since a
 /// longer range on the same node holds more.
 pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usize>) -> Option<(f64, Assignment)> {
-    let mut walk = Walk { cost, objective, required, used: vec![false; cost.node_count()], stages: Vec::new(), best: None };
+    let mut walk =
+        Walk { cost, objective, required, used: vec![false; cost.node_count()], stages: Vec::new(), best: None };
     for first in 0..cost.node_count() {
         walk.used[first] = true;
         for end in 1..=cost.layers() {

@@ -11,7 +11,9 @@ mod fixes;
 mod search;
 
 use crate::cost::CostModel;
-use crate::plan::{Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, Plan, Search, Stage, TimeBreakdown};
+use crate::plan::{
+    Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, Plan, Search, Stage, TimeBreakdown,
+};
 use crate::scenario::{Objective, Policy, Problem};
 use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
 
@@ -72,7 +74,14 @@ pub fn verify(problem: &Problem, limit: u64) -> Option<Plan> {
     Some(plan)
 }
 
-fn plan_with(problem: &Problem, cost: &CostModel, allowed: &[bool], policy: Policy, objective: Objective, explain: bool) -> Plan {
+fn plan_with(
+    problem: &Problem,
+    cost: &CostModel,
+    allowed: &[bool],
+    policy: Policy,
+    objective: Objective,
+    explain: bool,
+) -> Plan {
     let (stages, search) = match policy {
         Policy::Optimal => {
             let found = search::optimal(cost, objective, allowed, None);
@@ -144,12 +153,24 @@ fn unrestrict(stages: &[(usize, usize, usize)], allowed: &[bool]) -> Vec<(usize,
 }
 
 /// Turns an assignment into a plan: breakdowns, pipeline figures, longest context.
-pub(crate) fn evaluate(problem: &Problem, cost: &CostModel, stages: &[(usize, usize, usize)], policy: Policy, objective: Objective) -> Plan {
+pub(crate) fn evaluate(
+    problem: &Problem,
+    cost: &CostModel,
+    stages: &[(usize, usize, usize)],
+    policy: Policy,
+    objective: Objective,
+) -> Plan {
     let count = stages.len();
     let batch = problem.workload.batch as f64;
     let mut out = Vec::with_capacity(count);
     for (s, &(node, start, end)) in stages.iter().enumerate() {
-        let next = if count == 1 { None } else if s + 1 == count { Some(stages[0].0) } else { Some(stages[s + 1].0) };
+        let next = if count == 1 {
+            None
+        } else if s + 1 == count {
+            Some(stages[0].0)
+        } else {
+            Some(stages[s + 1].0)
+        };
         let time = cost.time(node, start, end, next);
         let memory = cost.memory(node, start, end);
         let budget = cost.budget(node);
@@ -180,11 +201,8 @@ pub(crate) fn evaluate(problem: &Problem, cost: &CostModel, stages: &[(usize, us
         });
     }
     let feasible = !stages.is_empty() && stages.iter().all(|&(k, a, b)| cost.fits(k, a, b));
-    let bottleneck = out
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s).then(b.0.cmp(&a.0)))
-        .map(|(i, _)| i);
+    let bottleneck =
+        out.iter().enumerate().max_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s).then(b.0.cmp(&a.0))).map(|(i, _)| i);
     let slowest = bottleneck.map_or(0.0, |b| out[b].time_s);
     let latency: f64 = out.iter().map(|s| s.time_s).sum();
     let prefill = out.iter().map(|s| s.time.prefill_s).fold(0.0, f64::max);
@@ -201,7 +219,12 @@ pub(crate) fn evaluate(problem: &Problem, cost: &CostModel, stages: &[(usize, us
         max_context: if feasible { max_context(problem, cost, stages) } else { None },
         stages: out,
         left_out: Vec::new(),
-        search: Search { method: "given".to_owned(), detail: format!("the `{}` policy", policy.name()), bound: None, gap: None },
+        search: Search {
+            method: "given".to_owned(),
+            detail: format!("the `{}` policy", policy.name()),
+            bound: None,
+            gap: None,
+        },
         baselines: Vec::new(),
         diagnostics: Vec::new(),
     }
@@ -227,11 +250,28 @@ fn max_context(problem: &Problem, cost: &CostModel, stages: &[(usize, usize, usi
 }
 
 /// Why each unused node is left out: what the best plan that uses it would reach.
-fn left_out(problem: &Problem, cost: &CostModel, allowed: &[bool], plan: &Plan, objective: Objective, exact: bool) -> Vec<LeftOut> {
+fn left_out(
+    problem: &Problem,
+    cost: &CostModel,
+    allowed: &[bool],
+    plan: &Plan,
+    objective: Objective,
+    exact: bool,
+) -> Vec<LeftOut> {
     const EXPLAIN_AT_MOST: usize = 8;
     let used: Vec<&str> = plan.stages.iter().map(|s| s.node.as_str()).collect();
     let mut out = Vec::new();
     let mut unexplained = 0usize;
+    // With uniform links, identical nodes have identical answers: search once per kind.
+    let mut seen: Vec<(usize, Option<f64>, String)> = Vec::new();
+    let same = |a: usize, b: usize| {
+        let (x, y) = (&problem.nodes[a], &problem.nodes[b]);
+        cost.uniform_links()
+            && x.memory == y.memory
+            && x.reserve == y.reserve
+            && x.bandwidth == y.bandwidth
+            && x.compute == y.compute
+    };
     for (k, node) in problem.nodes.iter().enumerate() {
         if !allowed[k] || used.contains(&node.name.as_str()) {
             continue;
@@ -250,7 +290,15 @@ fn left_out(problem: &Problem, cost: &CostModel, allowed: &[bool], plan: &Plan, 
             });
             continue;
         }
-        if out.len() >= EXPLAIN_AT_MOST || !plan.feasible {
+        if let Some((_, with_node, tail)) = seen.iter().find(|(twin, _, _)| same(*twin, k)) {
+            out.push(LeftOut {
+                node: name.clone(),
+                reason: format!("`{name}` left out: {tail}"),
+                with_node: *with_node,
+            });
+            continue;
+        }
+        if seen.len() >= EXPLAIN_AT_MOST || !plan.feasible {
             unexplained += 1;
             continue;
         }
@@ -263,7 +311,11 @@ fn left_out(problem: &Problem, cost: &CostModel, allowed: &[bool], plan: &Plan, 
                     let rate = problem.workload.batch as f64 / seconds;
                     let verb = if rate < current * (1.0 - 1e-9) { "cut" } else { "not raise" };
                     (
-                        format!("`{name}` left out: it would {verb} throughput from {} to {} tok/s", sig3(current), sig3(rate)),
+                        format!(
+                            "`{name}` left out: it would {verb} throughput from {} to {} tok/s",
+                            sig3(current),
+                            sig3(rate)
+                        ),
                         Some(rate),
                     )
                 }
@@ -282,6 +334,8 @@ fn left_out(problem: &Problem, cost: &CostModel, allowed: &[bool], plan: &Plan, 
             (Some(_), None) => (format!("`{name}` left out"), None),
         };
         let reason = if exact { reason } else { format!("{reason} (best found)") };
+        let tail = reason.split_once(" left out: ").map_or_else(String::new, |(_, tail)| tail.to_owned());
+        seen.push((k, with_node, tail));
         out.push(LeftOut { node: name.clone(), reason, with_node });
     }
     if unexplained > 0 && plan.feasible {
@@ -310,7 +364,11 @@ fn overflow_summary(plan: &Plan) -> String {
         .filter(|s| s.memory.headroom < 0)
         .map(|s| format!("`{}` over by {}", s.node, format_bytes(-s.memory.headroom as f64)))
         .collect();
-    if over.is_empty() { "no stages".to_owned() } else { format!("does not fit: {}", over.join(", ")) }
+    match over.len() {
+        0 => "no stages".to_owned(),
+        1..=3 => format!("does not fit: {}", over.join(", ")),
+        n => format!("does not fit: {} and {} more", over[..2].join(", "), n - 2),
+    }
 }
 
 /// The bottleneck, tight memory, and context notes.

@@ -75,9 +75,7 @@ pub(crate) fn value(cost: &CostModel, stages: &[(usize, usize, usize)], objectiv
 
 /// The best plan using only `allowed` nodes and, if given, certainly using `required`.
 pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], required: Option<usize>) -> Found {
-    let nodes: Vec<usize> = (0..cost.node_count())
-        .filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0)
-        .collect();
+    let nodes: Vec<usize> = (0..cost.node_count()).filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0).collect();
     if nodes.is_empty() || cost.layers() == 0 || required.is_some_and(|r| !nodes.contains(&r)) {
         return Found { best: None, exact: true, bound: None, detail: "no usable node".to_owned() };
     }
@@ -174,7 +172,11 @@ pub(crate) enum Probe {
 ///
 /// `floor` is a threshold known to be infeasible or optimal (a lower bound); 0 will do.
 /// `seed` is a plan already known (from a cheaper search), if any.
-fn parametric(floor: f64, seed: Option<(f64, Assignment)>, mut probe: impl FnMut(f64) -> Probe) -> Option<(f64, Assignment)> {
+fn parametric(
+    floor: f64,
+    seed: Option<(f64, Assignment)>,
+    mut probe: impl FnMut(f64) -> Probe,
+) -> Option<(f64, Assignment)> {
     let (mut hi, mut best) = match seed {
         Some(plan) => plan,
         None => match probe(f64::INFINITY) {
@@ -297,7 +299,8 @@ impl<'a> Space<'a> {
         let m = self.nodes.len();
         let hop = cost.uniform_hop_s();
         let ret = cost.uniform_return_s();
-        let tables: Vec<ReachTable> = (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
+        let tables: Vec<ReachTable> =
+            (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
 
         let full = 1usize << m;
         let mut reach = vec![-1i32; full];
@@ -351,7 +354,8 @@ impl<'a> Space<'a> {
         let m = self.nodes.len();
         let hop = cost.uniform_hop_s();
         let ret = cost.uniform_return_s();
-        let tables: Vec<ReachTable> = (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
+        let tables: Vec<ReachTable> =
+            (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
         let full = 1usize << m;
         let mut sets = Sets::new(full, l + 1);
         sets.insert(0, 0);
@@ -513,7 +517,8 @@ impl<'a> Space<'a> {
         let full = 1usize << m;
         let width = l + 1;
         let rest = self.rest_lower_bounds();
-        let mut incumbent = fixed_order_min_sum(cost, &speed_order(cost, &self.nodes), self.required.map(|r| self.nodes[r]));
+        let mut incumbent =
+            fixed_order_min_sum(cost, &speed_order(cost, &self.nodes), self.required.map(|r| self.nodes[r]));
         let bound = |incumbent: &Option<(f64, Assignment)>| incumbent.as_ref().map_or(f64::INFINITY, |b| b.0);
         let mut best = vec![f64::INFINITY; full * width];
         let mut from = vec![(0u32, 0u8); full * width];
@@ -619,11 +624,8 @@ impl<'a> Space<'a> {
         let mut incoming_from = vec![0u8; width];
         let mut scratch = Vec::with_capacity(width);
         for f in 0..m {
-            let finals: Vec<FinalCosts> = self
-                .nodes
-                .iter()
-                .map(|&k| FinalCosts::new(cost, k, cost.return_s(k, self.nodes[f])))
-                .collect();
+            let finals: Vec<FinalCosts> =
+                self.nodes.iter().map(|&k| FinalCosts::new(cost, k, cost.return_s(k, self.nodes[f]))).collect();
             closed.iter_mut().for_each(|v| *v = f64::INFINITY);
             // The first stage, on f, covering [0, e).
             scratch.clear();
@@ -712,7 +714,15 @@ impl<'a> Space<'a> {
 /// For node `k` and arrival costs `row[j]` (stages before it cover `[0, j)`), the least
 /// `row[j] + roofline(k, j, e) + hop` for every end `e < L`, as `(e, value, argmin j)`.
 /// `first` marks the first stage (start 0 only).
-fn relax(cost: &CostModel, k: usize, regime: Option<Regime>, row: &[f64], first: bool, hop: f64, out: &mut Vec<(usize, f64, usize)>) {
+fn relax(
+    cost: &CostModel,
+    k: usize,
+    regime: Option<Regime>,
+    row: &[f64],
+    first: bool,
+    hop: f64,
+    out: &mut Vec<(usize, f64, usize)>,
+) {
     let l = cost.layers();
     if first {
         for e in 1..l {
@@ -902,14 +912,7 @@ impl<'f> ReachTable<'f> {
             let offset = facts.final_roofline[from..].partition_point(|&t| t + ret > tau);
             if from + offset < l { from + offset } else { usize::MAX }
         };
-        ReachTable {
-            facts,
-            reach,
-            mid_event,
-            final_from,
-            ret,
-            single_ok: facts.single.is_some_and(|t| t <= tau),
-        }
+        ReachTable { facts, reach, mid_event, final_from, ret, single_ok: facts.single.is_some_and(|t| t <= tau) }
     }
 
     /// The threshold at which a last stage from `j` would fit in time (∞ if memory blocks it).
@@ -934,9 +937,8 @@ impl FinalCosts {
     fn new(cost: &CostModel, k: usize, ret: f64) -> FinalCosts {
         let l = cost.layers();
         let fits_from = (1..l).find(|&j| cost.fits(k, j, l)).unwrap_or(l);
-        let with_return = (0..l)
-            .map(|j| if j >= fits_from { cost.roofline_s(k, j, l) + ret } else { f64::INFINITY })
-            .collect();
+        let with_return =
+            (0..l).map(|j| if j >= fits_from { cost.roofline_s(k, j, l) + ret } else { f64::INFINITY }).collect();
         let single = if cost.fits(k, 0, l) { cost.roofline_s(k, 0, l) } else { f64::INFINITY };
         FinalCosts { with_return, fits_from, single }
     }
@@ -980,9 +982,10 @@ pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize],
             best_order = order.clone();
         }
     }
-    // Local search: move each used node one place earlier; keep improvements. The budget
-    // keeps it bounded on very large clusters.
-    let budget = 64usize.max(4096 / nodes.len().max(1));
+    // Local search: move each node one place earlier; keep improvements. Each order costs
+    // about nodes × layers steps; the budget keeps the whole search near 10^7 of them.
+    let per_order = (nodes.len() * cost.layers()).max(1);
+    let budget = (10_000_000 / per_order).clamp(orders.len() + 8, orders.len() + 256);
     let mut improved = true;
     while improved && evaluated < budget && best.is_some() {
         improved = false;
@@ -1011,7 +1014,12 @@ pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize],
 }
 
 /// The best plan for one node order, any node may be skipped: exact for that order.
-fn fixed_order(cost: &CostModel, objective: Objective, order: &[usize], required: Option<usize>) -> Option<(f64, Assignment)> {
+fn fixed_order(
+    cost: &CostModel,
+    objective: Objective,
+    order: &[usize],
+    required: Option<usize>,
+) -> Option<(f64, Assignment)> {
     match objective {
         Objective::Throughput => parametric(0.0, None, |tau| fixed_order_feasible(cost, order, tau, required)),
         Objective::Latency => fixed_order_min_sum(cost, order, required),

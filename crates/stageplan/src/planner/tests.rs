@@ -108,7 +108,8 @@ impl Instance {
         if !self.tied {
             tensors.push(tensor("output.weight".into(), self.head, self.head / 2, Place::Head));
         }
-        let model = Model { name: "test".into(), weights: "f16".into(), arch, tensors, head_shares_embedding: self.tied };
+        let model =
+            Model { name: "test".into(), weights: "f16".into(), arch, tensors, head_shares_embedding: self.tied };
         let nodes: Vec<Node> = self
             .nodes
             .iter()
@@ -298,7 +299,12 @@ fn a_fast_small_gpu_beside_a_slow_big_box_beats_splitting_by_memory() {
     assert_well_formed(&plan, 80);
     let proportional = baseline(&plan, Policy::MemoryProportional);
     assert!(proportional.feasible);
-    assert!(plan.tokens_per_s > proportional.tokens_per_s * 1.2, "{} vs {}", plan.tokens_per_s, proportional.tokens_per_s);
+    assert!(
+        plan.tokens_per_s > proportional.tokens_per_s * 1.2,
+        "{} vs {}",
+        plan.tokens_per_s,
+        proportional.tokens_per_s
+    );
 }
 
 #[test]
@@ -392,5 +398,3 @@ fn manual_and_baseline_plans_are_evaluated_on_the_same_cost_model() {
     let best = plan(&problem);
     assert!(best.tokens_per_s >= manual.tokens_per_s);
 }
-
-
