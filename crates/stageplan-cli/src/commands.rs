@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use stageplan::model::HfConfig;
 use stageplan::presets::ModelPreset;
 use stageplan::scenario::KV_FORMATS;
-use stageplan::{Model, Objective, Policy, Scenario, TensorType, WeightFormat};
+use stageplan::{Objective, Policy, Scenario, TensorType, WeightFormat};
 
-use crate::render;
+use crate::{load, render};
 
 /// Split a large model across mismatched machines, and prove the split is best.
 #[derive(Debug, Parser)]
@@ -41,7 +40,8 @@ enum Command {
     },
     /// Show a model's parameters, bytes per layer and type mix.
     Model {
-        /// A model preset name or a Hugging Face `config.json`.
+        /// A model preset name, or a file: `.gguf` (any part of a split set), `.safetensors`,
+        /// `model.safetensors.index.json` or `config.json`. Only headers are read.
         model: String,
         /// Weight format (e.g. `bf16`, `q4_k_m`); defaults to `bf16`.
         #[arg(long)]
@@ -94,7 +94,7 @@ impl Outcome {
 
 /// A one-line error for standard error; the process exits with 2.
 #[derive(Debug)]
-pub struct Failure(String);
+pub struct Failure(pub String);
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -151,7 +151,15 @@ fn plan(
             PolicyArg::Manual => Policy::Manual,
         };
     }
-    let problem = scenario.problem()?;
+    let problem = match scenario.model.file()? {
+        Some(file) => {
+            // Relative to the scenario file.
+            let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
+            let loaded = load::model_file(&base.join(file), None)?;
+            scenario.problem_with_model(loaded.model)?
+        }
+        None => scenario.problem()?,
+    };
     let plan = stageplan::plan(&problem);
     let verified = if verify {
         const LIMIT: u64 = 200_000_000;
@@ -187,36 +195,48 @@ fn plan(
 }
 
 fn model_command(name: &str, weights: Option<&str>, kv: &str, format: Format) -> Result<Outcome, Failure> {
-    let weights: WeightFormat = weights.map_or(Ok(WeightFormat::default()), str::parse)?;
+    let weights: Option<WeightFormat> = weights.map(str::parse).transpose()?;
     let kv: TensorType = kv
         .parse()
         .ok()
         .filter(|t| KV_FORMATS.contains(t))
         .ok_or_else(|| Failure(format!("`--kv {kv}` is not a KV-cache format; use `f16`, `q8_0`, `q4_0`, …")))?;
-    let model = resolve_model(name, weights)?;
+    let (model, reads) = match ModelPreset::find(name) {
+        Ok(preset) => (preset.model(weights.unwrap_or_default())?, None),
+        Err(not_a_preset) => {
+            let path = Path::new(name);
+            if !path.exists() {
+                return Err(Failure(format!("`{name}` is neither a file nor a model preset: {not_a_preset}")));
+            }
+            let loaded = load::model_file(path, weights)?;
+            (loaded.model, Some(loaded.reads))
+        }
+    };
     let summary = model.summary(kv);
     let stdout = match format {
-        Format::Json => serde_json::to_string_pretty(&summary)? + "\n",
-        Format::Table => render::model(&summary),
+        Format::Json => {
+            let mut value = serde_json::to_value(&summary)?;
+            if let (Some(reads), Some(object)) = (&reads, value.as_object_mut()) {
+                object.insert(
+                    "read".to_owned(),
+                    serde_json::json!({
+                        "files": reads.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+                        "bytes_read": reads.bytes_read,
+                        "file_bytes": reads.file_bytes,
+                    }),
+                );
+            }
+            serde_json::to_string_pretty(&value)? + "\n"
+        }
+        Format::Table => {
+            let mut text = render::model(&summary);
+            if let Some(reads) = &reads {
+                text.push_str(&render::reads(reads.files.len(), reads.bytes_read, reads.file_bytes));
+            }
+            text
+        }
     };
     Ok(Outcome::ok(stdout))
-}
-
-/// A preset name, or a path to a `config.json`.
-fn resolve_model(name: &str, weights: WeightFormat) -> Result<Model, Failure> {
-    if let Ok(preset) = ModelPreset::find(name) {
-        return Ok(preset.model(weights)?);
-    }
-    let path = Path::new(name);
-    if !path.exists() {
-        let err = ModelPreset::find(name).err().map(|e| e.to_string()).unwrap_or_default();
-        return Err(Failure(format!("`{name}` is neither a file nor a model preset: {err}")));
-    }
-    let config = HfConfig::from_json(&read(path)?)?;
-    let arch = config.transformer()?;
-    let label =
-        path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()).unwrap_or(&arch.model_type).to_owned();
-    Ok(Model::from_transformer(&label, arch, weights))
 }
 
 fn presets(format: Format) -> Result<Outcome, Failure> {

@@ -247,6 +247,17 @@ pub fn model(s: &ModelSummary) -> String {
     out
 }
 
+/// The line that says how little of the files was read.
+pub fn reads(files: usize, bytes_read: u64, file_bytes: u64) -> String {
+    format!(
+        "\nread {} of {} ({:.2}%) from {files} file{}: the headers\n",
+        format_bytes(bytes_read as f64),
+        format_bytes(file_bytes as f64),
+        bytes_read as f64 * 100.0 / file_bytes.max(1) as f64,
+        if files == 1 { "" } else { "s" }
+    )
+}
+
 fn params(n: u64) -> String {
     let n = n as f64;
     if n >= 1e9 { format!("{:.2} B", n / 1e9) } else { format!("{:.1} M", n / 1e6) }

@@ -104,3 +104,62 @@ fn architecture_names_every_crate() {
         assert!(architecture.contains(&format!("`crates/{name}`")), "ARCHITECTURE.md does not describe crates/{name}");
     }
 }
+
+/// Model files written by the reference packages, read by header only.
+#[test]
+fn model_files_are_read_by_their_headers() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-model-files");
+    let _ = std::fs::remove_dir_all(&dir);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/write_models.py");
+    let status = Command::new(python()).arg(script).arg(&dir).status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "install the reference writers: pip install -r tests/fixtures/requirements.txt"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap();
+
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stageplan")).args(args).current_dir(&dir).output().expect("runs");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    for reference in manifest["gguf"].as_array().unwrap() {
+        let file = reference["file"].as_str().unwrap();
+        let summary = run(&["model", file, "--format", "json"]);
+        let tensor_bytes: u64 =
+            reference["tensors"].as_array().unwrap().iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+        assert_eq!(summary["weight_bytes"].as_u64(), Some(tensor_bytes), "{file}");
+        let layers: u64 = summary["layers"].as_array().unwrap().iter().map(|l| l["bytes"].as_u64().unwrap()).sum();
+        let outside = summary["embedding_bytes"].as_u64().unwrap() + summary["head_bytes"].as_u64().unwrap();
+        if summary["tied_embeddings"] == true {
+            // The head's bytes count the copy of the tied embedding.
+            assert_eq!(layers + outside - summary["embedding_bytes"].as_u64().unwrap(), tensor_bytes, "{file}");
+        } else {
+            assert_eq!(layers + outside, tensor_bytes, "{file}");
+        }
+        assert!(summary["params"].as_u64().unwrap() > 0);
+        let read = summary["read"]["bytes_read"].as_u64().unwrap();
+        assert!(read < reference["size"].as_u64().unwrap() / 4, "{file}: read {read} bytes");
+    }
+    let split = run(&["model", "split/big-00003-of-00003.gguf", "--format", "json"]);
+    assert_eq!(split["read"]["files"].as_array().unwrap().len(), 3);
+    let sharded = run(&["model", "sharded/model.safetensors.index.json", "--format", "json"]);
+    assert_eq!(sharded["weight_bytes"].as_u64(), manifest["sharded"]["total_size"].as_u64());
+
+    std::fs::write(
+        dir.join("scenario.json"),
+        r#"{"model": {"file": "moe.gguf"}, "workload": {"context": 256, "workspace": 0},
+            "nodes": [{"name": "a", "memory": "2 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0},
+                      {"name": "b", "memory": "2 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0}]}"#,
+    )
+    .unwrap();
+    let plan = run(&["plan", "scenario.json", "--format", "json"]);
+    assert_eq!(plan["stages"].as_array().unwrap().len(), 2, "{plan}");
+}
+
+/// The Python with the reference writers: `STAGEPLAN_PYTHON` (set by `cargo xtask test`),
+/// else `python3` on the path.
+fn python() -> String {
+    std::env::var("STAGEPLAN_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}

@@ -136,7 +136,6 @@ impl CostModel {
         let batch = workload.batch as f64;
         let context = workload.context;
         let chunk = workload.prefill_chunk as f64;
-        let kv_per_token = workload.kv.bytes(arch.kv_width()) * 2;
         let (touched, touched_prefill, active_fraction) = match &arch.moe {
             Some(moe) => {
                 let p = moe.active as f64 / moe.experts as f64;
@@ -159,6 +158,7 @@ impl CostModel {
         for (i, layer) in layers.iter().enumerate() {
             let window = arch.windows.get(i).copied().flatten();
             let tokens = window.map_or(context, |w| w.min(context));
+            let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0));
             let dense = (layer.bytes - layer.expert_bytes) as f64;
             let active_params =
                 (layer.params - layer.expert_params) as f64 + layer.expert_params as f64 * active_fraction;

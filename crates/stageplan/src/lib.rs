@@ -16,6 +16,7 @@
 
 pub mod cost;
 pub mod error;
+pub mod import;
 pub mod model;
 pub mod plan;
 pub mod planner;

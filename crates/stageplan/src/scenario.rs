@@ -374,7 +374,16 @@ impl Scenario {
     /// # Errors
     /// The first problem found, naming its field.
     pub fn problem(&self) -> Result<Problem, ScenarioError> {
-        let model = self.model.resolve()?;
+        self.problem_with_model(self.model.resolve()?)
+    }
+
+    /// Checks every field but `model`, planning `model` instead: how a caller that read a
+    /// model file (`"model": {"file": …}`) supplies what it found.
+    ///
+    /// # Errors
+    /// The first problem found, naming its field.
+    pub fn problem_with_model(&self, model: Model) -> Result<Problem, ScenarioError> {
+        self.model.file()?;
         let workload = self.workload.check()?;
         let nodes = self.check_nodes()?;
         let links = self.check_links(&nodes)?;
@@ -566,6 +575,27 @@ fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, 
 }
 
 impl ModelSpec {
+    /// The model file to read, when the spec names one (and only that).
+    ///
+    /// # Errors
+    /// A file together with a preset, a config or a weight format.
+    pub fn file(&self) -> Result<Option<&str>, ScenarioError> {
+        let Some(file) = &self.file else { return Ok(None) };
+        if self.preset.is_some() || self.config.is_some() {
+            return Err(ScenarioError::field(
+                "model",
+                "gives more than one of `preset`, `config` and `file`; keep one",
+            ));
+        }
+        if self.weights.is_some() {
+            return Err(ScenarioError::field(
+                "model.weights",
+                "cannot change the formats a model file stores; remove `weights` or use a `preset`",
+            ));
+        }
+        Ok(Some(file))
+    }
+
     /// The model this spec names, with its weight format applied.
     ///
     /// # Errors

@@ -88,6 +88,15 @@ tensor_types! {
     F8_E4M3 = "f8_e4m3", ggml: None, block: (1, 1);
     F8_E5M2 = "f8_e5m2", ggml: None, block: (1, 1);
     U8 = "u8", ggml: None, block: (1, 1);
+    F8_E8M0 = "f8_e8m0", ggml: None, block: (1, 1);
+    Bool = "bool", ggml: None, block: (1, 1);
+    U16 = "u16", ggml: None, block: (1, 2);
+    U32 = "u32", ggml: None, block: (1, 4);
+    U64 = "u64", ggml: None, block: (1, 8);
+    C64 = "c64", ggml: None, block: (1, 8);
+    F4 = "f4", ggml: None, block: (2, 1);
+    F6_E2M3 = "f6_e2m3", ggml: None, block: (4, 3);
+    F6_E3M2 = "f6_e3m2", ggml: None, block: (4, 3);
 }
 
 impl TensorType {

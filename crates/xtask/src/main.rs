@@ -1,8 +1,10 @@
 //! Project automation, run as `cargo xtask <task>`.
 //!
 //! - `cargo xtask test`: installs what the tests need (skipping what is already there), then
-//!   runs every test: formatting, lints, unit and property tests, the CLI fixtures, and the
-//!   core built for `wasm32-unknown-unknown`.
+//!   runs every test: formatting, lints, unit and property tests, import tests against the
+//!   reference writers, the CLI fixtures, the core built for `wasm32-unknown-unknown`, and
+//!   each fuzz target for a bounded time.
+//! - `cargo xtask fuzz [SECONDS]`: only the fuzz targets, each for SECONDS (default 60).
 //! - `cargo xtask plan [SCENARIO]`: plans a scenario with the CLI (the example by default).
 //! - `cargo xtask bench`: the criterion benchmarks, then plan quality — the `optimal`
 //!   policy beside the baselines — for every scenario under `tests/scenarios/`, as the
@@ -19,6 +21,10 @@ use std::time::Instant;
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 const EXAMPLE: &str = "tests/scenarios/home-70b.json";
+const CARGO_FUZZ: &str = "0.13.2";
+const FUZZ_TARGETS: [&str; 3] = ["gguf_header", "safetensors_header", "scenario"];
+/// Seconds each fuzz target runs in `cargo xtask test`.
+const FUZZ_SECONDS_IN_TEST: u64 = 20;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,8 +32,14 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("plan") => plan(args.get(1).map_or(EXAMPLE, String::as_str)),
         Some("bench") => bench(),
+        Some("fuzz") => {
+            let seconds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);
+            setup().and_then(|python| fuzz(&python, seconds))
+        }
         _ => {
-            eprintln!("usage: cargo xtask test | cargo xtask plan [SCENARIO] | cargo xtask bench");
+            eprintln!(
+                "usage: cargo xtask test | cargo xtask plan [SCENARIO] | cargo xtask bench | cargo xtask fuzz [SECONDS]"
+            );
             return ExitCode::from(2);
         }
     };
@@ -70,20 +82,54 @@ fn output(program: &str, args: &[&str]) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Installs what the tests need, once: the wasm32 target.
-fn setup() -> Result<(), String> {
+/// Where installed tools live between runs: outside the clone.
+fn cache() -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".cache/stageplan")
+}
+
+/// Installs what the tests need, skipping what is already there: the wasm32 target, a
+/// Python environment with the reference model writers, cargo-fuzz. Returns the Python.
+fn setup() -> Result<PathBuf, String> {
     let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
     if !installed.lines().any(|t| t.trim() == WASM_TARGET) {
         let mut add = Command::new("rustup");
         add.args(["target", "add", WASM_TARGET]);
         step("install the wasm32 target", add)?;
     }
-    Ok(())
+    let python = python_env()?;
+    let fuzz_version = output("cargo", &["fuzz", "--version"]).unwrap_or_default();
+    if !fuzz_version.contains(CARGO_FUZZ) {
+        let mut install = Command::new("cargo");
+        install.args(["install", "cargo-fuzz", "--version", CARGO_FUZZ, "--locked"]);
+        step("install cargo-fuzz", install)?;
+    }
+    Ok(python)
+}
+
+/// A virtual environment with the pinned packages of `tests/fixtures/requirements.txt`.
+fn python_env() -> Result<PathBuf, String> {
+    let venv = cache().join("python");
+    let python = venv.join("bin/python3");
+    let requirements = root().join("tests/fixtures/requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements).map_err(|e| format!("{}: {e}", requirements.display()))?;
+    let stamp = venv.join("requirements.txt");
+    if python.exists() && std::fs::read_to_string(&stamp).is_ok_and(|have| have == wanted) {
+        return Ok(python);
+    }
+    let mut create = Command::new("python3");
+    create.args(["-m", "venv"]).arg(&venv);
+    step("create the Python environment", create)?;
+    let mut install = Command::new(&python);
+    install.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]).arg(&requirements);
+    step("install the reference model writers", install)?;
+    std::fs::write(&stamp, wanted).map_err(|e| e.to_string())?;
+    Ok(python)
 }
 
 fn test() -> Result<(), String> {
     let started = Instant::now();
-    setup()?;
+    let python = setup()?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     step("formatting", fmt)?;
@@ -91,15 +137,73 @@ fn test() -> Result<(), String> {
     clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
     step("lints", clippy)?;
     let mut tests = cargo();
-    tests.args(["test", "--workspace", "--locked"]);
-    step("unit, property and CLI tests", tests)?;
+    tests.args(["test", "--workspace", "--locked"]).env("STAGEPLAN_PYTHON", &python);
+    step("unit, property, import and CLI tests", tests)?;
     let mut wasm = cargo();
     wasm.args(["build", "--package", "stageplan", "--target", WASM_TARGET, "--locked"]);
     step("core for wasm32", wasm)?;
     let mut example = cargo();
     example.args(["run", "--quiet", "--package", "stageplan-cli", "--locked", "--", "plan", EXAMPLE]);
     step("the README's example plan", example)?;
+    fuzz(&python, FUZZ_SECONDS_IN_TEST)?;
     println!("==> all tests passed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Runs each fuzz target for `seconds`, seeded with files from the reference writers and
+/// the scenarios under `tests/scenarios`; prints how many inputs each ran.
+fn fuzz(python: &Path, seconds: u64) -> Result<(), String> {
+    let work = cache().join("fuzz");
+    let seeds = work.join("reference-files");
+    let _ = std::fs::remove_dir_all(&seeds);
+    let mut write = Command::new(python);
+    write.arg(root().join("tests/fixtures/write_models.py")).arg(&seeds);
+    step("fuzz seeds from the reference writers", write)?;
+    for target in FUZZ_TARGETS {
+        let corpus = work.join("corpus").join(target);
+        std::fs::create_dir_all(&corpus).map_err(|e| e.to_string())?;
+        seed_corpus(target, &seeds, &corpus)?;
+        // cargo-fuzz needs the nightly toolchain; `rustup run` selects it.
+        let mut run = Command::new("rustup");
+        run.current_dir(root().join("crates/stageplan"))
+            .args(["run", "nightly", "cargo", "fuzz", "run", target])
+            .arg(&corpus)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .args(["-max_len=131072", "-rss_limit_mb=2048", "-print_final_stats=1"]);
+        step(&format!("fuzz {target} for {seconds} s"), run)?;
+    }
+    Ok(())
+}
+
+/// The first 128 KiB of each reference file (headers and some data) for the parsers; the
+/// scenario files for the planner.
+fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut stack = vec![if target == "scenario" { root().join("tests") } else { seeds.to_path_buf() }];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    let wanted = |p: &Path| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        match target {
+            "gguf_header" => name.ends_with(".gguf"),
+            "safetensors_header" => name.ends_with(".safetensors") || name.ends_with(".index.json"),
+            _ => name.ends_with(".json") && p.to_string_lossy().contains("scenarios"),
+        }
+    };
+    for (i, file) in files.iter().filter(|p| wanted(p)).enumerate() {
+        let mut bytes = std::fs::read(file).map_err(|e| e.to_string())?;
+        bytes.truncate(128 << 10);
+        std::fs::write(corpus.join(format!("seed-{i}")), bytes).map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 
@@ -110,9 +214,20 @@ fn plan(scenario: &str) -> Result<(), String> {
 }
 
 fn bench() -> Result<(), String> {
+    let python = setup()?;
     let mut criterion = cargo();
-    criterion.args(["bench", "--package", "stageplan", "--bench", "planner", "--locked"]);
-    step("planner benchmarks", criterion)?;
+    criterion.args(["bench", "--package", "stageplan", "--locked"]);
+    step("planner and import benchmarks", criterion)?;
+    // The baseline for header import: the reference reader on the file the import bench wrote.
+    let file = std::env::temp_dir().join("stageplan-bench-llama-100.gguf");
+    let mut reference = Command::new(python);
+    reference.arg("-c").arg(format!(
+        "import timeit; from gguf import GGUFReader; n = 3; \
+         t = timeit.timeit(lambda: GGUFReader({file:?}), number=n) / n; \
+         print(f'gguf.GGUFReader on the same 100-layer file: {{t * 1e3:.0f}} ms')",
+        file = file.display().to_string()
+    ));
+    step("reference GGUF reader", reference)?;
     println!("\n{}", quality()?);
     Ok(())
 }

@@ -78,6 +78,9 @@ pub struct Transformer {
     pub qk_norm: bool,
     /// The attention window of each layer; `None` attends to the whole context.
     pub windows: Vec<Option<u64>>,
+    /// KV-cache elements per token of each layer: K and V together (`2 × kv_heads × head_dim`
+    /// for a config; from each layer's own head counts and key/value lengths for a file).
+    pub kv_elements: Vec<u64>,
     pub max_context: Option<u64>,
     pub moe: Option<Moe>,
 }
@@ -197,6 +200,7 @@ impl HfConfig {
             extra_norms: if model_type == "gemma2" || model_type.starts_with("gemma3") { 2 } else { 0 },
             qk_norm: model_type.starts_with("qwen3") || model_type.starts_with("gemma3"),
             windows,
+            kv_elements: vec![2 * num_kv_heads * head_dim; num_layers as usize],
             max_context: c.max_position_embeddings,
             moe,
             model_type,

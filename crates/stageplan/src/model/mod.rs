@@ -204,7 +204,7 @@ impl Model {
             embedding_bytes: self.bytes_at(Place::Embedding),
             head_bytes: self.head_bytes(),
             tied_embeddings: self.head_shares_embedding,
-            kv_bytes_per_token: kv.bytes(self.arch.kv_width()) * 2 * self.arch.num_layers,
+            kv_bytes_per_token: self.arch.kv_elements.iter().map(|&e| kv.bytes(e)).sum(),
             kv_format: kv,
             hidden_size: self.arch.hidden_size,
             max_context: self.arch.max_context,

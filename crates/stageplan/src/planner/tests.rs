@@ -90,6 +90,7 @@ impl Instance {
             extra_norms: 0,
             qk_norm: false,
             windows: (0..l).map(|i| self.window.filter(|_| i % 2 == 0)).collect(),
+            kv_elements: vec![64; l as usize],
             max_context: None,
             moe: None,
         };

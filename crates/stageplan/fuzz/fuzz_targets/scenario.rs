@@ -1,0 +1,25 @@
+//! Scenario JSON from untrusted text, all the way through planning: bad input must be an
+//! error, never a panic, and every plan must be well formed.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(scenario) = stageplan::Scenario::from_json(text) else { return };
+    let Ok(problem) = scenario.problem() else { return };
+    // Keep each run short: the planner is exponential in distinct nodes by design.
+    if problem.nodes.len() > 12 || problem.model.num_layers() > 512 {
+        return;
+    }
+    let plan = stageplan::plan(&problem);
+    if plan.feasible {
+        let mut next = 0;
+        for stage in &plan.stages {
+            assert_eq!(stage.layers[0], next);
+            assert!(stage.memory.total <= stage.memory.budget);
+            next = stage.layers[1];
+        }
+        assert_eq!(next, problem.model.num_layers());
+    }
+});
