@@ -50,7 +50,7 @@ pub struct MemoryParts {
 impl MemoryParts {
     /// Sum of the parts.
     pub fn total(&self) -> u64 {
-        self.weights + self.kv + self.embed_head + self.workspace + self.reserve
+        [self.kv, self.embed_head, self.workspace, self.reserve].into_iter().fold(self.weights, u64::saturating_add)
     }
 }
 
@@ -162,11 +162,13 @@ impl CostModel {
             let dense = (layer.bytes - layer.expert_bytes) as f64;
             let active_params =
                 (layer.params - layer.expert_params) as f64 + layer.expert_params as f64 * active_fraction;
-            let kv_held = workload.batch * tokens * kv_per_token;
-            kv_per_context_token.push(workload.batch * kv_per_token);
+            // Saturating: sizes from model files are untrusted, and a saturated total simply
+            // does not fit anywhere.
+            let kv_held = workload.batch.saturating_mul(tokens).saturating_mul(kv_per_token);
+            kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
             windows.push(window);
-            weights[i + 1] = weights[i] + layer.bytes;
-            kv[i + 1] = kv[i] + kv_held;
+            weights[i + 1] = weights[i].saturating_add(layer.bytes);
+            kv[i + 1] = kv[i].saturating_add(kv_held);
             read[i + 1] = read[i] + dense + layer.expert_bytes as f64 * touched + kv_held as f64;
             flops[i + 1] = flops[i] + batch * (2.0 * active_params + attention * tokens as f64);
             prefill_read[i + 1] =
@@ -258,14 +260,15 @@ impl CostModel {
 
     /// Bytes a stage `[start, end)` holds besides reserve and workspace.
     fn held(&self, start: usize, end: usize) -> u64 {
-        let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
+        let mut held = (self.weights[end] - self.weights[start]).saturating_add(self.kv[end] - self.kv[start]);
         if start == 0 {
-            held += self.embed.held;
+            held = held.saturating_add(self.embed.held);
         }
         if end == self.layers {
-            held += self.head.held + self.logits_workspace;
+            held = held.saturating_add(self.head.held).saturating_add(self.logits_workspace);
             if start == 0 {
-                held -= self.shared_single;
+                // `held` includes the embedding, which is at least the shared copy.
+                held = held.saturating_sub(self.shared_single);
             }
         }
         held
@@ -273,7 +276,7 @@ impl CostModel {
 
     /// True when `node` can hold `[start, end)`.
     pub fn fits(&self, node: usize, start: usize, end: usize) -> bool {
-        (self.held(start, end) as i64) <= self.nodes[node].capacity
+        i64::try_from(self.held(start, end)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
     /// True when `node` can hold `[start, end)` with the KV cache sized for `context` tokens.
@@ -282,7 +285,7 @@ impl CostModel {
             .map(|l| self.kv_per_context_token[l].saturating_mul(self.windows[l].map_or(context, |w| w.min(context))))
             .fold(0u64, u64::saturating_add);
         let held = self.held(start, end) - (self.kv[end] - self.kv[start]);
-        (held.saturating_add(kv) as i64) <= self.nodes[node].capacity
+        i64::try_from(held.saturating_add(kv)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
     /// The fastest link any pair has: the least latency and the most bandwidth (each may come

@@ -174,8 +174,19 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
     let per_layer = |k: &str| key(k).and_then(gguf::Value::as_u64s);
     let missing = |k: &str| ImportError::Model(format!("`{arch}.{k}` is missing"));
 
-    let named_layers = layer_count(tensors);
-    let num_layers = scalar("block_count").unwrap_or(named_layers).max(named_layers);
+    // The tensors decide how many layers there are; metadata that claims more is an error
+    // (and never sizes an allocation: it is a number from the file).
+    let num_layers = layer_count(tensors);
+    if num_layers == 0 {
+        return Err(ImportError::Model("no `blk.N.*` tensors: the file holds no transformer layers".into()));
+    }
+    if let Some(claimed) = scalar("block_count")
+        && claimed > num_layers
+    {
+        return Err(ImportError::Model(format!(
+            "`{arch}.block_count` is {claimed} but the tensors fill only {num_layers} layers"
+        )));
+    }
     let n = num_layers as usize;
     let embedding = tensors.iter().find(|t| t.name == "token_embd.weight");
     let hidden = scalar("embedding_length")
@@ -238,7 +249,7 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
         mlp_bias: false,
         extra_norms: 0,
         qk_norm: false,
-        kv_elements: heads_kv.iter().map(|&h| h * (key_len + value_len)).collect(),
+        kv_elements: heads_kv.iter().map(|&h| h.saturating_mul(key_len.saturating_add(value_len))).collect(),
         windows,
         max_context: scalar("context_length"),
         moe,
@@ -355,7 +366,7 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
         let k = width(layer, &["k_proj.weight", "attn.k_proj.weight", "key.weight"]);
         let v = width(layer, &["v_proj.weight", "attn.v_proj.weight", "value.weight"]);
         match (k, v) {
-            (Some(k), Some(v)) => kv_elements.push(k + v),
+            (Some(k), Some(v)) => kv_elements.push(k.saturating_add(v)),
             _ => return Err(need_config(&format!("layer {layer} has no separate k_proj/v_proj weights"))),
         }
         q_width = q_width.max(width(layer, &["q_proj.weight", "query.weight"]).unwrap_or(hidden));

@@ -151,3 +151,14 @@ fn split_names_follow_llama_cpp() {
     assert_eq!(split_name("model.gguf"), None);
     assert_eq!(split_name("m-00006-of-00005.gguf"), None);
 }
+
+/// Inputs the fuzzers found; each once crashed or over-allocated.
+#[test]
+fn fuzz_regressions_are_errors() {
+    // `llama.block_count` claimed billions of layers and sized per-layer vectors.
+    let bytes = include_bytes!("../../../../tests/fixtures/fuzz-regressions/gguf-block-count-oom.bin");
+    if let Ok(Parse::Done(header)) = gguf::parse(bytes, Some(bytes.len() as u64)) {
+        let error = gguf_model("fuzz", &[header]).unwrap_err().to_string();
+        assert!(error.contains("block_count") || error.contains("no `blk.N.*` tensors"), "{error}");
+    }
+}

@@ -169,11 +169,17 @@ impl HfConfig {
                 ));
             }
         };
-        if num_layers > 100_000 || hidden_size > 1 << 24 || vocab_size > 1 << 26 {
-            return Err(ModelError::invalid(
-                "num_hidden_layers",
-                "describes a model far beyond any published one; check hidden_size, num_hidden_layers and vocab_size",
-            ));
+        // Far beyond any published model: a typo, and a size that would overflow arithmetic.
+        for (value, field, limit) in [
+            (num_layers, "num_hidden_layers", 100_000u64),
+            (hidden_size, "hidden_size", 1 << 20),
+            (vocab_size, "vocab_size", 1 << 24),
+            (num_heads, "num_attention_heads", 1 << 14),
+            (head_dim, "head_dim", 1 << 14),
+        ] {
+            if value > limit {
+                return Err(ModelError::invalid(field, &format!("is {value}, beyond any published model (at most {limit}); check it")));
+            }
         }
 
         let moe = c.moe(hidden_size, num_layers)?;
@@ -182,6 +188,16 @@ impl HfConfig {
             (Some(m), None) => m.expert_intermediate,
             (None, None) => required(None, "intermediate_size")?,
         };
+        let expert_sizes = moe.as_ref().map_or((0, 0), |m| (m.expert_intermediate.max(m.shared_intermediate.unwrap_or(0)), m.experts));
+        for (value, field, limit) in [
+            (intermediate_size, "intermediate_size", 1u64 << 22),
+            (expert_sizes.0, "moe_intermediate_size", 1 << 22),
+            (expert_sizes.1, "num_local_experts", 1 << 12),
+        ] {
+            if value > limit {
+                return Err(ModelError::invalid(field, &format!("is {value}, beyond any published model (at most {limit}); check it")));
+            }
+        }
         let is_gemma = model_type.starts_with("gemma");
         let windows = c.windows(&model_type, num_layers)?;
         Ok(Transformer {

@@ -43,9 +43,9 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// Number of elements.
+    /// Number of elements (saturating: shapes from files are untrusted).
     pub fn elements(&self) -> u64 {
-        self.shape.iter().product()
+        self.shape.iter().fold(1u64, |acc, &d| acc.saturating_mul(d))
     }
 }
 
@@ -93,12 +93,12 @@ impl Model {
 
     /// Total parameters; a tied embedding counts once.
     pub fn params(&self) -> u64 {
-        self.tensors.iter().map(Tensor::elements).sum()
+        self.tensors.iter().map(Tensor::elements).fold(0, u64::saturating_add)
     }
 
     /// Bytes of every tensor (a tied embedding counted once).
     pub fn weight_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.bytes).sum()
+        self.tensors.iter().map(|t| t.bytes).fold(0, u64::saturating_add)
     }
 
     /// Per-block totals, in layer order.
@@ -107,12 +107,12 @@ impl Model {
         for t in &self.tensors {
             if let Place::Layer(i) = t.place {
                 // Builders only place tensors in layers below `num_layers`.
-                let layer = &mut layers[i as usize];
-                layer.bytes += t.bytes;
-                layer.params += t.elements();
+                let Some(layer) = layers.get_mut(i as usize) else { continue };
+                layer.bytes = layer.bytes.saturating_add(t.bytes);
+                layer.params = layer.params.saturating_add(t.elements());
                 if t.expert {
-                    layer.expert_bytes += t.bytes;
-                    layer.expert_params += t.elements();
+                    layer.expert_bytes = layer.expert_bytes.saturating_add(t.bytes);
+                    layer.expert_params = layer.expert_params.saturating_add(t.elements());
                 }
             }
         }
@@ -121,14 +121,14 @@ impl Model {
 
     /// Bytes of the tensors in `place`.
     pub fn bytes_at(&self, place: Place) -> u64 {
-        self.tensors.iter().filter(|t| t.place == place).map(|t| t.bytes).sum()
+        self.tensors.iter().filter(|t| t.place == place).map(|t| t.bytes).fold(0, u64::saturating_add)
     }
 
     /// Bytes the last stage holds for the head: the final norm and the LM head, or a copy of
     /// the tied embedding.
     pub fn head_bytes(&self) -> u64 {
         let own = self.bytes_at(Place::Head);
-        if self.head_shares_embedding { own + self.bytes_at(Place::Embedding) } else { own }
+        if self.head_shares_embedding { own.saturating_add(self.bytes_at(Place::Embedding)) } else { own }
     }
 
     /// Bytes of one embedding row: what the first stage reads per token.
@@ -141,7 +141,7 @@ impl Model {
         let mut mix: Vec<(TensorType, u64)> = Vec::new();
         for t in &self.tensors {
             match mix.iter_mut().find(|(ty, _)| *ty == t.ty) {
-                Some((_, bytes)) => *bytes += t.bytes,
+                Some((_, bytes)) => *bytes = bytes.saturating_add(t.bytes),
                 None => mix.push((t.ty, t.bytes)),
             }
         }
@@ -204,7 +204,7 @@ impl Model {
             embedding_bytes: self.bytes_at(Place::Embedding),
             head_bytes: self.head_bytes(),
             tied_embeddings: self.head_shares_embedding,
-            kv_bytes_per_token: self.arch.kv_elements.iter().map(|&e| kv.bytes(e)).sum(),
+            kv_bytes_per_token: self.arch.kv_elements.iter().map(|&e| kv.bytes(e)).fold(0, u64::saturating_add),
             kv_format: kv,
             hidden_size: self.arch.hidden_size,
             max_context: self.arch.max_context,
