@@ -9,7 +9,7 @@ use stageplan::presets::ModelPreset;
 use stageplan::scenario::KV_FORMATS;
 use stageplan::{Objective, Policy, Scenario, TensorType, WeightFormat};
 
-use crate::{load, render};
+use crate::{gpu, load, render};
 
 /// Split a large model across mismatched machines, and prove the split is best.
 #[derive(Debug, Parser)]
@@ -51,6 +51,37 @@ enum Command {
         kv: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+    },
+    /// Measure this machine's GPU adapters: bandwidth, f32/f16 matmul, memory; print a ready node.
+    Probe {
+        /// Only this adapter (see the list); all by default.
+        #[arg(long)]
+        adapter: Option<usize>,
+        /// Small sizes: a few seconds even on a software adapter.
+        #[arg(long)]
+        quick: bool,
+        /// Also allocate up to this much (e.g. `8 GiB`) to find usable memory, then free it.
+        #[arg(long)]
+        memory_cap: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Run a scenario's plan on this machine's GPU devices as an MLP stack: predicted vs measured.
+    RunSharded {
+        /// The scenario file (JSON).
+        scenario: PathBuf,
+        /// Width of each MLP layer.
+        #[arg(long, default_value_t = 256)]
+        width: u32,
+        /// Rows (tokens) per micro-batch.
+        #[arg(long, default_value_t = 64)]
+        tokens: u32,
+        /// Micro-batches streamed through the pipeline.
+        #[arg(long, default_value_t = 8)]
+        micro_batches: u32,
+        /// Copies of the pipeline; requests are routed across them.
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
     },
     /// List model presets, device presets and weight formats.
     Presets {
@@ -119,6 +150,37 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
         }
         Command::Model { model, weights, kv, format } => model_command(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets(format),
+        Command::Probe { adapter, quick, memory_cap, format } => {
+            let mut options =
+                if quick { stageplan_gpu::ProbeOptions::quick() } else { stageplan_gpu::ProbeOptions::default() };
+            options.memory_cap = memory_cap
+                .map(|cap| stageplan::units::Bytes::parse(&cap).map(|b| b.get() as u64))
+                .transpose()
+                .map_err(|e| Failure(format!("`--memory-cap`: {e}")))?;
+            let (adapters, probes) = gpu::probe(adapter, &options)?;
+            let stdout = match format {
+                Format::Json => {
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "adapters": adapters,
+                        "probes": probes,
+                        "nodes": probes.iter().enumerate().map(|(i, p)| p.node(&format!("this-device-{i}"))).collect::<Vec<_>>(),
+                    }))? + "\n"
+                }
+                Format::Table => gpu::render_probe(&adapters, &probes),
+            };
+            Ok(Outcome::ok(stdout))
+        }
+        Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
+            let parsed = Scenario::from_json(&read(&scenario)?)?;
+            let problem = parsed.problem()?;
+            if width == 0 || tokens == 0 || micro_batches == 0 || replicas == 0 || width > 8192 || replicas > 16 {
+                return Err(Failure(
+                    "`--width` (1–8192), `--tokens`, `--micro-batches` and `--replicas` (1–16) must be positive".into(),
+                ));
+            }
+            let options = gpu::ShardedOptions { width, tokens, micro_batches, replicas };
+            Ok(Outcome::ok(gpu::run_sharded(&problem, &options)?))
+        }
     }
 }
 

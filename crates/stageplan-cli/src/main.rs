@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod commands;
+mod gpu;
 mod load;
 mod render;
 

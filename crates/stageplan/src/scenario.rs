@@ -19,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cost::Efficiency;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::model::{HfConfig, Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset};
@@ -122,6 +123,30 @@ pub struct NodeSpec {
     /// This many identical machines, named `name-1` … `name-N`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
+    /// Fractions of `bandwidth` and `compute` the node reaches (default 1, the figures as
+    /// given); `stageplan run-sharded` fits them from measured stage times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<Efficiency>,
+    /// Where measured figures came from (`stageplan probe`); informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeProvenance>,
+}
+
+/// How a node's figures were measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeProvenance {
+    pub adapter: String,
+    pub backend: String,
+    pub device_type: String,
+    /// `allocation` (allocated up to a cap) or `max_buffer_size` (a lower bound).
+    pub memory_source: String,
+    /// `(max − min) / median` of the bandwidth runs.
+    pub bandwidth_spread: f64,
+    /// The same for compute.
+    pub compute_spread: f64,
+    /// Kernels and sizes used.
+    pub method: String,
 }
 
 /// Network links between nodes: a default, and overrides per pair (both directions).
@@ -246,6 +271,8 @@ pub struct Node {
     pub compute: f64,
     /// Bytes kept by the runtime.
     pub reserve: u64,
+    /// Fractions of bandwidth and compute reached.
+    pub efficiency: Efficiency,
 }
 
 /// A link's figures.
@@ -438,6 +465,17 @@ impl Scenario {
             if memory > 1e18 || reserve > 1e18 {
                 return Err(ScenarioError::field(at("memory"), "is over an exabyte; check the unit"));
             }
+            let efficiency = spec.efficiency.unwrap_or_default();
+            for (value, field) in
+                [(efficiency.bandwidth, "efficiency.bandwidth"), (efficiency.compute, "efficiency.compute")]
+            {
+                if !(value > 0.0 && value <= 1.5) {
+                    return Err(ScenarioError::field(
+                        at(field),
+                        format!("is {value}; give a fraction above 0, such as 0.8"),
+                    ));
+                }
+            }
             let count = spec.count.unwrap_or(1);
             if count == 0 || count > 100_000 {
                 return Err(ScenarioError::field(at("count"), format!("is {count}; it must be between 1 and 100000")));
@@ -457,6 +495,7 @@ impl Scenario {
                     bandwidth,
                     compute,
                     reserve: reserve as u64,
+                    efficiency,
                 });
             }
         }

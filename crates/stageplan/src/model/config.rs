@@ -178,7 +178,10 @@ impl HfConfig {
             (head_dim, "head_dim", 1 << 14),
         ] {
             if value > limit {
-                return Err(ModelError::invalid(field, &format!("is {value}, beyond any published model (at most {limit}); check it")));
+                return Err(ModelError::invalid(
+                    field,
+                    &format!("is {value}, beyond any published model (at most {limit}); check it"),
+                ));
             }
         }
 
@@ -188,14 +191,18 @@ impl HfConfig {
             (Some(m), None) => m.expert_intermediate,
             (None, None) => required(None, "intermediate_size")?,
         };
-        let expert_sizes = moe.as_ref().map_or((0, 0), |m| (m.expert_intermediate.max(m.shared_intermediate.unwrap_or(0)), m.experts));
+        let expert_sizes =
+            moe.as_ref().map_or((0, 0), |m| (m.expert_intermediate.max(m.shared_intermediate.unwrap_or(0)), m.experts));
         for (value, field, limit) in [
             (intermediate_size, "intermediate_size", 1u64 << 22),
             (expert_sizes.0, "moe_intermediate_size", 1 << 22),
             (expert_sizes.1, "num_local_experts", 1 << 12),
         ] {
             if value > limit {
-                return Err(ModelError::invalid(field, &format!("is {value}, beyond any published model (at most {limit}); check it")));
+                return Err(ModelError::invalid(
+                    field,
+                    &format!("is {value}, beyond any published model (at most {limit}); check it"),
+                ));
             }
         }
         let is_gemma = model_type.starts_with("gemma");

@@ -122,6 +122,7 @@ impl Instance {
                 bandwidth,
                 compute,
                 reserve,
+                efficiency: crate::cost::Efficiency::default(),
             })
             .collect();
         let mut links = Links::uniform(nodes.len(), Link { bandwidth: self.link.0, latency: self.link.1 });
