@@ -151,6 +151,34 @@ fn summarize(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
     }
 }
 
+/// The two shapes of f32 matrix multiply (`shaders/matmul.wgsl`, `shaders/matmul_direct.wgsl`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatmulShape {
+    /// 64×64 tiles staged in workgroup memory: the GPU shape.
+    Tiled,
+    /// 4×4 register blocks straight from storage, no barriers: the CPU-implementation shape.
+    Direct,
+}
+
+/// The matmul and MLP pipelines of one shape.
+#[derive(Debug)]
+pub(crate) struct Matmul {
+    pub shape: MatmulShape,
+    pub matmul: wgpu::ComputePipeline,
+    pub mlp: wgpu::ComputePipeline,
+}
+
+impl Matmul {
+    /// Workgroups for an `m × n` output.
+    pub fn workgroups(&self, m: u32, n: u32) -> (u32, u32) {
+        match self.shape {
+            MatmulShape::Tiled => (n.div_ceil(64), m.div_ceil(64)),
+            MatmulShape::Direct => ((n / 4).div_ceil(16), m.div_ceil(4).div_ceil(4)),
+        }
+    }
+}
+
 /// A device with its queue and pipelines, built once and reused for every measurement and
 /// every stage it runs.
 #[derive(Debug)]
@@ -159,8 +187,10 @@ pub struct DeviceContext {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     pub(crate) triad: wgpu::ComputePipeline,
-    pub(crate) matmul: wgpu::ComputePipeline,
-    pub(crate) mlp: wgpu::ComputePipeline,
+    tiled: Matmul,
+    direct: Matmul,
+    /// The faster shape on this device, timed once when the context was built.
+    pub matmul_shape: MatmulShape,
     pub(crate) matmul_f16: Option<wgpu::ComputePipeline>,
     /// Errors the device reported outside any scope; checked after each piece of work.
     lost: Arc<Mutex<Option<String>>>,
@@ -206,9 +236,18 @@ impl DeviceContext {
                 cache: None,
             })
         };
+        let direct_module = device.create_shader_module(wgpu::include_wgsl!("shaders/matmul_direct.wgsl"));
         let triad = pipeline(&stream, "triad");
-        let matmul = pipeline(&matmul_module, "matmul");
-        let mlp = pipeline(&matmul_module, "mlp");
+        let tiled = Matmul {
+            shape: MatmulShape::Tiled,
+            matmul: pipeline(&matmul_module, "matmul"),
+            mlp: pipeline(&matmul_module, "mlp"),
+        };
+        let direct = Matmul {
+            shape: MatmulShape::Direct,
+            matmul: pipeline(&direct_module, "matmul"),
+            mlp: pipeline(&direct_module, "mlp"),
+        };
         let matmul_f16 = summary.features.shader_f16.then(|| {
             let module = device.create_shader_module(wgpu::include_wgsl!("shaders/matmul_f16.wgsl"));
             pipeline(&module, "matmul")
@@ -216,7 +255,59 @@ impl DeviceContext {
         if let Some(error) = scope.pop().await {
             return Err(GpuError::Shader { adapter: summary.name.clone(), message: error.to_string() });
         }
-        Ok(DeviceContext { adapter: summary, device, queue, triad, matmul, mlp, matmul_f16, lost })
+        let mut context = DeviceContext {
+            adapter: summary,
+            device,
+            queue,
+            triad,
+            tiled,
+            direct,
+            matmul_shape: MatmulShape::Tiled,
+            matmul_f16,
+            lost,
+        };
+        context.matmul_shape = context.faster_shape().await?;
+        Ok(context)
+    }
+
+    /// Times both matmul shapes once on a 256³ product and returns the faster.
+    async fn faster_shape(&self) -> Result<MatmulShape, GpuError> {
+        const N: u32 = 256;
+        let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+        let a = self.buffer("tune a", u64::from(N * N) * 4, storage);
+        let b = self.buffer("tune b", u64::from(N * N) * 4, storage);
+        let c = self.buffer("tune c", u64::from(N * N) * 4, storage);
+        let bias = self.buffer("tune bias", u64::from(N) * 4, storage);
+        let dims = self.buffer_from("tune dims", &[N, N, N, 0], wgpu::BufferUsages::UNIFORM);
+        let mut best = (f64::INFINITY, MatmulShape::Tiled);
+        for kernel in [&self.tiled, &self.direct] {
+            let group = self.bind(&kernel.matmul, &[&a, &b, &c, &dims, &bias]);
+            let (x, y) = kernel.workgroups(N, N);
+            let mut fastest = f64::INFINITY;
+            for _ in 0..3 {
+                let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+                {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    pass.set_pipeline(&kernel.matmul);
+                    pass.set_bind_group(0, &group, &[]);
+                    pass.dispatch_workgroups(x, y, 1);
+                }
+                let started = web_time::Instant::now();
+                self.queue.submit([encoder.finish()]);
+                self.finish().await?;
+                fastest = fastest.min(started.elapsed().as_secs_f64());
+            }
+            if fastest < best.0 {
+                best = (fastest, kernel.shape);
+            }
+        }
+        Ok(best.1)
+    }
+
+    /// The matmul pipelines to use for an output of width `n`: the faster shape, unless it
+    /// needs `n` to be a multiple of 4 and it is not.
+    pub(crate) fn matmul_for(&self, n: u32) -> &Matmul {
+        if self.matmul_shape == MatmulShape::Direct && n.is_multiple_of(4) { &self.direct } else { &self.tiled }
     }
 
     /// A storage buffer holding `data`.

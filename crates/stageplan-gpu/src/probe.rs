@@ -86,6 +86,8 @@ pub struct Probe {
     pub compute_f32: Measurement,
     /// f16 FLOP/s, where the device has `shader-f16`.
     pub compute_f16: Option<Measurement>,
+    /// The f32 matmul shape this device runs faster.
+    pub matmul_shape: crate::context::MatmulShape,
     pub memory: MemoryReport,
 }
 
@@ -136,12 +138,12 @@ pub async fn probe(
         return Err(GpuError::Invalid("probe sizes and repetitions must be positive".into()));
     }
     progress("memory bandwidth");
-    let bandwidth = triad(context, options).await?;
+    let bandwidth = measure_bandwidth(context, options).await?;
     progress("f32 matrix multiply");
-    let compute_f32 = matmul(context, options, false).await?;
+    let compute_f32 = measure_matmul(context, options, false).await?;
     let compute_f16 = if context.matmul_f16.is_some() {
         progress("f16 matrix multiply");
-        Some(matmul(context, options, true).await?)
+        Some(measure_matmul(context, options, true).await?)
     } else {
         None
     };
@@ -156,6 +158,7 @@ pub async fn probe(
         bandwidth,
         compute_f32,
         compute_f16,
+        matmul_shape: context.matmul_shape,
         memory,
     })
 }
@@ -194,7 +197,11 @@ where
     Ok(seconds)
 }
 
-async fn triad(context: &DeviceContext, options: &ProbeOptions) -> Result<Measurement, GpuError> {
+/// Memory bandwidth: the triad over `options.stream_bytes` arrays, checked against the CPU.
+///
+/// # Errors
+/// Sizes over the device's limits, a lost device, or wrong results.
+pub async fn measure_bandwidth(context: &DeviceContext, options: &ProbeOptions) -> Result<Measurement, GpuError> {
     let limits = &context.adapter.limits;
     let bytes = options.stream_bytes / 16 * 16;
     limit(context, "a triad array", bytes, limits.max_storage_buffer_binding_size.min(limits.max_buffer_size))?;
@@ -230,7 +237,15 @@ async fn triad(context: &DeviceContext, options: &ProbeOptions) -> Result<Measur
     Ok(Measurement::from_times(3.0 * bytes as f64, &seconds))
 }
 
-async fn matmul(context: &DeviceContext, options: &ProbeOptions, half: bool) -> Result<Measurement, GpuError> {
+/// Matrix-multiply throughput at `options.matmul_n` (f16 when `half`), checked against the CPU.
+///
+/// # Errors
+/// Sizes over the device's limits, no `shader-f16` for `half`, a lost device, or wrong results.
+pub async fn measure_matmul(
+    context: &DeviceContext,
+    options: &ProbeOptions,
+    half: bool,
+) -> Result<Measurement, GpuError> {
     let n = options.matmul_n as usize;
     let element = if half { 2 } else { 4 };
     let bytes = (n * n * element) as u64;
@@ -249,10 +264,11 @@ async fn matmul(context: &DeviceContext, options: &ProbeOptions, half: bool) -> 
     let c_buf = context.buffer("c", bytes, storage);
     let dims: [u32; 4] = [n as u32, n as u32, n as u32, 0];
     let d_buf = context.buffer_from("dims", &dims, wgpu::BufferUsages::UNIFORM);
+    let kernel = context.matmul_for(n as u32);
     let pipeline = if half {
         context.matmul_f16.as_ref().ok_or_else(|| GpuError::Invalid("the device has no shader-f16".into()))?
     } else {
-        &context.matmul
+        &kernel.matmul
     };
     let group = if half {
         context.bind(pipeline, &[&a_buf, &b_buf, &c_buf, &d_buf])
@@ -261,12 +277,14 @@ async fn matmul(context: &DeviceContext, options: &ProbeOptions, half: bool) -> 
         let bias = context.buffer_from("bias", &vec![0f32; n], storage);
         context.bind(pipeline, &[&a_buf, &b_buf, &c_buf, &d_buf, &bias])
     };
-    let tiles = (n as u32).div_ceil(64);
+    // The f16 kernel is tiled.
+    let (x, y) =
+        if half { ((n as u32).div_ceil(64), (n as u32).div_ceil(64)) } else { kernel.workgroups(n as u32, n as u32) };
     let seconds = time(context, options, |encoder| {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(tiles, tiles, 1);
+        pass.dispatch_workgroups(x, y, 1);
     })
     .await?;
     // Check sampled entries against an f64 product of the same (rounded) inputs.

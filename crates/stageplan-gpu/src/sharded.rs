@@ -185,7 +185,7 @@ impl<'a> Resident<'a> {
             let w = context.buffer_from("weights", matrix, wgpu::BufferUsages::STORAGE);
             let b = context.buffer_from("bias", bias, wgpu::BufferUsages::STORAGE);
             let (input, output) = (&buffers[step % 2], &buffers[(step + 1) % 2]);
-            groups.push(context.bind(&context.mlp, &[input, &w, output, &dims, &b]));
+            groups.push(context.bind(&context.matmul_for(width).mlp, &[input, &w, output, &dims, &b]));
         }
         Ok(Resident { context, layers, buffers, groups, rows, width })
     }
@@ -197,11 +197,13 @@ impl<'a> Resident<'a> {
 
     /// Records every layer of the stage.
     fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        let kernel = self.context.matmul_for(self.width);
+        let (x, y) = kernel.workgroups(self.rows, self.width);
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        pass.set_pipeline(&self.context.mlp);
+        pass.set_pipeline(&kernel.mlp);
         for group in &self.groups {
             pass.set_bind_group(0, group, &[]);
-            pass.dispatch_workgroups(self.width.div_ceil(64), self.rows.div_ceil(64), 1);
+            pass.dispatch_workgroups(x, y, 1);
         }
     }
 

@@ -22,6 +22,11 @@ use std::time::Instant;
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 const EXAMPLE: &str = "tests/scenarios/home-70b.json";
 const CARGO_FUZZ: &str = "0.13.2";
+/// Must equal the `wasm-bindgen` version in Cargo.lock.
+const WASM_BINDGEN: &str = "0.2.130";
+/// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests, and
+/// Chromium with its driver for the browser tests.
+const APT_PACKAGES: [&str; 4] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver"];
 const FUZZ_TARGETS: [&str; 3] = ["gguf_header", "safetensors_header", "scenario"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;
@@ -88,9 +93,35 @@ fn cache() -> PathBuf {
     home.join(".cache/stageplan")
 }
 
-/// Installs what the tests need, skipping what is already there: the wasm32 target, a
-/// Python environment with the reference model writers, cargo-fuzz. Returns the Python.
+/// Installs what the tests need, skipping what is already there: Debian packages, the
+/// wasm32 target, a Python environment with the reference model writers, cargo-fuzz,
+/// wasm-bindgen's test runner. Returns the Python.
 fn setup() -> Result<PathBuf, String> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output("dpkg-query", &["-W", "-f=${Status}", p]).is_some_and(|s| s.contains("install ok installed"))
+        })
+        .collect();
+    if !missing.is_empty() {
+        let root = output("id", &["-u"]).is_some_and(|id| id.trim() == "0");
+        let mut update = Command::new(if root { "apt-get" } else { "sudo" });
+        if !root {
+            update.arg("apt-get");
+        }
+        update.arg("update");
+        step("refresh the Debian package lists", update)?;
+        let mut install = Command::new(if root { "apt-get" } else { "sudo" });
+        if !root {
+            install.arg("apt-get");
+        }
+        install
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        step("install Debian packages", install)?;
+    }
     let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
     if !installed.lines().any(|t| t.trim() == WASM_TARGET) {
         let mut add = Command::new("rustup");
@@ -98,6 +129,13 @@ fn setup() -> Result<PathBuf, String> {
         step("install the wasm32 target", add)?;
     }
     let python = python_env()?;
+    let bindgen = output("wasm-bindgen", &["--version"]).unwrap_or_default();
+    if !bindgen.contains(WASM_BINDGEN) {
+        // Not `--locked`: its lockfile names a crate version the registry mirror lacks.
+        let mut install = Command::new("cargo");
+        install.args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN]);
+        step("install wasm-bindgen's CLI and test runner", install)?;
+    }
     let fuzz_version = output("cargo", &["fuzz", "--version"]).unwrap_or_default();
     if !fuzz_version.contains(CARGO_FUZZ) {
         let mut install = Command::new("cargo");
@@ -137,8 +175,17 @@ fn test() -> Result<(), String> {
     clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
     step("lints", clippy)?;
     let mut tests = cargo();
-    tests.args(["test", "--workspace", "--locked"]).env("STAGEPLAN_PYTHON", &python);
-    step("unit, property, import and CLI tests", tests)?;
+    tests
+        .args(["test", "--workspace", "--locked"])
+        .env("STAGEPLAN_PYTHON", &python)
+        // The GPU tests must see lavapipe through Vulkan and llvmpipe through GL.
+        .env("STAGEPLAN_EXPECT_LAVAPIPE", "1");
+    quiet_mesa(&mut tests);
+    step("unit, property, import, GPU (lavapipe) and CLI tests", tests)?;
+    let mut browser = cargo();
+    browser.args(["test", "--package", "stageplan-gpu", "--target", WASM_TARGET, "--locked"]);
+    browser_env(&mut browser);
+    step("GPU kernels in headless Chromium (WebGPU, SwiftShader)", browser)?;
     let mut wasm = cargo();
     wasm.args(["build", "--package", "stageplan", "--target", WASM_TARGET, "--locked"]);
     step("core for wasm32", wasm)?;
@@ -207,6 +254,21 @@ fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> 
     Ok(())
 }
 
+/// Mesa complains on every start without a runtime directory; give it one.
+fn quiet_mesa(command: &mut Command) {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        command.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+}
+
+/// What `wasm-bindgen-test-runner` needs to drive Debian's Chromium with WebGPU on.
+fn browser_env(command: &mut Command) {
+    command
+        .env("CHROMEDRIVER", "/usr/bin/chromedriver")
+        .env("WASM_BINDGEN_TEST_WEBDRIVER_JSON", root().join("webdriver.json"))
+        .env("WASM_BINDGEN_TEST_TIMEOUT", "180");
+}
+
 fn plan(scenario: &str) -> Result<(), String> {
     let mut run = cargo();
     run.args(["run", "--quiet", "--release", "--package", "stageplan-cli", "--", "plan", scenario]);
@@ -218,6 +280,10 @@ fn bench() -> Result<(), String> {
     let mut criterion = cargo();
     criterion.args(["bench", "--package", "stageplan", "--locked"]);
     step("planner and import benchmarks", criterion)?;
+    let mut kernels = cargo();
+    kernels.args(["bench", "--package", "stageplan-gpu", "--bench", "kernels", "--locked"]);
+    quiet_mesa(&mut kernels);
+    step("GPU kernel benchmarks against the CPU", kernels)?;
     // The baseline for header import: the reference reader on the file the import bench wrote.
     let file = std::env::temp_dir().join("stageplan-bench-llama-100.gguf");
     let mut reference = Command::new(python);
