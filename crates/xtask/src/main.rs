@@ -5,6 +5,9 @@
 //!   reference writers, the CLI fixtures, the core built for `wasm32-unknown-unknown`, and
 //!   each fuzz target for a bounded time.
 //! - `cargo xtask fuzz [SECONDS]`: only the fuzz targets, each for SECONDS (default 60).
+//! - `cargo xtask gpu`: on a machine with a GPU, in one run: build, check the kernels on
+//!   every adapter, probe them, time the kernels against the CPU, and run a plan sharded
+//!   across the local devices with predicted against measured stage times.
 //! - `cargo xtask plan [SCENARIO]`: plans a scenario with the CLI (the example by default).
 //! - `cargo xtask bench`: the criterion benchmarks, then plan quality — the `optimal`
 //!   policy beside the baselines — for every scenario under `tests/scenarios/`, as the
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("plan") => plan(args.get(1).map_or(EXAMPLE, String::as_str)),
         Some("bench") => bench(),
+        Some("gpu") => gpu(),
         Some("fuzz") => {
             let seconds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);
             setup().and_then(|python| fuzz(&python, seconds))
@@ -252,6 +256,35 @@ fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> 
         std::fs::write(corpus.join(format!("seed-{i}")), bytes).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Builds, checks, probes and times the kernels on this machine's adapters, then runs the
+/// example plan sharded across them.
+fn gpu() -> Result<(), String> {
+    let mut build = cargo();
+    build.args(["build", "--release", "--package", "stageplan-cli", "--locked"]);
+    step("build the CLI", build)?;
+    let mut tests = cargo();
+    tests.args(["test", "--release", "--package", "stageplan-gpu", "--locked"]);
+    quiet_mesa(&mut tests);
+    step("kernels checked against the CPU on every adapter", tests)?;
+    let stageplan = target_dir().join("release/stageplan");
+    let mut probe = Command::new(&stageplan);
+    probe.arg("probe");
+    quiet_mesa(&mut probe);
+    step("probe every adapter", probe)?;
+    let mut kernels = cargo();
+    kernels.args(["bench", "--package", "stageplan-gpu", "--bench", "kernels", "--locked"]);
+    quiet_mesa(&mut kernels);
+    step("kernel benchmarks against the CPU", kernels)?;
+    let mut sharded = Command::new(&stageplan);
+    sharded.args(["run-sharded", EXAMPLE, "--width", "1024", "--tokens", "256"]).current_dir(root());
+    quiet_mesa(&mut sharded);
+    step("the example plan, sharded across local devices", sharded)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
 }
 
 /// Mesa complains on every start without a runtime directory; give it one.
