@@ -8,6 +8,7 @@
 //! - `cargo xtask gpu`: on a machine with a GPU, in one run: build, check the kernels on
 //!   every adapter, probe them, time the kernels against the CPU, and run a plan sharded
 //!   across the local devices with predicted against measured stage times.
+//! - `cargo xtask serve`: builds the web planner and serves it on 127.0.0.1, printing its URL.
 //! - `cargo xtask plan [SCENARIO]`: plans a scenario with the CLI (the example by default).
 //! - `cargo xtask bench`: the criterion benchmarks, then plan quality — the `optimal`
 //!   policy beside the baselines — for every scenario under `tests/scenarios/`, as the
@@ -25,6 +26,7 @@ use std::time::Instant;
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 const EXAMPLE: &str = "tests/scenarios/home-70b.json";
 const CARGO_FUZZ: &str = "0.13.2";
+const TRUNK: &str = "0.21.14";
 /// Must equal the `wasm-bindgen` version in Cargo.lock.
 const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests, and
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
+        Some("serve") => serve(args.get(1).and_then(|p| p.parse().ok()).unwrap_or(8080)),
         Some("plan") => plan(args.get(1).map_or(EXAMPLE, String::as_str)),
         Some("bench") => bench(),
         Some("gpu") => gpu(),
@@ -120,26 +123,11 @@ fn setup() -> Result<PathBuf, String> {
         if !root {
             install.arg("apt-get");
         }
-        install
-            .args(["install", "-y", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive");
+        install.args(["install", "-y"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive");
         step("install Debian packages", install)?;
     }
-    let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
-    if !installed.lines().any(|t| t.trim() == WASM_TARGET) {
-        let mut add = Command::new("rustup");
-        add.args(["target", "add", WASM_TARGET]);
-        step("install the wasm32 target", add)?;
-    }
     let python = python_env()?;
-    let bindgen = output("wasm-bindgen", &["--version"]).unwrap_or_default();
-    if !bindgen.contains(WASM_BINDGEN) {
-        // Not `--locked`: its lockfile names a crate version the registry mirror lacks.
-        let mut install = Command::new("cargo");
-        install.args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN]);
-        step("install wasm-bindgen's CLI and test runner", install)?;
-    }
+    web_tools()?;
     let fuzz_version = output("cargo", &["fuzz", "--version"]).unwrap_or_default();
     if !fuzz_version.contains(CARGO_FUZZ) {
         let mut install = Command::new("cargo");
@@ -147,6 +135,129 @@ fn setup() -> Result<PathBuf, String> {
         step("install cargo-fuzz", install)?;
     }
     Ok(python)
+}
+
+/// What building the web page needs: wasm32, Trunk, wasm-bindgen's CLI, and the npm tools
+/// (wasm-opt from binaryen, playwright-core) in `node_modules`.
+fn web_tools() -> Result<(), String> {
+    let installed = output("rustup", &["target", "list", "--installed"]).unwrap_or_default();
+    if !installed.lines().any(|t| t.trim() == WASM_TARGET) {
+        let mut add = Command::new("rustup");
+        add.args(["target", "add", WASM_TARGET]);
+        step("install the wasm32 target", add)?;
+    }
+    let bindgen = output("wasm-bindgen", &["--version"]).unwrap_or_default();
+    if !bindgen.contains(WASM_BINDGEN) {
+        // Not `--locked`: its lockfile names a crate version the registry mirror lacks.
+        let mut install = Command::new("cargo");
+        install.args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN]);
+        step("install wasm-bindgen's CLI and test runner", install)?;
+    }
+    if !output("trunk", &["--version"]).unwrap_or_default().contains(TRUNK) {
+        let mut install = Command::new("cargo");
+        install.args(["install", "trunk", "--version", TRUNK, "--locked"]);
+        step("install Trunk", install)?;
+    }
+    let lock = root().join("package-lock.json");
+    let stamp = root().join("node_modules/.stageplan-lock");
+    let wanted = std::fs::read_to_string(&lock).map_err(|e| format!("{}: {e}", lock.display()))?;
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
+        let mut ci = Command::new("npm");
+        ci.args(["ci", "--no-audit", "--no-fund"]).current_dir(root());
+        step("install wasm-opt and playwright-core from npm", ci)?;
+        std::fs::write(&stamp, wanted).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// PATH with the npm tools and cargo's installed binaries first, as Trunk needs.
+fn tool_path() -> std::ffi::OsString {
+    let mut paths = vec![root().join("node_modules/.bin")];
+    if let Some(home) = std::env::var_os("HOME") {
+        paths.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    paths.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    std::env::join_paths(paths).unwrap_or_default()
+}
+
+/// Builds `dist/` with Trunk (release, size-optimised), then pins the page's
+/// Content-Security-Policy to the hash of Trunk's inline loader script.
+fn build_web() -> Result<PathBuf, String> {
+    let mut fetch = cargo();
+    fetch.args(["fetch", "--locked"]);
+    step("fetch crates for the offline Trunk build", fetch)?;
+    let mut trunk = Command::new("trunk");
+    trunk.args(["build", "--release", "true", "--skip-version-check"]).current_dir(root()).env("PATH", tool_path());
+    step("build the web planner (Trunk)", trunk)?;
+    let dist = root().join("dist");
+    pin_inline_script(&dist.join("index.html"))?;
+    Ok(dist)
+}
+
+/// Replaces `'unsafe-inline'` in the CSP's `script-src` by the SHA-256 of the one inline
+/// script Trunk writes (the wasm loader), so no other inline script can run.
+fn pin_inline_script(index: &Path) -> Result<(), String> {
+    use base64::Engine;
+    use sha2::Digest;
+    let html = std::fs::read_to_string(index).map_err(|e| format!("{}: {e}", index.display()))?;
+    let open = "<script type=\"module\">";
+    let start = html.find(open).ok_or("dist/index.html has no inline module script")? + open.len();
+    let end = start + html[start..].find("</script>").ok_or("the inline script does not end")?;
+    let digest = sha2::Sha256::digest(&html.as_bytes()[start..end]);
+    let hash = base64::engine::general_purpose::STANDARD.encode(digest);
+    let marker = "script-src 'self' 'wasm-unsafe-eval' 'unsafe-inline'";
+    if !html.contains(marker) {
+        return Err("index.html's Content-Security-Policy no longer has the expected script-src".into());
+    }
+    let pinned = html.replace(marker, &format!("script-src 'self' 'wasm-unsafe-eval' 'sha256-{hash}'"));
+    std::fs::write(index, pinned).map_err(|e| e.to_string())
+}
+
+/// Builds the web planner and serves `dist/` on 127.0.0.1 until interrupted.
+fn serve(port: u16) -> Result<(), String> {
+    web_tools()?;
+    let dist = build_web()?;
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+        .map_err(|e| format!("port {port}: {e}; try `cargo xtask serve 8081`"))?;
+    println!("\nstageplan web planner: http://127.0.0.1:{port}/  (Ctrl-C to stop)");
+    for stream in listener.incoming().flatten() {
+        let dist = dist.clone();
+        std::thread::spawn(move || respond(stream, &dist));
+    }
+    Ok(())
+}
+
+/// Answers one HTTP/1.1 GET with a file from `dist` (or 404).
+fn respond(mut stream: std::net::TcpStream, dist: &Path) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut line = String::new();
+    if BufReader::new(&stream).read_line(&mut line).is_err() {
+        return;
+    }
+    let target = line.split_whitespace().nth(1).unwrap_or("/");
+    let path = target.split(['?', '#']).next().unwrap_or("/");
+    let relative = if path == "/" { "index.html" } else { path.trim_start_matches('/') };
+    let file = dist.join(relative);
+    let inside = file.canonicalize().ok().zip(dist.canonicalize().ok()).is_some_and(|(f, d)| f.starts_with(d));
+    let (status, body, kind) = match std::fs::read(&file) {
+        Ok(body) if inside && !relative.contains("..") => {
+            let kind = match file.extension().and_then(|e| e.to_str()) {
+                Some("html") => "text/html; charset=utf-8",
+                Some("js") => "text/javascript",
+                Some("wasm") => "application/wasm",
+                Some("css") => "text/css",
+                Some("json") => "application/json",
+                _ => "application/octet-stream",
+            };
+            ("200 OK", body, kind)
+        }
+        _ => ("404 Not Found", b"not found".to_vec(), "text/plain"),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body));
 }
 
 /// A virtual environment with the pinned packages of `tests/fixtures/requirements.txt`.
@@ -193,6 +304,30 @@ fn test() -> Result<(), String> {
     let mut wasm = cargo();
     wasm.args(["build", "--package", "stageplan", "--target", WASM_TARGET, "--locked"]);
     step("core for wasm32", wasm)?;
+    let mut components = cargo();
+    components.args(["test", "--package", "stageplan-web", "--target", WASM_TARGET, "--locked"]);
+    browser_env(&mut components);
+    step("web components in headless Chromium", components)?;
+    let dist = build_web()?;
+    let fixtures = cache().join("e2e-fixtures");
+    let _ = std::fs::remove_dir_all(&fixtures);
+    let mut write = Command::new(&python);
+    write.arg(root().join("tests/fixtures/write_models.py")).arg(&fixtures);
+    step("model files for the browser tests (reference writers)", write)?;
+    let mut cli = cargo();
+    cli.args(["build", "--package", "stageplan-cli", "--locked"]);
+    step("the CLI the browser tests compare against", cli)?;
+    let mut e2e = Command::new("node");
+    e2e.arg(root().join("tests/e2e/planner.mjs"))
+        .arg("--dist")
+        .arg(&dist)
+        .arg("--cli")
+        .arg(target_dir().join("debug/stageplan"))
+        .arg("--fixtures")
+        .arg(&fixtures)
+        .current_dir(root())
+        .env("PATH", tool_path());
+    step("the web planner end to end (playwright-core, headless Chromium)", e2e)?;
     let mut example = cargo();
     example.args(["run", "--quiet", "--package", "stageplan-cli", "--locked", "--", "plan", EXAMPLE]);
     step("the README's example plan", example)?;

@@ -1,0 +1,16 @@
+//! The stageplan web planner: the core planner compiled to WebAssembly, behind a Leptos
+//! page. Nothing leaves the page: plans are computed in it, model files are read in it
+//! (headers only), and WebGPU measures the device it runs on.
+//!
+//! - [`state`]: what the user edits, the scenario it makes, the share link.
+//! - [`view_model`]: a plan laid out for drawing (pure, tested).
+//! - [`files`]: model files dropped on the page, header only.
+//! - [`app`] and [`ui`]: the components.
+
+pub mod app;
+pub mod files;
+pub mod state;
+pub mod ui;
+pub mod view_model;
+
+pub use app::App;

@@ -1,0 +1,428 @@
+//! The page's state: what the user typed, as typed, and the scenario it makes.
+//!
+//! Fields hold text (`"24 GiB"`) so editing never loses what was written; the scenario is
+//! built by handing that text to the core's scenario parser, so the page validates exactly
+//! as the CLI does and its errors name the same fields. The whole state travels in the URL
+//! fragment (`#s1.` + base64url JSON): versioned, bounded in size, decoded defensively.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use stageplan::Scenario;
+use stageplan::scenario::{LinksSpec, NodeSpec, Objective, Policy};
+use stageplan::units::{Dimension, parse_quantity};
+
+/// Where the model comes from.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelSource {
+    #[default]
+    Preset,
+    /// A pasted `config.json`.
+    Config,
+    /// A dropped file; its tensors live in the page, not in the state.
+    File,
+}
+
+/// The model as edited.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelDraft {
+    pub source: ModelSource,
+    pub preset: String,
+    pub weights: String,
+    pub config: String,
+    /// The dropped file's name, for the record.
+    pub file: String,
+}
+
+impl Default for ModelDraft {
+    fn default() -> Self {
+        ModelDraft {
+            source: ModelSource::Preset,
+            preset: "llama-3.1-70b".into(),
+            weights: "q4_k_m".into(),
+            config: String::new(),
+            file: String::new(),
+        }
+    }
+}
+
+/// One machine as edited.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeDraft {
+    /// Stable while the node exists, so its row keeps focus while it is edited.
+    pub id: u64,
+    pub name: String,
+    /// A device preset, or empty for custom figures.
+    pub device: String,
+    pub memory: String,
+    pub bandwidth: String,
+    pub compute: String,
+    pub reserve: String,
+    /// What-if: a switched-off node is kept but not planned on.
+    pub enabled: bool,
+}
+
+impl NodeDraft {
+    /// A node from a device preset.
+    pub fn preset(name: &str, device: &str) -> NodeDraft {
+        NodeDraft { name: name.into(), device: device.into(), enabled: true, ..NodeDraft::default() }
+    }
+}
+
+/// A link between two named nodes, as edited.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PairDraft {
+    pub a: String,
+    pub b: String,
+    pub bandwidth: String,
+    pub latency: String,
+}
+
+/// Everything the page holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AppState {
+    pub model: ModelDraft,
+    pub context: String,
+    pub batch: String,
+    pub kv: String,
+    pub nodes: Vec<NodeDraft>,
+    pub link_bandwidth: String,
+    pub link_latency: String,
+    pub pairs: Vec<PairDraft>,
+    pub objective: Objective,
+}
+
+impl Default for AppState {
+    /// A home cluster: the page's first plan.
+    fn default() -> Self {
+        AppState {
+            model: ModelDraft::default(),
+            context: "8192".into(),
+            batch: "1".into(),
+            kv: "f16".into(),
+            nodes: vec![
+                NodeDraft::preset("desk", "rtx-4090"),
+                NodeDraft::preset("gamer", "rtx-3090"),
+                NodeDraft {
+                    name: "mac".into(),
+                    memory: "64 GiB".into(),
+                    bandwidth: "400 GB/s".into(),
+                    compute: "27 TFLOPS".into(),
+                    reserve: "16 GiB".into(),
+                    enabled: true,
+                    ..NodeDraft::default()
+                },
+            ],
+            link_bandwidth: "1.25 GB/s".into(),
+            link_latency: "0.5 ms".into(),
+            pairs: Vec::new(),
+            objective: Objective::Throughput,
+        }
+        .with_unique_ids()
+    }
+}
+
+/// Limits on a decoded state: a share link is untrusted input.
+pub const MAX_FRAGMENT: usize = 32 * 1024;
+const MAX_NODES: usize = 256;
+const MAX_TEXT: usize = 16 * 1024;
+
+/// Why a share link could not be read.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ShareError(pub String);
+
+impl AppState {
+    /// The same state with every node's `id` distinct (ids from a share link are untrusted).
+    pub fn with_unique_ids(mut self) -> AppState {
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            node.id = i as u64 + 1;
+        }
+        self
+    }
+
+    /// An id no node has.
+    pub fn next_id(&self) -> u64 {
+        self.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1
+    }
+
+    /// The scenario as JSON text: what `stageplan plan` reads (the page's export).
+    pub fn scenario_json(&self) -> Value {
+        let quantity = |text: &str| -> Value {
+            let t = text.trim();
+            if t.is_empty() { Value::Null } else { t.parse::<f64>().map_or_else(|_| json!(t), |n| json!(n)) }
+        };
+        let integer =
+            |text: &str| -> Value { text.trim().parse::<i64>().map_or_else(|_| json!(text.trim()), |n| json!(n)) };
+        let model = match self.model.source {
+            ModelSource::Preset => json!({"preset": self.model.preset, "weights": self.model.weights}),
+            ModelSource::Config => {
+                let config: Value =
+                    serde_json::from_str(&self.model.config).unwrap_or_else(|_| json!(self.model.config));
+                json!({"config": config, "weights": self.model.weights})
+            }
+            ModelSource::File => json!({"file": self.model.file}),
+        };
+        let nodes: Vec<Value> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut node = serde_json::Map::new();
+                node.insert("name".into(), json!(n.name));
+                if !n.device.trim().is_empty() {
+                    node.insert("device".into(), json!(n.device.trim()));
+                }
+                for (key, text) in [
+                    ("memory", &n.memory),
+                    ("bandwidth", &n.bandwidth),
+                    ("compute", &n.compute),
+                    ("reserve", &n.reserve),
+                ] {
+                    let value = quantity(text);
+                    if !value.is_null() {
+                        node.insert(key.into(), value);
+                    }
+                }
+                Value::Object(node)
+            })
+            .collect();
+        let mut links =
+            json!({"default": {"bandwidth": quantity(&self.link_bandwidth), "latency": quantity(&self.link_latency)}});
+        if !self.pairs.is_empty() {
+            links["pairs"] = self
+                .pairs
+                .iter()
+                .map(|p| json!({"between": [p.a, p.b], "bandwidth": quantity(&p.bandwidth), "latency": quantity(&p.latency)}))
+                .collect();
+        }
+        json!({
+            "model": model,
+            "workload": {"context": integer(&self.context), "batch": integer(&self.batch), "kv": self.kv},
+            "nodes": nodes,
+            "links": links,
+            "objective": self.objective.name(),
+            "policy": Policy::Optimal.name(),
+        })
+    }
+
+    /// The scenario, checked by the core's parser (errors name the field, as in the CLI).
+    ///
+    /// # Errors
+    /// The first problem, as the CLI would print it.
+    pub fn scenario(&self) -> Result<Scenario, String> {
+        let text = serde_json::to_string(&self.scenario_json()).map_err(|e| e.to_string())?;
+        Scenario::from_json(&text).map_err(|e| e.to_string())
+    }
+
+    /// Which nodes are switched on, in order.
+    pub fn enabled(&self) -> Vec<bool> {
+        self.nodes.iter().map(|n| n.enabled).collect()
+    }
+
+    /// The state a scenario describes (an imported file): figures written back as text.
+    pub fn from_scenario(scenario: &Scenario) -> AppState {
+        let model = match (&scenario.model.preset, &scenario.model.config, &scenario.model.file) {
+            (Some(preset), _, _) => ModelDraft {
+                source: ModelSource::Preset,
+                preset: preset.clone(),
+                weights: scenario.model.weights.clone().unwrap_or_else(|| "bf16".into()),
+                ..ModelDraft::default()
+            },
+            (None, Some(config), _) => ModelDraft {
+                source: ModelSource::Config,
+                config: serde_json::to_string_pretty(config).unwrap_or_default(),
+                weights: scenario.model.weights.clone().unwrap_or_else(|| "bf16".into()),
+                ..ModelDraft::default()
+            },
+            (None, None, file) => ModelDraft {
+                source: ModelSource::File,
+                file: file.clone().unwrap_or_default(),
+                ..ModelDraft::default()
+            },
+        };
+        let links: &LinksSpec = &scenario.links;
+        let default = links.default.as_ref();
+        AppState {
+            model,
+            context: scenario.workload.context.to_string(),
+            batch: scenario.workload.batch.to_string(),
+            kv: scenario.workload.kv.clone(),
+            nodes: scenario.nodes.iter().flat_map(node_drafts).collect(),
+            link_bandwidth: default
+                .map_or_else(|| "1.25 GB/s".into(), |l| quantity_text(l.bandwidth.get(), Dimension::Bandwidth)),
+            link_latency: default.map_or_else(|| "0.5 ms".into(), |l| quantity_text(l.latency.get(), Dimension::Time)),
+            pairs: links
+                .pairs
+                .iter()
+                .map(|p| PairDraft {
+                    a: p.between[0].clone(),
+                    b: p.between[1].clone(),
+                    bandwidth: quantity_text(p.bandwidth.get(), Dimension::Bandwidth),
+                    latency: quantity_text(p.latency.get(), Dimension::Time),
+                })
+                .collect(),
+            objective: scenario.objective,
+        }
+        .with_unique_ids()
+    }
+
+    /// The share-link fragment: `s1.` + base64url of the state's JSON.
+    pub fn to_fragment(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        format!("s1.{}", URL_SAFE_NO_PAD.encode(json))
+    }
+
+    /// Reads a share-link fragment (with or without the leading `#`).
+    ///
+    /// # Errors
+    /// A fragment that is too long, of an unknown version, not base64url, not the state's
+    /// JSON, or beyond the size limits; the message says which.
+    pub fn from_fragment(fragment: &str) -> Result<AppState, ShareError> {
+        let fragment = fragment.trim_start_matches('#');
+        if fragment.len() > MAX_FRAGMENT {
+            return Err(ShareError(format!(
+                "the share link is {} characters, over the {MAX_FRAGMENT} limit",
+                fragment.len()
+            )));
+        }
+        let Some(payload) = fragment.strip_prefix("s1.") else {
+            return Err(ShareError("the share link is not a stageplan link (it should start with `s1.`)".into()));
+        };
+        let bytes = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| ShareError("the share link is damaged (not base64url); copy it again".into()))?;
+        if bytes.first() != Some(&b'{') {
+            return Err(ShareError("the share link does not hold a plan (not a JSON object); copy it again".into()));
+        }
+        let state: AppState = serde_json::from_slice(&bytes)
+            .map_err(|e| ShareError(format!("the share link does not hold a plan ({e}); copy it again")))?;
+        let texts = std::iter::once(&state.model.config).chain(
+            state.nodes.iter().flat_map(|n| [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve]),
+        );
+        if state.nodes.len() > MAX_NODES || texts.into_iter().any(|t| t.len() > MAX_TEXT) {
+            return Err(ShareError(format!("the share link holds more than {MAX_NODES} nodes or an over-long field")));
+        }
+        Ok(state)
+    }
+}
+
+/// Drafts for a scenario node (`count` expanded, one draft per machine).
+fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
+    let text = |q: Option<f64>, d: Dimension| q.map_or_else(String::new, |v| quantity_text(v, d));
+    let draft = |name: String| NodeDraft {
+        id: 0,
+        name,
+        device: spec.device.clone().unwrap_or_default(),
+        memory: text(spec.memory.map(|b| b.get()), Dimension::Memory),
+        bandwidth: text(spec.bandwidth.map(|b| b.get()), Dimension::Bandwidth),
+        compute: text(spec.compute.map(|c| c.get()), Dimension::Compute),
+        reserve: text(spec.reserve.map(|r| r.get()), Dimension::Memory),
+        enabled: true,
+    };
+    match spec.count {
+        Some(count) => (1..=count.min(MAX_NODES as u32)).map(|k| draft(format!("{}-{k}", spec.name))).collect(),
+        None => vec![draft(spec.name.clone())],
+    }
+}
+
+/// A quantity as text that parses back to exactly `value`: the largest unit that keeps it
+/// short, printed with the shortest digits that round-trip.
+pub fn quantity_text(value: f64, dimension: Dimension) -> String {
+    let units: &[(&str, f64)] = match dimension {
+        Dimension::Memory => &[("TiB", 1099511627776.0), ("GiB", 1073741824.0), ("MiB", 1048576.0), ("KiB", 1024.0)],
+        Dimension::Bandwidth => &[("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6)],
+        Dimension::Compute => &[("PFLOPS", 1e15), ("TFLOPS", 1e12), ("GFLOPS", 1e9)],
+        Dimension::Time => &[("s", 1.0), ("ms", 1e-3), ("us", 1e-6)],
+    };
+    // The shortest text, over every unit, that reads back as exactly `value`.
+    units
+        .iter()
+        .map(|&(unit, factor)| format!("{} {unit}", value / factor))
+        .chain(std::iter::once(format!("{value}")))
+        .filter(|text| parse_quantity(text, dimension).is_ok_and(|back| back == value))
+        .min_by_key(String::len)
+        .unwrap_or_else(|| format!("{value}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_state_plans() {
+        let scenario = AppState::default().scenario().unwrap();
+        let problem = scenario.problem().unwrap();
+        assert!(stageplan::plan(&problem).feasible);
+    }
+
+    #[test]
+    fn share_links_round_trip() {
+        let mut state = AppState::default();
+        state.nodes[1].enabled = false;
+        state.objective = Objective::Latency;
+        let fragment = state.to_fragment();
+        assert!(fragment.starts_with("s1."));
+        assert!(fragment.len() < 1024, "{} characters", fragment.len());
+        assert_eq!(AppState::from_fragment(&format!("#{fragment}")).unwrap(), state);
+    }
+
+    #[test]
+    fn hostile_fragments_are_refused_with_a_reason() {
+        let long = format!("s1.{}", "A".repeat(MAX_FRAGMENT));
+        let cases = [
+            ("", "not a stageplan link"),
+            ("s2.abc", "not a stageplan link"),
+            ("s1.!!!", "damaged"),
+            ("s1.W10", "does not hold a plan"),
+            (long.as_str(), "over the"),
+        ];
+        for (fragment, expected) in cases {
+            let error = AppState::from_fragment(fragment).unwrap_err().to_string();
+            assert!(error.contains(expected), "{fragment:.20}: {error}");
+        }
+        let not_state = format!("s1.{}", URL_SAFE_NO_PAD.encode(br#"{"nodes": 5}"#));
+        assert!(AppState::from_fragment(&not_state).unwrap_err().to_string().contains("does not hold a plan"));
+        let many = AppState { nodes: vec![NodeDraft::preset("x", "l4"); MAX_NODES + 1], ..AppState::default() };
+        assert!(AppState::from_fragment(&many.to_fragment()).unwrap_err().to_string().contains("over"));
+    }
+
+    #[test]
+    fn bad_fields_are_reported_as_the_cli_reports_them() {
+        let mut state = AppState::default();
+        state.nodes[2].memory = "-3 GiB".into();
+        let error = state.scenario().unwrap_err();
+        assert!(error.starts_with("`nodes[2].memory`"), "{error}");
+    }
+
+    #[test]
+    fn quantities_print_back_exactly() {
+        for (value, dimension, text) in [
+            (24.0 * 1073741824.0, Dimension::Memory, "24 GiB"),
+            (1.25e9, Dimension::Bandwidth, "1.25 GB/s"),
+            (1.652e14, Dimension::Compute, "165.2 TFLOPS"),
+            (5e-4, Dimension::Time, "0.5 ms"),
+            (12345.0, Dimension::Memory, "12345"),
+        ] {
+            assert_eq!(quantity_text(value, dimension), text);
+            assert_eq!(parse_quantity(text, dimension).unwrap(), value);
+        }
+    }
+
+    #[test]
+    fn an_imported_scenario_round_trips_through_the_state() {
+        let text = include_str!("../../../tests/scenarios/home-70b.json");
+        let scenario = Scenario::from_json(text).unwrap();
+        let state = AppState::from_scenario(&scenario);
+        let again = state.scenario().unwrap();
+        let (a, b) = (scenario.problem().unwrap(), again.problem().unwrap());
+        assert_eq!(a.nodes, b.nodes);
+        assert_eq!(a.links, b.links);
+        assert_eq!(a.workload, b.workload);
+    }
+}

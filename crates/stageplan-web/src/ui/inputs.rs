@@ -1,0 +1,370 @@
+//! The scenario's inputs: the model and workload, the machines and their links.
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use stageplan::model::WeightFormat;
+use stageplan::presets::{DEVICES, MODELS};
+use stageplan::scenario::{KV_FORMATS, Objective};
+use stageplan::units::format_bytes;
+use wasm_bindgen::JsCast;
+
+use crate::files::{Dropped, read_model};
+use crate::state::{AppState, ModelSource, NodeDraft, PairDraft};
+
+/// A labelled text input bound to one string of the state.
+#[component]
+fn Field(
+    id: &'static str,
+    label: &'static str,
+    #[prop(optional)] hint: &'static str,
+    value: Signal<String>,
+    set: impl Fn(String) + 'static,
+) -> impl IntoView {
+    view! {
+        <label class="field" for=id>
+            <span>{label}</span>
+            <input id=id type="text" autocomplete="off" spellcheck="false" placeholder=hint
+                prop:value=move || value.get() on:input=move |ev| set(event_target_value(&ev))/>
+        </label>
+    }
+}
+
+/// Model, weight format, context, sequences, KV format and objective.
+#[component]
+pub fn ModelPanel(
+    state: RwSignal<AppState>,
+    dropped: RwSignal<Option<Dropped>>,
+    notice: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let source = move || state.with(|s| s.model.source);
+    let set_source = move |source: ModelSource| state.update(|s| s.model.source = source);
+    let reading = RwSignal::new(false);
+    let take_files = move |files: Vec<web_sys::File>| {
+        reading.set(true);
+        spawn_local(async move {
+            match read_model(files).await {
+                Ok(model) => {
+                    let names = model.names.join(", ");
+                    state.update(|s| {
+                        s.model.source = ModelSource::File;
+                        s.model.file = names;
+                    });
+                    dropped.set(Some(model));
+                    notice.set(None);
+                }
+                Err(message) => notice.set(Some(message)),
+            }
+            reading.set(false);
+        });
+    };
+    let file_list = |files: Option<web_sys::FileList>| -> Vec<web_sys::File> {
+        files.map(|list| (0..list.length()).filter_map(|i| list.get(i)).collect()).unwrap_or_default()
+    };
+    let weights: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
+    view! {
+        <fieldset class="panel">
+            <legend>"Model"</legend>
+            <div class="tabs" role="radiogroup" aria-label="model source">
+                {[(ModelSource::Preset, "preset", "Preset"), (ModelSource::Config, "config", "config.json"), (ModelSource::File, "file", "Model file")]
+                    .into_iter()
+                    .map(|(value, id, label)| view! {
+                        <label class="tab" class:active=move || source() == value>
+                            <input type="radio" name="model-source" id=format!("source-{id}") value=id
+                                prop:checked=move || source() == value on:change=move |_| set_source(value)/>
+                            {label}
+                        </label>
+                    })
+                    .collect_view()}
+            </div>
+            <Show when=move || source() == ModelSource::Preset>
+                <label class="field" for="preset">
+                    <span>"Preset"</span>
+                    <select id="preset" on:change=move |ev| state.update(|s| s.model.preset = event_target_value(&ev))>
+                        {MODELS.iter().map(|m| view! {
+                            <option value=m.name selected=move || state.with(|s| s.model.preset == m.name)>{m.title}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+            </Show>
+            <Show when=move || source() == ModelSource::Config>
+                <label class="field" for="config">
+                    <span>"Hugging Face config.json"</span>
+                    <textarea id="config" rows="6" spellcheck="false" placeholder="{\"hidden_size\": 4096, …}"
+                        prop:value=move || state.with(|s| s.model.config.clone())
+                        on:input=move |ev| state.update(|s| s.model.config = event_target_value(&ev))></textarea>
+                </label>
+            </Show>
+            <Show when=move || source() != ModelSource::File>
+                <label class="field" for="weights">
+                    <span>"Weights"</span>
+                    <select id="weights" on:change=move |ev| state.update(|s| s.model.weights = event_target_value(&ev))>
+                        {weights.clone().into_iter().map(|w| {
+                            let shown = w.clone();
+                            view! { <option value=w.clone() selected=move || state.with(|s| s.model.weights == w)>{shown}</option> }
+                        }).collect_view()}
+                    </select>
+                </label>
+            </Show>
+            <div id="drop-zone" class="drop" class:busy=move || reading.get()
+                on:dragover=|ev: web_sys::DragEvent| ev.prevent_default()
+                on:drop=move |ev: web_sys::DragEvent| {
+                    ev.prevent_default();
+                    take_files(file_list(ev.data_transfer().and_then(|d| d.files())));
+                }>
+                <label for="model-file">"Drop a .gguf, .safetensors or model.safetensors.index.json (with its shards) — only the header is read"</label>
+                <input id="model-file" type="file" multiple
+                    on:change=move |ev| {
+                        let input: web_sys::HtmlInputElement = event_target(&ev);
+                        take_files(file_list(input.files()));
+                    }/>
+                <p id="file-status" aria-live="polite">{move || match (reading.get(), dropped.get()) {
+                    (true, _) => "reading the header…".to_owned(),
+                    (false, Some(d)) => format!(
+                        "{}: read {} of {} ({:.3}%) — {} tensors",
+                        d.names.join(", "),
+                        format_bytes(d.bytes_read as f64),
+                        format_bytes(d.file_bytes as f64),
+                        d.bytes_read as f64 * 100.0 / d.file_bytes.max(1) as f64,
+                        d.model.tensors.len()
+                    ),
+                    (false, None) => String::new(),
+                }}</p>
+            </div>
+        </fieldset>
+        <fieldset class="panel">
+            <legend>"Workload"</legend>
+            <div class="row">
+                <Field id="context" label="Context (tokens)" value=Signal::derive(move || state.with(|s| s.context.clone()))
+                    set=move |v| state.update(|s| s.context = v)/>
+                <Field id="batch" label="Concurrent sequences" value=Signal::derive(move || state.with(|s| s.batch.clone()))
+                    set=move |v| state.update(|s| s.batch = v)/>
+                <label class="field" for="kv">
+                    <span>"KV cache"</span>
+                    <select id="kv" on:change=move |ev| state.update(|s| s.kv = event_target_value(&ev))>
+                        {KV_FORMATS.iter().map(|k| view! {
+                            <option value=k.name() selected=move || state.with(|s| s.kv == k.name())>{k.name()}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+            </div>
+            <div class="tabs" role="radiogroup" aria-label="objective">
+                {[(Objective::Throughput, "Throughput (pipeline full)"), (Objective::Latency, "Latency (one stream)")]
+                    .into_iter()
+                    .map(|(value, label)| view! {
+                        <label class="tab" class:active=move || state.with(|s| s.objective == value)>
+                            <input type="radio" name="objective" id=format!("objective-{}", value.name()) value=value.name()
+                                prop:checked=move || state.with(|s| s.objective == value)
+                                on:change=move |_| state.update(|s| s.objective = value)/>
+                            {label}
+                        </label>
+                    })
+                    .collect_view()}
+            </div>
+        </fieldset>
+    }
+}
+
+/// One machine: name, device or figures, what-if switch, duplicate, remove.
+#[component]
+fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
+    let get = move |f: fn(&NodeDraft) -> String| {
+        Signal::derive(move || state.with(|s| s.nodes.iter().find(|n| n.id == id).map(f).unwrap_or_default()))
+    };
+    let set = move |f: fn(&mut NodeDraft, String)| {
+        move |value: String| {
+            state.update(|s| {
+                if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) {
+                    f(n, value);
+                }
+            })
+        }
+    };
+    let enabled = move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(|n| n.enabled));
+    let custom = move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(|n| n.device.is_empty()));
+    let input = move |class: &'static str,
+                      label: &'static str,
+                      hint: &'static str,
+                      value: Signal<String>,
+                      on: Box<dyn Fn(String)>| {
+        view! {
+            <label class="field small">
+                <span>{label}</span>
+                <input class=class type="text" autocomplete="off" spellcheck="false" placeholder=hint
+                    prop:value=move || value.get() on:input=move |ev| on(event_target_value(&ev))/>
+            </label>
+        }
+    };
+    view! {
+        <li class="node" class:off=move || !enabled() data-node=move || get(|n| n.name.clone()).get()>
+            <div class="node-head">
+                <label class="switch" title="switch this machine off to see the plan without it">
+                    <input class="node-enabled" type="checkbox" prop:checked=enabled
+                        on:change=move |ev| {
+                            let on = event_target_checked(&ev);
+                            state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.enabled = on });
+                        }/>
+                    <span class="visually-hidden">"use this machine"</span>
+                </label>
+                {input("node-name", "Name", "desk", get(|n| n.name.clone()), Box::new(set(|n, v| n.name = v)))}
+                <label class="field small">
+                    <span>"Device"</span>
+                    <select class="node-device" on:change=move |ev| {
+                        let device = event_target_value(&ev);
+                        state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.device = device });
+                    }>
+                        <option value="" selected=custom>"custom figures"</option>
+                        {DEVICES.iter().map(|d| view! {
+                            <option value=d.name selected=move || get(|n| n.device.clone()).get() == d.name>{d.title}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+                <button type="button" class="node-duplicate" title="duplicate" on:click=move |_| state.update(|s| {
+                    let next = s.next_id();
+                    if let Some(pos) = s.nodes.iter().position(|n| n.id == id) {
+                        let mut copy = s.nodes[pos].clone();
+                        copy.id = next;
+                        copy.name = format!("{}-copy", copy.name);
+                        s.nodes.insert(pos + 1, copy);
+                    }
+                })>"Duplicate"</button>
+                <button type="button" class="node-remove" title="remove" on:click=move |_| state.update(|s| s.nodes.retain(|n| n.id != id))>"Remove"</button>
+            </div>
+            <div class="node-figures">
+                {input("node-memory", "Memory", "from preset", get(|n| n.memory.clone()), Box::new(set(|n, v| n.memory = v)))}
+                {input("node-bandwidth", "Bandwidth", "from preset", get(|n| n.bandwidth.clone()), Box::new(set(|n, v| n.bandwidth = v)))}
+                {input("node-compute", "Compute", "from preset", get(|n| n.compute.clone()), Box::new(set(|n, v| n.compute = v)))}
+                {input("node-reserve", "Reserve", "from preset", get(|n| n.reserve.clone()), Box::new(set(|n, v| n.reserve = v)))}
+            </div>
+        </li>
+    }
+}
+
+/// The machines and the links between them.
+#[component]
+pub fn ClusterPanel(state: RwSignal<AppState>) -> impl IntoView {
+    let chosen = RwSignal::new("rtx-4090".to_owned());
+    let add = move |_| {
+        let device = chosen.get_untracked();
+        state.update(|s| {
+            let id = s.next_id();
+            let base = device.split('-').next().unwrap_or("node").to_owned();
+            let mut name = base.clone();
+            let mut k = 2;
+            while s.nodes.iter().any(|n| n.name == name) {
+                name = format!("{base}-{k}");
+                k += 1;
+            }
+            let mut node = if device.is_empty() {
+                NodeDraft {
+                    name,
+                    memory: "16 GiB".into(),
+                    bandwidth: "100 GB/s".into(),
+                    compute: "10 TFLOPS".into(),
+                    enabled: true,
+                    ..NodeDraft::default()
+                }
+            } else {
+                NodeDraft::preset(&name, &device)
+            };
+            node.id = id;
+            s.nodes.push(node);
+        });
+    };
+    view! {
+        <fieldset class="panel">
+            <legend>"Machines"</legend>
+            <ul class="nodes">
+                <For each=move || state.with(|s| s.nodes.iter().map(|n| n.id).collect::<Vec<_>>()) key=|id| *id let:id>
+                    <NodeRow state=state id=id/>
+                </For>
+            </ul>
+            <div class="row add">
+                <label class="field" for="add-device">
+                    <span>"Add a machine"</span>
+                    <select id="add-device" on:change=move |ev| chosen.set(event_target_value(&ev))>
+                        {DEVICES.iter().map(|d| view! { <option value=d.name selected=move || chosen.get() == d.name>{d.title}</option> }).collect_view()}
+                        <option value="">"custom figures"</option>
+                    </select>
+                </label>
+                <button id="add-node" type="button" on:click=add>"Add"</button>
+            </div>
+        </fieldset>
+        <fieldset class="panel">
+            <legend>"Links"</legend>
+            <div class="row">
+                <label class="field" for="link-bandwidth">
+                    <span>"Default bandwidth"</span>
+                    <input id="link-bandwidth" type="text" prop:value=move || state.with(|s| s.link_bandwidth.clone())
+                        on:input=move |ev| state.update(|s| s.link_bandwidth = event_target_value(&ev))/>
+                </label>
+                <label class="field" for="link-latency">
+                    <span>"Default latency"</span>
+                    <input id="link-latency" type="text" prop:value=move || state.with(|s| s.link_latency.clone())
+                        on:input=move |ev| state.update(|s| s.link_latency = event_target_value(&ev))/>
+                </label>
+            </div>
+            <ul class="pairs">
+                {move || state.with(|s| s.pairs.clone()).into_iter().enumerate().map(|(i, p)| view! {
+                    <li class="pair">
+                        <span>{format!("{} ↔ {}: {}, {}", p.a, p.b, p.bandwidth, p.latency)}</span>
+                        <button type="button" on:click=move |_| state.update(|s| { if i < s.pairs.len() { s.pairs.remove(i); } })>"Remove"</button>
+                    </li>
+                }).collect_view()}
+            </ul>
+            <PairForm state=state/>
+        </fieldset>
+    }
+}
+
+/// Adds a link override between two machines.
+#[component]
+fn PairForm(state: RwSignal<AppState>) -> impl IntoView {
+    let draft =
+        RwSignal::new(PairDraft { bandwidth: "10 Gbit/s".into(), latency: "0.1 ms".into(), ..PairDraft::default() });
+    let names = move || state.with(|s| s.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>());
+    let select = move |which: bool| {
+        view! {
+            <select class="pair-node" on:change=move |ev| {
+                let v = event_target_value(&ev);
+                draft.update(|d| if which { d.a = v } else { d.b = v });
+            }>
+                <option value="">"—"</option>
+                {move || names().into_iter().map(|n| view! { <option value=n.clone()>{n.clone()}</option> }).collect_view()}
+            </select>
+        }
+    };
+    view! {
+        <div class="row pair-form">
+            <span class="label">"Link between"</span>
+            {select(true)}
+            {select(false)}
+            <input type="text" aria-label="pair bandwidth" prop:value=move || draft.with(|d| d.bandwidth.clone())
+                on:input=move |ev| draft.update(|d| d.bandwidth = event_target_value(&ev))/>
+            <input type="text" aria-label="pair latency" prop:value=move || draft.with(|d| d.latency.clone())
+                on:input=move |ev| draft.update(|d| d.latency = event_target_value(&ev))/>
+            <button type="button" on:click=move |_| {
+                let pair = draft.get_untracked();
+                if !pair.a.is_empty() && !pair.b.is_empty() {
+                    state.update(|s| s.pairs.push(pair));
+                }
+            }>"Add link"</button>
+        </div>
+    }
+}
+
+/// Downloads `text` as a file.
+pub fn download(name: &str, text: &str) {
+    let Some(document) = web_sys::window().and_then(|w| w.document()) else { return };
+    let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(text));
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type("application/json");
+    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options) else { return };
+    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else { return };
+    if let Ok(anchor) = document.create_element("a") {
+        let anchor: web_sys::HtmlAnchorElement = anchor.unchecked_into();
+        anchor.set_href(&url);
+        anchor.set_download(name);
+        anchor.click();
+    }
+    let _ = web_sys::Url::revoke_object_url(&url);
+}

@@ -1,0 +1,238 @@
+//! What the plan view draws, computed from a plan: positions as percentages, texts, colours.
+//!
+//! Pure data, apart from the DOM: the components only lay it out, and the arithmetic is
+//! tested here (natively and in the browser).
+
+use stageplan::plan::{Bound, Level, Plan};
+use stageplan::planner::sig3;
+use stageplan::scenario::{Objective, Policy};
+use stageplan::units::{format_bytes, format_seconds};
+
+/// A node's colour, stable for its position in the cluster list.
+pub fn hue(node_index: usize) -> u32 {
+    // The golden angle spreads any number of hues apart.
+    ((node_index as f64 * 137.508) % 360.0) as u32
+}
+
+/// One band of the stage diagram across the layer axis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Band {
+    pub node: String,
+    pub label: String,
+    pub left_pct: f64,
+    pub width_pct: f64,
+    pub hue: u32,
+    pub bottleneck: bool,
+}
+
+/// A memory bar: the stage's parts against the node's budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryBar {
+    pub node: String,
+    /// (part, percent of the bar, bytes text) for weights, KV, embed/head, workspace, reserve.
+    pub segments: Vec<(&'static str, f64, String)>,
+    pub used: String,
+    pub budget: String,
+    pub headroom: String,
+    pub over: bool,
+}
+
+/// A baseline on the same axis as the plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BaselineRow {
+    pub policy: &'static str,
+    pub figure: String,
+    /// Bar length, percent of the best of all rows (ours included).
+    pub pct: f64,
+    pub feasible: bool,
+}
+
+/// Everything the plan view shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanView {
+    pub feasible: bool,
+    pub bands: Vec<Band>,
+    pub bars: Vec<MemoryBar>,
+    pub headline: String,
+    pub details: String,
+    pub baselines: Vec<BaselineRow>,
+    pub ours_pct: f64,
+    pub left_out: Vec<String>,
+    pub notes: Vec<(Level, String, Option<String>)>,
+    pub search: String,
+}
+
+/// Lays out `plan`; `node_index` gives each node's position in the cluster (its colour).
+pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize) -> PlanView {
+    let layers = layers.max(1) as f64;
+    let bands = plan
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Band {
+            node: s.node.clone(),
+            label: format!("{} · {}–{}", s.node, s.layers[0], s.layers[1]),
+            left_pct: s.layers[0] as f64 * 100.0 / layers,
+            width_pct: (s.layers[1] - s.layers[0]) as f64 * 100.0 / layers,
+            hue: hue(node_index(&s.node)),
+            bottleneck: plan.bottleneck == Some(i) && plan.stages.len() > 1,
+        })
+        .collect();
+    let bars = plan
+        .stages
+        .iter()
+        .map(|s| {
+            let m = &s.memory;
+            let scale = 100.0 / (m.budget.max(m.total).max(1) as f64);
+            let parts = [
+                ("weights", m.weights),
+                ("kv", m.kv),
+                ("embed/head", m.embed_head),
+                ("workspace", m.workspace),
+                ("reserve", m.reserve),
+            ];
+            MemoryBar {
+                node: s.node.clone(),
+                segments: parts
+                    .iter()
+                    .map(|&(name, bytes)| (name, bytes as f64 * scale, format_bytes(bytes as f64)))
+                    .collect(),
+                used: format_bytes(m.total as f64),
+                budget: format_bytes(m.budget as f64),
+                headroom: if m.headroom >= 0 {
+                    format!("{} free", format_bytes(m.headroom as f64))
+                } else {
+                    format!("{} over", format_bytes(-m.headroom as f64))
+                },
+                over: m.headroom < 0,
+            }
+        })
+        .collect();
+    let (headline, details) = if plan.feasible {
+        (
+            format!(
+                "{} tok/s · {} per token",
+                sig3(plan.tokens_per_s),
+                plan.latency_s.map_or_else(|| "–".into(), format_seconds)
+            ),
+            format!(
+                "{} tok/s for one stream · prefill {} tok/s · longest context {}",
+                sig3(plan.stream_tokens_per_s),
+                sig3(plan.prefill_tokens_per_s),
+                plan.max_context.map_or_else(|| "–".into(), |c| c.to_string())
+            ),
+        )
+    } else {
+        ("No plan fits".to_owned(), "see the notes for what is missing and what would fix it".to_owned())
+    };
+    // Baselines on one axis: tokens/s (longer is better) or latency inverted (shorter is
+    // better, so the bar shows speed: 1 / latency).
+    let speed = |tokens: f64, latency: Option<f64>, feasible: bool| -> f64 {
+        if !feasible {
+            return 0.0;
+        }
+        match plan.objective {
+            Objective::Throughput => tokens,
+            Objective::Latency => latency.map_or(0.0, |l| 1.0 / l),
+        }
+    };
+    let ours = speed(plan.tokens_per_s, plan.latency_s, plan.feasible);
+    let best =
+        plan.baselines.iter().map(|b| speed(b.tokens_per_s, b.latency_s, b.feasible)).fold(ours, f64::max).max(1e-300);
+    let baselines = plan
+        .baselines
+        .iter()
+        .map(|b| BaselineRow {
+            policy: policy_name(b.policy),
+            figure: if !b.feasible {
+                b.problem.clone().unwrap_or_else(|| "does not fit".into())
+            } else {
+                match plan.objective {
+                    Objective::Throughput => format!("{} tok/s", sig3(b.tokens_per_s)),
+                    Objective::Latency => {
+                        b.latency_s.map_or_else(|| "–".into(), |l| format!("{} per token", format_seconds(l)))
+                    }
+                }
+            },
+            pct: speed(b.tokens_per_s, b.latency_s, b.feasible) * 100.0 / best,
+            feasible: b.feasible,
+        })
+        .collect();
+    PlanView {
+        feasible: plan.feasible,
+        bands,
+        bars,
+        headline,
+        details,
+        baselines,
+        ours_pct: ours * 100.0 / best,
+        left_out: plan.left_out.iter().map(|l| l.reason.clone()).collect(),
+        notes: plan.diagnostics.iter().map(|d| (d.level, d.message.clone(), d.fix.clone())).collect(),
+        search: plan.search.detail.clone(),
+    }
+}
+
+/// The bound a stage's time comes from, as a word.
+pub fn bound_word(bound: Bound) -> &'static str {
+    match bound {
+        Bound::Memory => "memory-bound",
+        Bound::Compute => "compute-bound",
+    }
+}
+
+fn policy_name(policy: Policy) -> &'static str {
+    policy.name()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::AppState;
+
+    fn view(state: &AppState) -> (Plan, PlanView) {
+        let problem = state.scenario().unwrap().problem().unwrap();
+        let plan = stageplan::plan_enabled(&problem, &state.enabled());
+        let names: Vec<String> = state.nodes.iter().map(|n| n.name.clone()).collect();
+        let index = |name: &str| names.iter().position(|n| n == name).unwrap_or(0);
+        let view = plan_view(&plan, problem.model.num_layers(), &index);
+        (plan, view)
+    }
+
+    #[test]
+    fn bands_tile_the_layer_axis() {
+        let (plan, view) = view(&AppState::default());
+        assert_eq!(view.bands.len(), plan.stages.len());
+        let total: f64 = view.bands.iter().map(|b| b.width_pct).sum();
+        assert!((total - 100.0).abs() < 1e-9);
+        for pair in view.bands.windows(2) {
+            assert!((pair[0].left_pct + pair[0].width_pct - pair[1].left_pct).abs() < 1e-9);
+        }
+        assert_eq!(view.bands.iter().filter(|b| b.bottleneck).count(), usize::from(plan.stages.len() > 1));
+    }
+
+    #[test]
+    fn memory_bars_stay_within_their_track_unless_over() {
+        let (_, view) = view(&AppState::default());
+        for bar in &view.bars {
+            let filled: f64 = bar.segments.iter().map(|s| s.1).sum();
+            assert!(filled <= 100.0 + 1e-9, "{bar:?}");
+            assert!(!bar.over);
+        }
+    }
+
+    #[test]
+    fn baselines_share_the_axis_and_ours_is_longest() {
+        let (_, view) = view(&AppState::default());
+        assert!((view.ours_pct - 100.0).abs() < 1e-9, "the optimal plan is the best row");
+        assert!(view.baselines.iter().all(|b| b.pct <= 100.0 + 1e-9));
+        assert_eq!(view.baselines.len(), 3);
+    }
+
+    #[test]
+    fn colours_differ_between_neighbours() {
+        let hues: Vec<u32> = (0..8).map(hue).collect();
+        for pair in hues.windows(2) {
+            assert!(pair[0].abs_diff(pair[1]) > 40);
+        }
+    }
+}

@@ -1,0 +1,266 @@
+// End-to-end tests of the web planner in headless Chromium (playwright-core driving
+// Debian's /usr/bin/chromium, WebGPU on through SwiftShader).
+//
+//   node tests/e2e/planner.mjs --dist dist --cli path/to/stageplan --fixtures DIR
+//
+// DIR holds files written by tests/fixtures/write_models.py (the reference writers).
+// Screenshots and measurements go to tests/e2e/artifacts/ (metrics.json feeds
+// BENCHMARKS.md). Exits non-zero on the first failed check.
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { chromium } from 'playwright-core';
+
+const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
+const dist = path.resolve(args.dist ?? 'dist');
+const cli = path.resolve(args.cli ?? 'target/debug/stageplan');
+const fixtures = path.resolve(args.fixtures ?? 'target/tmp/import-fixtures');
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
+const artifacts = path.join(root, 'tests/e2e/artifacts');
+fs.mkdirSync(artifacts, { recursive: true });
+
+// A static server for dist/ that records every request, so the test can prove the page
+// fetches nothing but its own files.
+const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.json': 'application/json' };
+const served = [];
+const server = http.createServer((req, res) => {
+  const pathname = decodeURIComponent(new URL(req.url, 'http://local').pathname);
+  const file = path.join(dist, pathname === '/' ? 'index.html' : pathname);
+  const ok = file.startsWith(dist) && fs.existsSync(file) && fs.statSync(file).isFile();
+  served.push({ path: pathname, status: ok ? 200 : 404 });
+  if (!ok) { res.writeHead(404); res.end(); return; }
+  res.writeHead(200, { 'content-type': types[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' });
+  res.end(fs.readFileSync(file));
+}).listen(0, '127.0.0.1');
+await new Promise((resolve) => server.on('listening', resolve));
+const origin = `http://127.0.0.1:${server.address().port}`;
+
+const browser = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-e2e-')), {
+  executablePath: '/usr/bin/chromium',
+  headless: true,
+  viewport: { width: 1280, height: 1000 },
+  args: ['--no-sandbox', '--disable-gpu', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+
+const metrics = {};
+const requests = [];
+const consoleErrors = [];
+let failures = 0;
+
+async function open(hash = '') {
+  const page = await browser.newPage();
+  page.on('request', (r) => requests.push(r.url()));
+  page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${m.text()} (${page.url()})`); });
+  page.on('pageerror', (e) => consoleErrors.push(`page error: ${e.message}`));
+  await page.goto(`${origin}/${hash}`);
+  await page.waitForSelector('#plan-headline, #error', { timeout: 60_000 });
+  return page;
+}
+
+async function check(name, body) {
+  const started = Date.now();
+  try {
+    await body();
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (e) {
+    failures += 1;
+    console.log(`FAIL ${name}: ${e.stack ?? e}`);
+  }
+}
+
+const shot = (page, name) => page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
+const text = (page, selector) => page.textContent(selector);
+const sig3 = (x) => Number(x.toPrecision(3));
+
+function cliPlan(scenarioJson) {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-cli-')), 'scenario.json');
+  fs.writeFileSync(file, scenarioJson);
+  try {
+    return JSON.parse(execFileSync(cli, ['plan', file, '--format', 'json'], { encoding: 'utf8' }));
+  } catch (e) {
+    // Exit status 1 (nothing fits) still prints the plan.
+    if (e.status === 1) return JSON.parse(e.stdout);
+    throw e;
+  }
+}
+
+function samePlan(page, cliPlanJson) {
+  assert.deepEqual(page.stages.map((s) => [s.node, s.layers]), cliPlanJson.stages.map((s) => [s.node, s.layers]));
+  assert.equal(sig3(page.tokens_per_s), sig3(cliPlanJson.tokens_per_s));
+}
+
+await check('the page loads, plans at once, and sets a Content-Security-Policy', async () => {
+  const started = Date.now();
+  const page = await open();
+  metrics.first_plan_ms = await page.evaluate(() => performance.now());
+  metrics.first_plan_wall_ms = Date.now() - started;
+  assert.match(await text(page, '#plan-headline'), /tok\/s/);
+  const csp = await page.getAttribute('meta[http-equiv="Content-Security-Policy"]', 'content');
+  assert.ok(csp && csp.includes("default-src 'self'"), `CSP: ${csp}`);
+  await shot(page, '01-first-plan');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await shot(page, '02-phone-width');
+  await page.close();
+});
+
+await check('a cluster built by typing and clicking plans exactly as the CLI does', async () => {
+  const page = await open();
+  // Start from nothing: remove every machine.
+  while ((await page.locator('.node-remove').count()) > 0) await page.locator('.node-remove').first().click();
+  await page.waitForSelector('#error');
+  await page.selectOption('#preset', 'llama-3.1-70b');
+  await page.selectOption('#weights', 'q4_k_m');
+  await page.fill('#context', '8192');
+  for (const device of ['rtx-4090', 'rtx-3090', 'cpu-ddr5-dual-channel']) {
+    await page.selectOption('#add-device', device);
+    await page.click('#add-node');
+  }
+  await page.selectOption('#add-device', '');
+  await page.click('#add-node');
+  const custom = page.locator('li.node').last();
+  await custom.locator('.node-name').fill('mac');
+  await custom.locator('.node-memory').fill('64 GiB');
+  await custom.locator('.node-bandwidth').fill('400 GB/s');
+  await custom.locator('.node-compute').fill('27 TFLOPS');
+  await custom.locator('.node-reserve').fill('16 GiB');
+  await page.check('#objective-latency');
+  await page.waitForFunction(() => document.querySelectorAll('.stage-band').length > 0);
+  const scenario = await text(page, '#scenario-json');
+  const shown = JSON.parse(await text(page, '#plan-json'));
+  samePlan(shown, cliPlan(scenario));
+  assert.equal(shown.objective, 'latency');
+  await shot(page, '03-typed-cluster');
+
+  // What-if: switch the 4090 off; the plan changes and no stage uses it.
+  const before = await text(page, '#plan-headline');
+  await page.locator('li.node').first().locator('.node-enabled').uncheck();
+  await page.waitForFunction((b) => document.querySelector('#plan-headline').textContent !== b, before);
+  const without = JSON.parse(await text(page, '#plan-json'));
+  const off = await page.locator('li.node.off .node-name').first().inputValue();
+  assert.ok(!without.stages.some((s) => s.node === off), `${off} is switched off but still used`);
+  await shot(page, '04-node-switched-off');
+  await page.close();
+});
+
+await check('re-planning 80 layers on 8 machines fits in a frame', async () => {
+  const page = await open();
+  const scenario = fs.readFileSync(path.join(root, 'tests/scenarios/home-70b-8.json'), 'utf8');
+  await page.fill('#import-json', scenario);
+  await page.click('#import');
+  await page.waitForFunction(() => document.querySelectorAll('li.node').length === 8);
+  samePlan(JSON.parse(await text(page, '#plan-json')), cliPlan(await text(page, '#scenario-json')));
+  const times = [];
+  for (let i = 0; i < 15; i += 1) {
+    await page.fill('#context', String(4096 + 512 * i));
+    await page.waitForFunction((c) => document.querySelector('#scenario-json').textContent.includes(`"context": ${c}`), 4096 + 512 * i);
+    times.push(Number(await page.getAttribute('#plan', 'data-plan-ms')));
+  }
+  times.sort((a, b) => a - b);
+  metrics.replan_ms_median = times[Math.floor(times.length / 2)];
+  metrics.replan_ms_max = times[times.length - 1];
+  // Throughput objective, then latency (left-out nodes explained: more searches).
+  await page.check('#objective-latency');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#plan-json').textContent).objective === 'latency');
+  metrics.replan_latency_objective_ms = Number(await page.getAttribute('#plan', 'data-plan-ms'));
+  await shot(page, '05-eight-machines');
+  assert.ok(metrics.replan_ms_median < 16, `median re-plan ${metrics.replan_ms_median} ms`);
+  await page.close();
+});
+
+await check('a dropped GGUF and a safetensors set are read by their headers only', async () => {
+  const page = await open();
+  const gguf = path.join(fixtures, 'dense.gguf');
+  await page.setInputFiles('#model-file', gguf);
+  await page.waitForFunction(() => /read .* of/.test(document.querySelector('#file-status').textContent));
+  const status = await text(page, '#file-status');
+  const [, pct] = status.match(/\(([\d.]+)%\)/);
+  assert.ok(Number(pct) < 10, status);
+  assert.match(await text(page, '.model-line'), /dense · gguf · 4 layers/);
+  const sharded = ['model.safetensors.index.json', 'model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', 'config.json']
+    .map((f) => path.join(fixtures, 'sharded', f));
+  await page.setInputFiles('#model-file', sharded);
+  await page.waitForFunction(() => document.querySelector('#file-status').textContent.includes('index.json'));
+  assert.match(await text(page, '.model-line'), /safetensors · 4 layers/);
+  await shot(page, '06-dropped-files');
+  await page.close();
+});
+
+await check('hostile share links and files get a message, never a blank page', async () => {
+  for (const [hash, expected] of [['#s1.!!!', /damaged/], ['#nonsense', /not a stageplan link/], [`#s1.${'A'.repeat(40000)}`, /over the/]]) {
+    const page = await open(hash);
+    assert.match(await text(page, '#notice'), expected);
+    assert.match(await text(page, '#plan-headline'), /tok\/s/, 'the example still plans');
+    await page.close();
+  }
+  const page = await open();
+  await page.setInputFiles('#model-file', path.join(root, 'tests/cli/bad-gguf-header/model.gguf'));
+  await page.waitForSelector('#notice');
+  assert.match(await text(page, '#notice'), /tensor count/);
+  await shot(page, '07-hostile-file');
+  await page.close();
+});
+
+await check('a share link reloads the same state', async () => {
+  const page = await open();
+  await page.locator('li.node').nth(1).locator('.node-enabled').uncheck();
+  await page.fill('#context', '12288');
+  await page.click('#share');
+  const link = await page.inputValue('#share-link');
+  assert.ok(link.startsWith(origin) && link.includes('#s1.'), link);
+  const scenario = await text(page, '#scenario-json');
+  const planJson = await text(page, '#plan-json');
+  const again = await browser.newPage();
+  again.on('request', (r) => requests.push(r.url()));
+  await again.goto(link);
+  await again.waitForSelector('#plan-headline');
+  assert.equal(await text(again, '#scenario-json'), scenario);
+  assert.equal(await text(again, '#plan-json'), planJson);
+  assert.equal(await again.locator('li.node.off').count(), 1);
+  await again.close();
+  await page.close();
+});
+
+await check('this device: the WebGPU probe, adding it, and the plan run as kernels', async () => {
+  const page = await open();
+  await page.click('#probe');
+  await page.waitForSelector('#probe-result', { timeout: 120_000 });
+  metrics.webgpu_adapter = await text(page, '#probe-result dd');
+  metrics.webgpu_bandwidth = await text(page, '#probe-bandwidth');
+  metrics.webgpu_compute_f32 = await text(page, '#probe-compute');
+  const nodes = await page.locator('li.node').count();
+  await page.click('#add-this-device');
+  await page.waitForFunction((n) => document.querySelectorAll('li.node').length === n + 1, nodes);
+  await page.click('#run-sharded');
+  await page.waitForSelector('#sharded-result', { timeout: 180_000 });
+  const rows = await page.$$eval('#sharded-result tbody tr', (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
+  assert.ok(rows.length >= 1);
+  metrics.webgpu_sharded = rows;
+  metrics.webgpu_sharded_note = await text(page, '#sharded-status');
+  assert.match(metrics.webgpu_sharded_note, /checked against the CPU/);
+  await shot(page, '08-this-device');
+  await page.close();
+});
+
+await check('the page fetched nothing but its own files, and logged no errors', async () => {
+  const foreign = requests.filter((u) => !u.startsWith(origin) && !u.startsWith('blob:') && !u.startsWith('data:'));
+  assert.deepEqual(foreign, []);
+  const missing = served.filter((r) => r.status !== 200);
+  assert.deepEqual(missing, []);
+  assert.deepEqual(consoleErrors.filter((e) => !e.includes('integrity')), []);
+});
+
+for (const file of fs.readdirSync(dist)) {
+  const bytes = fs.readFileSync(path.join(dist, file));
+  metrics[`size_${file}`] = { raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length };
+}
+fs.writeFileSync(path.join(artifacts, 'metrics.json'), `${JSON.stringify(metrics, null, 2)}\n`);
+console.log(JSON.stringify(metrics, null, 2));
+await browser.close();
+server.close();
+process.exit(failures === 0 ? 0 : 1);
