@@ -38,6 +38,21 @@ enum Command {
         #[arg(long)]
         verify: bool,
     },
+    /// Re-plan a cluster that changed: the new plan and the fewest moves that reach it.
+    Replan {
+        /// The plan running now: what `stageplan plan --format json` printed.
+        current: PathBuf,
+        /// The changed cluster's scenario (nodes gone, added, slower, with less memory).
+        scenario: PathBuf,
+        /// Accept plans this much slower than the best when they move fewer bytes (0.03: 3%).
+        #[arg(long, default_value_t = 0.03)]
+        tolerance: f64,
+        /// Keep the running plan unless the best is this much faster (0.05: 5%).
+        #[arg(long, default_value_t = 0.05)]
+        hysteresis: f64,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Show a model's parameters, bytes per layer and type mix.
     Model {
         /// A model preset name, or a file: `.gguf` (any part of a split set), `.safetensors`,
@@ -148,6 +163,18 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Plan { scenario, format, objective, policy, verify } => {
             plan(&scenario, format, objective, policy, verify)
         }
+        Command::Replan { current, scenario, tolerance, hysteresis, format } => {
+            let stages = stageplan::planner::replan::current_from_json(&read(&current)?)
+                .map_err(|e| Failure(format!("`{}`: {e}", current.display())))?;
+            let problem = load_problem(&scenario, Scenario::from_json(&read(&scenario)?)?)?;
+            let result = stageplan::replan(&problem, &stages, stageplan::ReplanOptions { tolerance, hysteresis })?;
+            let stdout = match format {
+                Format::Json => serde_json::to_string_pretty(&result)? + "\n",
+                Format::Table => render::replan(&problem, &result),
+            };
+            let code = if result.plan.feasible { ExitCode::SUCCESS } else { ExitCode::from(1) };
+            Ok(Outcome { stdout, code })
+        }
         Command::Model { model, weights, kv, format } => model_command(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets(format),
         Command::Probe { adapter, quick, memory_cap, format } => {
@@ -213,15 +240,7 @@ fn plan(
             PolicyArg::Manual => Policy::Manual,
         };
     }
-    let problem = match scenario.model.file()? {
-        Some(file) => {
-            // Relative to the scenario file.
-            let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
-            let loaded = load::model_file(&base.join(file), None)?;
-            scenario.problem_with_model(loaded.model)?
-        }
-        None => scenario.problem()?,
-    };
+    let problem = load_problem(path, scenario)?;
     let plan = stageplan::plan(&problem);
     let verified = if verify {
         const LIMIT: u64 = 200_000_000;
@@ -254,6 +273,19 @@ fn plan(
     };
     let code = if plan.feasible { ExitCode::SUCCESS } else { ExitCode::from(1) };
     Ok(Outcome { stdout, code })
+}
+
+/// Checks a scenario read from `path`, reading the headers of a model file it names.
+fn load_problem(path: &Path, scenario: Scenario) -> Result<stageplan::Problem, Failure> {
+    Ok(match scenario.model.file()? {
+        Some(file) => {
+            // Relative to the scenario file.
+            let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
+            let loaded = load::model_file(&base.join(file), None)?;
+            scenario.problem_with_model(loaded.model)?
+        }
+        None => scenario.problem()?,
+    })
 }
 
 fn model_command(name: &str, weights: Option<&str>, kv: &str, format: Format) -> Result<Outcome, Failure> {

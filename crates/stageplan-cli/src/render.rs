@@ -166,6 +166,47 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
     out
 }
 
+/// A re-plan: why, the new plan, and the moves that reach it.
+pub fn replan(problem: &Problem, replan: &stageplan::Replan) -> String {
+    let mut out = format!("{}\n\n", replan.reason);
+    out.push_str(&plan(problem, &replan.plan));
+    if replan.kept {
+        return out;
+    }
+    if replan.moves.is_empty() {
+        out.push_str("\nmoves: none\n");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nmoves: {} in {} (moves to different nodes run at once); the best plan would move {}",
+        format_bytes(replan.bytes_moved as f64),
+        format_seconds(replan.move_time_s),
+        format_bytes(replan.best_plan_bytes as f64),
+    );
+    let layers = problem.model.num_layers();
+    let what = |m: &stageplan::planner::replan::Move| match m.layers {
+        [0, 0] => "embedding".to_owned(),
+        [a, b] if a == layers && b == layers => "head".to_owned(),
+        [a, b] => format!("layers {a}–{b}"),
+    };
+    let what_width = replan.moves.iter().map(|m| what(m).len()).max().unwrap_or(0);
+    let from_width = replan.moves.iter().map(|m| m.from.as_deref().map_or(12, str::len)).max().unwrap_or(0);
+    for m in &replan.moves {
+        let from = m.from.as_deref().unwrap_or("storage");
+        let note = if m.from.is_none() { "  (its node is gone: reload)" } else { "" };
+        let _ = writeln!(
+            out,
+            "  {:<what_width$}  {from:<from_width$} → {:<12} {:>10}  {:>9}{note}",
+            what(m),
+            m.to,
+            format_bytes(m.bytes as f64),
+            format_seconds(m.time_s),
+        );
+    }
+    out
+}
+
 /// The line `--verify` adds: the exhaustive optimum beside ours.
 pub fn verification(plan: &Plan, exhaustive: &Plan) -> String {
     let ours = plan.objective_value();

@@ -5,6 +5,8 @@
 //! - `experts-2000x256`: 2,000 placement units on 256 nodes of 8 kinds — expert-level
 //!   placement (target: under a second).
 //!
+//! `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
+//!
 //! Each is timed for the `optimal` search alone (`bare`), the full report (`plan`: with
 //! baselines, left-out explanations and longest context), and the baseline policies, on the
 //! scenario files under `tests/scenarios/`.
@@ -41,6 +43,18 @@ fn bench(c: &mut Criterion) {
         let baseline = problem(HOME, |s| s.policy = policy);
         group.bench_function(format!("bare-{}", policy.name()), |b| b.iter(|| stageplan::plan_bare(&baseline)));
     }
+    // Re-planning after the machine with the most layers drops out.
+    let running = stageplan::plan_bare(&throughput);
+    let current: Vec<stageplan::planner::replan::CurrentStage> = running
+        .stages
+        .iter()
+        .map(|s| stageplan::planner::replan::CurrentStage { node: s.node.clone(), layers: s.layers })
+        .collect();
+    let busiest = running.stages.iter().max_by_key(|s| s.layers[1] - s.layers[0]).expect("a plan").node.clone();
+    let lost = problem(HOME, |s| s.nodes.retain(|n| n.name != busiest));
+    group.bench_function("replan-node-lost", |b| {
+        b.iter(|| stageplan::replan(&lost, &current, stageplan::ReplanOptions::default()).expect("valid current plan"))
+    });
     group.finish();
 
     let mut group = c.benchmark_group("experts-2000x256");

@@ -13,7 +13,11 @@
 //! - [`cost`]: the cost model and its formulas.
 //! - [`planner`]: the `optimal` search and the baselines.
 //! - [`plan`]: the result and its JSON contract.
+//! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
+//! - [`balance`]: live node metrics, skew, load shedding.
+//! - [`shard`]: blake3 stream sharding of keyed work items over devices.
 
+pub mod balance;
 pub mod cost;
 pub mod error;
 pub mod import;
@@ -22,6 +26,7 @@ pub mod plan;
 pub mod planner;
 pub mod presets;
 pub mod scenario;
+pub mod shard;
 pub mod tensor_type;
 pub mod units;
 
@@ -29,6 +34,7 @@ pub use cost::CostModel;
 pub use error::{ModelError, ScenarioError};
 pub use model::{Model, WeightFormat};
 pub use plan::Plan;
+pub use planner::replan::{Replan, ReplanOptions, replan};
 pub use planner::{plan, plan_bare, plan_enabled, verify};
 pub use scenario::{Objective, Policy, Problem, Scenario};
 pub use tensor_type::TensorType;

@@ -32,7 +32,7 @@ const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests, and
 /// Chromium with its driver for the browser tests.
 const APT_PACKAGES: [&str; 4] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver"];
-const FUZZ_TARGETS: [&str; 3] = ["gguf_header", "safetensors_header", "scenario"];
+const FUZZ_TARGETS: [&str; 4] = ["gguf_header", "safetensors_header", "scenario", "replan"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;
 
@@ -366,7 +366,8 @@ fn fuzz(python: &Path, seconds: u64) -> Result<(), String> {
 /// scenario files for the planner.
 fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> {
     let mut files: Vec<PathBuf> = Vec::new();
-    let mut stack = vec![if target == "scenario" { root().join("tests") } else { seeds.to_path_buf() }];
+    let mut stack =
+        vec![if matches!(target, "scenario" | "replan") { root().join("tests") } else { seeds.to_path_buf() }];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?.flatten() {
             let path = entry.path();
@@ -382,6 +383,7 @@ fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> 
         match target {
             "gguf_header" => name.ends_with(".gguf"),
             "safetensors_header" => name.ends_with(".safetensors") || name.ends_with(".index.json"),
+            "replan" => name == "current.json",
             _ => name.ends_with(".json") && p.to_string_lossy().contains("scenarios"),
         }
     };

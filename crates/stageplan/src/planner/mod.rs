@@ -8,6 +8,7 @@
 mod baselines;
 pub mod exhaustive;
 mod fixes;
+pub mod replan;
 mod search;
 
 use crate::cost::CostModel;

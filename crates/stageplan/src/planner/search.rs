@@ -61,7 +61,6 @@ const EXACT_WORK_LIMIT: f64 = 4e8;
 const EXACT_CELL_LIMIT: f64 = 1.2e7;
 
 /// The objective value of an assignment in seconds, or `None` when a stage does not fit.
-#[cfg(test)]
 pub(crate) fn value(cost: &CostModel, stages: &[(usize, usize, usize)], objective: Objective) -> Option<f64> {
     if stages.is_empty() || stages.iter().any(|&(k, a, b)| !cost.fits(k, a, b)) {
         return None;
@@ -840,7 +839,7 @@ impl Sets {
 
 /// What does not depend on the threshold, per node: how far memory lets a middle stage reach
 /// from each start, and last-stage times.
-struct NodeFacts {
+pub(crate) struct NodeFacts {
     /// `memory_reach[j]`: the largest `e < L` with `[j, e)` fitting in memory; `j` if none.
     memory_reach: Vec<u32>,
     /// `roofline(k, j, L)` for each start `j`.
@@ -852,7 +851,7 @@ struct NodeFacts {
 }
 
 impl NodeFacts {
-    fn new(cost: &CostModel, k: usize) -> NodeFacts {
+    pub(crate) fn new(cost: &CostModel, k: usize) -> NodeFacts {
         let l = cost.layers();
         let mut memory_reach = vec![0u32; l];
         let mut p = 0usize;
@@ -875,20 +874,27 @@ impl NodeFacts {
 
 /// For one node at one threshold: how far a middle stage starting at each layer can reach,
 /// and from which start a last stage fits.
-struct ReachTable<'f> {
+pub(crate) struct ReachTable<'f> {
     facts: &'f NodeFacts,
     /// `reach[j]`: the largest `e < L` with `[j, e)` within the threshold and memory; `j` if none.
-    reach: Vec<u32>,
+    pub(crate) reach: Vec<u32>,
     /// `mid_event[j]`: the threshold at which `reach[j]` would grow (∞ if memory blocks it).
     mid_event: Vec<f64>,
     /// Smallest start from which `[start, L)` is within the threshold as a last stage.
-    final_from: usize,
+    pub(crate) final_from: usize,
     ret: f64,
-    single_ok: bool,
+    pub(crate) single_ok: bool,
 }
 
 impl<'f> ReachTable<'f> {
-    fn new(cost: &CostModel, k: usize, facts: &'f NodeFacts, tau: f64, hop: f64, ret: f64) -> ReachTable<'f> {
+    pub(crate) fn new(
+        cost: &CostModel,
+        k: usize,
+        facts: &'f NodeFacts,
+        tau: f64,
+        hop: f64,
+        ret: f64,
+    ) -> ReachTable<'f> {
         let l = cost.layers();
         let mut reach = vec![0u32; l];
         let mut mid_event = vec![f64::INFINITY; l];

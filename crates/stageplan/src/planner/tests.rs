@@ -281,6 +281,101 @@ proptest! {
     }
 }
 
+/// Every assignment (ordered subset of nodes, contiguous split), for brute-force checks.
+fn every_assignment(nodes: usize, layers: usize) -> Vec<Vec<(usize, usize, usize)>> {
+    fn walk(
+        nodes: usize,
+        layers: usize,
+        start: usize,
+        stages: &mut Vec<(usize, usize, usize)>,
+        out: &mut Vec<Vec<(usize, usize, usize)>>,
+    ) {
+        if start == layers {
+            out.push(stages.clone());
+            return;
+        }
+        for k in 0..nodes {
+            if stages.iter().any(|s| s.0 == k) {
+                continue;
+            }
+            for end in start + 1..=layers {
+                stages.push((k, start, end));
+                walk(nodes, layers, end, stages, out);
+                stages.pop();
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(nodes, layers, 0, &mut Vec::new(), &mut out);
+    out
+}
+
+/// A running plan for re-planning tests: a split of the layers over some of the nodes and,
+/// when `gone` is set, a node that has left the cluster.
+fn current_stages(problem: &Problem, cuts: &[usize], offset: usize, gone: bool) -> Vec<replan::CurrentStage> {
+    let l = problem.model.num_layers();
+    let mut bounds: Vec<usize> = cuts.iter().map(|c| c % l).filter(|&c| c > 0).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    let names: Vec<String> =
+        problem.nodes.iter().map(|n| n.name.clone()).chain(gone.then(|| "gone".to_owned())).collect();
+    bounds.truncate(names.len() - 1);
+    let edges: Vec<usize> = std::iter::once(0).chain(bounds).chain(std::iter::once(l)).collect();
+    edges
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| replan::CurrentStage { node: names[(offset + i) % names.len()].clone(), layers: [w[0], w[1]] })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// Re-planning moves the fewest bytes among all plans within the tolerance of the best
+    /// (brute force over every assignment), and never keeps a plan that lost a node.
+    #[test]
+    fn replan_moves_the_least_within_tolerance(
+        instance in instance(4, 7, false),
+        cuts in prop::collection::vec(0usize..7, 0..4),
+        offset in 0usize..5,
+        gone in any::<bool>(),
+        tolerance in 0.001f64..0.2,
+    ) {
+        let problem = instance.problem(Objective::Throughput);
+        let cost = CostModel::new(&problem);
+        let current = current_stages(&problem, &cuts, offset, gone);
+        let options = replan::ReplanOptions { tolerance, hysteresis: 0.0 };
+        let result = replan::replan(&problem, &current, options).unwrap();
+        let Some((best, _)) = search::optimal(&cost, Objective::Throughput, &vec![true; problem.nodes.len()], None).best else {
+            prop_assert!(!result.plan.feasible);
+            return Ok(());
+        };
+        assert_well_formed(&result.plan, problem.model.num_layers());
+        let lost = current.iter().any(|s| s.node == "gone");
+        prop_assert!(!(lost && result.kept), "a lost node's layers are re-placed");
+        prop_assert!(result.plan.stages.iter().all(|s| s.node != "gone"));
+        let ours = search::value(&cost, &plan_assignment(&problem, &result.plan), Objective::Throughput).unwrap();
+        prop_assert!(ours <= best * (1.0 + tolerance) * (1.0 + 1e-12), "{ours} not within {tolerance} of {best}");
+
+        let owner: Vec<Option<usize>> = (0..problem.model.num_layers())
+            .map(|l| current.iter().find(|s| s.layers[0] <= l && l < s.layers[1]).and_then(|s| problem.nodes.iter().position(|n| n.name == s.node)))
+            .collect();
+        let first = problem.nodes.iter().position(|n| n.name == current[0].node);
+        let last = problem.nodes.iter().position(|n| n.name == current[current.len() - 1].node);
+        let cheapest = every_assignment(problem.nodes.len(), problem.model.num_layers())
+            .into_iter()
+            .filter(|a| search::value(&cost, a, Objective::Throughput).is_some_and(|v| v <= best * (1.0 + tolerance)))
+            .map(|a| replan::moves(&problem, &cost, &owner, first, last, &a).iter().map(|m| m.bytes).sum::<u64>())
+            .min()
+            .expect("the best plan is within the tolerance");
+        prop_assert_eq!(result.bytes_moved, cheapest, "moves {:?}", result.moves);
+        // Applying the result and re-planning again changes nothing.
+        let applied: Vec<replan::CurrentStage> = result.plan.stages.iter().map(|s| replan::CurrentStage { node: s.node.clone(), layers: s.layers }).collect();
+        let again = replan::replan(&problem, &applied, replan::ReplanOptions { tolerance, hysteresis: tolerance }).unwrap();
+        prop_assert_eq!(again.bytes_moved, 0, "re-planning a fresh plan moves nothing: {:?}", again.moves);
+    }
+}
+
 fn scenario(json: &str) -> Problem {
     Scenario::from_json(json).unwrap().problem().unwrap()
 }

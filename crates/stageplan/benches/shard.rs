@@ -1,0 +1,205 @@
+//! Stream-sharding benchmarks: `cargo bench -p stageplan --bench shard`.
+//!
+//! Assignments per second for 16- and 64-byte keys on 8 and 1,024 devices, for the modes of
+//! [`stageplan::shard`] and, in the same run, two baselines: `hash % n` (the standard
+//! library's SipHash, no load tracking beyond a counter) and blake3 landing plus spill
+//! without weights (`Mode::Landing`).
+//!
+//! Before timing, it prints the balance each mode reaches after 1 M keys of skewed cost
+//! (Pareto, α = 1.5) and the fraction of keys that move when a device joins or leaves.
+
+#![allow(clippy::print_stdout)]
+
+use std::hash::{BuildHasher, RandomState};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use stageplan::shard::{Allocator, Mode};
+
+const KEYS: usize = 4096;
+
+/// Keys of `len` pseudo-random bytes and skewed costs (a few items cost far more).
+fn stream(len: usize) -> (Vec<Vec<u8>>, Vec<u64>) {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let keys = (0..KEYS).map(|_| (0..len).map(|_| next() as u8).collect()).collect();
+    let costs = (0..KEYS)
+        .map(|_| {
+            let u = ((next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+            (u.powf(-1.0 / 1.5)).min(1e6) as u64
+        })
+        .collect();
+    (keys, costs)
+}
+
+fn weights(n: usize) -> Vec<f64> {
+    // Mismatched devices: throughputs from 1 to 8.
+    (0..n).map(|i| 1.0 + (i * 7 % 8) as f64).collect()
+}
+
+fn allocator(mode: Mode, n: usize) -> Allocator {
+    let mut a = Allocator::new(mode).expect("valid mode");
+    for w in weights(n) {
+        a.add_device(w).expect("valid weight");
+    }
+    a
+}
+
+/// The largest load relative to the device's fair share (`total × weight ÷ total weight`).
+fn worst_over_share(loads: &[u64], weights: &[f64]) -> f64 {
+    let total: u64 = loads.iter().sum();
+    let total_weight: f64 = weights.iter().sum();
+    loads.iter().zip(weights).map(|(&l, &w)| l as f64 / (total as f64 * w / total_weight)).fold(0.0, f64::max)
+}
+
+fn balance_table() {
+    const STREAM: usize = 1_000_000;
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let stream: Vec<([u8; 16], u64)> = (0..STREAM)
+        .map(|_| {
+            let key = (u128::from(next()) << 64 | u128::from(next())).to_le_bytes();
+            let u = ((next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+            (key, (u.powf(-1.0 / 1.5)).min(1e6) as u64)
+        })
+        .collect();
+    println!("max load ÷ fair share after 1 M keys of Pareto(1.5) cost (1 is perfect)\n");
+    println!("| mode | 8 equal | 8 mismatched (1–8) | 1024 equal | 1024 mismatched |");
+    println!("|---|---|---|---|---|");
+    let modes: [(&str, Option<Mode>); 6] = [
+        ("baseline: SipHash % n", None),
+        ("baseline: blake3 % n + spill", Some(Mode::Landing { spill: 1000 })),
+        ("weighted rendezvous", Some(Mode::Weighted { spill: u64::MAX })),
+        ("weighted rendezvous + spill", Some(Mode::Weighted { spill: 1000 })),
+        ("bounded, ε = 0.25", Some(Mode::Bounded { epsilon: 0.25 })),
+        ("bounded, ε = 0.05", Some(Mode::Bounded { epsilon: 0.05 })),
+    ];
+    // No assignment beats the largest item on the device with the largest share.
+    let largest = stream.iter().map(|(_, c)| *c).max().unwrap_or(0) as f64;
+    let total: f64 = stream.iter().map(|(_, c)| *c as f64).sum();
+    let mut floor = String::from("| floor: largest item ÷ largest fair share |");
+    for (n, mismatched) in [(8usize, false), (8, true), (1024, false), (1024, true)] {
+        let w: Vec<f64> = if mismatched { weights(n) } else { vec![1.0; n] };
+        let top = w.iter().copied().fold(0.0, f64::max) / w.iter().sum::<f64>();
+        floor.push_str(&format!(" {:.3} |", (largest / (total * top)).max(1.0)));
+    }
+    println!("{floor}");
+    for (name, mode) in modes {
+        let mut row = format!("| {name} |");
+        for (n, mismatched) in [(8usize, false), (8, true), (1024, false), (1024, true)] {
+            let weights: Vec<f64> = if mismatched { weights(n) } else { vec![1.0; n] };
+            let loads = match mode {
+                None => {
+                    let hasher = RandomState::new();
+                    let mut loads = vec![0u64; n];
+                    for (key, cost) in &stream {
+                        loads[(hasher.hash_one(key) % n as u64) as usize] += cost;
+                    }
+                    loads
+                }
+                Some(mode) => {
+                    let mut a = Allocator::new(mode).expect("valid mode");
+                    for &w in &weights {
+                        a.add_device(w).expect("valid weight");
+                    }
+                    for (key, cost) in &stream {
+                        a.assign(key, *cost).expect("no overflow");
+                    }
+                    a.loads().to_vec()
+                }
+            };
+            row.push_str(&format!(" {:.3} |", worst_over_share(&loads, &weights)));
+        }
+        println!("{row}");
+    }
+
+    println!("\nkeys moved when a device joins (weight: the average) and when device 0 leaves; 100,000 keys\n");
+    println!("| landing function | 8 → 9 join | 8 → 7 leave | 1024 → 1025 join | 1024 → 1023 leave |");
+    println!("|---|---|---|---|---|");
+    let mut ideal = String::from("| ideal: the joiner's or leaver's share |");
+    for n in [8usize, 1024] {
+        let w = weights(n);
+        let total: f64 = w.iter().sum();
+        ideal.push_str(&format!(" {:.4} | {:.4} |", 1.0 / (n as f64 + 1.0), w[0] / total));
+    }
+    println!("{ideal}");
+    let keys: Vec<[u8; 16]> = stream.iter().take(100_000).map(|(k, _)| *k).collect();
+    for (name, mode) in [
+        ("blake3 % n (also SipHash % n)", Mode::Landing { spill: 0 }),
+        ("weighted rendezvous", Mode::Weighted { spill: 0 }),
+    ] {
+        let mut row = format!("| {name} |");
+        for n in [8usize, 1024] {
+            let build = || {
+                let mut a = Allocator::new(mode).expect("valid mode");
+                for w in weights(n) {
+                    a.add_device(w).expect("valid weight");
+                }
+                a
+            };
+            let before = build();
+            let old: Vec<usize> = keys.iter().map(|k| before.landing(k).expect("devices")).collect();
+            let moved = |after: &Allocator| {
+                let count = keys.iter().zip(&old).filter(|&(k, &o)| after.landing(k).expect("devices") != o).count();
+                count as f64 / keys.len() as f64
+            };
+            let mut joined = build();
+            let average = weights(n).iter().sum::<f64>() / n as f64;
+            joined.add_device(average).expect("valid weight");
+            let mut left = build();
+            left.remove_device(0).expect("device 0 exists");
+            row.push_str(&format!(" {:.4} | {:.4} |", moved(&joined), moved(&left)));
+        }
+        println!("{row}");
+    }
+    println!();
+}
+
+fn bench(c: &mut Criterion) {
+    balance_table();
+    for len in [16usize, 64] {
+        let (keys, costs) = stream(len);
+        let mut group = c.benchmark_group(format!("shard-{len}-byte-keys"));
+        group.sample_size(30);
+        group.throughput(Throughput::Elements(KEYS as u64));
+        for n in [8usize, 1024] {
+            let hasher = RandomState::new();
+            let mut loads = vec![0u64; n];
+            group.bench_function(BenchmarkId::new("baseline-hash-mod-n", n), |b| {
+                b.iter(|| {
+                    for (key, &cost) in keys.iter().zip(&costs) {
+                        loads[(hasher.hash_one(key) % n as u64) as usize] += cost;
+                    }
+                })
+            });
+            let modes = [
+                ("baseline-landing-spill", Mode::Landing { spill: 1000 }),
+                ("weighted-spill", Mode::Weighted { spill: 1000 }),
+                ("bounded-0.25", Mode::Bounded { epsilon: 0.25 }),
+            ];
+            for (name, mode) in modes {
+                let mut a = allocator(mode, n);
+                group.bench_function(BenchmarkId::new(name, n), |b| {
+                    b.iter(|| {
+                        for (key, &cost) in keys.iter().zip(&costs) {
+                            a.assign(key, cost).expect("no overflow in a benchmark");
+                        }
+                    })
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
