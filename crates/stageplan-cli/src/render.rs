@@ -335,12 +335,5 @@ pub fn presets() -> String {
 
 /// The same, as JSON.
 pub fn presets_json() -> serde_json::Value {
-    serde_json::json!({
-        "models": MODELS.iter().map(|m| serde_json::json!({
-            "name": m.name, "title": m.title, "published_params": m.published_params,
-        })).collect::<Vec<_>>(),
-        "devices": DEVICES,
-        "weights": WeightFormat::all().iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "kv": stageplan::scenario::KV_FORMATS.iter().map(|t| t.name()).collect::<Vec<_>>(),
-    })
+    serde_json::to_value(stageplan::presets::catalog()).unwrap_or_default()
 }

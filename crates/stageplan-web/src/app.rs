@@ -5,7 +5,9 @@ use stageplan::Plan;
 
 use crate::files::Dropped;
 use crate::state::{AppState, ModelSource};
-use crate::ui::{ClusterPanel, DevicePanel, ModelPanel, PlanPanel, SharePanel};
+#[cfg(feature = "gpu")]
+use crate::ui::DevicePanel;
+use crate::ui::{ClusterPanel, ModelPanel, PlanPanel, SharePanel};
 use crate::view_model::{PlanView, plan_view};
 
 /// A planned state, or why it cannot be planned.
@@ -73,6 +75,15 @@ fn initial_state() -> (AppState, Option<String>) {
     }
 }
 
+/// This device's panel (WebGPU); absent when built without the `gpu` feature.
+#[cfg(feature = "gpu")]
+fn device_panel(state: RwSignal<AppState>, computed: Memo<Computed>) -> impl IntoView {
+    view! { <DevicePanel state=state computed=computed/> }
+}
+
+#[cfg(not(feature = "gpu"))]
+fn device_panel(_: RwSignal<AppState>, _: Memo<Computed>) -> impl IntoView {}
+
 /// The page.
 #[component]
 pub fn App() -> impl IntoView {
@@ -103,7 +114,7 @@ pub fn App() -> impl IntoView {
             </section>
             <section class="results" aria-label="plan">
                 <PlanPanel state=state computed=computed/>
-                <DevicePanel state=state computed=computed/>
+                {device_panel(state, computed)}
                 <SharePanel state=state computed=computed notice=notice/>
             </section>
         </main>

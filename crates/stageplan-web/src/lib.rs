@@ -5,7 +5,7 @@
 //! - [`state`]: what the user edits, the scenario it makes, the share link.
 //! - [`view_model`]: a plan laid out for drawing (pure, tested).
 //! - [`files`]: model files dropped on the page, header only.
-//! - [`app`] and [`ui`]: the components.
+//! - [`app`] and [`ui`]: the components, and [`ui::Widget`], the embed widget.
 
 pub mod app;
 pub mod files;

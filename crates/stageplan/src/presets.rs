@@ -256,3 +256,34 @@ mod tests {
         assert_eq!(DevicePreset::find("rtx4090").unwrap_err(), Some("rtx-4090".to_owned()));
     }
 }
+
+/// Every preset and format name: what `stageplan presets --format json` prints and the JS
+/// API's `presets()` returns.
+#[derive(Clone, Debug, Serialize)]
+pub struct Catalog {
+    pub models: Vec<ModelEntry>,
+    pub devices: &'static [DevicePreset],
+    pub weights: Vec<String>,
+    pub kv: Vec<&'static str>,
+}
+
+/// A model preset in the [`Catalog`].
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelEntry {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub published_params: f64,
+}
+
+/// The catalog of presets and formats.
+pub fn catalog() -> Catalog {
+    Catalog {
+        models: MODELS
+            .iter()
+            .map(|m| ModelEntry { name: m.name, title: m.title, published_params: m.published_params })
+            .collect(),
+        devices: DEVICES,
+        weights: crate::WeightFormat::all().iter().map(ToString::to_string).collect(),
+        kv: crate::scenario::KV_FORMATS.iter().map(|t| t.name()).collect(),
+    }
+}

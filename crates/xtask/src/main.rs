@@ -2,13 +2,15 @@
 //!
 //! - `cargo xtask test`: installs what the tests need (skipping what is already there), then
 //!   runs every test: formatting, lints, unit and property tests, import tests against the
-//!   reference writers, the CLI fixtures, the core built for `wasm32-unknown-unknown`, and
-//!   each fuzz target for a bounded time.
+//!   reference writers, the CLI fixtures, the core built for `wasm32-unknown-unknown`, the
+//!   web planner and the embed widget in headless Chromium, the JS API on Node, and each
+//!   fuzz target for a bounded time.
 //! - `cargo xtask fuzz [SECONDS]`: only the fuzz targets, each for SECONDS (default 60).
 //! - `cargo xtask gpu`: on a machine with a GPU, in one run: build, check the kernels on
 //!   every adapter, probe them, time the kernels against the CPU, and run a plan sharded
 //!   across the local devices with predicted against measured stage times.
 //! - `cargo xtask serve`: builds the web planner and serves it on 127.0.0.1, printing its URL.
+//! - `cargo xtask embed`: builds the JS package and `<stage-plan>` widget into `dist/embed/`.
 //! - `cargo xtask plan [SCENARIO]`: plans a scenario with the CLI (the example by default).
 //! - `cargo xtask bench`: the criterion benchmarks, then plan quality — the `optimal`
 //!   policy beside the baselines — for every scenario under `tests/scenarios/`, as the
@@ -44,13 +46,16 @@ fn main() -> ExitCode {
         Some("plan") => plan(args.get(1).map_or(EXAMPLE, String::as_str)),
         Some("bench") => bench(),
         Some("gpu") => gpu(),
+        Some("embed") => {
+            web_tools().and_then(|()| build_embed()).map(|out| println!("embed package: {}", out.display()))
+        }
         Some("fuzz") => {
             let seconds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);
             setup().and_then(|python| fuzz(&python, seconds))
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test | cargo xtask plan [SCENARIO] | cargo xtask bench | cargo xtask fuzz [SECONDS]"
+                "usage: cargo xtask test | serve [PORT] | plan [SCENARIO] | bench | fuzz [SECONDS] | gpu | embed"
             );
             return ExitCode::from(2);
         }
@@ -213,13 +218,81 @@ fn pin_inline_script(index: &Path) -> Result<(), String> {
     std::fs::write(index, pinned).map_err(|e| e.to_string())
 }
 
+/// Builds the embed package into `dist/embed/`: the widget and browser API (`stageplan.js`,
+/// wasm-bindgen's web target), the Node API (`node/`, without the widget), the element
+/// (`stage-plan.js`, `.css`), `package.json` and the example page. Run after `build_web`,
+/// which empties `dist/`.
+fn build_embed() -> Result<PathBuf, String> {
+    let out = root().join("dist/embed");
+    let _ = std::fs::remove_dir_all(&out);
+    let wasm = target_dir().join(WASM_TARGET).join("wasm-release/stageplan_js.wasm");
+    for (features, bindgen_target, dir) in
+        [(None, "web", out.clone()), (Some("--no-default-features"), "nodejs", out.join("node"))]
+    {
+        let mut build = cargo();
+        build.args([
+            "build",
+            "--package",
+            "stageplan-js",
+            "--profile",
+            "wasm-release",
+            "--target",
+            WASM_TARGET,
+            "--locked",
+        ]);
+        build.args(features);
+        step(&format!("build the JS package's wasm ({bindgen_target})"), build)?;
+        let mut bindgen = Command::new("wasm-bindgen");
+        bindgen
+            .args(["--target", bindgen_target, "--out-name", "stageplan", "--out-dir"])
+            .arg(&dir)
+            .arg(&wasm)
+            .env("PATH", tool_path());
+        step(&format!("wasm-bindgen ({bindgen_target})"), bindgen)?;
+        let module = dir.join("stageplan_bg.wasm");
+        let mut opt = Command::new("wasm-opt");
+        opt.arg("-Oz").args(WASM_FEATURES).arg(&module).arg("-o").arg(&module).env("PATH", tool_path());
+        step(&format!("wasm-opt ({bindgen_target})"), opt)?;
+    }
+    // wasm-bindgen's Node glue is CommonJS; the package itself is ES modules.
+    std::fs::write(out.join("node/package.json"), "{\"type\": \"commonjs\"}\n").map_err(|e| e.to_string())?;
+    copy_tree(&root().join("web/embed"), &out)?;
+    Ok(out)
+}
+
+/// WebAssembly features rustc's wasm32 target emits, which wasm-opt must accept.
+const WASM_FEATURES: [&str; 6] = [
+    "--enable-bulk-memory",
+    "--enable-mutable-globals",
+    "--enable-nontrapping-float-to-int",
+    "--enable-sign-ext",
+    "--enable-reference-types",
+    "--enable-multivalue",
+];
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    for entry in std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?.flatten() {
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_tree(&path, &target)?;
+        } else {
+            std::fs::copy(&path, &target).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Builds the web planner and serves `dist/` on 127.0.0.1 until interrupted.
 fn serve(port: u16) -> Result<(), String> {
     web_tools()?;
     let dist = build_web()?;
+    build_embed()?;
     let listener = std::net::TcpListener::bind(("127.0.0.1", port))
         .map_err(|e| format!("port {port}: {e}; try `cargo xtask serve 8081`"))?;
     println!("\nstageplan web planner: http://127.0.0.1:{port}/  (Ctrl-C to stop)");
+    println!("embed example (the <stage-plan> widget): http://127.0.0.1:{port}/embed/index.html");
     for stream in listener.incoming().flatten() {
         let dist = dist.clone();
         std::thread::spawn(move || respond(stream, &dist));
@@ -328,6 +401,27 @@ fn test() -> Result<(), String> {
         .current_dir(root())
         .env("PATH", tool_path());
     step("the web planner end to end (playwright-core, headless Chromium)", e2e)?;
+    let embed = build_embed()?;
+    let mut node = Command::new("node");
+    node.args(["--test", "tests/node/"])
+        .current_dir(root())
+        .env("STAGEPLAN_EMBED", &embed)
+        .env("STAGEPLAN_CLI", target_dir().join("debug/stageplan"))
+        .env("STAGEPLAN_FIXTURES", &fixtures);
+    step("the JS API on Node against the CLI (node --test)", node)?;
+    let mut types = Command::new("tsc");
+    types.args(["-p", "tests/node"]).current_dir(root()).env("PATH", tool_path());
+    step("the TypeScript declarations (tsc --strict)", types)?;
+    let mut widgets = Command::new("node");
+    widgets
+        .arg(root().join("tests/e2e/embed.mjs"))
+        .arg("--embed")
+        .arg(&embed)
+        .arg("--cli")
+        .arg(target_dir().join("debug/stageplan"))
+        .current_dir(root())
+        .env("PATH", tool_path());
+    step("the <stage-plan> example page end to end (headless Chromium)", widgets)?;
     let mut example = cargo();
     example.args(["run", "--quiet", "--package", "stageplan-cli", "--locked", "--", "plan", EXAMPLE]);
     step("the README's example plan", example)?;

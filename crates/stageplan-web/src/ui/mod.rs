@@ -1,8 +1,14 @@
-//! The page's components: inputs (model, workload, machines, links) and results (plan,
-//! this device, sharing).
+//! The page's components: inputs (model, workload, machines, links), results (plan,
+//! sharing), this device (WebGPU, with the `gpu` feature), and the embed widget.
 
+#[cfg(feature = "gpu")]
+mod device;
 mod inputs;
 mod results;
+mod widget;
 
+#[cfg(feature = "gpu")]
+pub use device::DevicePanel;
 pub use inputs::{ClusterPanel, ModelPanel};
-pub use results::{DevicePanel, PlanPanel, SharePanel};
+pub use results::{PlanPanel, SharePanel, StagesView};
+pub use widget::Widget;

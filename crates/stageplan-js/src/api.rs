@@ -1,0 +1,243 @@
+//! The API over text in and Rust values out, so native tests call exactly what JavaScript
+//! calls; `lib.rs` only converts values at the boundary.
+//!
+//! Errors are the CLI's messages word for word (scenario errors name the JSON path of the
+//! field and the fix), so a docs page and a terminal say the same thing.
+
+use serde::Serialize;
+use stageplan::import::{self, FileKind, Parse, gguf, safetensors};
+use stageplan::model::{HfConfig, ModelSummary};
+use stageplan::planner::replan::{self, ReplanOptions};
+use stageplan::presets::ModelPreset;
+use stageplan::scenario::KV_FORMATS;
+use stageplan::{Model, Plan, Replan, Scenario, TensorType, WeightFormat};
+
+/// Plans a scenario given as JSON text, with a model file's header when the scenario's
+/// model is a `file`.
+///
+/// # Errors
+/// The scenario's first problem, or the file's.
+pub fn plan(scenario: &str, model_file: Option<ModelFile<'_>>) -> Result<Plan, String> {
+    let scenario = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
+    let named = scenario.model.file().map_err(|e| e.to_string())?;
+    let problem = match (named, model_file) {
+        (Some(_), Some(file)) => scenario.problem_with_model(file.model(None)?),
+        (Some(name), None) => {
+            return Err(format!("`model.file` names `{name}`; pass its first bytes as `modelFile` ({{name, bytes}})"));
+        }
+        (None, Some(file)) => {
+            return Err(format!("`modelFile` `{}` was given but the scenario's `model` names no `file`", file.name));
+        }
+        (None, None) => scenario.problem(),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(stageplan::plan(&problem))
+}
+
+/// A model file's first bytes (at least its whole header) and its name.
+#[derive(Copy, Clone, Debug)]
+pub struct ModelFile<'a> {
+    pub name: &'a str,
+    pub bytes: &'a [u8],
+    /// The whole file's size, when known: it lets the parsers check offsets against it.
+    pub size: Option<u64>,
+    /// The model's `config.json` beside a safetensors file: the hyperparameters shapes
+    /// cannot tell (context length, rope, windows).
+    pub config: Option<&'a HfConfig>,
+}
+
+/// What reading a header gave: a model, or how many bytes to read first.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Header {
+    /// Read at least this many bytes from the start of the file and call again.
+    NeedMore(u64),
+    Model(ModelSummary),
+}
+
+impl ModelFile<'_> {
+    /// The model the header describes; `weights` applies to a `config.json` only.
+    ///
+    /// # Errors
+    /// Bytes that are not a model file, a header cut short, or a malformed one.
+    pub fn model(&self, weights: Option<WeightFormat>) -> Result<Model, String> {
+        match self.read(weights)? {
+            Parse::Done(model) => Ok(model),
+            Parse::NeedMore(n) => Err(format!(
+                "`{}`: the header needs the first {n} bytes of the file; {} were given",
+                self.name,
+                self.bytes.len()
+            )),
+        }
+    }
+
+    fn read(&self, weights: Option<WeightFormat>) -> Result<Parse<Model>, String> {
+        let name = self.name;
+        let in_file = |e: &dyn std::fmt::Display| format!("`{name}`: {e}");
+        let kind = import::detect(name, self.bytes).ok_or_else(|| {
+            format!("`{name}` is not a model file stageplan reads (.gguf, .safetensors, config.json)")
+        })?;
+        if weights.is_some() && kind != FileKind::Config {
+            return Err(format!("`weights` applies to presets and config.json; `{name}` states its own tensor types"));
+        }
+        let stem = name.split('.').next().unwrap_or(name);
+        Ok(match kind {
+            FileKind::Gguf => match gguf::parse(self.bytes, self.size).map_err(|e| in_file(&e))? {
+                Parse::NeedMore(n) => Parse::NeedMore(n),
+                Parse::Done(header) => {
+                    let label = import::split_name(name).map_or(stem, |(prefix, _, _)| prefix);
+                    Parse::Done(import::gguf_model(label, &[header]).map_err(|e| in_file(&e))?)
+                }
+            },
+            FileKind::Safetensors => match safetensors::parse(self.bytes, self.size).map_err(|e| in_file(&e))? {
+                Parse::NeedMore(n) => Parse::NeedMore(n),
+                Parse::Done(header) => Parse::Done(
+                    import::safetensors_model(stem, &[(name.to_owned(), header)], None, self.config)
+                        .map_err(|e| in_file(&e))?,
+                ),
+            },
+            FileKind::SafetensorsIndex => {
+                return Err(format!(
+                    "`{name}` is a sharded model's index; read one shard's header, or use the CLI or the web planner for the whole set"
+                ));
+            }
+            FileKind::Config => {
+                let text = std::str::from_utf8(self.bytes).map_err(|_| format!("`{name}` is not UTF-8 text"))?;
+                Parse::Done(config_model(text, weights).map_err(|e| in_file(&e))?)
+            }
+        })
+    }
+}
+
+/// Reads a model file's header from its first bytes.
+///
+/// # Errors
+/// Bytes that are not a model file, or a malformed header.
+pub fn import_header(file: ModelFile<'_>, weights: Option<&str>, kv: Option<&str>) -> Result<Header, String> {
+    if file.config.is_some() && !file.name.to_ascii_lowercase().ends_with(".safetensors") {
+        return Err(format!("`config` goes with a .safetensors file; `{}` states its own hyperparameters", file.name));
+    }
+    let weights = weights.map(str::parse::<WeightFormat>).transpose().map_err(|e| e.to_string())?;
+    let kv = kv_format(kv)?;
+    Ok(match file.read(weights)? {
+        Parse::NeedMore(n) => Header::NeedMore(n),
+        Parse::Done(model) => Header::Model(model.summary(kv)),
+    })
+}
+
+/// What `stageplan model` reports for a preset name or a `config.json` text.
+///
+/// # Errors
+/// An unknown preset, a malformed config, or an unknown weight or KV format.
+pub fn model(preset_or_config: &str, weights: Option<&str>, kv: Option<&str>) -> Result<ModelSummary, String> {
+    let weights = weights.map(str::parse::<WeightFormat>).transpose().map_err(|e| e.to_string())?;
+    let kv = kv_format(kv)?;
+    let text = preset_or_config.trim();
+    let model = if text.starts_with('{') {
+        config_model(text, weights)?
+    } else {
+        ModelPreset::find(text).and_then(|p| p.model(weights.unwrap_or_default())).map_err(|e| e.to_string())?
+    };
+    Ok(model.summary(kv))
+}
+
+fn config_model(text: &str, weights: Option<WeightFormat>) -> Result<Model, String> {
+    let config = HfConfig::from_json(text).map_err(|e| e.to_string())?;
+    let arch = config.transformer().map_err(|e| e.to_string())?;
+    let label = arch.model_type.clone();
+    Ok(Model::from_transformer(&label, arch, weights.unwrap_or_default()))
+}
+
+fn kv_format(kv: Option<&str>) -> Result<TensorType, String> {
+    let kv = kv.unwrap_or("f16");
+    kv.parse().ok().filter(|t| KV_FORMATS.contains(t)).ok_or_else(|| {
+        let names: Vec<&str> = KV_FORMATS.iter().map(|t| t.name()).collect();
+        format!("`kv` `{kv}` is not a KV-cache format; use one of {}", names.join(", "))
+    })
+}
+
+/// Re-plans a changed cluster from the plan running now (what `plan` returned).
+///
+/// # Errors
+/// A current plan or scenario that does not parse, or options out of range.
+pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Replan, String> {
+    let stages = replan::current_from_json(current).map_err(|e| e.to_string())?;
+    let problem = Scenario::from_json(scenario).and_then(|s| s.problem()).map_err(|e| e.to_string())?;
+    let options: ReplanOptions = match options {
+        Some(text) => serde_json::from_str(text).map_err(|e| format!("re-plan options: {e}"))?,
+        None => ReplanOptions::default(),
+    };
+    stageplan::replan(&problem, &stages, options).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOME: &str = include_str!("../../../tests/scenarios/home-70b.json");
+
+    #[test]
+    fn plans_what_the_cli_plans() {
+        let expected = include_str!("../../../tests/cli/plan-home-json/expected");
+        let json = &expected[expected.find('{').unwrap()..=expected.rfind('}').unwrap()];
+        assert_eq!(serde_json::to_string_pretty(&plan(HOME, None).unwrap()).unwrap(), json);
+    }
+
+    #[test]
+    fn errors_are_the_cli_messages() {
+        let bad = std::fs::read_to_string("../../tests/cli/bad-unknown-preset/scenario.json").unwrap();
+        let expected = std::fs::read_to_string("../../tests/cli/bad-unknown-preset/expected").unwrap();
+        let message = plan(&bad, None).unwrap_err();
+        assert!(expected.contains(&format!("error: {message}\n")), "{message} vs {expected}");
+    }
+
+    #[test]
+    fn models_from_presets_and_configs() {
+        let preset = model("llama-3.1-8b", Some("q4_k_m"), None).unwrap();
+        assert_eq!(preset.layers.len(), 32);
+        let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json;
+        let from_config = model(config, None, Some("q8_0")).unwrap();
+        assert_eq!(from_config.layers.len(), 16);
+        assert!(model("llama-9", None, None).unwrap_err().contains("llama"));
+        assert!(model("llama-3.1-8b", None, Some("q3_k")).unwrap_err().starts_with("`kv` `q3_k`"));
+        assert!(model("llama-3.1-8b", Some("q9"), None).is_err());
+    }
+
+    #[test]
+    fn headers_ask_for_more_bytes_then_read() {
+        let bytes = gguf::Builder::new(3, 2, 3)
+            .kv_str("general.architecture", "llama")
+            .kv_u32("llama.block_count", 1)
+            .kv_u32("llama.attention.head_count", 2)
+            .tensor("token_embd.weight", &[32, 10], 0, 0)
+            .tensor("blk.0.attn_q.weight", &[32, 32], 8, 32 * 10 * 4)
+            .padded(32 * 10 * 4 + 32 * 34);
+        let file = |len: usize| ModelFile {
+            name: "tiny.gguf",
+            bytes: &bytes[..len],
+            size: Some(bytes.len() as u64),
+            config: None,
+        };
+        match import_header(file(16), None, None).unwrap() {
+            Header::NeedMore(n) => assert!(n > 16),
+            Header::Model(_) => panic!("16 bytes cannot hold the header"),
+        }
+        match import_header(file(bytes.len()), None, None).unwrap() {
+            Header::Model(summary) => assert_eq!(summary.layers.len(), 1),
+            Header::NeedMore(n) => panic!("needs {n} of {}", bytes.len()),
+        }
+        assert!(
+            import_header(ModelFile { name: "x.bin", bytes: b"hello", size: None, config: None }, None, None).is_err()
+        );
+    }
+
+    #[test]
+    fn replans_from_a_returned_plan() {
+        let running = serde_json::to_string(&plan(HOME, None).unwrap()).unwrap();
+        let same = replan(&running, HOME, None).unwrap();
+        assert!(same.kept);
+        let error = replan(&running, HOME, Some(r#"{"tolerance": 2}"#)).unwrap_err();
+        assert!(error.starts_with("`tolerance` is 2"), "{error}");
+        assert!(replan(&running, HOME, Some(r#"{"tolerence": 0.1}"#)).unwrap_err().contains("unknown field"));
+    }
+}

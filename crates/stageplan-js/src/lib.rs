@@ -1,0 +1,151 @@
+//! stageplan for JavaScript: the planner as a wasm-bindgen API for browsers and Node, and
+//! the `<stage-plan>` widget for documentation pages.
+//!
+//! Values cross the boundary as plain objects (`serde-wasm-bindgen`, JSON-compatible);
+//! inputs may be objects or JSON text and are read by the core's own parsers, so errors are
+//! JS `Error`s with the CLI's messages. `stageplan.d.ts` (appended to the generated
+//! declarations) types every function and shape; the functions skip wasm-bindgen's own
+//! signatures, which cannot say "optional".
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use wasm_bindgen::prelude::*;
+
+pub mod api;
+#[cfg(feature = "widget")]
+mod widget;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TYPES: &str = include_str!("stageplan.d.ts");
+
+/// Plans a scenario: the same plan as `stageplan plan --format json`.
+///
+/// `modelFile` supplies the header of the model file a scenario names (`model.file`).
+///
+/// # Errors
+/// A JS `Error` with the CLI's message when the scenario is invalid.
+#[wasm_bindgen(skip_typescript)]
+pub fn plan(
+    scenario: JsValue,
+    #[wasm_bindgen(js_name = modelFile)] model_file: Option<JsValue>,
+) -> Result<JsValue, JsError> {
+    let scenario = text(&scenario, "scenario")?;
+    let file = model_file.filter(|f| !f.is_undefined() && !f.is_null()).map(|f| model_file_parts(&f)).transpose()?;
+    let file = file.as_ref().map(|(name, bytes, size)| api::ModelFile { name, bytes, size: *size, config: None });
+    output(&api::plan(&scenario, file).map_err(|e| JsError::new(&e))?)
+}
+
+/// A model's parameters, bytes per layer, type mix and KV bytes per token, from a preset name
+/// or a `config.json` (object or text): what `stageplan model --format json` prints.
+///
+/// # Errors
+/// An unknown preset, a malformed config, or an unknown weight or KV format.
+#[wasm_bindgen(skip_typescript)]
+pub fn model(
+    #[wasm_bindgen(js_name = presetOrConfig)] preset_or_config: JsValue,
+    options: Option<JsValue>,
+) -> Result<JsValue, JsError> {
+    let input = text(&preset_or_config, "presetOrConfig")?;
+    let options: Options = read_options(options)?;
+    let summary =
+        api::model(&input, options.weights.as_deref(), options.kv.as_deref()).map_err(|e| JsError::new(&e))?;
+    output(&summary)
+}
+
+/// Every model preset, device preset, weight format and KV-cache format.
+///
+/// # Errors
+/// None in practice (conversion to JS values).
+#[wasm_bindgen(skip_typescript)]
+pub fn presets() -> Result<JsValue, JsError> {
+    output(&stageplan::presets::catalog())
+}
+
+/// Re-plans a changed cluster from the plan running now (what `plan` returned): the new
+/// plan and the fewest moves that reach it, as `stageplan replan` prints.
+///
+/// # Errors
+/// A current plan or scenario that does not parse, or options out of range.
+#[wasm_bindgen(skip_typescript)]
+pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsError> {
+    let current = text(&current, "current")?;
+    let scenario = text(&scenario, "scenario")?;
+    let options = options.filter(|o| !o.is_undefined() && !o.is_null()).map(|o| text(&o, "options")).transpose()?;
+    output(&api::replan(&current, &scenario, options.as_deref()).map_err(|e| JsError::new(&e))?)
+}
+
+/// Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,
+/// `config.json`): `{ model }` when they hold the whole header, else `{ needMore: n }`, the
+/// number of bytes to read from the start of the file before calling again.
+///
+/// # Errors
+/// Bytes that are not a model file, or a malformed header (with the byte offset).
+#[wasm_bindgen(js_name = importHeader, skip_typescript)]
+pub fn import_header(
+    bytes: &[u8],
+    #[wasm_bindgen(js_name = fileName)] file_name: &str,
+    options: Option<JsValue>,
+) -> Result<JsValue, JsError> {
+    let options: Options = read_options(options)?;
+    let config = options
+        .config
+        .as_ref()
+        .map(|c| {
+            let text = c.as_str().map_or_else(|| c.to_string(), str::to_owned);
+            stageplan::model::HfConfig::from_json(&text).map_err(|e| JsError::new(&format!("`config`: {e}")))
+        })
+        .transpose()?;
+    let file = api::ModelFile { name: file_name, bytes, size: options.file_size, config: config.as_ref() };
+    output(&api::import_header(file, options.weights.as_deref(), options.kv.as_deref()).map_err(|e| JsError::new(&e))?)
+}
+
+/// Options of `model` and `importHeader`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Options {
+    weights: Option<String>,
+    kv: Option<String>,
+    file_size: Option<u64>,
+    /// `config.json` (object or text) for a safetensors file.
+    config: Option<serde_json::Value>,
+}
+
+fn read_options<T: DeserializeOwned + Default>(options: Option<JsValue>) -> Result<T, JsError> {
+    let Some(options) = options.filter(|o| !o.is_undefined() && !o.is_null()) else {
+        return Ok(T::default());
+    };
+    let json = text(&options, "options")?;
+    serde_json::from_str(&json).map_err(|e| JsError::new(&format!("options: {e}")))
+}
+
+/// A value as JSON text: strings as they are, objects through `JSON.stringify`, so the
+/// core's parsers (with their field paths) read every input.
+fn text(value: &JsValue, what: &str) -> Result<String, JsError> {
+    if let Some(text) = value.as_string() {
+        return Ok(text);
+    }
+    if value.is_undefined() || value.is_null() {
+        return Err(JsError::new(&format!("`{what}` is missing; pass an object or its JSON text")));
+    }
+    js_sys::JSON::stringify(value)
+        .ok()
+        .and_then(|s| s.as_string())
+        .ok_or_else(|| JsError::new(&format!("`{what}` cannot be written as JSON (does it hold a BigInt or a cycle?)")))
+}
+
+/// `{ name, bytes, size? }` of a model file.
+fn model_file_parts(value: &JsValue) -> Result<(String, Vec<u8>, Option<u64>), JsError> {
+    let get = |key: &str| js_sys::Reflect::get(value, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED);
+    let name = get("name").as_string().ok_or_else(|| JsError::new("`modelFile.name` must be the file's name"))?;
+    let bytes = get("bytes")
+        .dyn_into::<js_sys::Uint8Array>()
+        .map_err(|_| JsError::new("`modelFile.bytes` must be a Uint8Array of the file's first bytes"))?
+        .to_vec();
+    let size = get("size").as_f64().filter(|s| s.is_finite() && *s >= 0.0).map(|s| s as u64);
+    Ok((name, bytes, size))
+}
+
+/// A Rust value as a plain JS object (maps as objects, 64-bit integers as numbers).
+fn output<T: Serialize>(value: &T) -> Result<JsValue, JsError> {
+    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| JsError::new(&e.to_string()))
+}

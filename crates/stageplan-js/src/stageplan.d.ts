@@ -1,0 +1,273 @@
+
+// ---- stageplan's API (src/stageplan.d.ts; the Node tests check results against it) ----
+
+/** Plans a scenario: the same plan as `stageplan plan --format json`. Throws an `Error`
+ *  with the CLI's message when the scenario is invalid. `modelFile` gives the header of the
+ *  file a scenario's `model.file` names. */
+export function plan(scenario: Scenario | string, modelFile?: ModelFile): Plan;
+
+/** A model's parameters, bytes per layer, type mix and KV bytes per token, from a preset
+ *  name or a `config.json` (object or text): `stageplan model --format json`. */
+export function model(presetOrConfig: string | HfConfig, options?: ModelOptions): ModelSummary;
+
+/** Every model preset, device preset, weight format and KV-cache format. */
+export function presets(): Catalog;
+
+/** Re-plans a changed cluster from the plan running now (what `plan` returned): the new
+ *  plan and the fewest moves that reach it, as `stageplan replan` prints. */
+export function replan(
+  current: Plan | { stages: { node: string; layers: [number, number] }[] } | string,
+  scenario: Scenario | string,
+  options?: ReplanOptions,
+): Replan;
+
+/** Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,
+ *  `config.json`): `{ model }` when they hold the whole header, else `{ needMore }`, the
+ *  number of bytes to read from the start of the file before calling again. */
+export function importHeader(bytes: Uint8Array, fileName: string, options?: HeaderOptions): Header;
+
+/** Browser build only: mounts a live, editable plan of `scenario` into `container` (what
+ *  `<stage-plan>` does inside its shadow root). */
+export function mountWidget(container: HTMLElement, scenario: Scenario | string): void;
+
+// ---- shapes ----
+
+/** A quantity: a number in base units (bytes, bytes/s, FLOP/s, seconds) or text like "24 GiB". */
+export type Quantity = number | string;
+export type Objective = "throughput" | "latency";
+export type Policy = "optimal" | "memory-proportional" | "even" | "greedy" | "manual";
+
+/** A scenario, as `stageplan plan` reads it. */
+export interface Scenario {
+  model: ModelSpec;
+  workload?: WorkloadSpec;
+  nodes: NodeSpec[];
+  links?: LinksSpec;
+  objective?: Objective;
+  policy?: Policy;
+  /** The stages of a `manual` plan, in pipeline order. */
+  stages?: { node: string; layers: [number, number] }[];
+}
+
+export interface ModelSpec {
+  /** A model preset (see `presets().models`). */
+  preset?: string;
+  /** An inline Hugging Face `config.json`. */
+  config?: HfConfig;
+  /** A model file's name; pass its header as `plan`'s `modelFile`. */
+  file?: string;
+  name?: string;
+  /** Weight format, e.g. "q4_k_m" (see `presets().weights`); default "bf16". */
+  weights?: string;
+}
+
+/** A Hugging Face `config.json`; the fields stageplan reads, and any others. */
+export interface HfConfig {
+  model_type?: string;
+  hidden_size?: number;
+  intermediate_size?: number;
+  num_hidden_layers?: number;
+  num_attention_heads?: number;
+  num_key_value_heads?: number;
+  head_dim?: number;
+  vocab_size?: number;
+  tie_word_embeddings?: boolean;
+  max_position_embeddings?: number;
+  sliding_window?: number | null;
+  [key: string]: unknown;
+}
+
+export interface WorkloadSpec {
+  context?: number;
+  batch?: number;
+  kv?: string;
+  workspace?: Quantity | "auto";
+  prefill_chunk?: number;
+}
+
+export interface NodeSpec {
+  name: string;
+  /** A device preset (see `presets().devices`); the fields below override its figures. */
+  device?: string;
+  memory?: Quantity;
+  bandwidth?: Quantity;
+  compute?: Quantity;
+  reserve?: Quantity;
+  /** This many identical machines, named `name-1` … `name-N`. */
+  count?: number;
+  efficiency?: { bandwidth?: number; compute?: number };
+  probe?: Record<string, string | number>;
+}
+
+export interface LinksSpec {
+  default?: { bandwidth: Quantity; latency: Quantity };
+  pairs?: { between: [string, string]; bandwidth: Quantity; latency: Quantity }[];
+}
+
+/** A plan: `stageplan plan --format json`. */
+export interface Plan {
+  policy: Policy;
+  objective: Objective;
+  feasible: boolean;
+  stages: Stage[];
+  tokens_per_s: number;
+  latency_s: number | null;
+  stream_tokens_per_s: number;
+  prefill_tokens_per_s: number;
+  bottleneck: number | null;
+  max_context: number | null;
+  left_out: LeftOut[];
+  search: Search;
+  baselines?: Baseline[];
+  diagnostics: Diagnostic[];
+}
+
+export interface Stage {
+  node: string;
+  /** `[start, end)` */
+  layers: [number, number];
+  embedding: boolean;
+  head: boolean;
+  memory: MemoryBreakdown;
+  time: TimeBreakdown;
+  time_s: number;
+}
+
+export interface MemoryBreakdown {
+  weights: number;
+  kv: number;
+  embed_head: number;
+  workspace: number;
+  reserve: number;
+  total: number;
+  budget: number;
+  headroom: number;
+}
+
+export interface TimeBreakdown {
+  memory_s: number;
+  compute_s: number;
+  send_s: number;
+  bound: "memory" | "compute";
+  prefill_s: number;
+}
+
+export interface LeftOut {
+  node: string;
+  reason: string;
+  with_node: number | null;
+}
+
+export interface Search {
+  method: string;
+  detail: string;
+  bound: number | null;
+  gap: number | null;
+}
+
+export interface Baseline {
+  policy: Policy;
+  feasible: boolean;
+  tokens_per_s: number;
+  latency_s: number | null;
+  stages: { node: string; layers: [number, number] }[];
+  problem?: string;
+}
+
+export interface Diagnostic {
+  level: "info" | "warning" | "error";
+  message: string;
+  fix?: string;
+}
+
+/** `stageplan model --format json`. */
+export interface ModelSummary {
+  name: string;
+  weights: string;
+  params: number;
+  weight_bytes: number;
+  embedding_bytes: number;
+  head_bytes: number;
+  tied_embeddings: boolean;
+  kv_bytes_per_token: number;
+  kv_format: string;
+  hidden_size: number;
+  max_context: number | null;
+  layers: LayerSummary[];
+  type_mix: { type: string; bytes: number }[];
+}
+
+export interface LayerSummary {
+  index: number;
+  bytes: number;
+  params: number;
+  window?: number;
+}
+
+export interface ModelOptions {
+  weights?: string;
+  kv?: string;
+}
+
+export interface HeaderOptions extends ModelOptions {
+  /** The whole file's size in bytes, so offsets can be checked against it. */
+  fileSize?: number;
+  /** The `config.json` beside a `.safetensors` file (hyperparameters shapes cannot tell). */
+  config?: HfConfig | string;
+}
+
+/** The first bytes of a model file (at least its header). */
+export interface ModelFile {
+  name: string;
+  bytes: Uint8Array;
+  size?: number;
+}
+
+/** What `importHeader` read: the model, or how many bytes to read first. */
+export type Header = { needMore: number } | { model: ModelSummary };
+
+/** `stageplan presets --format json`. */
+export interface Catalog {
+  models: { name: string; title: string; published_params: number }[];
+  devices: DevicePreset[];
+  weights: string[];
+  kv: string[];
+}
+
+export interface DevicePreset {
+  name: string;
+  title: string;
+  kind: "gpu" | "unified" | "cpu";
+  memory: number;
+  bandwidth: number;
+  compute: number;
+  reserve: number;
+}
+
+export interface ReplanOptions {
+  /** Accept plans this much slower than the best when they move less (default 0.03). */
+  tolerance?: number;
+  /** Keep the running plan unless the best is this much faster (default 0.05). */
+  hysteresis?: number;
+}
+
+/** `stageplan replan --format json`. */
+export interface Replan {
+  plan: Plan;
+  moves: Move[];
+  bytes_moved: number;
+  best_plan_bytes: number;
+  move_time_s: number;
+  kept: boolean;
+  reason: string;
+  best: number | null;
+}
+
+export interface Move {
+  layers: [number, number];
+  /** `null` when the node that held them is gone: reload from storage. */
+  from: string | null;
+  to: string;
+  bytes: number;
+  time_s: number;
+}

@@ -1,0 +1,180 @@
+// End-to-end tests of the embed package's example page (web/embed/index.html, built into
+// dist/embed/ by `cargo xtask embed`) in headless Chromium: two <stage-plan> widgets on a
+// documentation page.
+//
+//   node tests/e2e/embed.mjs --embed dist/embed --cli path/to/stageplan
+//
+// Screenshots go to tests/e2e/artifacts/; sizes and timings to metrics-embed.json
+// (BENCHMARKS.md). Exits non-zero when a check fails.
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { chromium } from 'playwright-core';
+
+const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
+const embed = path.resolve(args.embed ?? 'dist/embed');
+const cli = path.resolve(args.cli ?? 'target/debug/stageplan');
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
+const artifacts = path.join(root, 'tests/e2e/artifacts');
+fs.mkdirSync(artifacts, { recursive: true });
+
+const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.json': 'application/json' };
+const server = http.createServer((req, res) => {
+  const pathname = decodeURIComponent(new URL(req.url, 'http://local').pathname);
+  const file = path.join(embed, pathname === '/' ? 'index.html' : pathname);
+  const ok = file.startsWith(embed) && fs.existsSync(file) && fs.statSync(file).isFile();
+  if (!ok) { res.writeHead(404); res.end(); return; }
+  res.writeHead(200, { 'content-type': types[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' });
+  res.end(fs.readFileSync(file));
+}).listen(0, '127.0.0.1');
+await new Promise((resolve) => server.on('listening', resolve));
+const origin = `http://127.0.0.1:${server.address().port}`;
+
+const browser = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-embed-')), {
+  executablePath: '/usr/bin/chromium',
+  headless: true,
+  viewport: { width: 1000, height: 1400 },
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+
+const metrics = {};
+let failures = 0;
+
+async function check(name, body) {
+  const started = Date.now();
+  try {
+    await body();
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (e) {
+    failures += 1;
+    console.log(`FAIL ${name}: ${e.stack ?? e}`);
+  }
+}
+
+/** A page with its requests and console errors recorded. */
+async function open({ blockWasm = false } = {}) {
+  const page = await browser.newPage();
+  const requests = [];
+  const errors = [];
+  page.on('request', (r) => requests.push(r.url()));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+  if (blockWasm) await page.route('**/*.wasm', (route) => route.abort());
+  await page.goto(`${origin}/index.html`);
+  return { page, requests, errors };
+}
+
+const headline = (page, id) => page.locator(`#${id} .sp-headline`).textContent();
+const stageRows = (page, id) => page.locator(`#${id} tr.stage-row`).evaluateAll((rows) => rows.map((r) => `${r.dataset.node} ${r.querySelector('.layers').textContent}`));
+
+function cliPlan(scenario) {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-cli-')), 'scenario.json');
+  fs.writeFileSync(file, JSON.stringify(scenario));
+  return JSON.parse(execFileSync(cli, ['plan', file, '--format', 'json'], { encoding: 'utf8' }));
+}
+
+const inlineScenario = JSON.parse(fs.readFileSync(path.join(embed, 'index.html'), 'utf8').match(/<script type="application\/json">([\s\S]*?)<\/script>/)[1]);
+const linkedScenario = JSON.parse(fs.readFileSync(path.join(embed, 'scenarios/laptops-8b.json'), 'utf8'));
+const sig3 = (x) => Number(x.toPrecision(3));
+const tokens = (text) => Number(text.match(/^([\d.]+) tok\/s/)[1]);
+
+await check('both widgets render the plans the CLI computes', async () => {
+  const started = Date.now();
+  const { page, requests, errors } = await open();
+  await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
+  metrics.first_widget_plan_ms = await page.evaluate(() => performance.now());
+  metrics.first_widget_plan_wall_ms = Date.now() - started;
+  await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
+  for (const [id, scenario] of [['home-70b', inlineScenario], ['laptops-8b', linkedScenario]]) {
+    const expected = cliPlan(scenario);
+    assert.equal(tokens(await headline(page, id)), sig3(expected.tokens_per_s), id);
+    assert.deepEqual(await stageRows(page, id), expected.stages.map((s) => `${s.node} ${s.layers[0]}–${s.layers[1]}`), id);
+  }
+  await page.screenshot({ path: path.join(artifacts, 'embed-page.png'), fullPage: true });
+  assert.deepEqual(errors, [], 'no console errors');
+  const foreign = requests.filter((url) => !url.startsWith(origin) && !url.startsWith('data:'));
+  assert.deepEqual(foreign, [], 'no requests beyond the page\'s own files');
+  metrics.embed_requests = requests.map((url) => url.slice(origin.length));
+  await page.close();
+});
+
+await check('editing one widget re-plans it and leaves the other alone', async () => {
+  const { page, errors } = await open();
+  await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
+  await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
+  const other = { headline: await headline(page, 'laptops-8b'), rows: await stageRows(page, 'laptops-8b') };
+  const before = await headline(page, 'home-70b');
+
+  // Context: 8k → 64k makes the KV cache eight times larger.
+  await page.locator('#home-70b .sp-context').fill('65536');
+  await page.locator('#home-70b .sp-context').dispatchEvent('change');
+  const longer = cliPlan({ ...inlineScenario, workload: { context: 65536 } });
+  await page.waitForFunction(([id, text]) => document.querySelector(id).shadowRoot.querySelector('.sp-headline')?.textContent !== text, ['#home-70b', before]);
+  assert.equal(tokens(await headline(page, 'home-70b')), sig3(longer.tokens_per_s));
+
+  // Weight format, then the machines: drop the Mac, add an H100.
+  await page.locator('#home-70b .sp-weights').selectOption('q8_0');
+  const q8 = cliPlan({ ...inlineScenario, model: { preset: 'llama-3.1-70b', weights: 'q8_0' }, workload: { context: 65536 } });
+  await page.waitForFunction(([id, n]) => document.querySelector(id).shadowRoot.querySelector('.sp-headline')?.textContent.startsWith(n), ['#home-70b', `${sig3(q8.tokens_per_s)} tok/s`]);
+  await page.locator('#home-70b .sp-node[data-node="mac"] .sp-remove').click();
+  await page.locator('#home-70b .sp-add-device').selectOption('h100');
+  const changed = cliPlan({
+    model: { preset: 'llama-3.1-70b', weights: 'q8_0' },
+    workload: { context: 65536 },
+    nodes: [{ name: 'desk', device: 'rtx-4090' }, { name: 'gamer', device: 'rtx-3090' }, { name: 'h100', device: 'h100' }],
+  });
+  await page.waitForFunction(([id, n]) => document.querySelector(id).shadowRoot.querySelector('.sp-headline')?.textContent.startsWith(n), ['#home-70b', `${sig3(changed.tokens_per_s)} tok/s`]);
+  assert.deepEqual(await stageRows(page, 'home-70b'), changed.stages.map((s) => `${s.node} ${s.layers[0]}–${s.layers[1]}`));
+
+  // Switching a machine off re-plans without it.
+  await page.locator('#home-70b .sp-node[data-node="h100"] input[type=checkbox]').uncheck();
+  await page.waitForFunction((id) => ![...document.querySelector(id).shadowRoot.querySelectorAll('tr.stage-row')].some((r) => r.dataset.node === 'h100'), '#home-70b');
+
+  assert.deepEqual({ headline: await headline(page, 'laptops-8b'), rows: await stageRows(page, 'laptops-8b') }, other, 'the other widget did not change');
+  await page.screenshot({ path: path.join(artifacts, 'embed-edited.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+await check('no styles leak in or out', async () => {
+  const { page } = await open();
+  await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
+  // The page styles every table cell with a red border; the widget's cells are not.
+  const border = await page.locator('#home-70b tr.stage-row td').first().evaluate((td) => getComputedStyle(td).borderBottomColor);
+  assert.notEqual(border, 'rgb(255, 0, 0)');
+  // The widget adds no style sheet to the page itself.
+  assert.equal(await page.evaluate(() => document.styleSheets.length), 1);
+  await page.close();
+});
+
+await check('without WebAssembly, each widget shows a readable table and says why', async () => {
+  const { page } = await open({ blockWasm: true });
+  for (const id of ['home-70b', 'laptops-8b']) {
+    await page.locator(`#${id} .sp-status`).filter({ hasText: 'could not run' }).waitFor({ timeout: 30_000 });
+  }
+  // The author's table (light DOM, slotted) for the first; one made from the scenario for the second.
+  assert.ok(await page.locator('#home-70b > table').isVisible());
+  const cells = await page.locator('#laptops-8b table.sp-fallback td').allTextContents();
+  for (const node of linkedScenario.nodes) assert.ok(cells.includes(node.name), `${node.name} in ${cells}`);
+  await page.screenshot({ path: path.join(artifacts, 'embed-no-wasm.png'), fullPage: true });
+  await page.close();
+});
+
+for (const file of ['stageplan_bg.wasm', 'stageplan.js', 'stage-plan.js', 'stage-plan.css', 'node/stageplan_bg.wasm', 'node/stageplan.js']) {
+  const bytes = fs.readFileSync(path.join(embed, file));
+  metrics[`size_${file}`] = { raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length };
+}
+fs.writeFileSync(path.join(artifacts, 'metrics-embed.json'), `${JSON.stringify(metrics, null, 2)}\n`);
+console.log(JSON.stringify(metrics, null, 2));
+await browser.close();
+server.close();
+if (failures > 0) {
+  console.log(`${failures} check(s) failed`);
+  process.exit(1);
+}

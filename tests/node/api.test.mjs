@@ -1,0 +1,163 @@
+// The Node build of stageplan's JS API against the CLI, with Node's own test runner:
+//
+//   STAGEPLAN_EMBED=dist/embed STAGEPLAN_CLI=target/debug/stageplan \
+//   STAGEPLAN_FIXTURES=DIR node --test tests/node/
+//
+// DIR holds model files written by tests/fixtures/write_models.py (the reference writers);
+// `cargo xtask test` sets all three.
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { test } from 'node:test';
+
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
+const embed = path.resolve(root, process.env.STAGEPLAN_EMBED ?? 'dist/embed');
+const cli = path.resolve(root, process.env.STAGEPLAN_CLI ?? 'target/debug/stageplan');
+const fixtures = process.env.STAGEPLAN_FIXTURES;
+const stageplan = createRequire(import.meta.url)(path.join(embed, 'node/stageplan.js'));
+
+const read = (file) => fs.readFileSync(path.join(root, file), 'utf8');
+const runCli = (...args) => JSON.parse(execFileSync(cli, args, { cwd: root, encoding: 'utf8' }));
+
+/** The interfaces of stageplan.d.ts: name → { required, optional } field names. */
+function declaredShapes() {
+  const text = fs.readFileSync(path.join(embed, 'stageplan.d.ts'), 'utf8');
+  const shapes = {};
+  for (const match of text.matchAll(/export interface (\w+)(?: extends \w+)? \{([\s\S]*?)\n\}/g)) {
+    const required = [];
+    const optional = [];
+    for (const line of match[2].split('\n')) {
+      const field = line.match(/^ {2,4}(\w+)(\??):/);
+      if (field) (field[2] ? optional : required).push(field[1]);
+    }
+    shapes[match[1]] = { required, optional };
+  }
+  return shapes;
+}
+const shapes = declaredShapes();
+
+/** Checks `value`'s keys against the declared interface: every required field present, none undeclared. */
+function conforms(value, name) {
+  const shape = shapes[name];
+  assert.ok(shape, `stageplan.d.ts declares ${name}`);
+  const keys = Object.keys(value);
+  for (const field of shape.required) assert.ok(keys.includes(field), `${name}.${field} is declared but missing`);
+  for (const key of keys) {
+    assert.ok(shape.required.includes(key) || shape.optional.includes(key), `${name}.${key} is returned but not declared`);
+  }
+}
+
+test('plan() returns exactly the CLI plan, from text or an object', () => {
+  const text = read('tests/scenarios/home-70b.json');
+  const cliPlan = runCli('plan', 'tests/scenarios/home-70b.json', '--format', 'json');
+  assert.deepStrictEqual(stageplan.plan(text), cliPlan);
+  assert.deepStrictEqual(stageplan.plan(JSON.parse(text)), cliPlan);
+  for (const file of fs.readdirSync(path.join(root, 'tests/scenarios')).filter((f) => f.endsWith('.json') && !f.startsWith('experts'))) {
+    const ours = stageplan.plan(read(`tests/scenarios/${file}`));
+    const theirs = runCli('plan', `tests/scenarios/${file}`, '--format', 'json');
+    assert.deepStrictEqual(ours, theirs, file);
+  }
+});
+
+test('bad scenarios throw Errors with the CLI message', () => {
+  let compared = 0;
+  for (const dir of fs.readdirSync(path.join(root, 'tests/cli')).filter((d) => d.startsWith('bad-'))) {
+    const folder = path.join(root, 'tests/cli', dir);
+    if (fs.readFileSync(path.join(folder, 'cmd'), 'utf8').trim() !== 'plan scenario.json') continue;
+    const expected = fs.readFileSync(path.join(folder, 'expected'), 'utf8');
+    const message = expected.split('--- stderr\n')[1].replace(/^error: /, '').trimEnd();
+    assert.throws(() => stageplan.plan(fs.readFileSync(path.join(folder, 'scenario.json'), 'utf8')), (error) => {
+      assert.ok(error instanceof Error, `${dir}: an Error`);
+      assert.equal(error.message, message, dir);
+      return true;
+    });
+    compared += 1;
+  }
+  assert.ok(compared >= 15, `compared ${compared} cases`);
+  assert.throws(() => stageplan.plan(undefined), /`scenario` is missing/);
+  assert.throws(() => stageplan.plan({ model: { preset: 'llama-3.1-8b' }, nodes: [{ name: 'a', device: 'rtx-4090' }] }, { name: 'x.gguf', bytes: new Uint8Array(4) }), /`modelFile` `x.gguf` was given/);
+});
+
+test('model() and presets() match the CLI', () => {
+  assert.deepStrictEqual(stageplan.model('llama-3.2-1b', { weights: 'q4_k_m' }), runCli('model', 'llama-3.2-1b', '--weights', 'q4_k_m', '--format', 'json'));
+  const config = read('tests/cli/model-config-json/config.json');
+  const cliSummary = runCli('model', 'tests/cli/model-config-json/config.json', '--format', 'json');
+  delete cliSummary.read;
+  const ours = stageplan.model(JSON.parse(config));
+  // The CLI names a config by its folder; the API by its model type.
+  assert.deepStrictEqual({ ...ours, name: cliSummary.name }, cliSummary);
+  assert.deepStrictEqual(stageplan.presets(), runCli('presets', '--format', 'json'));
+  assert.throws(() => stageplan.model('llama-9000'), (e) => e instanceof Error && /llama-9000/.test(e.message));
+  assert.throws(() => stageplan.model('llama-3.1-8b', { weigths: 'q4_k_m' }), /unknown field `weigths`/);
+});
+
+test('replan() matches stageplan replan', () => {
+  const dir = 'tests/cli/replan-node-lost';
+  const cliReplan = runCli('replan', `${dir}/current.json`, `${dir}/scenario.json`, '--format', 'json');
+  const ours = stageplan.replan(JSON.parse(read(`${dir}/current.json`)), read(`${dir}/scenario.json`));
+  assert.deepStrictEqual(ours, cliReplan);
+  assert.ok(ours.moves.length > 0 && !ours.kept);
+  assert.throws(() => stageplan.replan(read(`${dir}/current.json`), read(`${dir}/scenario.json`), { tolerance: 3 }), /`tolerance` is 3/);
+});
+
+test('results have the shapes stageplan.d.ts declares', () => {
+  const plan = stageplan.plan(read('tests/scenarios/home-70b-8.json'));
+  conforms(plan, 'Plan');
+  for (const stage of plan.stages) {
+    conforms(stage, 'Stage');
+    conforms(stage.memory, 'MemoryBreakdown');
+    conforms(stage.time, 'TimeBreakdown');
+  }
+  plan.left_out.forEach((l) => conforms(l, 'LeftOut'));
+  plan.baselines.forEach((b) => conforms(b, 'Baseline'));
+  plan.diagnostics.forEach((d) => conforms(d, 'Diagnostic'));
+  conforms(plan.search, 'Search');
+  const summary = stageplan.model('gemma-2-9b');
+  conforms(summary, 'ModelSummary');
+  summary.layers.forEach((l) => conforms(l, 'LayerSummary'));
+  const catalog = stageplan.presets();
+  conforms(catalog, 'Catalog');
+  catalog.devices.forEach((d) => conforms(d, 'DevicePreset'));
+  const dir = 'tests/cli/replan-node-lost';
+  const replan = stageplan.replan(read(`${dir}/current.json`), read(`${dir}/scenario.json`));
+  conforms(replan, 'Replan');
+  replan.moves.forEach((m) => conforms(m, 'Move'));
+  conforms(JSON.parse(read('tests/scenarios/home-70b-8.json')), 'Scenario');
+});
+
+test('importHeader() reads the reference writers\' files as the CLI does', { skip: !fixtures && 'STAGEPLAN_FIXTURES is not set' }, () => {
+  const files = ['dense.gguf', 'tied.gguf', 'moe.gguf', 'single/model.safetensors'];
+  for (const file of files) {
+    const bytes = fs.readFileSync(path.join(fixtures, file));
+    let length = 16;
+    let result;
+    let calls = 0;
+    // Read as a browser would: a prefix, then as many bytes as the parser asks for.
+    for (;;) {
+      const options = { fileSize: bytes.length };
+      // As the CLI does, read the config.json beside a safetensors file.
+      const config = path.join(fixtures, path.dirname(file), 'config.json');
+      if (file.endsWith('.safetensors') && fs.existsSync(config)) options.config = fs.readFileSync(config, 'utf8');
+      result = stageplan.importHeader(bytes.subarray(0, length), path.basename(file), options);
+      calls += 1;
+      if (!('needMore' in result)) break;
+      assert.ok(result.needMore > length && result.needMore <= bytes.length, `${file}: asks for ${result.needMore}`);
+      length = result.needMore;
+    }
+    assert.ok(calls >= 2 && length < bytes.length, `${file}: ${calls} reads, ${length} of ${bytes.length} bytes`);
+    const cliSummary = runCli('model', path.join(fixtures, file), '--format', 'json');
+    delete cliSummary.read;
+    conforms(result.model, 'ModelSummary');
+    // The CLI names a safetensors file by its folder; the API by its file name.
+    assert.deepStrictEqual({ ...result.model, name: cliSummary.name }, cliSummary, file);
+  }
+  assert.throws(() => stageplan.importHeader(new Uint8Array([1, 2, 3]), 'notes.txt'), /not a model file/);
+  const truncated = fs.readFileSync(path.join(fixtures, 'dense.gguf')).subarray(0, 64);
+  assert.throws(() => stageplan.plan({ model: { file: 'dense.gguf' }, nodes: [{ name: 'a', device: 'h100' }] }, { name: 'dense.gguf', bytes: truncated }), /needs the first \d+ bytes/);
+  const whole = fs.readFileSync(path.join(fixtures, 'dense.gguf'));
+  const plan = stageplan.plan({ model: { file: 'dense.gguf' }, nodes: [{ name: 'a', device: 'h100' }] }, { name: 'dense.gguf', bytes: whole });
+  assert.ok(plan.feasible);
+});

@@ -1,0 +1,30 @@
+// Type-checks the declarations against the way a docs site uses the API
+// (`tsc -p tests/node`, strict). It is compiled, never run.
+import init, { importHeader, model, plan, presets, replan, type Plan, type Scenario } from '../../dist/embed/stageplan.js';
+
+export async function example(bytes: Uint8Array): Promise<string> {
+  await init();
+  const scenario: Scenario = {
+    model: { preset: 'llama-3.1-70b', weights: 'q4_k_m' },
+    workload: { context: 8192 },
+    nodes: [
+      { name: 'desk', device: 'rtx-4090' },
+      { name: 'mac', memory: '64 GiB', bandwidth: '400 GB/s', compute: '27 TFLOPS' },
+    ],
+  };
+  const result: Plan = plan(scenario);
+  const first = result.stages[0];
+  const lines = [`${result.tokens_per_s.toFixed(1)} tok/s`, `${first.node}: layers ${first.layers[0]}–${first.layers[1]}`];
+  lines.push(`${first.memory.total} of ${first.memory.budget} bytes, ${first.time.bound}-bound`);
+  const latency: number | null = result.latency_s;
+  if (latency !== null) lines.push(`${latency * 1000} ms per token`);
+  for (const b of result.baselines ?? []) lines.push(`${b.policy}: ${b.feasible ? b.tokens_per_s : b.problem}`);
+  const summary = model('llama-3.1-8b', { weights: 'q8_0', kv: 'q8_0' });
+  lines.push(`${summary.params} params, ${summary.layers.length} layers, KV ${summary.kv_bytes_per_token} B/token`);
+  const header = importHeader(bytes, 'model.gguf', { fileSize: 1 << 30 });
+  lines.push('needMore' in header ? `read ${header.needMore} bytes` : header.model.name);
+  const devices = presets().devices.filter((d) => d.kind === 'gpu').map((d) => d.name);
+  const next = replan(result, { ...scenario, nodes: scenario.nodes.slice(1) }, { tolerance: 0.05 });
+  lines.push(...next.moves.map((m) => `${m.from ?? 'storage'} → ${m.to}: ${m.bytes}`), devices.join(', '));
+  return lines.join('\n');
+}
