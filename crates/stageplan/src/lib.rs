@@ -21,6 +21,7 @@ pub mod balance;
 pub mod cost;
 pub mod error;
 pub mod import;
+mod json;
 pub mod model;
 pub mod plan;
 pub mod planner;

@@ -377,13 +377,10 @@ impl Scenario {
                     .to_owned(),
             ));
         }
-        let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
+        crate::json::from_str(text).map_err(|(path, inner)| {
             let message = inner.to_string();
             // serde_json appends " at line L column C"; keep it, it helps find the spot.
-            if path == "." || path.is_empty() {
+            if path.is_empty() {
                 let hint = if message.starts_with("missing field") {
                     "; a scenario needs at least `model` and `nodes`"
                 } else {

@@ -104,9 +104,10 @@ impl HfConfig {
     /// # Errors
     /// When the text is not JSON or a field has the wrong type.
     pub fn from_json(text: &str) -> Result<HfConfig, ModelError> {
-        let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de)
-            .map_err(|e| ModelError::Config { field: e.path().to_string(), message: e.into_inner().to_string() })
+        crate::json::from_str(text).map_err(|(path, e)| ModelError::Config {
+            field: if path.is_empty() { ".".to_owned() } else { path },
+            message: e.to_string(),
+        })
     }
 
     /// Whether q, k and v carry a bias: stated by `attention_bias`, implied by Qwen2.
