@@ -131,17 +131,12 @@ pub(crate) fn path_at(text: &str, line: usize, column: usize, end_kind: End) -> 
     match (end_kind, stack.last_mut()) {
         // The text ended after a complete entry: the container it is in never closed. (A
         // value cut short, or missing after its colon, is still the entry's.)
-        (End::Eof, Some(Frame::Object { key, colon, value_started, .. })) => {
-            let value_pending = *colon && (!*value_started || open_string);
-            if !value_pending {
-                *key = None;
-            }
+        (End::Eof, Some(Frame::Object { key, colon, value_started, .. }))
+            if !(*colon && (!*value_started || open_string)) =>
+        {
+            *key = None;
         }
-        (End::Eof, Some(Frame::Array { started, .. })) => {
-            if !open_string {
-                *started = false;
-            }
-        }
+        (End::Eof, Some(Frame::Array { started, .. })) if !open_string => *started = false,
         (End::BeforeValue | End::Syntax, Some(Frame::Object { key, colon: false, .. })) => *key = None,
         // serde_json may stop just before the value it rejects (having only peeked at it).
         (End::Value | End::Syntax, Some(Frame::Array { started, .. })) => *started = true,
