@@ -115,6 +115,8 @@ test('results have the shapes stageplan.d.ts declares', () => {
   plan.baselines.forEach((b) => conforms(b, 'Baseline'));
   plan.diagnostics.forEach((d) => conforms(d, 'Diagnostic'));
   conforms(plan.search, 'Search');
+  conforms(plan.model, 'PlannedModel');
+  conforms(plan.workload, 'PlannedWorkload');
   const summary = stageplan.model('gemma-2-9b');
   conforms(summary, 'ModelSummary');
   summary.layers.forEach((l) => conforms(l, 'LayerSummary'));

@@ -108,6 +108,8 @@ export interface LinksSpec {
 export interface Plan {
   policy: Policy;
   objective: Objective;
+  model: PlannedModel;
+  workload: PlannedWorkload;
   feasible: boolean;
   stages: Stage[];
   tokens_per_s: number;
@@ -120,6 +122,21 @@ export interface Plan {
   search: Search;
   baselines?: Baseline[];
   diagnostics: Diagnostic[];
+}
+
+export interface PlannedModel {
+  name: string;
+  weights: string;
+  /** Transformer blocks: the stages' `layers` ranges cover `[0, layers)`. */
+  layers: number;
+  /** Routed experts per MoE layer; `null` for a dense model. */
+  experts: number | null;
+}
+
+export interface PlannedWorkload {
+  context: number;
+  batch: number;
+  kv: string;
 }
 
 export interface Stage {

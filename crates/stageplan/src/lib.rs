@@ -16,10 +16,12 @@
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
 //! - [`balance`]: live node metrics, skew, load shedding.
 //! - [`shard`]: blake3 stream sharding of keyed work items over devices.
+//! - [`export`]: a plan as llama.cpp, vLLM, exo, Kubernetes, DeepSpeed and Megatron inputs.
 
 pub mod balance;
 pub mod cost;
 pub mod error;
+pub mod export;
 pub mod import;
 mod json;
 pub mod model;

@@ -2,7 +2,8 @@
 //!
 //! The JSON form is a contract: `stages[]` with `node`, `layers` (`[start, end)`),
 //! `memory.total`, `memory.budget` and `time_s`; `tokens_per_s`, `latency_s` and
-//! `bottleneck` (a stage index). Everything else is added explanation.
+//! `bottleneck` (a stage index); `model` and `workload` say what was planned, so a plan
+//! file is enough to export. Everything else is added explanation.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,12 @@ use crate::scenario::{Objective, Policy};
 pub struct Plan {
     pub policy: Policy,
     pub objective: Objective,
+    /// The model planned, so a plan file stands on its own (exports read it).
+    #[serde(default)]
+    pub model: PlannedModel,
+    /// The workload planned for: context, sequences, KV-cache format.
+    #[serde(default)]
+    pub workload: PlannedWorkload,
     /// Every stage fits its node's memory (and there is at least one stage).
     pub feasible: bool,
     /// Stages in pipeline order. Empty when no plan fits.
@@ -40,6 +47,30 @@ pub struct Plan {
     pub baselines: Vec<Baseline>,
     /// Notes, warnings and errors, each with a fix where there is one.
     pub diagnostics: Vec<Diagnostic>,
+}
+
+/// The model a plan is for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlannedModel {
+    pub name: String,
+    pub weights: String,
+    /// Transformer blocks: stages' `layers` ranges cover `[0, layers)`.
+    pub layers: usize,
+    /// Routed experts per MoE layer; `null` for a dense model.
+    pub experts: Option<u64>,
+}
+
+/// The workload a plan is for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlannedWorkload {
+    /// Tokens of context per sequence.
+    pub context: u64,
+    /// Sequences decoded together.
+    pub batch: u64,
+    /// KV-cache format (`f16`, `q8_0`, …).
+    pub kv: String,
 }
 
 /// One pipeline stage.

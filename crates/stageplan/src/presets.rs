@@ -50,6 +50,25 @@ model_presets! {
 }
 
 impl ModelPreset {
+    /// The model's Hugging Face repository (the base model), as vLLM and exo name it.
+    pub fn hf_id(&self) -> &'static str {
+        match self.name {
+            "llama-3.2-1b" => "meta-llama/Llama-3.2-1B",
+            "llama-3.2-3b" => "meta-llama/Llama-3.2-3B",
+            "llama-3.1-8b" => "meta-llama/Llama-3.1-8B",
+            "llama-3.1-70b" => "meta-llama/Llama-3.1-70B",
+            "llama-3.1-405b" => "meta-llama/Llama-3.1-405B",
+            "mistral-7b-v0.1" => "mistralai/Mistral-7B-v0.1",
+            "mistral-nemo-12b" => "mistralai/Mistral-Nemo-Base-2407",
+            "mixtral-8x7b" => "mistralai/Mixtral-8x7B-v0.1",
+            "qwen2.5-7b" => "Qwen/Qwen2.5-7B",
+            "qwen2.5-32b" => "Qwen/Qwen2.5-32B",
+            "qwen2.5-72b" => "Qwen/Qwen2.5-72B",
+            "gemma-2-9b" => "google/gemma-2-9b",
+            _ => self.name,
+        }
+    }
+
     /// Finds a preset by name (case-insensitive).
     ///
     /// # Errors

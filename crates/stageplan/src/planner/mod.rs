@@ -13,7 +13,8 @@ mod search;
 
 use crate::cost::CostModel;
 use crate::plan::{
-    Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, Plan, Search, Stage, TimeBreakdown,
+    Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, Plan, PlannedModel, PlannedWorkload,
+    Search, Stage, TimeBreakdown,
 };
 use crate::scenario::{Objective, Policy, Problem};
 use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
@@ -211,6 +212,17 @@ pub(crate) fn evaluate(
     Plan {
         policy,
         objective,
+        model: PlannedModel {
+            name: problem.model.name.clone(),
+            weights: problem.model.weights.clone(),
+            layers: problem.model.num_layers(),
+            experts: problem.model.arch.moe.as_ref().map(|m| m.experts),
+        },
+        workload: PlannedWorkload {
+            context: problem.workload.context,
+            batch: problem.workload.batch,
+            kv: problem.workload.kv.name().to_owned(),
+        },
         feasible,
         tokens_per_s: if has_stages && feasible { batch / slowest } else { 0.0 },
         latency_s: (has_stages && feasible).then_some(latency),

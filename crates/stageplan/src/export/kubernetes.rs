@@ -1,0 +1,249 @@
+//! Kubernetes: one Deployment per stage pinned to its machine (`kubernetes.io/hostname`),
+//! a GPU requested where the machine has one, the stage's layers and its neighbours in the
+//! environment, a Service per stage for the hop into it, and the plan in a ConfigMap.
+//!
+//! The YAML is written by a small emitter over JSON values: block style, strings in double
+//! quotes when YAML could read them as something else (JSON's escaping is valid YAML).
+
+use std::fmt::Write;
+
+use serde_json::{Value, json};
+
+use super::{Layout, MachineKind};
+
+/// The port each stage listens on.
+const PORT: u16 = 50052;
+
+pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
+    let plan = layout.plan;
+    let app = dns_label(if plan.model.name.is_empty() { "stageplan" } else { &plan.model.name });
+    let image = layout.options.image.clone().unwrap_or_else(|| "stageplan/stage:latest".to_owned());
+    let model = layout.options.model.clone().unwrap_or_else(|| plan.model.name.clone());
+    let mut notes = vec![format!(
+        "Each pod runs one stage from its STAGEPLAN_* environment; the image must do that (`{image}` is a placeholder: give yours with `--image`)."
+    )];
+    notes.push(
+        "Pods are pinned by `kubernetes.io/hostname`: the plan's node names (or the `--host` given) must be the cluster's node names.".to_owned(),
+    );
+    let service = |k: usize| format!("{app}-stage-{k}");
+    let peers: Vec<String> = (0..layout.stages.len()).map(|k| format!("{}:{PORT}", service(k))).collect();
+    // The split, readable in the cluster: what ran where, and what the plan expects.
+    let summary = json!({
+        "model": plan.model,
+        "workload": plan.workload,
+        "tokens_per_s": plan.tokens_per_s,
+        "stages": plan.stages.iter().map(|s| json!({"node": s.node, "layers": s.layers, "memory_bytes": s.memory.total})).collect::<Vec<_>>(),
+    });
+    let plan_json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
+    let mut documents = vec![json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": format!("{app}-plan"), "labels": labels(&app, None)},
+        "data": {"plan.json": plan_json},
+    })];
+    let count = layout.stages.len();
+    for (k, &(node, start, end)) in layout.stages.iter().enumerate() {
+        let stage = &plan.stages[k];
+        let mut env = vec![
+            json!({"name": "STAGEPLAN_MODEL", "value": model}),
+            json!({"name": "STAGEPLAN_STAGE", "value": k.to_string()}),
+            json!({"name": "STAGEPLAN_STAGES", "value": count.to_string()}),
+            json!({"name": "STAGEPLAN_LAYERS", "value": format!("{start}-{end}")}),
+            json!({"name": "STAGEPLAN_PEERS", "value": peers.join(",")}),
+        ];
+        if k > 0 {
+            env.push(json!({"name": "STAGEPLAN_PREV", "value": peers[k - 1]}));
+        }
+        if k + 1 < count {
+            env.push(json!({"name": "STAGEPLAN_NEXT", "value": peers[k + 1]}));
+        }
+        env.push(json!({"name": "STAGEPLAN_EMBEDDING", "value": stage.embedding.to_string()}));
+        env.push(json!({"name": "STAGEPLAN_HEAD", "value": stage.head.to_string()}));
+        let mebibytes = stage.memory.total.div_ceil(1 << 20);
+        let resources = match layout.kind(node) {
+            MachineKind::Gpu => json!({"limits": {"nvidia.com/gpu": 1}}),
+            // Unified memory and CPU boxes hold the stage in RAM: request what the plan counts.
+            MachineKind::Unified | MachineKind::Cpu => {
+                json!({"requests": {"memory": format!("{mebibytes}Mi")}, "limits": {"memory": format!("{mebibytes}Mi")}})
+            }
+        };
+        let labels = labels(&app, Some(k));
+        documents.push(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": service(k), "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": layout.host(node)},
+                        "containers": [{
+                            "name": "stage",
+                            "image": image,
+                            "ports": [{"name": "pipeline", "containerPort": PORT}],
+                            "env": env,
+                            "resources": resources,
+                            "volumeMounts": [{"name": "plan", "mountPath": "/etc/stageplan", "readOnly": true}],
+                        }],
+                        "volumes": [{"name": "plan", "configMap": {"name": format!("{app}-plan")}}],
+                    },
+                },
+            },
+        }));
+        documents.push(json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": service(k), "labels": labels},
+            "spec": {
+                "selector": labels,
+                "ports": [{"name": "pipeline", "port": PORT, "targetPort": PORT}],
+            },
+        }));
+    }
+    let mut out = format!("# stageplan · {}\n", layout.summary());
+    for document in &documents {
+        out.push_str("---\n");
+        emit(&mut out, document, 0);
+    }
+    (out, notes)
+}
+
+fn labels(app: &str, stage: Option<usize>) -> Value {
+    let mut labels = json!({"app.kubernetes.io/name": "stageplan", "app.kubernetes.io/instance": app});
+    if let Some(k) = stage {
+        labels["stageplan.dev/stage"] = json!(k.to_string());
+    }
+    labels
+}
+
+/// A DNS-1123 label: lowercase letters, digits and `-`, at most 40 characters (room for
+/// `-stage-N` and `-plan`).
+fn dns_label(name: &str) -> String {
+    let mut label: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    while label.contains("--") {
+        label = label.replace("--", "-");
+    }
+    let label: String = label.trim_matches('-').chars().take(40).collect();
+    let label = label.trim_end_matches('-').to_owned();
+    if label.is_empty() { "stageplan".to_owned() } else { label }
+}
+
+/// Writes `value` as block YAML at `indent` spaces.
+fn emit(out: &mut String, value: &Value, indent: usize) {
+    let pad = " ".repeat(indent);
+    match value {
+        Value::Object(map) => {
+            for (key, item) in map {
+                let key = scalar(&Value::String(key.clone()));
+                match item {
+                    Value::Object(m) if !m.is_empty() => {
+                        let _ = writeln!(out, "{pad}{key}:");
+                        emit(out, item, indent + 2);
+                    }
+                    Value::Array(a) if !a.is_empty() => {
+                        let _ = writeln!(out, "{pad}{key}:");
+                        emit(out, item, indent);
+                    }
+                    Value::String(text) if text.contains('\n') => {
+                        // A literal block: the text as it is, one more level in.
+                        let chomp = if text.ends_with('\n') { "|" } else { "|-" };
+                        let _ = writeln!(out, "{pad}{key}: {chomp}");
+                        for line in text.lines() {
+                            if line.is_empty() {
+                                out.push('\n');
+                            } else {
+                                let _ = writeln!(out, "{pad}  {line}");
+                            }
+                        }
+                    }
+                    _ => {
+                        let _ = writeln!(out, "{pad}{key}: {}", scalar(item));
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                match item {
+                    Value::Object(m) if !m.is_empty() => {
+                        // The first key on the dash's line, the rest under it.
+                        let mut nested = String::new();
+                        emit(&mut nested, item, indent + 2);
+                        let _ = write!(out, "{pad}- {}", &nested[indent + 2..]);
+                    }
+                    Value::Array(a) if !a.is_empty() => {
+                        let _ = writeln!(out, "{pad}-");
+                        emit(out, item, indent + 2);
+                    }
+                    _ => {
+                        let _ = writeln!(out, "{pad}- {}", scalar(item));
+                    }
+                }
+            }
+        }
+        scalar_value => {
+            let _ = writeln!(out, "{pad}{}", scalar(scalar_value));
+        }
+    }
+}
+
+/// A scalar as YAML: plain when it cannot be misread, else a JSON (double-quoted) string.
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::Object(_) => "{}".to_owned(),
+        Value::Array(_) => "[]".to_owned(),
+        Value::String(s) => {
+            let plain = !s.is_empty()
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+                && s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && !matches!(
+                    s.to_ascii_lowercase().as_str(),
+                    "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "y" | "n" | "~"
+                );
+            if plain { s.clone() } else { Value::String(s.clone()).to_string() }
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_labels() {
+        assert_eq!(dns_label("Llama-3.1-70B"), "llama-3-1-70b");
+        assert_eq!(dns_label("__"), "stageplan");
+        assert!(dns_label(&"x".repeat(90)).len() <= 40);
+    }
+
+    #[test]
+    fn scalars_that_yaml_would_misread_are_quoted() {
+        for (value, yaml) in [
+            (json!("desk"), "desk"),
+            (json!("true"), "\"true\""),
+            (json!("no"), "\"no\""),
+            (json!("0"), "\"0\""),
+            (json!("a: b"), "\"a: b\""),
+            (json!("12-40"), "\"12-40\""),
+            (json!(3), "3"),
+            (json!(true), "true"),
+            (json!(""), "\"\""),
+        ] {
+            assert_eq!(scalar(&value), yaml, "{value}");
+        }
+    }
+
+    #[test]
+    fn nested_lists_of_maps_indent_under_their_dash() {
+        let mut out = String::new();
+        emit(&mut out, &json!({"a": [{"b": 1, "c": [{"d": "x"}]}], "e": {}}), 0);
+        assert_eq!(out, "a:\n- b: 1\n  c:\n  - d: x\ne: {}\n");
+        let mut block = String::new();
+        emit(&mut block, &json!({"data": {"plan.json": "{\n  \"a\": 1\n}\n"}}), 0);
+        assert_eq!(block, "data:\n  plan.json: |\n    {\n      \"a\": 1\n    }\n");
+    }
+}

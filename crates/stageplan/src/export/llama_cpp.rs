@@ -1,0 +1,210 @@
+//! llama.cpp: `rpc-server` on every other machine, then `llama-server` with the devices in
+//! pipeline order and a `--tensor-split` that reproduces the plan's layer counts.
+//!
+//! How llama.cpp splits (`llama_model::load_tensors`): with `-ngl` at least `N + 1` there are
+//! `N + 1` slots — the `N` blocks and the output layer (final norm and head) — and slot `i`
+//! goes to the first device whose cumulative share, `(w_0 + … + w_d) / Σw` computed in
+//! float32, is greater than `i / (N + 1)`. Integer shares equal to each device's block count,
+//! plus one on the last device for the output slot, put exactly the plan's blocks on each
+//! device: the boundaries are the same quotients on both sides of the comparison, and
+//! integers below 2^24 are exact in float32. [`llama_cpp_layers`] is that rule, and the
+//! tests run it on every exported split. The input layer (token embedding) always stays in
+//! the host's RAM.
+
+use std::fmt::Write;
+
+use super::{ExportError, Layout, MachineKind, shell_word};
+
+/// The port `rpc-server` listens on by default.
+const RPC_PORT: u16 = 50052;
+
+/// `--tensor-split` shares for blocks `counts` (in device order): each device's block count,
+/// and one more on the last device for the output layer.
+pub fn tensor_split(counts: &[usize]) -> Vec<usize> {
+    let mut shares = counts.to_vec();
+    if let Some(last) = shares.last_mut() {
+        *last += 1;
+    }
+    shares
+}
+
+/// llama.cpp's assignment of slots to devices (blocks `0..n_layer`, then the output layer):
+/// the device index of each slot, or `None` for the CPU. `shares` as `-ts` gives them,
+/// `n_gpu_layers` as `-ngl`; current llama.cpp (`i_gpu_start = max(N + 1 − ngl, 0)`).
+pub fn llama_cpp_layers(shares: &[f32], n_layer: usize, n_gpu_layers: usize) -> Vec<Option<usize>> {
+    let mut splits: Vec<f32> = Vec::with_capacity(shares.len());
+    let mut sum = 0.0f32;
+    for &share in shares {
+        sum += share;
+        splits.push(sum);
+    }
+    for split in &mut splits {
+        *split /= sum;
+    }
+    let slots = n_layer + 1;
+    let start = slots.saturating_sub(n_gpu_layers);
+    let active = if shares.is_empty() { 0 } else { n_gpu_layers.min(slots) };
+    (0..slots)
+        .map(|il| {
+            if il < start || il - start >= active {
+                return None;
+            }
+            let x = (il - start) as f32 / active as f32;
+            Some(splits.partition_point(|&s| s <= x).min(shares.len() - 1))
+        })
+        .collect()
+}
+
+/// KV-cache formats llama.cpp's `--cache-type-k/v` accept.
+const KV_TYPES: [&str; 9] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"];
+
+pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), ExportError> {
+    let plan = layout.plan;
+    let main = layout.main();
+    let mut notes = Vec::new();
+    // The host's own device: its GPU, or, on a CPU-only host, an rpc-server on itself.
+    let local_device = |node: &str| match layout.kind(node) {
+        MachineKind::Gpu => Some("CUDA0"),
+        MachineKind::Unified => Some("MTL0"),
+        MachineKind::Cpu => None,
+    };
+    let mut rpc: Vec<(String, String)> = Vec::new();
+    let mut devices: Vec<String> = Vec::new();
+    for &(node, _, _) in &layout.stages {
+        if node == main
+            && let Some(device) = local_device(node)
+        {
+            devices.push(device.to_owned());
+            continue;
+        }
+        let endpoint = if node == main { format!("127.0.0.1:{RPC_PORT}") } else { layout.host_port(node, RPC_PORT) };
+        // RPC devices are numbered in `--rpc` order.
+        devices.push(format!("RPC{}", rpc.len()));
+        rpc.push((node.to_owned(), endpoint));
+    }
+    let shares = tensor_split(&layout.counts());
+    let model = layout.options.model.clone().unwrap_or_else(|| {
+        let name = if plan.model.name.is_empty() { "model" } else { &plan.model.name };
+        let weights = if plan.model.weights.is_empty() { "bf16" } else { &plan.model.weights };
+        format!("{name}-{weights}.gguf")
+    });
+    if layout.options.model.is_none() {
+        notes.push(format!("`{model}` stands for the model file; give its path with `--model`."));
+    }
+    let workload = &plan.workload;
+    let kv = if KV_TYPES.contains(&workload.kv.as_str()) {
+        workload.kv.clone()
+    } else {
+        notes.push(format!(
+            "llama.cpp has no `{}` KV cache; the command uses f16, which needs more memory than planned: re-plan with `kv` q8_0 or f16.",
+            workload.kv
+        ));
+        "f16".to_owned()
+    };
+    if plan.model.experts.is_some() {
+        notes.push(
+            "The plan keeps each layer's experts with the layer, so no `--override-tensor` is needed.".to_owned(),
+        );
+    }
+    notes.push(
+        "llama.cpp keeps the token embedding in the host's RAM (the plan counted it on the first stage).".to_owned(),
+    );
+    if !rpc.is_empty() {
+        notes.push("Device names are current llama.cpp's (`RPC0`, `RPC1`… in `--rpc` order); builds before October 2025 name them `RPC[host:port]`, and builds before the `--fit` flag reject `--fit off`: drop it there.".to_owned());
+    }
+
+    let mut out = String::new();
+    let _ = writeln!(out, "# stageplan · {}", layout.summary());
+    let _ = writeln!(
+        out,
+        "# --tensor-split gives each device its blocks (+1 on the last for the output layer) of the {} slots;",
+        layout.layers + 1
+    );
+    let _ = writeln!(out, "# llama.cpp then places exactly the plan's layers on each device, in --device order.");
+    out.push('\n');
+    let mut step = 1;
+    if !rpc.is_empty() {
+        let _ =
+            writeln!(out, "# {step}. On each machine below, serve its device to the host (llama.cpp's rpc-server):");
+        for (node, endpoint) in &rpc {
+            let port = endpoint.rsplit_once(':').map_or("50052", |(_, p)| p);
+            let host = if endpoint.starts_with("127.0.0.1:") { "127.0.0.1" } else { "0.0.0.0" };
+            let _ = writeln!(out, "#    on {node}:");
+            let _ = writeln!(out, "rpc-server --host {host} --port {port}");
+        }
+        out.push('\n');
+        step += 1;
+    }
+    let _ = writeln!(out, "# {step}. On {main}:");
+    let mut args: Vec<String> = vec!["llama-server".into(), "--model".into(), shell_word(&model)];
+    if !rpc.is_empty() {
+        args.push("--rpc".into());
+        args.push(rpc.iter().map(|(_, e)| e.as_str()).collect::<Vec<_>>().join(","));
+    }
+    args.extend(["--device".into(), shell_word(&devices.join(","))]);
+    // Every block and the output layer: N + 1 slots.
+    args.extend(["--n-gpu-layers".into(), (layout.layers + 1).to_string()]);
+    // Newer builds fit layers to free memory by themselves; the plan has done that.
+    args.extend(["--fit".into(), "off".into()]);
+    args.extend(["--tensor-split".into(), shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
+    let context = workload.context.max(1) * workload.batch.max(1);
+    args.extend(["--ctx-size".into(), context.to_string(), "--parallel".into(), workload.batch.max(1).to_string()]);
+    args.extend(["--cache-type-k".into(), kv.clone(), "--cache-type-v".into(), kv.clone()]);
+    if kv.starts_with('q') || kv.starts_with("iq") {
+        // A quantized V cache needs flash attention.
+        args.extend(["--flash-attn".into(), "on".into()]);
+    }
+    // One flag and its value per line, for reading.
+    let mut line = args[0].clone();
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let _ = write!(line, " \\\n  {flag}");
+        if flag.starts_with("--")
+            && let Some(value) = rest.clone().next().filter(|v| !v.starts_with("--"))
+        {
+            let _ = write!(line, " {value}");
+            rest.next();
+        }
+    }
+    out.push_str(&line);
+    out.push('\n');
+    Ok((out, notes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Devices per slot from llama.cpp's rule, as counts in device order.
+    fn counts(shares: &[usize], n_layer: usize) -> Vec<usize> {
+        let shares: Vec<f32> = shares.iter().map(|&s| s as f32).collect();
+        let mut counts = vec![0; shares.len()];
+        for slot in llama_cpp_layers(&shares, n_layer, n_layer + 1) {
+            counts[slot.expect("every slot offloaded")] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn the_rule_reproduces_published_examples() {
+        // From llama.cpp's split (computed in float32): 32 blocks, -ts 3,1 → 25 and 8 (7 + output).
+        assert_eq!(counts(&[3, 1], 32), vec![25, 8]);
+        assert_eq!(counts(&[1, 1], 32), vec![17, 16]);
+        assert_eq!(counts(&[1, 1, 1], 80), vec![27, 27, 27]);
+        assert_eq!(counts(&[0, 1], 32), vec![0, 33]);
+        // Partial offload keeps the first blocks on the CPU.
+        let cpu = llama_cpp_layers(&[1.0, 1.0], 32, 10).iter().filter(|s| s.is_none()).count();
+        assert_eq!(cpu, 23);
+    }
+
+    proptest::proptest! {
+        /// For any layer counts, the exported shares put exactly those blocks on each device.
+        #[test]
+        fn shares_reproduce_any_split(counts_in in proptest::collection::vec(1usize..200, 1..16)) {
+            let n_layer: usize = counts_in.iter().sum();
+            let mut expected = counts_in.clone();
+            *expected.last_mut().unwrap() += 1;
+            proptest::prop_assert_eq!(counts(&tensor_split(&counts_in), n_layer), expected);
+        }
+    }
+}

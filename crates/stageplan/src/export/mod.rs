@@ -1,0 +1,373 @@
+//! Exporting a plan to the engines people run: the exact flags, files and manifests that
+//! reproduce its stages.
+//!
+//! Every target takes the same checked [`Layout`] (stages in pipeline order, contiguous,
+//! covering every layer, each machine once) and returns text to paste or save, with notes on
+//! what the target cannot express. The text is pure: no I/O, so the CLI and the browser emit
+//! the same bytes.
+//!
+//! | target | what it emits |
+//! |---|---|
+//! | [`Target::LlamaCpp`] | `rpc-server` and `llama-server` commands: `--rpc`, `--device` order, `-ts` that reproduces the layer counts under llama.cpp's float32 split, `-ngl`, `-c`, `-np`, `-ctk/-ctv` |
+//! | [`Target::Vllm`] | Ray commands and `vllm serve` with `--pipeline-parallel-size` and `VLLM_PP_LAYER_PARTITION` |
+//! | [`Target::Exo`] | per-node layer ranges as exo's shards (JSON) |
+//! | [`Target::Kubernetes`] | a Deployment per stage pinned to its node, GPU requests, a Service per stage (YAML) |
+//! | [`Target::DeepSpeed`] | `PipelineModule` partition boundaries (Python) |
+//! | [`Target::Megatron`] | `--pipeline-model-parallel-layout` and the sizes it needs |
+
+mod exo;
+mod kubernetes;
+mod llama_cpp;
+mod training;
+mod vllm;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Plan;
+use crate::presets::{DeviceKind, DevicePreset, ModelPreset};
+use crate::scenario::Problem;
+
+pub use llama_cpp::{llama_cpp_layers, tensor_split};
+
+/// An engine a plan can be exported to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+    Vllm,
+    Exo,
+    Kubernetes,
+    #[serde(rename = "deepspeed")]
+    DeepSpeed,
+    Megatron,
+}
+
+impl Target {
+    /// Every target, in the order the CLI and the page list them.
+    pub const ALL: [Target; 6] =
+        [Target::LlamaCpp, Target::Vllm, Target::Exo, Target::Kubernetes, Target::DeepSpeed, Target::Megatron];
+
+    /// The name `--to` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::LlamaCpp => "llama.cpp",
+            Target::Vllm => "vllm",
+            Target::Exo => "exo",
+            Target::Kubernetes => "kubernetes",
+            Target::DeepSpeed => "deepspeed",
+            Target::Megatron => "megatron",
+        }
+    }
+
+    /// A file name for the export.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Target::LlamaCpp => "llama-cpp.sh",
+            Target::Vllm => "vllm.sh",
+            Target::Exo => "exo-partitions.json",
+            Target::Kubernetes => "stageplan-pipeline.yaml",
+            Target::DeepSpeed => "deepspeed_partition.py",
+            Target::Megatron => "megatron-args.sh",
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Target {
+    type Err = ExportError;
+
+    fn from_str(s: &str) -> Result<Target, ExportError> {
+        let wanted = s.trim().to_ascii_lowercase();
+        let found = match wanted.as_str() {
+            "llama.cpp" | "llama-cpp" | "llamacpp" | "llama-server" => Some(Target::LlamaCpp),
+            "k8s" => Some(Target::Kubernetes),
+            _ => Target::ALL.into_iter().find(|t| t.name() == wanted),
+        };
+        found.ok_or_else(|| ExportError::Target(s.to_owned()))
+    }
+}
+
+/// Why a plan cannot be exported, with the fix.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ExportError {
+    #[error("`{0}` is not an export target; use one of llama.cpp, vllm, exo, kubernetes, deepspeed, megatron")]
+    Target(String),
+    #[error("the plan has no stages{0}; export a plan that fits (see its diagnostics)")]
+    Empty(&'static str),
+    #[error("the plan does not fit its machines; fix what its diagnostics say, then export")]
+    Infeasible,
+    #[error("`stages[{index}].layers` {problem}")]
+    Layers { index: usize, problem: String },
+    #[error("`stages[{index}].node` {problem}")]
+    Node { index: usize, problem: String },
+    #[error("`{option}` names `{node}`, which is not a node of the plan; use one of {nodes}")]
+    UnknownNode { option: &'static str, node: String, nodes: String },
+    #[error("`{option}` `{value}` {problem}")]
+    Option { option: &'static str, value: String, problem: &'static str },
+    #[error("the plan {0}; export what `stageplan plan --format json` printed")]
+    Json(String),
+}
+
+/// What a machine is, as far as an export needs to know: it decides device names and
+/// whether a GPU is requested.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MachineKind {
+    /// A discrete GPU (CUDA, ROCm, Vulkan): the default when nothing says otherwise.
+    #[default]
+    Gpu,
+    /// Apple silicon (Metal).
+    Unified,
+    /// CPU only.
+    Cpu,
+}
+
+/// Settings an export cannot read from the plan.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportOptions {
+    /// Network address of each node (`host` or `host:port`); defaults to the node's name.
+    pub hosts: BTreeMap<String, String>,
+    /// The model as the engine names it: a `.gguf` path for llama.cpp, a Hugging Face id for
+    /// vLLM and exo. Defaults from the plan's model.
+    pub model: Option<String>,
+    /// The node that runs `llama-server` or the Ray head; defaults to the first stage's.
+    pub main: Option<String>,
+    /// Each node's kind (from its device preset when exporting a scenario).
+    pub kinds: BTreeMap<String, MachineKind>,
+    /// Container image for Kubernetes.
+    pub image: Option<String>,
+}
+
+impl ExportOptions {
+    /// Options with each node's kind taken from its device preset, when it has one.
+    pub fn for_problem(problem: &Problem) -> ExportOptions {
+        let kinds = problem
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let preset: &DevicePreset = DevicePreset::find(n.device.as_deref()?).ok()?;
+                let kind = match preset.kind {
+                    DeviceKind::Gpu => MachineKind::Gpu,
+                    DeviceKind::Unified => MachineKind::Unified,
+                    DeviceKind::Cpu => MachineKind::Cpu,
+                };
+                Some((n.name.clone(), kind))
+            })
+            .collect();
+        ExportOptions { kinds, ..ExportOptions::default() }
+    }
+}
+
+/// An export: the text and what the target could not express.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Export {
+    pub target: Target,
+    pub file_name: String,
+    pub text: String,
+    /// What the target cannot express and what the export did instead.
+    pub notes: Vec<String>,
+}
+
+/// A plan's stages, checked: contiguous, from layer 0 to the last, each node once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout<'p> {
+    pub plan: &'p Plan,
+    pub stages: Vec<(&'p str, usize, usize)>,
+    pub layers: usize,
+    options: &'p ExportOptions,
+}
+
+impl<'p> Layout<'p> {
+    /// Checks `plan`'s stages and `options`' node names.
+    ///
+    /// # Errors
+    /// No stages, a plan that does not fit, gaps, overlaps, empty or repeated nodes, or
+    /// options that name nodes the plan does not have.
+    pub fn new(plan: &'p Plan, options: &'p ExportOptions) -> Result<Layout<'p>, ExportError> {
+        if plan.stages.is_empty() {
+            return Err(ExportError::Empty(if plan.feasible { "" } else { " (nothing fits)" }));
+        }
+        if !plan.feasible {
+            return Err(ExportError::Infeasible);
+        }
+        let mut next = 0;
+        let mut stages = Vec::with_capacity(plan.stages.len());
+        for (index, stage) in plan.stages.iter().enumerate() {
+            let [start, end] = stage.layers;
+            if start != next {
+                let problem = if start > next {
+                    format!("`[{start}, {end}]` leaves layers {next}–{start} on no machine; start it at {next}")
+                } else {
+                    format!("`[{start}, {end}]` overlaps the stage before; start it at {next}")
+                };
+                return Err(ExportError::Layers { index, problem });
+            }
+            if end <= start {
+                return Err(ExportError::Layers { index, problem: format!("`[{start}, {end}]` is empty") });
+            }
+            let name = stage.node.trim();
+            if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == ',' || c == '"' || c == '\'') {
+                return Err(ExportError::Node {
+                    index,
+                    problem: format!(
+                        "`{}` cannot be a host or resource name; use letters, digits, `-`, `_` or `.`",
+                        stage.node
+                    ),
+                });
+            }
+            if stages.iter().any(|&(n, _, _)| n == name) {
+                return Err(ExportError::Node {
+                    index,
+                    problem: format!("`{name}` holds two stages; a machine holds one"),
+                });
+            }
+            stages.push((name, start, end));
+            next = end;
+        }
+        let layers = if plan.model.layers > 0 { plan.model.layers } else { next };
+        if next != layers {
+            let index = stages.len() - 1;
+            return Err(ExportError::Layers {
+                index,
+                problem: format!("ends at layer {next}, but the model has {layers}; end the last stage at {layers}"),
+            });
+        }
+        let known = |node: &str| stages.iter().any(|&(n, _, _)| n == node);
+        let nodes = || stages.iter().map(|&(n, _, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        let named = options
+            .hosts
+            .keys()
+            .map(|n| ("hosts", n))
+            .chain(options.kinds.keys().map(|n| ("kinds", n)))
+            .chain(options.main.iter().map(|n| ("main", n)));
+        for (option, node) in named {
+            // Kinds come from the whole scenario, which may list machines the plan leaves out.
+            if option != "kinds" && !known(node) {
+                return Err(ExportError::UnknownNode { option, node: node.clone(), nodes: nodes() });
+            }
+        }
+        for (node, host) in &options.hosts {
+            if host.trim().is_empty() || host.chars().any(|c| c.is_whitespace() || c == ',') {
+                return Err(ExportError::Option {
+                    option: "hosts",
+                    value: format!("{node}={host}"),
+                    problem: "is not a host or host:port",
+                });
+            }
+        }
+        Ok(Layout { plan, stages, layers, options })
+    }
+
+    /// Layer counts per stage, in pipeline order.
+    pub fn counts(&self) -> Vec<usize> {
+        self.stages.iter().map(|&(_, a, b)| b - a).collect()
+    }
+
+    /// A node's address without a port.
+    fn host(&self, node: &str) -> String {
+        let address = self.options.hosts.get(node).map_or(node, String::as_str);
+        match address.rsplit_once(':') {
+            Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) && !host.contains(':') => host.to_owned(),
+            _ => address.to_owned(),
+        }
+    }
+
+    /// A node's address with `port` unless one was given.
+    fn host_port(&self, node: &str, port: u16) -> String {
+        let address = self.options.hosts.get(node).map_or(node, String::as_str);
+        match address.rsplit_once(':') {
+            Some((_, p)) if !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()) => address.to_owned(),
+            _ => format!("{address}:{port}"),
+        }
+    }
+
+    fn kind(&self, node: &str) -> MachineKind {
+        self.options.kinds.get(node).copied().unwrap_or_default()
+    }
+
+    /// The node that coordinates: the one given, or the first stage's.
+    fn main(&self) -> &'p str {
+        match &self.options.main {
+            Some(main) => self.stages.iter().map(|&(n, _, _)| n).find(|n| n == main).unwrap_or(self.stages[0].0),
+            None => self.stages[0].0,
+        }
+    }
+
+    /// The model's preset, when the plan's model is one.
+    fn preset(&self) -> Option<&'static ModelPreset> {
+        ModelPreset::find(&self.plan.model.name).ok()
+    }
+
+    /// A one-line description for comments.
+    fn summary(&self) -> String {
+        let model = &self.plan.model;
+        let counts: Vec<String> = self.counts().iter().map(ToString::to_string).collect();
+        format!(
+            "{} {} · {} stage{} · layers {} on {}",
+            if model.name.is_empty() { "model" } else { &model.name },
+            model.weights,
+            self.stages.len(),
+            if self.stages.len() == 1 { "" } else { "s" },
+            counts.join("/"),
+            self.stages.iter().map(|&(n, _, _)| n).collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+/// Reads a plan from what `stageplan plan --format json` printed (also with `--verify`) or
+/// from a re-plan's output (`{"plan": …}`).
+///
+/// # Errors
+/// Text that is not JSON or not a plan, naming the field.
+pub fn plan_from_json(text: &str) -> Result<Plan, ExportError> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| ExportError::Json(format!("is not valid JSON ({e})")))?;
+    match value.get("plan") {
+        Some(inner) if value.get("stages").is_none() => serde_json::from_value(inner.clone())
+            .map_err(|e| ExportError::Json(format!("has a `plan` that is not one ({e})"))),
+        _ => crate::json::from_str(text).map_err(|(path, e)| {
+            let at = if path.is_empty() { String::new() } else { format!(" at `{path}`") };
+            ExportError::Json(format!("is not a plan{at}: {e}"))
+        }),
+    }
+}
+
+/// Exports `plan` to `target`.
+///
+/// # Errors
+/// A plan that cannot be laid out (see [`Layout::new`]) or options the target cannot use.
+pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Export, ExportError> {
+    let layout = Layout::new(plan, options)?;
+    let (text, notes) = match target {
+        Target::LlamaCpp => llama_cpp::export(&layout)?,
+        Target::Vllm => vllm::export(&layout),
+        Target::Exo => exo::export(&layout),
+        Target::Kubernetes => kubernetes::export(&layout),
+        Target::DeepSpeed => training::deepspeed(&layout),
+        Target::Megatron => training::megatron(&layout),
+    };
+    Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
+}
+
+/// Shell-quotes `word` when it needs it.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c)) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,92 @@
+//! vLLM: a Ray cluster over the plan's machines, then `vllm serve` with one pipeline rank
+//! per stage and `VLLM_PP_LAYER_PARTITION` giving each rank its blocks.
+//!
+//! vLLM reads the partition in `get_pp_indices` (`vllm/distributed/utils.py`): comma-separated
+//! integers, as many as `--pipeline-parallel-size`, summing to the model's hidden layers; rank
+//! `r` runs blocks `[Σ p[..r], Σ p[..=r])`. Without it vLLM splits evenly, which is what
+//! stageplan's `even` baseline measures.
+
+use std::fmt::Write;
+
+use super::Layout;
+
+pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
+    let plan = layout.plan;
+    let mut notes = Vec::new();
+    let model = layout.options.model.clone().unwrap_or_else(|| match layout.preset() {
+        Some(preset) => preset.hf_id().to_owned(),
+        None => {
+            notes.push("Give the model's Hugging Face id or path with `--model`.".to_owned());
+            if plan.model.name.is_empty() { "MODEL".to_owned() } else { plan.model.name.clone() }
+        }
+    });
+    let weights = plan.model.weights.as_str();
+    if !matches!(weights, "" | "bf16" | "f16" | "f32" | "fp8" | "int8") {
+        notes.push(format!(
+            "vLLM loads Hugging Face weights; `{weights}` is a GGUF format, so the memory per stage differs from the plan: re-plan with `bf16` or `fp8` weights for vLLM."
+        ));
+    }
+    let kv_flag = match plan.workload.kv.as_str() {
+        "f16" | "bf16" | "f32" => None,
+        "f8_e4m3" | "fp8" => Some("fp8"),
+        other => {
+            notes.push(format!("vLLM has no `{other}` KV cache; the command keeps vLLM's default (the model's dtype), which needs more memory than planned."));
+            None
+        }
+    };
+    let ranks = layout.stages.len();
+    let head = layout.stages[0].0;
+    let counts: Vec<String> = layout.counts().iter().map(ToString::to_string).collect();
+    let mut out = String::new();
+    let _ = writeln!(out, "# stageplan · {}", layout.summary());
+    let mut step = 1;
+    if ranks > 1 {
+        notes.push(format!(
+            "vLLM's Ray executor gives rank 0 to the machine that runs `vllm serve` ({head}) and orders the others by IP address (as text): give the machines addresses that sort in stage order, or check the rank → machine mapping in vLLM's startup log."
+        ));
+        let _ = writeln!(
+            out,
+            "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: {}.",
+            layout
+                .stages
+                .iter()
+                .enumerate()
+                .map(|(r, &(n, a, b))| format!("rank {r} = {n} (layers {a}–{b})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        out.push('\n');
+        let _ = writeln!(out, "# {step}. A Ray cluster: on {head},");
+        let _ = writeln!(out, "ray start --head --port 6379");
+        for &(node, _, _) in &layout.stages[1..] {
+            let _ = writeln!(out, "#    on {node}:");
+            let _ = writeln!(out, "ray start --address {}:6379", layout.host(head));
+        }
+        out.push('\n');
+        step += 1;
+    } else {
+        out.push('\n');
+    }
+    let _ = writeln!(out, "# {step}. On {head}:");
+    let mut command = String::new();
+    if ranks > 1 {
+        let _ = write!(command, "VLLM_PP_LAYER_PARTITION={} ", counts.join(","));
+    }
+    let _ = write!(command, "vllm serve {}", super::shell_word(&model));
+    let mut flags: Vec<(String, String)> =
+        vec![("--pipeline-parallel-size".into(), ranks.to_string()), ("--tensor-parallel-size".into(), "1".into())];
+    if ranks > 1 {
+        flags.push(("--distributed-executor-backend".into(), "ray".into()));
+    }
+    flags.push(("--max-model-len".into(), plan.workload.context.to_string()));
+    flags.push(("--max-num-seqs".into(), plan.workload.batch.max(1).to_string()));
+    if let Some(kv) = kv_flag {
+        flags.push(("--kv-cache-dtype".into(), kv.into()));
+    }
+    for (flag, value) in flags {
+        let _ = write!(command, " \\\n  {flag} {value}");
+    }
+    out.push_str(&command);
+    out.push('\n');
+    (out, notes)
+}

@@ -1,0 +1,308 @@
+//! Golden and round-trip tests of every export target.
+//!
+//! Each folder under `tests/export/` at the repository root is a case: `scenario.json`, an
+//! optional `options.json` (`ExportOptions`), and one expected file per target, named by
+//! `Target::file_name` (the text) and `…notes` (what the target could not express). After an
+//! intended change of output, regenerate with `UPDATE_EXPECT=1 cargo test -p stageplan --test export`.
+//!
+//! Every output is also parsed back the way its engine reads it — llama.cpp's split rule on
+//! `--tensor-split`, vLLM's partition, exo's JSON, Kubernetes' YAML, DeepSpeed's boundaries,
+//! Megatron's layout — and must give the plan's stages: same machines, same layers, same order.
+
+// A test harness reads its fixtures; the core it tests does not.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use stageplan::export::{ExportOptions, MachineKind, Target, export, llama_cpp_layers};
+use stageplan::{Plan, Scenario};
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// A stage as an engine would run it: machine and layers `[start, end)`.
+type Stages = Vec<(String, usize, usize)>;
+
+fn cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/export");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .expect("tests/export exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.join("scenario.json").exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 3, "found only {} cases", dirs.len());
+    dirs
+}
+
+fn load(dir: &Path) -> (Plan, ExportOptions) {
+    let scenario = std::fs::read_to_string(dir.join("scenario.json")).expect("scenario");
+    let problem = Scenario::from_json(&scenario).and_then(|s| s.problem()).expect("a valid scenario");
+    let plan = stageplan::plan(&problem);
+    assert!(plan.feasible, "{}: the case's plan must fit", dir.display());
+    let mut options = ExportOptions::for_problem(&problem);
+    if let Ok(text) = std::fs::read_to_string(dir.join("options.json")) {
+        let given: ExportOptions = serde_json::from_str(&text).expect("options.json is ExportOptions");
+        options = ExportOptions { kinds: options.kinds, ..given };
+    }
+    (plan, options)
+}
+
+fn planned_stages(plan: &Plan) -> Stages {
+    plan.stages.iter().map(|s| (s.node.clone(), s.layers[0], s.layers[1])).collect()
+}
+
+#[test]
+fn every_target_matches_its_golden_file_and_parses_back_to_the_plan() {
+    for dir in cases() {
+        let (plan, options) = load(&dir);
+        let expected = planned_stages(&plan);
+        for target in Target::ALL {
+            let export = export(&plan, target, &options).unwrap_or_else(|e| panic!("{}: {target}: {e}", dir.display()));
+            expect_test::expect_file![dir.join(&export.file_name)].assert_eq(&export.text);
+            let notes: String = export.notes.iter().map(|n| format!("{n}\n")).collect();
+            expect_test::expect_file![dir.join(format!("{}.notes", export.file_name))].assert_eq(&notes);
+            let parsed = match target {
+                Target::LlamaCpp => llama_cpp(&export.text, &plan, &options),
+                Target::Vllm => vllm(&export.text, &plan),
+                Target::Exo => exo(&export.text),
+                Target::Kubernetes => kubernetes(&export.text, &plan, &options),
+                Target::DeepSpeed => deepspeed(&export.text),
+                Target::Megatron => megatron(&export.text, &plan),
+            };
+            assert_eq!(parsed, expected, "{}: {target} does not give the plan's stages", dir.display());
+        }
+    }
+}
+
+/// The value after `flag` in a command line.
+fn flag<'a>(words: &[&'a str], flag: &str) -> Option<&'a str> {
+    words.iter().position(|w| *w == flag).map(|i| words[i + 1])
+}
+
+/// The words of the command that starts with `program` (continuation lines joined).
+fn command<'a>(text: &'a str, program: &str) -> Vec<&'a str> {
+    let start =
+        text.lines().position(|l| l.starts_with(program)).unwrap_or_else(|| panic!("no `{program}` in\n{text}"));
+    let mut words = Vec::new();
+    for line in text.lines().skip(start) {
+        let continued = line.trim_end().ends_with('\\');
+        words.extend(line.trim_end().trim_end_matches('\\').split_whitespace());
+        if !continued {
+            break;
+        }
+    }
+    words
+}
+
+/// The node each device of `--device` is: the host's own GPU, or the node whose address is
+/// that `--rpc` endpoint. Then llama.cpp's own rule on `--tensor-split` and `-ngl` places
+/// the blocks.
+fn llama_cpp(text: &str, plan: &Plan, options: &ExportOptions) -> Stages {
+    let words = command(text, "llama-server");
+    let main = options.main.clone().unwrap_or_else(|| plan.stages[0].node.clone());
+    let rpc: Vec<&str> = flag(&words, "--rpc").map_or_else(Vec::new, |r| r.split(',').collect());
+    let address_of = |node: &str| -> String {
+        if node == main {
+            return "127.0.0.1".to_owned();
+        }
+        let address = options.hosts.get(node).map_or(node, String::as_str);
+        address.split(':').next().unwrap_or(address).to_owned()
+    };
+    let devices: Vec<String> = flag(&words, "--device")
+        .expect("--device")
+        .split(',')
+        .map(|device| match device.strip_prefix("RPC") {
+            Some(k) => {
+                let endpoint = rpc[k.parse::<usize>().expect("RPC index")];
+                let host = endpoint.rsplit_once(':').expect("host:port").0;
+                let node = plan.stages.iter().find(|s| address_of(&s.node) == host).expect("an RPC endpoint is a node");
+                node.node.clone()
+            }
+            None => {
+                let kind = options.kinds.get(&main).copied().unwrap_or_default();
+                assert_eq!(device, if kind == MachineKind::Unified { "MTL0" } else { "CUDA0" });
+                main.clone()
+            }
+        })
+        .collect();
+    let shares: Vec<f32> =
+        flag(&words, "--tensor-split").expect("-ts").split(',').map(|s| s.parse().expect("a number")).collect();
+    let ngl: usize = flag(&words, "--n-gpu-layers").expect("-ngl").parse().expect("a number");
+    let n_layer = plan.model.layers;
+    let slots = llama_cpp_layers(&shares, n_layer, ngl);
+    assert_eq!(slots[n_layer], Some(devices.len() - 1), "the output layer is on the last device");
+    let context: u64 = flag(&words, "--ctx-size").expect("-c").parse().expect("a number");
+    assert_eq!(context, plan.workload.context * plan.workload.batch);
+    runs(slots[..n_layer].iter().map(|d| devices[d.expect("every block is offloaded")].clone()))
+}
+
+/// Contiguous runs of the same machine: the stages as an engine sees them.
+fn runs(per_layer: impl Iterator<Item = String>) -> Stages {
+    let mut stages: Stages = Vec::new();
+    for (layer, node) in per_layer.enumerate() {
+        match stages.last_mut() {
+            Some((last, _, end)) if *last == node => *end = layer + 1,
+            _ => stages.push((node, layer, layer + 1)),
+        }
+    }
+    stages
+}
+
+/// Stages from lengths, machines in the order the plan gives them (the engine takes ranks).
+fn from_counts(nodes: &[String], counts: &[usize]) -> Stages {
+    assert_eq!(nodes.len(), counts.len());
+    let mut start = 0;
+    nodes
+        .iter()
+        .zip(counts)
+        .map(|(node, &count)| {
+            start += count;
+            (node.clone(), start - count, start)
+        })
+        .collect()
+}
+
+/// `VLLM_PP_LAYER_PARTITION` as vLLM's `get_pp_indices` reads it: one count per rank,
+/// as many as `--pipeline-parallel-size`, summing to the layers. Ranks follow the plan's
+/// machine order (the header comment states it).
+fn vllm(text: &str, plan: &Plan) -> Stages {
+    let words = command(text, "VLLM_PP_LAYER_PARTITION=");
+    let partition = words[0].strip_prefix("VLLM_PP_LAYER_PARTITION=").expect("the variable");
+    let counts: Vec<usize> = partition.split(',').map(|c| c.parse().expect("an integer")).collect();
+    let size: usize = flag(&words, "--pipeline-parallel-size").expect("-pp").parse().expect("a number");
+    assert_eq!(counts.len(), size);
+    assert_eq!(counts.iter().sum::<usize>(), plan.model.layers);
+    let max_len: u64 = flag(&words, "--max-model-len").expect("--max-model-len").parse().expect("a number");
+    assert_eq!(max_len, plan.workload.context);
+    let nodes: Vec<String> = (0..size)
+        .map(|rank| {
+            let marker = format!("rank {rank} = ");
+            let at = text.find(&marker).expect("the rank map") + marker.len();
+            text[at..].split(' ').next().expect("a node").to_owned()
+        })
+        .collect();
+    from_counts(&nodes, &counts)
+}
+
+fn exo(text: &str) -> Stages {
+    let value: serde_json::Value = serde_json::from_str(text).expect("exo export is JSON");
+    let partitions = value["partitions"].as_array().expect("partitions");
+    let n_layers = value["n_layers"].as_u64().expect("n_layers") as usize;
+    let stages: Stages = partitions
+        .iter()
+        .map(|p| {
+            let (start, end) = (p["start_layer"].as_u64().unwrap() as usize, p["end_layer"].as_u64().unwrap() as usize);
+            assert_eq!(p["layers"].as_u64().unwrap() as usize, end - start);
+            (p["node_id"].as_str().expect("node_id").to_owned(), start, end)
+        })
+        .collect();
+    assert_eq!(stages.last().map(|s| s.2), Some(n_layers));
+    stages
+}
+
+/// Deployments pinned to their machines, with their layers and the next hop's Service; the
+/// ConfigMap's plan agrees.
+fn kubernetes(text: &str, plan: &Plan, options: &ExportOptions) -> Stages {
+    let documents = YamlLoader::load_from_str(text).expect("the manifests are YAML");
+    let kind = |d: &Yaml| d["kind"].as_str().unwrap_or_default().to_owned();
+    let services: Vec<String> = documents
+        .iter()
+        .filter(|d| kind(d) == "Service")
+        .map(|d| {
+            let port = d["spec"]["ports"][0]["port"].as_i64().expect("a port");
+            format!("{}:{port}", d["metadata"]["name"].as_str().expect("a name"))
+        })
+        .collect();
+    let config = documents.iter().find(|d| kind(d) == "ConfigMap").expect("a ConfigMap");
+    let summary: serde_json::Value =
+        serde_json::from_str(config["data"]["plan.json"].as_str().expect("plan.json")).expect("JSON plan");
+    assert_eq!(summary["stages"].as_array().map(Vec::len), Some(plan.stages.len()));
+    let by_host: BTreeMap<String, &str> = plan
+        .stages
+        .iter()
+        .map(|s| {
+            let address = options.hosts.get(&s.node).map_or(s.node.as_str(), String::as_str);
+            (address.split(':').next().unwrap_or(address).to_owned(), s.node.as_str())
+        })
+        .collect();
+    let deployments: Vec<&Yaml> = documents.iter().filter(|d| kind(d) == "Deployment").collect();
+    assert_eq!(services.len(), deployments.len(), "a Service per stage");
+    deployments
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let pod = &d["spec"]["template"]["spec"];
+            let host = pod["nodeSelector"]["kubernetes.io/hostname"].as_str().expect("pinned to a node");
+            let node = by_host[host].to_owned();
+            let container = &pod["containers"][0];
+            let env: BTreeMap<&str, &str> = container["env"]
+                .as_vec()
+                .expect("env")
+                .iter()
+                .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().expect("env values are strings")))
+                .collect();
+            assert_eq!(env["STAGEPLAN_STAGE"], k.to_string());
+            assert_eq!(env.get("STAGEPLAN_NEXT").copied(), services.get(k + 1).map(String::as_str));
+            let gpu = container["resources"]["limits"]["nvidia.com/gpu"].as_i64();
+            let wants_gpu = options.kinds.get(&node).copied().unwrap_or_default() == MachineKind::Gpu;
+            assert_eq!(gpu, wants_gpu.then_some(1), "{node}: GPU request");
+            let (start, end) = env["STAGEPLAN_LAYERS"].split_once('-').expect("start-end");
+            assert_eq!(summary["stages"][k]["node"].as_str(), Some(node.as_str()));
+            (node, start.parse().unwrap(), end.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `BLOCK_PARTS` (DeepSpeed's `parts` over the blocks) and `STAGE_NODES`.
+fn deepspeed(text: &str) -> Stages {
+    let list = |name: &str| -> Vec<String> {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} = "))).expect(name);
+        let inner = line.split_once('[').and_then(|(_, r)| r.strip_suffix(']')).expect("a list");
+        inner.split(',').map(|w| w.trim().trim_matches('"').to_owned()).collect()
+    };
+    let parts: Vec<usize> = list("BLOCK_PARTS").iter().map(|p| p.parse().expect("an integer")).collect();
+    let nodes = list("STAGE_NODES");
+    assert_eq!(parts[0], 0);
+    assert!(parts.windows(2).all(|w| w[0] < w[1]), "{parts:?}");
+    let counts: Vec<usize> = parts.windows(2).map(|w| w[1] - w[0]).collect();
+    from_counts(&nodes, &counts)
+}
+
+/// Megatron's layout: stages split by `|`, `t` a block (`t*N` N of them), `E` and `L` the
+/// embedding and the loss (head) on the first and last stage.
+fn megatron(text: &str, plan: &Plan) -> Stages {
+    let words = command(text, "--num-layers");
+    let layers: usize = flag(&words, "--num-layers").expect("--num-layers").parse().unwrap();
+    assert_eq!(layers, plan.model.layers);
+    let size: usize = flag(&words, "--pipeline-model-parallel-size").expect("-pp").parse().unwrap();
+    let layout = flag(&words, "--pipeline-model-parallel-layout").expect("the layout").trim_matches('"');
+    let stages: Vec<&str> = layout.split('|').collect();
+    assert_eq!(stages.len(), size);
+    assert!(stages[0].starts_with('E') && stages[size - 1].ends_with('L'), "{layout}");
+    let counts: Vec<usize> = stages
+        .iter()
+        .map(|stage| {
+            let mut count = 0;
+            let mut chars = stage.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c != 't' {
+                    assert!(c == 'E' || c == 'L', "{layout}: `{c}`");
+                    continue;
+                }
+                if chars.peek() == Some(&'*') {
+                    chars.next();
+                    let digits: String = std::iter::from_fn(|| chars.next_if(char::is_ascii_digit)).collect();
+                    count += digits.parse::<usize>().expect("a repeat count");
+                } else {
+                    count += 1;
+                }
+            }
+            count
+        })
+        .collect();
+    let order = "in this order: ";
+    let at = text.find(order).expect("the machine order") + order.len();
+    let nodes: Vec<String> =
+        text[at..].lines().next().unwrap().trim_end_matches('.').split(", ").map(str::to_owned).collect();
+    from_counts(&nodes, &counts)
+}

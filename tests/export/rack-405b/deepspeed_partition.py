@@ -1,0 +1,21 @@
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 14/35/35/14/14/14 on a100-1, h200-1, h200-2, a100-2, a100-3, a100-4
+# DeepSpeed pipeline stages as PipelineModule boundaries. BLOCK_PARTS counts transformer
+# blocks; set BLOCK_OFFSET to the number of layer specs before the first block (1 for an
+# embedding spec). Layer specs after the last block (norm, head) join the last stage.
+from deepspeed.pipe import PipelineModule
+
+BLOCK_PARTS = [0, 14, 49, 84, 98, 112, 126]
+STAGE_NODES = ["a100-1", "h200-1", "h200-2", "a100-2", "a100-3", "a100-4"]
+BLOCK_OFFSET = 1
+
+class StageplanPipelineModule(PipelineModule):
+    """PipelineModule whose stages are stageplan's (pass num_stages=len(STAGE_NODES))."""
+
+    def _partition_layers(self, method="uniform"):
+        num_stages = self._topo.get_dim("pipe")
+        if num_stages != len(STAGE_NODES):
+            raise ValueError(f"stageplan's plan has {len(STAGE_NODES)} stages, the topology {num_stages}")
+        stage_id = self._topo.get_coord(self.global_rank).pipe
+        inner = [BLOCK_OFFSET + p for p in BLOCK_PARTS[1:-1]]
+        self.parts = [0] + inner + [len(self._layer_specs)]
+        self._set_bounds(start=self.parts[stage_id], stop=self.parts[stage_id + 1])

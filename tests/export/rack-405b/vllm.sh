@@ -1,0 +1,24 @@
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 14/35/35/14/14/14 on a100-1, h200-1, h200-2, a100-2, a100-3, a100-4
+# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: rank 0 = a100-1 (layers 0–14), rank 1 = h200-1 (layers 14–49), rank 2 = h200-2 (layers 49–84), rank 3 = a100-2 (layers 84–98), rank 4 = a100-3 (layers 98–112), rank 5 = a100-4 (layers 112–126).
+
+# 1. A Ray cluster: on a100-1,
+ray start --head --port 6379
+#    on h200-1:
+ray start --address a100-1:6379
+#    on h200-2:
+ray start --address a100-1:6379
+#    on a100-2:
+ray start --address a100-1:6379
+#    on a100-3:
+ray start --address a100-1:6379
+#    on a100-4:
+ray start --address a100-1:6379
+
+# 2. On a100-1:
+VLLM_PP_LAYER_PARTITION=14,35,35,14,14,14 vllm serve meta-llama/Llama-3.1-405B \
+  --pipeline-parallel-size 6 \
+  --tensor-parallel-size 1 \
+  --distributed-executor-backend ray \
+  --max-model-len 32768 \
+  --max-num-seqs 16 \
+  --kv-cache-dtype fp8
