@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use stageplan::export::{ExportOptions, Target};
 use stageplan::presets::ModelPreset;
 use stageplan::scenario::KV_FORMATS;
 use stageplan::{Objective, Policy, Scenario, TensorType, WeightFormat};
@@ -98,6 +99,30 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         replicas: usize,
     },
+    /// Turn a plan into what an engine takes: llama.cpp flags, vLLM, exo, Kubernetes, DeepSpeed,
+    /// Megatron.
+    Export {
+        /// A plan (`stageplan plan --format json` output) or a scenario, which is planned first.
+        plan_or_scenario: PathBuf,
+        /// The engine: llama.cpp, vllm, exo, kubernetes (k8s), deepspeed, megatron.
+        #[arg(long)]
+        to: String,
+        /// A node's network address, `NODE=HOST[:PORT]`; defaults to the node's name.
+        #[arg(long = "host", value_name = "NODE=ADDR")]
+        hosts: Vec<String>,
+        /// The node that runs `llama-server` or the Ray head; defaults to the first stage's.
+        #[arg(long)]
+        main: Option<String>,
+        /// The model as the engine names it (a `.gguf` path, a Hugging Face id).
+        #[arg(long)]
+        model: Option<String>,
+        /// Container image for Kubernetes.
+        #[arg(long)]
+        image: Option<String>,
+        /// `text` prints the file; `json` prints `{target, file_name, text, notes}`.
+        #[arg(long, value_enum, default_value_t = ExportFormat::Text)]
+        format: ExportFormat,
+    },
     /// List model presets, device presets and weight formats.
     Presets {
         #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -108,6 +133,12 @@ enum Command {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum Format {
     Table,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ExportFormat {
+    Text,
     Json,
 }
 
@@ -129,12 +160,14 @@ enum PolicyArg {
 /// What a command printed and how it ends.
 pub struct Outcome {
     pub stdout: String,
+    /// Notes for the reader that are not part of the output (what an export cannot express).
+    pub stderr: String,
     pub code: ExitCode,
 }
 
 impl Outcome {
     fn ok(stdout: String) -> Outcome {
-        Outcome { stdout, code: ExitCode::SUCCESS }
+        Outcome { stdout, stderr: String::new(), code: ExitCode::SUCCESS }
     }
 }
 
@@ -173,10 +206,15 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
                 Format::Table => render::replan(&problem, &result),
             };
             let code = if result.plan.feasible { ExitCode::SUCCESS } else { ExitCode::from(1) };
-            Ok(Outcome { stdout, code })
+            Ok(Outcome { stdout, stderr: String::new(), code })
         }
         Command::Model { model, weights, kv, format } => model_command(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets(format),
+        Command::Export { plan_or_scenario, to, hosts, main, model, image, format } => {
+            let target: stageplan::export::Target = to.parse().map_err(|e| Failure(format!("`--to`: {e}")))?;
+            let request = ExportRequest { hosts, main, model, image };
+            export(&plan_or_scenario, target, request, format)
+        }
         Command::Probe { adapter, quick, memory_cap, format } => {
             let mut options =
                 if quick { stageplan_gpu::ProbeOptions::quick() } else { stageplan_gpu::ProbeOptions::default() };
@@ -272,7 +310,7 @@ fn plan(
         }
     };
     let code = if plan.feasible { ExitCode::SUCCESS } else { ExitCode::from(1) };
-    Ok(Outcome { stdout, code })
+    Ok(Outcome { stdout, stderr: String::new(), code })
 }
 
 /// Checks a scenario read from `path`, reading the headers of a model file it names.
@@ -339,4 +377,53 @@ fn presets(format: Format) -> Result<Outcome, Failure> {
         Format::Table => render::presets(),
     };
     Ok(Outcome::ok(stdout))
+}
+
+/// The `export` options given on the command line.
+struct ExportRequest {
+    hosts: Vec<String>,
+    main: Option<String>,
+    model: Option<String>,
+    image: Option<String>,
+}
+
+fn export(path: &Path, target: Target, request: ExportRequest, format: ExportFormat) -> Result<Outcome, Failure> {
+    let text = read(path)?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Failure(format!("`{}` is not valid JSON ({e}); give a plan or a scenario", path.display())))?;
+    // A plan has stages (or wraps one in `plan`); anything else is read as a scenario.
+    let (plan, mut options) = if value.get("stages").is_some() || value.get("plan").is_some() {
+        let plan =
+            stageplan::export::plan_from_json(&text).map_err(|e| Failure(format!("`{}`: {e}", path.display())))?;
+        (plan, ExportOptions::default())
+    } else {
+        let problem = load_problem(path, Scenario::from_json(&text)?)?;
+        (stageplan::plan(&problem), ExportOptions::for_problem(&problem))
+    };
+    if !plan.feasible {
+        let why = plan.diagnostics.first().map_or_else(String::new, |d| format!(": {}", d.message));
+        return Ok(Outcome {
+            stdout: String::new(),
+            stderr: format!("error: the plan does not fit its machines{why}; nothing to export\n"),
+            code: ExitCode::from(1),
+        });
+    }
+    for host in &request.hosts {
+        let (node, address) =
+            host.split_once('=').filter(|(n, a)| !n.trim().is_empty() && !a.trim().is_empty()).ok_or_else(|| {
+                Failure(format!("`--host {host}` is not `NODE=HOST[:PORT]`, e.g. `--host mac=192.168.1.20`"))
+            })?;
+        options.hosts.insert(node.trim().to_owned(), address.trim().to_owned());
+    }
+    options.main = request.main;
+    options.model = request.model;
+    options.image = request.image;
+    let export = stageplan::export::export(&plan, target, &options)?;
+    Ok(match format {
+        ExportFormat::Json => Outcome::ok(serde_json::to_string_pretty(&export)? + "\n"),
+        ExportFormat::Text => {
+            let stderr = export.notes.iter().map(|n| format!("note: {n}\n")).collect();
+            Outcome { stdout: export.text, stderr, code: ExitCode::SUCCESS }
+        }
+    })
 }

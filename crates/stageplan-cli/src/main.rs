@@ -19,6 +19,7 @@ fn main() -> ExitCode {
     match commands::run(cli) {
         Ok(outcome) => {
             print!("{}", outcome.stdout);
+            eprint!("{}", outcome.stderr);
             outcome.code
         }
         Err(error) => {
