@@ -206,6 +206,25 @@ await check('hostile share links and files get a message, never a blank page', a
   await page.close();
 });
 
+await check('"Use the plan" shows what `stageplan export` prints for every engine, and copies it', async () => {
+  await browser.grantPermissions(['clipboard-read', 'clipboard-write'], { origin });
+  const page = await open();
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-cli-')), 'scenario.json');
+  fs.writeFileSync(file, await text(page, '#scenario-json'));
+  for (const target of ['llama.cpp', 'vllm', 'exo', 'kubernetes', 'deepspeed', 'megatron']) {
+    await page.click(`#export-tab-${target.replace('.', '-')}`);
+    await page.waitForSelector(`#export-text[data-target="${target}"]`);
+    const shown = await text(page, '#export-text');
+    const printed = execFileSync(cli, ['export', file, '--to', target], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    assert.equal(shown, printed, `${target}: the page and the CLI differ`);
+    await page.click('#copy-export');
+    await page.waitForFunction(() => document.querySelector('#copy-export').textContent === 'Copied');
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), printed, `${target}: the copied text`);
+  }
+  await shot(page, '09-use-the-plan');
+  await page.close();
+});
+
 await check('a share link reloads the same state', async () => {
   const page = await open();
   await page.locator('li.node').nth(1).locator('.node-enabled').uncheck();

@@ -7,7 +7,7 @@ use crate::files::Dropped;
 use crate::state::{AppState, ModelSource};
 #[cfg(feature = "gpu")]
 use crate::ui::DevicePanel;
-use crate::ui::{ClusterPanel, ModelPanel, PlanPanel, SharePanel};
+use crate::ui::{ClusterPanel, ExportPanel, ModelPanel, PlanPanel, SharePanel};
 use crate::view_model::{PlanView, plan_view};
 
 /// A planned state, or why it cannot be planned.
@@ -20,6 +20,8 @@ pub struct Outcome {
     pub plan_json: String,
     pub layers: usize,
     pub model: String,
+    /// What the exports need beyond the plan (each machine's kind, from its preset).
+    pub export_options: stageplan::export::ExportOptions,
 }
 
 /// The last planning and how long it took.
@@ -55,6 +57,7 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, S
         view,
         layers,
         model: format!("{} · {}", problem.model.name, problem.model.weights),
+        export_options: stageplan::export::ExportOptions::for_problem(&problem),
     })
 }
 
@@ -115,6 +118,7 @@ pub fn App() -> impl IntoView {
             <section class="results" aria-label="plan">
                 <PlanPanel state=state computed=computed/>
                 {device_panel(state, computed)}
+                <ExportPanel computed=computed/>
                 <SharePanel state=state computed=computed notice=notice/>
             </section>
         </main>
