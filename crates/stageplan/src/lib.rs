@@ -16,6 +16,7 @@
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
 //! - [`balance`]: live node metrics, skew, load shedding.
 //! - [`shard`]: blake3 stream sharding of keyed work items over devices.
+//! - [`reconcile`]: the control loop that keeps deployments placed, over any state store.
 //! - [`export`]: a plan as llama.cpp, vLLM, exo, Kubernetes, DeepSpeed and Megatron inputs.
 
 pub mod balance;
@@ -28,6 +29,7 @@ pub mod model;
 pub mod plan;
 pub mod planner;
 pub mod presets;
+pub mod reconcile;
 pub mod scenario;
 pub mod shard;
 pub mod tensor_type;

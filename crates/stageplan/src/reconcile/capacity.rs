@@ -1,0 +1,179 @@
+//! Free capacity per node, derived from the persisted assignments, and the index that finds
+//! a node for a stage in O(log n).
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::spec::{Assignment, Node, Placement, StageRequest};
+
+/// A node and what is left on it.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeCapacity {
+    pub node: Node,
+    pub revision: u64,
+    pub free_memory: u64,
+    /// GPU ids taken, as bits.
+    pub taken: u128,
+}
+
+impl NodeCapacity {
+    fn free_gpus(&self) -> u32 {
+        self.node.gpus - self.taken.count_ones()
+    }
+
+    fn key(&self, index: usize) -> (u32, u64, usize) {
+        (self.free_gpus(), self.free_memory, index)
+    }
+}
+
+/// Why a persisted assignment cannot be replayed onto its node.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unreplayable {
+    NodeGone,
+    NoRoom,
+    GpuTaken,
+}
+
+/// Every node's free capacity, ordered by (free GPUs, free memory) for placement.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Capacity {
+    nodes: Vec<NodeCapacity>,
+    by_name: HashMap<String, usize>,
+    order: BTreeSet<(u32, u64, usize)>,
+}
+
+impl Capacity {
+    pub fn new(nodes: impl IntoIterator<Item = (Node, u64)>) -> Capacity {
+        let mut capacity = Capacity::default();
+        for (node, revision) in nodes {
+            let index = capacity.nodes.len();
+            capacity.by_name.insert(node.name.clone(), index);
+            let entry = NodeCapacity { free_memory: node.memory, taken: 0, node, revision };
+            capacity.order.insert(entry.key(index));
+            capacity.nodes.push(entry);
+        }
+        capacity
+    }
+
+    pub fn get(&self, name: &str) -> Option<&NodeCapacity> {
+        self.by_name.get(name).map(|&i| &self.nodes[i])
+    }
+
+    pub fn set_revision(&mut self, name: &str, revision: u64) {
+        if let Some(&i) = self.by_name.get(name) {
+            self.nodes[i].revision = revision;
+        }
+    }
+
+    fn update(&mut self, index: usize, change: impl FnOnce(&mut NodeCapacity)) {
+        let node = &mut self.nodes[index];
+        self.order.remove(&node.key(index));
+        change(node);
+        self.order.insert(node.key(index));
+    }
+
+    /// Takes a persisted assignment's memory and exact GPU ids on its node.
+    pub fn replay(&mut self, assignment: &Assignment) -> Result<(), Unreplayable> {
+        let &index = self.by_name.get(&assignment.node).ok_or(Unreplayable::NodeGone)?;
+        let node = &self.nodes[index];
+        let mut bits = 0u128;
+        for &gpu in &assignment.gpus {
+            if gpu >= node.node.gpus || bits & (1 << gpu) != 0 {
+                return Err(Unreplayable::NoRoom);
+            }
+            bits |= 1 << gpu;
+        }
+        if node.taken & bits != 0 {
+            return Err(Unreplayable::GpuTaken);
+        }
+        if assignment.memory > node.free_memory {
+            return Err(Unreplayable::NoRoom);
+        }
+        self.update(index, |n| {
+            n.free_memory -= assignment.memory;
+            n.taken |= bits;
+        });
+        Ok(())
+    }
+
+    /// Gives back what `assignment` took (it was replayed or placed).
+    pub fn release(&mut self, assignment: &Assignment) {
+        let Some(&index) = self.by_name.get(&assignment.node) else { return };
+        let bits = assignment.gpus.iter().fold(0u128, |b, &g| if g < 128 { b | (1 << g) } else { b });
+        self.update(index, |n| {
+            n.free_memory = (n.free_memory + assignment.memory).min(n.node.memory);
+            n.taken &= !bits;
+        });
+    }
+
+    /// Chooses a node for `stage` by `placement`, takes the lowest free GPU ids and the
+    /// memory there, and returns the binding; `None` when no node has room.
+    pub fn place(&mut self, stage: &StageRequest, placement: Placement) -> Option<Assignment> {
+        let (gpus, memory) = (stage.gpus, stage.memory);
+        let max_gpus = super::spec::MAX_GPUS_PER_NODE;
+        let bucket = |g: u32| (g, memory, 0)..=(g, u64::MAX, usize::MAX);
+        let found = match placement {
+            // The fullest node that fits: fewest free GPUs, then least free memory.
+            Placement::BinPack => (gpus..=max_gpus).find_map(|g| self.order.range(bucket(g)).next().copied()),
+            // The emptiest: most free GPUs, then most free memory.
+            Placement::Spread => (gpus..=max_gpus).rev().find_map(|g| self.order.range(bucket(g)).next_back().copied()),
+        };
+        let (_, _, index) = found?;
+        let mut ids = Vec::with_capacity(gpus as usize);
+        let mut bits = 0u128;
+        let taken = self.nodes[index].taken;
+        for id in 0..self.nodes[index].node.gpus {
+            if ids.len() == gpus as usize {
+                break;
+            }
+            if taken & (1 << id) == 0 {
+                ids.push(id);
+                bits |= 1 << id;
+            }
+        }
+        self.update(index, |n| {
+            n.free_memory -= memory;
+            n.taken |= bits;
+        });
+        Some(Assignment {
+            node: self.nodes[index].node.name.clone(),
+            gpus: ids,
+            memory,
+            status: super::spec::Status::Running,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, gib: u64, gpus: u32) -> (Node, u64) {
+        (Node { name: name.into(), memory: gib << 30, gpus }, 1)
+    }
+
+    #[test]
+    fn bin_pack_fills_the_fullest_node_and_spread_the_emptiest() {
+        let stage = StageRequest { layers: [0, 1], memory: 10 << 30, gpus: 1 };
+        let mut capacity = Capacity::new([node("big", 80, 8), node("small", 24, 2)]);
+        let first = capacity.place(&stage, Placement::BinPack).unwrap();
+        assert_eq!((first.node.as_str(), first.gpus.as_slice()), ("small", &[0][..]));
+        let second = capacity.place(&stage, Placement::BinPack).unwrap();
+        assert_eq!((second.node.as_str(), second.gpus.as_slice()), ("small", &[1][..]));
+        assert_eq!(capacity.place(&stage, Placement::BinPack).unwrap().node, "big");
+        let mut capacity = Capacity::new([node("big", 80, 8), node("small", 24, 2)]);
+        assert_eq!(capacity.place(&stage, Placement::Spread).unwrap().node, "big");
+    }
+
+    #[test]
+    fn release_frees_exactly_the_ids_taken() {
+        let stage = StageRequest { layers: [0, 1], memory: 1, gpus: 2 };
+        let mut capacity = Capacity::new([node("n", 8, 4)]);
+        let a = capacity.place(&stage, Placement::BinPack).unwrap();
+        let b = capacity.place(&stage, Placement::BinPack).unwrap();
+        assert_eq!((a.gpus.clone(), b.gpus.clone()), (vec![0, 1], vec![2, 3]));
+        assert!(capacity.place(&stage, Placement::BinPack).is_none());
+        capacity.release(&a);
+        assert_eq!(capacity.place(&stage, Placement::BinPack).unwrap().gpus, vec![0, 1]);
+        assert_eq!(capacity.replay(&b), Err(Unreplayable::GpuTaken));
+    }
+}

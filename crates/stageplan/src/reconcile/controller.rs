@@ -1,0 +1,520 @@
+//! The control loop's pass: level-triggered and idempotent, with every decision persisted in
+//! compare-and-swap transactions before it counts.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use super::capacity::{Capacity, Unreplayable};
+use super::spec::{Assignment, Deployment, Node, Status, assignment_key, parse_assignment_key};
+use super::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError, Versioned};
+
+/// The loop's inputs: one closed set of events.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Run a pass at this time (ms on the caller's clock).
+    Tick {
+        now_ms: u64,
+    },
+    NodeJoined(Node),
+    /// A node's capacity changed (a GPU swapped, memory taken by other work).
+    NodeChanged(Node),
+    NodeLeft(String),
+    /// A replica stopped working; the next pass places it again.
+    ReplicaFailed {
+        deployment: String,
+        replica: u32,
+    },
+    /// A deployment was created or edited.
+    DeploymentChanged(Deployment),
+    DeploymentRemoved(String),
+    Shutdown,
+}
+
+/// Load per deployment, for autoscaling; injectable so tests and simulations drive it.
+pub trait Metrics {
+    /// Mean utilization of the deployment's replicas (1.0 = at capacity), if known.
+    fn utilization(&self, deployment: &str) -> Option<f64>;
+}
+
+/// No metrics: autoscaling holds.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct NoMetrics;
+
+impl Metrics for NoMetrics {
+    fn utilization(&self, _: &str) -> Option<f64> {
+        None
+    }
+}
+
+impl Metrics for BTreeMap<String, f64> {
+    fn utilization(&self, deployment: &str) -> Option<f64> {
+        self.get(deployment).copied()
+    }
+}
+
+/// Backoff for replicas that do not fit: `base × 2^attempts`, capped, times a jitter in
+/// [0.5, 1] drawn from the replica's id (deterministic: no randomness in the core).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub backoff_base_ms: u64,
+    pub backoff_cap_ms: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { backoff_base_ms: 1_000, backoff_cap_ms: 300_000 }
+    }
+}
+
+/// What a pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PassReport {
+    /// Assignment keys bound this pass.
+    pub scheduled: Vec<String>,
+    /// Assignment keys released, with why.
+    pub released: Vec<(String, Release)>,
+    /// Replicas (`deployment/replica`) still without a full pipeline.
+    pub pending: Vec<String>,
+    /// Deployments autoscaled: name, from, to.
+    pub rescaled: Vec<(String, u32, u32)>,
+    /// Transactions committed.
+    pub commits: usize,
+}
+
+impl PassReport {
+    /// Whether the pass changed nothing in the store.
+    pub fn is_quiet(&self) -> bool {
+        self.commits == 0
+    }
+}
+
+/// Why an assignment was released.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Release {
+    /// Its deployment, replica or stage is no longer desired.
+    NotDesired,
+    /// The stage's request changed; it is placed again.
+    Changed,
+    /// Its node left.
+    NodeGone,
+    /// Its node no longer has room for it (the node shrank, or a record is inconsistent).
+    NoRoom,
+    /// The replica failed.
+    Failed,
+}
+
+/// A replica's backoff.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Backoff {
+    attempts: u32,
+    next_ms: u64,
+}
+
+/// Everything read from the store, with revisions.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub deployments: BTreeMap<String, (Deployment, u64)>,
+    pub nodes: BTreeMap<String, (Node, u64)>,
+    pub assignments: BTreeMap<String, (Assignment, u64)>,
+}
+
+impl Snapshot {
+    /// Reads every record.
+    ///
+    /// # Errors
+    /// The store is unavailable or a record does not parse.
+    pub fn load(store: &mut impl Store) -> Result<Snapshot, StoreError> {
+        fn decode<T: serde::de::DeserializeOwned>(
+            records: Vec<(String, Versioned)>,
+            prefix: &str,
+        ) -> Result<BTreeMap<String, (T, u64)>, StoreError> {
+            records
+                .into_iter()
+                .map(|(key, v)| {
+                    let value = serde_json::from_str(&v.value)
+                        .map_err(|e| StoreError::Corrupt { key: key.clone(), message: e.to_string() })?;
+                    Ok((key[prefix.len()..].to_owned(), (value, v.revision)))
+                })
+                .collect()
+        }
+        Ok(Snapshot {
+            deployments: decode(store.list(DEPLOYMENTS)?, DEPLOYMENTS)?,
+            nodes: decode(store.list(NODES)?, NODES)?,
+            assignments: decode(store.list(ASSIGNMENTS)?, ASSIGNMENTS)?,
+        })
+    }
+}
+
+/// The controller: the pass, and the little it remembers between passes (backoff).
+#[derive(Clone, Debug, Default)]
+pub struct Controller {
+    options: Options,
+    backoff: HashMap<String, Backoff>,
+}
+
+fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Writes `ops` in transactions of at most `store.max_ops()`; `group` ops stay together.
+fn commit_groups(store: &mut impl Store, groups: Vec<Vec<Op>>, report: &mut PassReport) -> Result<(), StoreError> {
+    let max = store.max_ops().max(1);
+    let mut batch: Vec<Op> = Vec::new();
+    for group in groups {
+        if !batch.is_empty() && batch.len() + group.len() > max {
+            store.commit(&batch)?;
+            report.commits += 1;
+            batch.clear();
+        }
+        batch.extend(group);
+    }
+    if !batch.is_empty() {
+        store.commit(&batch)?;
+        report.commits += 1;
+    }
+    Ok(())
+}
+
+impl Controller {
+    pub fn new(options: Options) -> Controller {
+        Controller { options, backoff: HashMap::new() }
+    }
+
+    /// When a replica (`deployment/replica`) that did not fit will be tried again.
+    pub fn retry_at(&self, replica: &str) -> Option<u64> {
+        self.backoff.get(replica).map(|b| b.next_ms)
+    }
+
+    /// Handles one event: facts are written to the store, a tick runs a pass.
+    ///
+    /// # Errors
+    /// The store failed; nothing past the failed transaction was written.
+    pub fn handle(
+        &mut self,
+        store: &mut impl Store,
+        event: Event,
+        metrics: &dyn Metrics,
+    ) -> Result<Option<PassReport>, StoreError> {
+        match event {
+            Event::Tick { now_ms } => return self.pass(store, now_ms, metrics).map(Some),
+            Event::NodeJoined(node) | Event::NodeChanged(node) => {
+                // The node's new capacity and the stages it can no longer hold go together,
+                // so no record ever shows the node over-filled.
+                let mut capacity = Capacity::new([(node.clone(), 0)]);
+                let mut ops =
+                    vec![Op::Put { key: format!("{NODES}{}", node.name), value: json(&node), expect: Expect::Any }];
+                for (key, record) in store.list(ASSIGNMENTS)? {
+                    let Ok(assignment) = serde_json::from_str::<Assignment>(&record.value) else { continue };
+                    if assignment.node == node.name && capacity.replay(&assignment).is_err() {
+                        ops.push(Op::Delete { key, expect: Expect::Revision(record.revision) });
+                    }
+                }
+                store.commit(&ops)?;
+            }
+            Event::NodeLeft(name) => {
+                store.commit(&[Op::Delete { key: format!("{NODES}{name}"), expect: Expect::Any }])?;
+            }
+            Event::DeploymentChanged(deployment) => {
+                let value = json(&deployment);
+                store.commit(&[Op::Put {
+                    key: format!("{DEPLOYMENTS}{}", deployment.name),
+                    value,
+                    expect: Expect::Any,
+                }])?;
+            }
+            Event::DeploymentRemoved(name) => {
+                store.commit(&[Op::Delete { key: format!("{DEPLOYMENTS}{name}"), expect: Expect::Any }])?;
+            }
+            Event::ReplicaFailed { deployment, replica } => {
+                let prefix = format!("{ASSIGNMENTS}{deployment}/{replica}/");
+                let ops: Vec<Op> = store
+                    .list(&prefix)?
+                    .into_iter()
+                    .filter_map(|(key, v)| {
+                        let mut assignment: Assignment = serde_json::from_str(&v.value).ok()?;
+                        assignment.status = Status::Failed;
+                        Some(Op::Put { key, value: json(&assignment), expect: Expect::Revision(v.revision) })
+                    })
+                    .collect();
+                if !ops.is_empty() {
+                    store.commit(&ops)?;
+                }
+            }
+            Event::Shutdown => {}
+        }
+        Ok(None)
+    }
+
+    /// One pass at `now_ms`: read everything; autoscale; release what is not desired, on a
+    /// vanished node, failed or without room; place what is missing; persist each step.
+    ///
+    /// # Errors
+    /// The store failed or another writer changed a record first; the steps before were
+    /// persisted, and the next pass starts from what the store holds.
+    pub fn pass(
+        &mut self,
+        store: &mut impl Store,
+        now_ms: u64,
+        metrics: &dyn Metrics,
+    ) -> Result<PassReport, StoreError> {
+        let mut report = PassReport::default();
+        let mut snapshot = Snapshot::load(store)?;
+        self.autoscale(store, &mut snapshot, now_ms, metrics, &mut report)?;
+        let mut capacity = Capacity::new(snapshot.nodes.values().map(|(n, r)| (n.clone(), *r)));
+        self.release(store, &snapshot, &mut capacity, &mut report)?;
+        self.place(store, &snapshot, &mut capacity, now_ms, &mut report)?;
+        Ok(report)
+    }
+
+    fn autoscale(
+        &mut self,
+        store: &mut impl Store,
+        snapshot: &mut Snapshot,
+        now_ms: u64,
+        metrics: &dyn Metrics,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        let mut groups = Vec::new();
+        for (name, (deployment, revision)) in &mut snapshot.deployments {
+            let Some(rule) = &deployment.autoscale else { continue };
+            let Some(load) = metrics.utilization(name).filter(|u| u.is_finite() && *u >= 0.0) else { continue };
+            let ratio = load / rule.target;
+            if (ratio - 1.0).abs() <= rule.tolerance {
+                continue;
+            }
+            let (min, max) = deployment.bounds();
+            let wanted = ((f64::from(deployment.replicas.max(1)) * ratio).ceil() as u64)
+                .clamp(u64::from(min), u64::from(max)) as u32;
+            if wanted == deployment.replicas {
+                continue;
+            }
+            let cooldown = if wanted > deployment.replicas { rule.up_cooldown_ms } else { rule.down_cooldown_ms };
+            if deployment.last_scaled_ms.is_some_and(|t| now_ms < t.saturating_add(cooldown)) {
+                continue;
+            }
+            report.rescaled.push((name.clone(), deployment.replicas, wanted));
+            deployment.replicas = wanted;
+            deployment.last_scaled_ms = Some(now_ms);
+            let key = format!("{DEPLOYMENTS}{name}");
+            groups.push(vec![Op::Put { key, value: json(deployment), expect: Expect::Revision(*revision) }]);
+        }
+        commit_groups(store, groups, report)
+    }
+
+    fn release(
+        &mut self,
+        store: &mut impl Store,
+        snapshot: &Snapshot,
+        capacity: &mut Capacity,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        let failed: BTreeSet<&str> = snapshot
+            .assignments
+            .iter()
+            .filter(|(_, (a, _))| a.status == Status::Failed)
+            .filter_map(|(key, _)| key.rsplit_once('/').map(|(replica, _)| replica))
+            .collect();
+        let mut groups = Vec::new();
+        for (key, (assignment, revision)) in &snapshot.assignments {
+            let desired = parse_assignment_key(key).and_then(|(name, replica, stage)| {
+                let (deployment, _) = snapshot.deployments.get(name)?;
+                (replica < deployment.replicas).then_some(())?;
+                deployment.stages.get(stage)
+            });
+            let reason = match desired {
+                None => Some(Release::NotDesired),
+                Some(request)
+                    if request.memory != assignment.memory || request.gpus as usize != assignment.gpus.len() =>
+                {
+                    Some(Release::Changed)
+                }
+                Some(_) if key.rsplit_once('/').is_some_and(|(replica, _)| failed.contains(replica)) => {
+                    Some(Release::Failed)
+                }
+                Some(_) => match capacity.replay(assignment) {
+                    Ok(()) => None,
+                    Err(Unreplayable::NodeGone) => Some(Release::NodeGone),
+                    Err(Unreplayable::NoRoom | Unreplayable::GpuTaken) => Some(Release::NoRoom),
+                },
+            };
+            if let Some(reason) = reason {
+                report.released.push((key.clone(), reason));
+                groups
+                    .push(vec![Op::Delete { key: format!("{ASSIGNMENTS}{key}"), expect: Expect::Revision(*revision) }]);
+            }
+        }
+        commit_groups(store, groups, report)
+    }
+
+    fn place(
+        &mut self,
+        store: &mut impl Store,
+        snapshot: &Snapshot,
+        capacity: &mut Capacity,
+        now_ms: u64,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        let released: BTreeSet<String> = report.released.iter().map(|(k, _)| k.clone()).collect();
+        let bound = |key: &str| snapshot.assignments.contains_key(key) && !released.contains(key);
+        let max_ops = store.max_ops().max(2);
+        let mut batch: Vec<Op> = Vec::new();
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        let mut batch_keys: Vec<(String, String)> = Vec::new();
+        let mut live_replicas: BTreeSet<String> = BTreeSet::new();
+        for (name, (deployment, _)) in &snapshot.deployments {
+            for replica in 0..deployment.replicas {
+                let id = format!("{name}/{replica}");
+                let missing: Vec<usize> =
+                    (0..deployment.stages.len()).filter(|&s| !bound(&assignment_key(name, replica, s))).collect();
+                if missing.is_empty() {
+                    self.backoff.remove(&id);
+                    continue;
+                }
+                live_replicas.insert(id.clone());
+                if self.backoff.get(&id).is_some_and(|b| now_ms < b.next_ms) {
+                    report.pending.push(id);
+                    continue;
+                }
+                // The whole pipeline or nothing: a replica missing a stage serves nobody.
+                let mut placed: Vec<(usize, Assignment)> = Vec::with_capacity(missing.len());
+                for &stage in &missing {
+                    match capacity.place(&deployment.stages[stage], deployment.placement) {
+                        Some(assignment) => placed.push((stage, assignment)),
+                        None => break,
+                    }
+                }
+                if placed.len() < missing.len() {
+                    for (_, assignment) in &placed {
+                        capacity.release(assignment);
+                    }
+                    let attempts = self.backoff.get(&id).map_or(0, |b| b.attempts.saturating_add(1));
+                    let next_ms = now_ms.saturating_add(self.delay(&id, attempts));
+                    self.backoff.insert(id.clone(), Backoff { attempts, next_ms });
+                    report.pending.push(id);
+                    continue;
+                }
+                let nodes: BTreeSet<&str> = placed.iter().map(|(_, a)| a.node.as_str()).collect();
+                let new_nodes = nodes.iter().filter(|n| !touched.contains(**n)).count();
+                if !batch.is_empty() && batch.len() + placed.len() + new_nodes > max_ops {
+                    self.flush(store, &mut batch, &mut touched, &mut batch_keys, capacity, report)?;
+                }
+                for node in nodes {
+                    if touched.insert(node.to_owned())
+                        && let Some(n) = capacity.get(node)
+                    {
+                        // Rewriting the node's record with its revision expected: a second
+                        // controller that read the same free capacity fails instead of
+                        // over-filling the node.
+                        batch.push(Op::Put {
+                            key: format!("{NODES}{node}"),
+                            value: json(&n.node),
+                            expect: Expect::Revision(n.revision),
+                        });
+                    }
+                }
+                for (stage, assignment) in placed {
+                    let key = assignment_key(name, replica, stage);
+                    batch.push(Op::Put {
+                        key: format!("{ASSIGNMENTS}{key}"),
+                        value: json(&assignment),
+                        expect: Expect::Absent,
+                    });
+                    batch_keys.push((key, id.clone()));
+                }
+            }
+        }
+        self.flush(store, &mut batch, &mut touched, &mut batch_keys, capacity, report)?;
+        // Forget backoff of replicas no longer desired.
+        self.backoff.retain(|id, _| live_replicas.contains(id));
+        Ok(())
+    }
+
+    fn flush(
+        &mut self,
+        store: &mut impl Store,
+        batch: &mut Vec<Op>,
+        touched: &mut BTreeSet<String>,
+        keys: &mut Vec<(String, String)>,
+        capacity: &mut Capacity,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let revision = store.commit(batch)?;
+        report.commits += 1;
+        for node in touched.iter() {
+            capacity.set_revision(node, revision);
+        }
+        for (key, replica) in keys.drain(..) {
+            self.backoff.remove(&replica);
+            report.scheduled.push(key);
+        }
+        batch.clear();
+        touched.clear();
+        Ok(())
+    }
+
+    /// Milliseconds to wait before trying `replica` again after `attempts` failures.
+    fn delay(&self, replica: &str, attempts: u32) -> u64 {
+        let exponential = self.options.backoff_base_ms.saturating_mul(1u64 << attempts.min(40));
+        let capped = exponential.min(self.options.backoff_cap_ms);
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(replica.as_bytes());
+        hasher.update(&attempts.to_le_bytes());
+        let bytes = hasher.finalize();
+        let draw = u64::from_le_bytes(bytes.as_bytes()[..8].try_into().unwrap_or_default());
+        // Jitter in [0.5, 1]: replicas that failed together do not retry together.
+        let fraction = 0.5 + 0.5 * (draw as f64 / u64::MAX as f64);
+        (capped as f64 * fraction) as u64
+    }
+}
+
+/// A broken invariant found in the store's records.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("node `{node}` holds {used} bytes of {capacity}")]
+    MemoryOver { node: String, used: u64, capacity: u64 },
+    #[error("GPU {gpu} of node `{node}` is held by `{first}` and `{second}`")]
+    GpuTwice { node: String, gpu: u32, first: String, second: String },
+    #[error("`{key}` holds GPU {gpu}, which node `{node}` does not have")]
+    GpuMissing { key: String, node: String, gpu: u32 },
+}
+
+/// Checks the store's invariants: no node holds more memory or GPUs than it has, no GPU id
+/// is held twice. (A replica is bound once by construction: its stages have one key each,
+/// created only when absent.) Assignments on nodes that left are not counted: the next pass
+/// releases them.
+///
+/// # Errors
+/// The first violation.
+pub fn check_invariants(snapshot: &Snapshot) -> Result<(), Violation> {
+    let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut holders: BTreeMap<(&str, u32), &str> = BTreeMap::new();
+    for (key, (assignment, _)) in &snapshot.assignments {
+        let Some((node, _)) = snapshot.nodes.get(&assignment.node) else { continue };
+        *used.entry(&node.name).or_default() += assignment.memory;
+        for &gpu in &assignment.gpus {
+            if gpu >= node.gpus {
+                return Err(Violation::GpuMissing { key: key.clone(), node: node.name.clone(), gpu });
+            }
+            if let Some(first) = holders.insert((&node.name, gpu), key) {
+                return Err(Violation::GpuTwice {
+                    node: node.name.clone(),
+                    gpu,
+                    first: first.to_owned(),
+                    second: key.clone(),
+                });
+            }
+        }
+    }
+    for (name, bytes) in used {
+        let capacity = snapshot.nodes[name].0.memory;
+        if bytes > capacity {
+            return Err(Violation::MemoryOver { node: name.to_owned(), used: bytes, capacity });
+        }
+    }
+    Ok(())
+}

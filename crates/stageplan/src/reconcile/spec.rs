@@ -1,0 +1,291 @@
+//! What is desired (deployments), what exists (nodes) and what is bound (assignments): the
+//! records the store keeps, as JSON.
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Plan;
+
+/// Most GPUs one node may have: GPU ids are kept as a 128-bit set.
+pub const MAX_GPUS_PER_NODE: u32 = 128;
+
+/// A model to keep running: `replicas` copies of a pipeline whose stages come from the
+/// planner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deployment {
+    /// Letters, digits, `-`, `_` and `.`: it is part of every assignment key.
+    pub name: String,
+    /// What it runs, for people (`llama-3.1-70b q4_k_m`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    /// Desired copies of the pipeline; autoscaling moves it within `min_replicas..=max_replicas`.
+    pub replicas: u32,
+    #[serde(default)]
+    pub min_replicas: Option<u32>,
+    #[serde(default)]
+    pub max_replicas: Option<u32>,
+    #[serde(default)]
+    pub placement: Placement,
+    /// The pipeline, in order: what each stage needs on one node.
+    pub stages: Vec<StageRequest>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<Autoscale>,
+    /// When autoscaling last changed `replicas` (ms on the controller's clock); persisted so
+    /// a restarted controller keeps the cooldown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scaled_ms: Option<u64>,
+}
+
+/// What one stage of a replica takes from its node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageRequest {
+    /// The blocks `[start, end)` the stage runs (from the plan; informational here).
+    #[serde(default)]
+    pub layers: [usize; 2],
+    /// Bytes of device memory (weights, KV cache, workspace).
+    pub memory: u64,
+    /// Whole GPUs; 0 for a stage held in RAM (a Mac, a CPU box).
+    #[serde(default)]
+    pub gpus: u32,
+}
+
+/// How to choose among nodes that fit.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// The fullest node that fits (Kubernetes' MostAllocated): keeps whole machines free.
+    #[default]
+    BinPack,
+    /// The emptiest node (LeastAllocated): spreads load and failure.
+    Spread,
+}
+
+/// Scale `replicas` so each runs near `target` utilization.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Autoscale {
+    /// Utilization per replica to aim for, in (0, 1].
+    pub target: f64,
+    /// No change while utilization is within this fraction of the target (hysteresis).
+    #[serde(default = "default_tolerance")]
+    pub tolerance: f64,
+    /// Milliseconds after a change before scaling up again.
+    #[serde(default = "default_up_cooldown")]
+    pub up_cooldown_ms: u64,
+    /// Milliseconds after a change before scaling down again.
+    #[serde(default = "default_down_cooldown")]
+    pub down_cooldown_ms: u64,
+}
+
+fn default_tolerance() -> f64 {
+    0.1
+}
+fn default_up_cooldown() -> u64 {
+    30_000
+}
+fn default_down_cooldown() -> u64 {
+    300_000
+}
+
+/// A machine the controller may place stages on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    pub name: String,
+    /// Bytes of memory stages may take (device memory, or RAM for GPU-less nodes).
+    pub memory: u64,
+    /// GPUs, with ids `0..gpus`.
+    #[serde(default)]
+    pub gpus: u32,
+}
+
+/// One stage of one replica bound to a node: what the store persists, keyed by
+/// [`assignment_key`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assignment {
+    pub node: String,
+    /// The GPU ids taken on `node`.
+    #[serde(default)]
+    pub gpus: Vec<u32>,
+    /// Bytes reserved on `node`.
+    pub memory: u64,
+    pub status: Status,
+}
+
+/// A bound stage's state. A replica with no binding yet is pending (see the pass report).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Running,
+    /// Reported failed: the next pass releases the replica and places it again.
+    Failed,
+}
+
+/// The deterministic id of a replica's stage: `"{deployment}/{replica}/{stage}"`.
+pub fn assignment_key(deployment: &str, replica: u32, stage: usize) -> String {
+    format!("{deployment}/{replica}/{stage}")
+}
+
+/// Splits an assignment key into deployment, replica and stage.
+pub fn parse_assignment_key(key: &str) -> Option<(&str, u32, usize)> {
+    let mut parts = key.rsplitn(3, '/');
+    let stage = parts.next()?.parse().ok()?;
+    let replica = parts.next()?.parse().ok()?;
+    Some((parts.next()?, replica, stage))
+}
+
+/// Why a record cannot be stored, naming the field and the fix.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error("`{field}` `{value}` {problem}")]
+    Invalid { field: &'static str, value: String, problem: &'static str },
+}
+
+fn valid_name(field: &'static str, name: &str) -> Result<(), SpecError> {
+    if name.is_empty()
+        || name.len() > 200
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(SpecError::Invalid {
+            field,
+            value: name.to_owned(),
+            problem: "is not a name; use 1–200 letters, digits, `-`, `_` or `.`",
+        });
+    }
+    Ok(())
+}
+
+impl Deployment {
+    /// A deployment of `replicas` copies of `plan`'s pipeline, each stage taking the memory
+    /// the plan counts for it (without the node's own reserve) and `gpus_per_stage` GPUs.
+    pub fn from_plan(name: &str, plan: &Plan, replicas: u32, gpus_per_stage: u32) -> Deployment {
+        Deployment {
+            name: name.to_owned(),
+            model: format!("{} {}", plan.model.name, plan.model.weights).trim().to_owned(),
+            replicas,
+            min_replicas: None,
+            max_replicas: None,
+            placement: Placement::BinPack,
+            stages: plan
+                .stages
+                .iter()
+                .map(|s| StageRequest {
+                    layers: s.layers,
+                    memory: s.memory.total.saturating_sub(s.memory.reserve),
+                    gpus: gpus_per_stage,
+                })
+                .collect(),
+            autoscale: None,
+            last_scaled_ms: None,
+        }
+    }
+
+    /// The replica bounds autoscaling keeps to.
+    pub fn bounds(&self) -> (u32, u32) {
+        let min = self.min_replicas.unwrap_or(self.replicas.min(1));
+        (min, self.max_replicas.unwrap_or(self.replicas.max(min)).max(min))
+    }
+
+    /// Checks what a pass relies on.
+    ///
+    /// # Errors
+    /// A bad name, no stages, a stage asking for more GPUs than a node can have, bounds
+    /// out of order, an autoscale target outside (0, 1].
+    pub fn check(&self) -> Result<(), SpecError> {
+        valid_name("name", &self.name)?;
+        let invalid = |field, value: String, problem| Err(SpecError::Invalid { field, value, problem });
+        if self.stages.is_empty() {
+            return invalid("stages", "[]".into(), "is empty; give one request per pipeline stage (from a plan)");
+        }
+        if self.stages.len() > 1024 {
+            return invalid(
+                "stages",
+                self.stages.len().to_string(),
+                "is more stages than a pipeline has; at most 1024",
+            );
+        }
+        if self.replicas > 1_000_000 {
+            return invalid("replicas", self.replicas.to_string(), "is more than 1,000,000");
+        }
+        for stage in &self.stages {
+            if stage.gpus > MAX_GPUS_PER_NODE {
+                return invalid("stages[].gpus", stage.gpus.to_string(), "is more GPUs than a node can have (128)");
+            }
+            if stage.memory == 0 && stage.gpus == 0 {
+                return invalid("stages[].memory", "0".into(), "asks for nothing; give the stage's bytes");
+            }
+        }
+        let (min, max) = (self.min_replicas.unwrap_or(0), self.max_replicas.unwrap_or(u32::MAX));
+        if min > max || self.replicas < min || self.replicas > max {
+            return invalid(
+                "replicas",
+                format!("{} (min {min}, max {max})", self.replicas),
+                "is outside its bounds; keep min_replicas ≤ replicas ≤ max_replicas",
+            );
+        }
+        if let Some(a) = &self.autoscale {
+            if !(a.target > 0.0 && a.target <= 1.0) {
+                return invalid("autoscale.target", a.target.to_string(), "must be in (0, 1]");
+            }
+            if !(a.tolerance >= 0.0 && a.tolerance < 1.0) {
+                return invalid("autoscale.tolerance", a.tolerance.to_string(), "must be in [0, 1)");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Node {
+    /// Checks the name and GPU count.
+    ///
+    /// # Errors
+    /// A bad name or more GPUs than [`MAX_GPUS_PER_NODE`].
+    pub fn check(&self) -> Result<(), SpecError> {
+        valid_name("name", &self.name)?;
+        if self.gpus > MAX_GPUS_PER_NODE {
+            return Err(SpecError::Invalid {
+                field: "gpus",
+                value: self.gpus.to_string(),
+                problem: "is more than 128; register large machines as several nodes",
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_even_with_dots_and_dashes() {
+        let key = assignment_key("llama-3.1-70b.prod", 12, 3);
+        assert_eq!(key, "llama-3.1-70b.prod/12/3");
+        assert_eq!(parse_assignment_key(&key), Some(("llama-3.1-70b.prod", 12, 3)));
+        assert_eq!(parse_assignment_key("a/b/c"), None);
+    }
+
+    #[test]
+    fn bad_specs_name_the_field() {
+        let mut d = Deployment {
+            name: "a b".into(),
+            model: String::new(),
+            replicas: 2,
+            min_replicas: None,
+            max_replicas: None,
+            placement: Placement::BinPack,
+            stages: vec![StageRequest { layers: [0, 1], memory: 1, gpus: 1 }],
+            autoscale: None,
+            last_scaled_ms: None,
+        };
+        assert!(d.check().unwrap_err().to_string().starts_with("`name` `a b`"));
+        d.name = "ok".into();
+        d.max_replicas = Some(1);
+        assert!(d.check().unwrap_err().to_string().starts_with("`replicas`"));
+        d.max_replicas = None;
+        d.check().unwrap();
+        assert!(Node { name: "n".into(), memory: 1, gpus: 129 }.check().is_err());
+    }
+}

@@ -1,0 +1,461 @@
+//! The loop's properties, and a deterministic simulation with faults and crashes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+
+const GIB: u64 = 1 << 30;
+
+fn node(name: &str, gib: u64, gpus: u32) -> Node {
+    Node { name: name.into(), memory: gib * GIB, gpus }
+}
+
+fn deployment(name: &str, replicas: u32, stages: &[(u64, u32)]) -> Deployment {
+    Deployment {
+        name: name.into(),
+        model: String::new(),
+        replicas,
+        min_replicas: None,
+        max_replicas: None,
+        placement: Placement::BinPack,
+        stages: stages
+            .iter()
+            .enumerate()
+            .map(|(i, &(gib, gpus))| StageRequest { layers: [i, i + 1], memory: gib * GIB, gpus })
+            .collect(),
+        autoscale: None,
+        last_scaled_ms: None,
+    }
+}
+
+struct World {
+    store: MemoryStore,
+    controller: Controller,
+}
+
+impl World {
+    fn new(nodes: &[Node], deployments: &[Deployment]) -> World {
+        let mut world = World { store: MemoryStore::new(), controller: Controller::default() };
+        for n in nodes {
+            world.event(Event::NodeJoined(n.clone()));
+        }
+        for d in deployments {
+            world.event(Event::DeploymentChanged(d.clone()));
+        }
+        world
+    }
+
+    fn event(&mut self, event: Event) -> Option<PassReport> {
+        self.controller.handle(&mut self.store, event, &NoMetrics).unwrap()
+    }
+
+    fn pass(&mut self, now_ms: u64) -> PassReport {
+        let report = self.controller.pass(&mut self.store, now_ms, &NoMetrics).unwrap();
+        self.check();
+        report
+    }
+
+    fn snapshot(&mut self) -> Snapshot {
+        Snapshot::load(&mut self.store).unwrap()
+    }
+
+    fn check(&mut self) {
+        let snapshot = self.snapshot();
+        check_invariants(&snapshot).unwrap();
+    }
+
+    /// Free memory and GPU ids per node, derived from the assignments.
+    fn free(&mut self) -> BTreeMap<String, (u64, BTreeSet<u32>)> {
+        let snapshot = self.snapshot();
+        let mut free: BTreeMap<String, (u64, BTreeSet<u32>)> =
+            snapshot.nodes.values().map(|(n, _)| (n.name.clone(), (n.memory, (0..n.gpus).collect()))).collect();
+        for (a, _) in snapshot.assignments.values() {
+            if let Some((memory, gpus)) = free.get_mut(&a.node) {
+                *memory -= a.memory;
+                for g in &a.gpus {
+                    assert!(gpus.remove(g));
+                }
+            }
+        }
+        free
+    }
+
+    fn bound(&mut self) -> BTreeMap<String, Assignment> {
+        self.snapshot().assignments.into_iter().map(|(k, (a, _))| (k, a)).collect()
+    }
+}
+
+#[test]
+fn every_desired_replica_is_scheduled_and_a_second_pass_changes_nothing() {
+    let mut world = World::new(
+        &[node("a", 160, 8), node("b", 160, 8), node("c", 24, 1)],
+        &[deployment("llama", 5, &[(20, 1), (20, 1)]), deployment("small", 3, &[(4, 0)])],
+    );
+    let first = world.pass(0);
+    assert_eq!(first.scheduled.len(), 13, "{first:?}");
+    assert!(first.pending.is_empty());
+    let revision = world.store.revision();
+    let second = world.pass(1);
+    assert!(second.is_quiet() && second.scheduled.is_empty() && second.released.is_empty(), "{second:?}");
+    assert_eq!(world.store.revision(), revision, "an idle pass writes nothing");
+}
+
+#[test]
+fn scale_down_releases_and_restores_capacity_exactly() {
+    let mut world = World::new(&[node("a", 200, 8), node("b", 200, 8)], &[deployment("d", 2, &[(30, 2)])]);
+    let empty = world.free();
+    world.pass(0);
+    let with_two = world.free();
+    world.event(Event::DeploymentChanged(deployment("d", 6, &[(30, 2)])));
+    world.pass(1);
+    world.event(Event::DeploymentChanged(deployment("d", 2, &[(30, 2)])));
+    let report = world.pass(2);
+    assert_eq!(report.released.len(), 4);
+    assert!(report.released.iter().all(|(_, why)| *why == Release::NotDesired));
+    assert_eq!(world.free(), with_two, "capacity after scaling 2 → 6 → 2 is what 2 took");
+    world.event(Event::DeploymentRemoved("d".into()));
+    world.pass(3);
+    assert_eq!(world.free(), empty);
+    assert!(world.bound().is_empty());
+}
+
+#[test]
+fn node_loss_moves_only_its_stages_onto_survivors() {
+    let mut world =
+        World::new(&[node("a", 64, 2), node("b", 64, 2), node("c", 64, 2)], &[deployment("d", 2, &[(30, 1), (30, 1)])]);
+    world.pass(0);
+    let before = world.bound();
+    let lost: Vec<String> = before.iter().filter(|(_, a)| a.node == "a").map(|(k, _)| k.clone()).collect();
+    assert!(!lost.is_empty());
+    world.event(Event::NodeLeft("a".into()));
+    world.check();
+    let report = world.pass(1);
+    assert!(report.released.iter().all(|(k, why)| *why == Release::NodeGone && lost.contains(k)), "{report:?}");
+    let after = world.bound();
+    assert_eq!(after.len(), 4, "every stage bound again");
+    for (key, assignment) in &after {
+        assert_ne!(assignment.node, "a");
+        if !lost.contains(key) {
+            assert_eq!(Some(assignment), before.get(key), "{key} stayed where it was");
+        }
+    }
+}
+
+#[test]
+fn insufficient_capacity_backs_off_without_over_allocating() {
+    let mut world = World::new(&[node("a", 40, 2)], &[deployment("d", 3, &[(30, 1)])]);
+    let report = world.pass(0);
+    assert_eq!((report.scheduled.len(), report.pending.len()), (1, 2));
+    // A partial pipeline is never bound: two stages, one fits, none taken.
+    world.event(Event::DeploymentChanged(deployment("e", 1, &[(5, 1), (50, 1)])));
+    let report = world.pass(10);
+    assert!(report.scheduled.is_empty());
+    assert_eq!(world.free()["a"], (10 * GIB, BTreeSet::from([1])));
+    // Backing off: the next tries wait 0.5–1 s, then 1–2 s, …, capped at 5 minutes.
+    let quiet = world.pass(20);
+    assert!(quiet.is_quiet());
+    let mut waits = Vec::new();
+    let mut controller = Controller::default();
+    let mut store = world.store.clone();
+    let mut now = 0;
+    let mut last_try = 0;
+    while now < 3_600_000 {
+        let report = controller.pass(&mut store, now, &NoMetrics).unwrap();
+        assert!(report.scheduled.is_empty());
+        if let Some(at) = controller.retry_at("d/1").filter(|&at| at > now && at != last_try) {
+            last_try = at;
+            waits.push(at - now);
+        }
+        now += 100;
+    }
+    assert!(waits.windows(2).take(5).all(|w| w[1] > w[0]), "{waits:?}");
+    assert!(waits.iter().all(|&w| w <= 300_000) && waits.iter().rev().take(3).all(|&w| w >= 150_000), "{waits:?}");
+    check_invariants(&Snapshot::load(&mut store).unwrap()).unwrap();
+}
+
+#[test]
+fn gpu_ids_are_freed_exactly() {
+    let mut world = World::new(&[node("a", 80, 8)], &[deployment("x", 3, &[(1, 2)]), deployment("y", 1, &[(1, 1)])]);
+    world.pass(0);
+    let taken: BTreeMap<String, Vec<u32>> = world.bound().into_iter().map(|(k, a)| (k, a.gpus)).collect();
+    assert_eq!(taken["x/1/0"], vec![2, 3]);
+    world.event(Event::ReplicaFailed { deployment: "x".into(), replica: 1 });
+    world.event(Event::DeploymentChanged(deployment("x", 1, &[(1, 2)])));
+    world.pass(1);
+    let free = world.free();
+    assert_eq!(free["a"].1, BTreeSet::from([2, 3, 4, 5, 7]), "x/1 and x/2 gave back exactly their ids");
+}
+
+#[test]
+fn bootstrap_rebuilds_state_and_capacity_from_the_store() {
+    let mut world = World::new(
+        &[node("a", 80, 8), node("b", 24, 2)],
+        &[deployment("d", 4, &[(10, 1), (10, 1)]), deployment("cpu", 2, &[(4, 0)])],
+    );
+    world.pass(0);
+    let bound = world.bound();
+    let free = world.free();
+    // A new controller process: nothing in memory, same store.
+    world.controller = Controller::default();
+    let report = world.pass(1);
+    assert!(report.is_quiet(), "{report:?}");
+    assert_eq!(world.bound(), bound);
+    assert_eq!(world.free(), free);
+    // The capacity it derived is the one taken: one more replica lands on the GPUs still free.
+    world.event(Event::DeploymentChanged(deployment("d", 5, &[(10, 1), (10, 1)])));
+    world.pass(2);
+    let added: Vec<u32> =
+        world.bound().into_iter().filter(|(k, _)| k.starts_with("d/4/")).flat_map(|(_, a)| a.gpus).collect();
+    let was_free: BTreeSet<u32> = free.values().flat_map(|(_, g)| g.iter().copied()).collect();
+    assert!(added.iter().all(|g| was_free.contains(g)), "{added:?}");
+}
+
+#[test]
+fn autoscaling_raises_desired_and_persists_it_with_hysteresis_and_cooldown() {
+    let mut d = deployment("d", 2, &[(5, 1)]);
+    d.min_replicas = Some(1);
+    d.max_replicas = Some(6);
+    d.autoscale = Some(Autoscale { target: 0.6, tolerance: 0.1, up_cooldown_ms: 10_000, down_cooldown_ms: 60_000 });
+    let mut world = World::new(&[node("a", 80, 8)], &[d]);
+    let mut load: BTreeMap<String, f64> = BTreeMap::from([("d".to_owned(), 0.63)]);
+    let pass = |world: &mut World, now: u64, load: &BTreeMap<String, f64>| {
+        let report = world.controller.pass(&mut world.store, now, load).unwrap();
+        let replicas = world.snapshot().deployments["d"].0.replicas;
+        (report, replicas)
+    };
+    assert_eq!(pass(&mut world, 0, &load).1, 2, "within the tolerance band: no change");
+    load.insert("d".into(), 0.9);
+    let (report, replicas) = pass(&mut world, 1_000, &load);
+    assert_eq!((report.rescaled.clone(), replicas), (vec![("d".to_owned(), 2, 3)], 3));
+    assert_eq!(report.scheduled, vec!["d/2/0".to_owned()], "the new replica is placed in the same pass");
+    load.insert("d".into(), 1.0);
+    assert_eq!(pass(&mut world, 5_000, &load).1, 3, "up cooldown");
+    // A new controller keeps the cooldown: it is persisted.
+    world.controller = Controller::default();
+    assert_eq!(pass(&mut world, 6_000, &load).1, 3);
+    assert_eq!(pass(&mut world, 11_000, &load).1, 5);
+    load.insert("d".into(), 5.0);
+    assert_eq!(pass(&mut world, 30_000, &load).1, 6, "capped at max_replicas");
+    load.insert("d".into(), 0.01);
+    assert_eq!(pass(&mut world, 60_000, &load).1, 6, "down cooldown");
+    assert_eq!(pass(&mut world, 90_001, &load).1, 1, "floored at min_replicas");
+    assert_eq!(world.bound().len(), 1);
+}
+
+/// A store that fails chosen commits, before or after applying them.
+struct Faulty<'s> {
+    inner: &'s mut MemoryStore,
+    /// Commits left before the fault.
+    countdown: Option<usize>,
+    /// Whether the faulty commit is applied first (a crash right after persisting).
+    apply: bool,
+    max_ops: usize,
+}
+
+impl Store for Faulty<'_> {
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, Versioned)>, StoreError> {
+        self.inner.list(prefix)
+    }
+
+    fn commit(&mut self, ops: &[Op]) -> Result<u64, StoreError> {
+        match &mut self.countdown {
+            Some(0) => {
+                self.countdown = None;
+                if self.apply {
+                    self.inner.commit(ops)?;
+                }
+                Err(StoreError::Unavailable("injected fault".into()))
+            }
+            Some(n) => {
+                *n -= 1;
+                self.inner.commit(ops)
+            }
+            None => self.inner.commit(ops),
+        }
+    }
+
+    fn max_ops(&self) -> usize {
+        self.max_ops
+    }
+}
+
+/// splitmix64: a seeded generator, so every run replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Whether a pass that read `before` may release `key`: its node is gone or holds more than
+/// it has, it is not desired as it is, or its replica failed. (One event per step, so every
+/// release of a step was decided on `before`.)
+fn release_was_due(key: &str, assignment: &Assignment, before: &Snapshot) -> bool {
+    let Some((name, replica, stage)) = spec::parse_assignment_key(key) else { return true };
+    let Some((node, _)) = before.nodes.get(&assignment.node) else { return true };
+    let on_node: Vec<&Assignment> =
+        before.assignments.values().map(|(a, _)| a).filter(|a| a.node == assignment.node).collect();
+    let memory: u64 = on_node.iter().map(|a| a.memory).sum();
+    let gpus: Vec<u32> = on_node.iter().flat_map(|a| a.gpus.iter().copied()).collect();
+    let distinct: BTreeSet<u32> = gpus.iter().copied().collect();
+    let overcommitted = memory > node.memory || distinct.len() < gpus.len() || gpus.iter().any(|&g| g >= node.gpus);
+    let desired = before
+        .deployments
+        .get(name)
+        .and_then(|(d, _)| if replica < d.replicas { d.stages.get(stage) } else { None })
+        .is_some_and(|r| r.memory == assignment.memory && r.gpus as usize == assignment.gpus.len());
+    let failed = before
+        .assignments
+        .iter()
+        .any(|(k, (a, _))| a.status == Status::Failed && k.starts_with(&format!("{name}/{replica}/")));
+    overcommitted || !desired || failed
+}
+
+/// Thousands of seeded steps of joins, losses, capacity changes, failures, deployment edits,
+/// store write failures and controller crashes at every commit boundary, with the invariants
+/// checked after each step and convergence once the faults stop.
+#[test]
+fn simulation_keeps_the_invariants_and_converges() {
+    let mut steps = 0;
+    for seed in 0..12u64 {
+        let mut rng = Rng(seed);
+        let mut store = MemoryStore::new();
+        let mut controller = Controller::default();
+        let mut now = 0u64;
+        let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
+        let mut deployments: BTreeMap<String, Deployment> = BTreeMap::new();
+        let mut next_node = 0;
+        let max_ops = [3usize, 16, usize::MAX][seed as usize % 3];
+        for _ in 0..400 {
+            steps += 1;
+            now += 50 + rng.below(2_000);
+            let before = Snapshot::load(&mut store).unwrap();
+            let event = match rng.below(20) {
+                0..=2 => {
+                    next_node += 1;
+                    let n = node(&format!("n{next_node}"), 16 + rng.below(8) * 16, rng.below(9) as u32);
+                    Event::NodeJoined(n)
+                }
+                3 if !nodes.is_empty() => {
+                    let name = nodes.keys().nth(rng.below(nodes.len() as u64) as usize).unwrap().clone();
+                    Event::NodeLeft(name)
+                }
+                4 if !nodes.is_empty() => {
+                    let mut n = nodes.values().nth(rng.below(nodes.len() as u64) as usize).unwrap().clone();
+                    n.memory = (8 + rng.below(10) * 8) * GIB;
+                    n.gpus = rng.below(9) as u32;
+                    Event::NodeChanged(n)
+                }
+                5 if !deployments.is_empty() => {
+                    let name = deployments.keys().nth(rng.below(deployments.len() as u64) as usize).unwrap().clone();
+                    Event::ReplicaFailed { deployment: name, replica: rng.below(4) as u32 }
+                }
+                6 | 7 => {
+                    let stages: Vec<(u64, u32)> =
+                        (0..1 + rng.below(3)).map(|_| (2 + rng.below(20), rng.below(3) as u32)).collect();
+                    let d = deployment(&format!("d{}", rng.below(5)), rng.below(6) as u32, &stages);
+                    Event::DeploymentChanged(d)
+                }
+                8 if !deployments.is_empty() => {
+                    let name = deployments.keys().nth(rng.below(deployments.len() as u64) as usize).unwrap().clone();
+                    Event::DeploymentRemoved(name)
+                }
+                _ => Event::Tick { now_ms: now },
+            };
+            // A fault at a random commit of this step: a failed write, or a crash right after one.
+            let fault = rng.below(4) == 0;
+            let mut faulty = Faulty {
+                inner: &mut store,
+                countdown: fault.then(|| rng.below(4) as usize),
+                apply: rng.below(2) == 0,
+                max_ops,
+            };
+            let acknowledged = controller.handle(&mut faulty, event.clone(), &NoMetrics).is_ok();
+            if fault && rng.below(2) == 0 {
+                controller = Controller::default(); // crash: restart from the store
+            }
+            let landed = acknowledged || {
+                // A write that failed may still have landed (the store applied it, then the
+                // reply was lost); either outcome is allowed, nothing in between.
+                let now_stored = Snapshot::load(&mut store).unwrap();
+                match &event {
+                    Event::NodeJoined(n) | Event::NodeChanged(n) => {
+                        now_stored.nodes.get(&n.name).is_some_and(|(s, _)| s == n)
+                    }
+                    Event::NodeLeft(name) => !now_stored.nodes.contains_key(name),
+                    Event::DeploymentChanged(d) => now_stored.deployments.get(&d.name).is_some_and(|(s, _)| s == d),
+                    Event::DeploymentRemoved(name) => !now_stored.deployments.contains_key(name),
+                    _ => false,
+                }
+            };
+            if landed {
+                match &event {
+                    Event::NodeJoined(n) | Event::NodeChanged(n) => {
+                        nodes.insert(n.name.clone(), n.clone());
+                    }
+                    Event::NodeLeft(name) => {
+                        nodes.remove(name);
+                    }
+                    Event::DeploymentChanged(d) => {
+                        deployments.insert(d.name.clone(), d.clone());
+                    }
+                    Event::DeploymentRemoved(name) => {
+                        deployments.remove(name);
+                    }
+                    _ => {}
+                }
+            }
+            let after = Snapshot::load(&mut store).unwrap();
+            check_invariants(&after).unwrap_or_else(|v| panic!("seed {seed}, step {steps}: {v}"));
+            // Nothing acknowledged is lost.
+            let stored_nodes: BTreeMap<String, Node> =
+                after.nodes.iter().map(|(k, (n, _))| (k.clone(), n.clone())).collect();
+            assert_eq!(stored_nodes, nodes, "seed {seed}: nodes");
+            let stored: BTreeMap<String, Deployment> =
+                after.deployments.iter().map(|(k, (d, _))| (k.clone(), d.clone())).collect();
+            assert_eq!(stored, deployments, "seed {seed}: deployments");
+            for (key, (assignment, _)) in &before.assignments {
+                let evicted =
+                    matches!(&event, Event::NodeJoined(n) | Event::NodeChanged(n) if n.name == assignment.node);
+                if !after.assignments.contains_key(key) && !evicted {
+                    assert!(release_was_due(key, assignment, &before), "seed {seed}: `{key}` was lost");
+                }
+            }
+        }
+        // Faults stop; room is added for everything; the loop must settle within a few passes.
+        for i in 0..8 {
+            let n = node(&format!("spare{i}"), 512, 64);
+            controller.handle(&mut store, Event::NodeJoined(n), &NoMetrics).unwrap();
+        }
+        now += 3_600_000;
+        let mut passes = 0;
+        loop {
+            passes += 1;
+            let report = controller.pass(&mut store, now, &NoMetrics).unwrap();
+            assert!(report.pending.is_empty(), "seed {seed}: {report:?}");
+            if report.is_quiet() {
+                break;
+            }
+            assert!(passes <= 3, "seed {seed}: not settled after {passes} passes: {report:?}");
+        }
+        let last = Snapshot::load(&mut store).unwrap();
+        check_invariants(&last).unwrap();
+        let desired: usize = last.deployments.values().map(|(d, _)| d.replicas as usize * d.stages.len()).sum();
+        assert_eq!(last.assignments.len(), desired, "seed {seed}: every desired stage bound, nothing else");
+        assert!(last.assignments.values().all(|(a, _)| a.status == Status::Running));
+        assert!(
+            last.assignments.values().all(|(a, _)| last.nodes.contains_key(&a.node)),
+            "seed {seed}: a stage on a lost node"
+        );
+    }
+    assert!(steps >= 4_000);
+}
