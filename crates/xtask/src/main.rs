@@ -31,9 +31,9 @@ const CARGO_FUZZ: &str = "0.13.2";
 const TRUNK: &str = "0.21.14";
 /// Must equal the `wasm-bindgen` version in Cargo.lock.
 const WASM_BINDGEN: &str = "0.2.130";
-/// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests, and
-/// Chromium with its driver for the browser tests.
-const APT_PACKAGES: [&str; 4] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver"];
+/// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
+/// Chromium with its driver for the browser tests, and etcd for the state-store tests.
+const APT_PACKAGES: [&str; 5] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server"];
 const FUZZ_TARGETS: [&str; 4] = ["gguf_header", "safetensors_header", "scenario", "replan"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;

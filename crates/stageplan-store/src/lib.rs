@@ -1,0 +1,58 @@
+//! Durable state stores for the reconcile loop (`stageplan::reconcile`), behind the core's
+//! one [`Store`] trait:
+//!
+//! - [`RedbStore`]: the embedded default — one file, crash-safe transactions, no set-up;
+//! - [`EtcdStore`]: for fleets with several controllers — etcd's transactions compare
+//!   revisions, and a lease-based [`Leadership`] lets one controller act at a time and fences
+//!   the others' writes.
+//!
+//! [`open`] picks one from a `--store` argument: a path, or `etcd://host:port`.
+
+mod etcd;
+mod redb_store;
+
+pub use etcd::{EtcdStore, Leadership};
+pub use redb_store::RedbStore;
+pub use stageplan::reconcile::{Store, StoreError};
+
+/// A store named by a `--store` argument.
+#[derive(Debug)]
+pub enum AnyStore {
+    Redb(RedbStore),
+    Etcd(EtcdStore),
+}
+
+/// Opens `target`: `etcd://host:port[/prefix]` or a redb file path (created if missing).
+///
+/// # Errors
+/// The file cannot be opened (another process holds it, it is not a redb file) or etcd does
+/// not answer.
+pub fn open(target: &str) -> Result<AnyStore, StoreError> {
+    match target.strip_prefix("etcd://") {
+        Some(rest) => Ok(AnyStore::Etcd(EtcdStore::connect(rest)?)),
+        None => Ok(AnyStore::Redb(RedbStore::open(std::path::Path::new(target))?)),
+    }
+}
+
+impl Store for AnyStore {
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, stageplan::reconcile::Versioned)>, StoreError> {
+        match self {
+            AnyStore::Redb(s) => s.list(prefix),
+            AnyStore::Etcd(s) => s.list(prefix),
+        }
+    }
+
+    fn commit(&mut self, ops: &[stageplan::reconcile::Op]) -> Result<u64, StoreError> {
+        match self {
+            AnyStore::Redb(s) => s.commit(ops),
+            AnyStore::Etcd(s) => s.commit(ops),
+        }
+    }
+
+    fn max_ops(&self) -> usize {
+        match self {
+            AnyStore::Redb(s) => s.max_ops(),
+            AnyStore::Etcd(s) => s.max_ops(),
+        }
+    }
+}

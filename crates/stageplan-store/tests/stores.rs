@@ -1,0 +1,293 @@
+//! Every store keeps the core's contract, the loop runs on each, and two controllers on one
+//! real etcd server never double-bind; killing the leader hands over within the lease.
+//!
+//! The etcd tests start Debian's `etcd` (package `etcd-server`) on 127.0.0.1 with a
+//! temporary data dir; `cargo xtask test` installs it.
+
+// The measured race and handover are worth reading in the test log.
+#![allow(clippy::print_stderr)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use stageplan::reconcile::{
+    Controller, Deployment, Event, Expect, MemoryStore, NoMetrics, Node, Op, Placement, Snapshot, StageRequest, Store,
+    StoreError, check_invariants,
+};
+use stageplan_store::{EtcdStore, RedbStore};
+
+const GIB: u64 = 1 << 30;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stageplan-{name}-{}-{:?}", std::process::id(), Instant::now()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("address").port()
+}
+
+/// A real etcd server for one test, stopped when dropped.
+struct Etcd {
+    child: Child,
+    address: String,
+    dir: PathBuf,
+}
+
+impl Etcd {
+    fn start() -> Etcd {
+        let dir = temp_dir("etcd");
+        let (client, peer) = (free_port(), free_port());
+        let address = format!("127.0.0.1:{client}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &format!("http://{address}")])
+            .args(["--advertise-client-urls", &format!("http://{address}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)");
+        let started = Instant::now();
+        loop {
+            if EtcdStore::connect(&address).is_ok() {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start on {address}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Etcd { child, address, dir }
+    }
+
+    fn store(&self) -> EtcdStore {
+        EtcdStore::connect(&self.address).expect("etcd answers")
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn put(key: &str, value: &str, expect: Expect) -> Op {
+    Op::Put { key: key.into(), value: value.into(), expect }
+}
+
+/// The contract every store keeps: all-or-nothing commits, one revision per commit, prefix
+/// listing in key order.
+fn contract(store: &mut impl Store) {
+    let r1 = store.commit(&[put("nodes/a", "1", Expect::Absent), put("nodes/b", "2", Expect::Absent)]).unwrap();
+    let listed = store.list("nodes/").unwrap();
+    assert_eq!(
+        listed.iter().map(|(k, v)| (k.as_str(), v.value.as_str(), v.revision)).collect::<Vec<_>>(),
+        [("nodes/a", "1", r1), ("nodes/b", "2", r1)]
+    );
+    let conflict = store.commit(&[put("nodes/c", "3", Expect::Absent), put("nodes/a", "x", Expect::Absent)]);
+    assert!(matches!(conflict, Err(StoreError::Conflict { .. })), "{conflict:?}");
+    assert_eq!(store.list("nodes/").unwrap().len(), 2, "a failed commit writes nothing");
+    let r2 = store.commit(&[put("nodes/a", "1b", Expect::Revision(r1))]).unwrap();
+    assert!(r2 > r1);
+    assert!(matches!(store.commit(&[put("nodes/a", "1c", Expect::Revision(r1))]), Err(StoreError::Conflict { .. })));
+    store.commit(&[Op::Delete { key: "nodes/a".into(), expect: Expect::Revision(r2) }]).unwrap();
+    store.commit(&[put("assignments/d/0/0", "{}", Expect::Any)]).unwrap();
+    assert_eq!(store.list("nodes/").unwrap().len(), 1);
+    assert_eq!(store.list("").unwrap().len(), 2);
+    store
+        .commit(&[
+            Op::Delete { key: "nodes/b".into(), expect: Expect::Any },
+            Op::Delete { key: "assignments/d/0/0".into(), expect: Expect::Any },
+        ])
+        .unwrap();
+    assert!(store.list("").unwrap().is_empty());
+}
+
+fn gpu_node(name: &str, gpus: u32) -> Node {
+    Node { name: name.into(), memory: 80 * GIB * u64::from(gpus), gpus }
+}
+
+fn deployment(name: &str, replicas: u32) -> Deployment {
+    Deployment {
+        name: name.into(),
+        model: "llama-3.1-70b q4_k_m".into(),
+        replicas,
+        min_replicas: None,
+        max_replicas: None,
+        placement: Placement::BinPack,
+        stages: vec![
+            StageRequest { layers: [0, 40], memory: 20 * GIB, gpus: 1 },
+            StageRequest { layers: [40, 80], memory: 20 * GIB, gpus: 1 },
+        ],
+        autoscale: None,
+        last_scaled_ms: None,
+    }
+}
+
+/// The loop on a store: everything placed, then quiet.
+fn loop_settles(store: &mut impl Store) {
+    let mut controller = Controller::default();
+    for n in 0..4 {
+        controller.handle(store, Event::NodeJoined(gpu_node(&format!("n{n}"), 4)), &NoMetrics).unwrap();
+    }
+    controller.handle(store, Event::DeploymentChanged(deployment("llama", 6)), &NoMetrics).unwrap();
+    let first = controller.pass(store, 0, &NoMetrics).unwrap();
+    assert_eq!((first.scheduled.len(), first.pending.len()), (12, 0));
+    assert!(controller.pass(store, 1, &NoMetrics).unwrap().is_quiet());
+    check_invariants(&Snapshot::load(store).unwrap()).unwrap();
+}
+
+#[test]
+fn memory_store_keeps_the_contract() {
+    contract(&mut MemoryStore::new());
+    loop_settles(&mut MemoryStore::new());
+}
+
+#[test]
+fn redb_keeps_the_contract_and_everything_survives_reopening() {
+    let dir = temp_dir("redb");
+    let path = dir.join("state.redb");
+    contract(&mut RedbStore::open(&path).unwrap());
+    loop_settles(&mut RedbStore::open(&path).unwrap());
+    let before = {
+        let mut store = RedbStore::open(&path).unwrap();
+        Snapshot::load(&mut store).unwrap().assignments
+    };
+    // A new process: the bindings, revisions and capacity come back from the file.
+    let mut store = RedbStore::open(&path).unwrap();
+    assert_eq!(Snapshot::load(&mut store).unwrap().assignments, before);
+    assert!(Controller::default().pass(&mut store, 2, &NoMetrics).unwrap().is_quiet());
+    // One process at a time: a second open names the problem.
+    let second = RedbStore::open(&path).unwrap_err().to_string();
+    assert!(second.contains("another `stageplan`"), "{second}");
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn etcd_keeps_the_contract_and_runs_the_loop() {
+    let etcd = Etcd::start();
+    contract(&mut etcd.store());
+    loop_settles(&mut etcd.store());
+}
+
+/// A controller whose first pass lacks one deployment (as if it read just before that
+/// deployment was created), and waits after that first read until the other controller has
+/// read too: both then decide on the same free GPUs, for different replicas.
+struct Racing {
+    store: EtcdStore,
+    hide: &'static str,
+    barrier: Option<Arc<Barrier>>,
+    lists: usize,
+}
+
+impl Store for Racing {
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, stageplan::reconcile::Versioned)>, StoreError> {
+        let mut records = self.store.list(prefix)?;
+        if self.lists < 3 {
+            records.retain(|(k, _)| k != self.hide);
+        }
+        self.lists += 1;
+        // A pass reads deployments, nodes, assignments: meet after the third read.
+        if self.lists == 3
+            && let Some(barrier) = self.barrier.take()
+        {
+            barrier.wait();
+        }
+        Ok(records)
+    }
+
+    fn commit(&mut self, ops: &[Op]) -> Result<u64, StoreError> {
+        self.store.commit(ops)
+    }
+}
+
+/// Two controllers pass concurrently against one etcd without leadership (the worst case),
+/// each binding different replicas onto the same free GPUs: compare-and-swap on the nodes'
+/// records must reject whichever commits second.
+#[test]
+fn two_controllers_on_one_etcd_never_double_bind() {
+    let etcd = Etcd::start();
+    let mut setup = etcd.store();
+    let mut controller = Controller::default();
+    for n in 0..6 {
+        controller.handle(&mut setup, Event::NodeJoined(gpu_node(&format!("n{n}"), 2)), &NoMetrics).unwrap();
+    }
+    // 12 GPUs; 24 stages wanted in each of two deployments.
+    for name in ["alpha", "beta"] {
+        controller.handle(&mut setup, Event::DeploymentChanged(deployment(name, 12)), &NoMetrics).unwrap();
+    }
+    let barrier = Arc::new(Barrier::new(2));
+    let threads: Vec<_> = ["deployments/alpha", "deployments/beta"]
+        .into_iter()
+        .map(|hide| {
+            let (barrier, address) = (barrier.clone(), etcd.address.clone());
+            std::thread::spawn(move || {
+                let store = EtcdStore::connect(&address).unwrap();
+                let mut racing = Racing { store, hide, barrier: Some(barrier), lists: 0 };
+                let mut controller = Controller::default();
+                let (mut scheduled, mut conflicts) = (0, 0);
+                for now in 0..20 {
+                    match controller.pass(&mut racing, now * 1_000_000, &NoMetrics) {
+                        Ok(report) => scheduled += report.scheduled.len(),
+                        Err(StoreError::Conflict { .. }) => conflicts += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                    check_invariants(&Snapshot::load(&mut racing.store).unwrap()).unwrap();
+                }
+                (scheduled, conflicts)
+            })
+        })
+        .collect();
+    let results: Vec<(usize, usize)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    eprintln!("(scheduled, conflicts) per controller: {results:?}");
+    let snapshot = Snapshot::load(&mut setup).unwrap();
+    check_invariants(&snapshot).unwrap();
+    assert_eq!(snapshot.assignments.len(), 12, "every GPU bound once: {results:?}");
+    assert_eq!(results.iter().map(|r| r.0).sum::<usize>(), 12, "each binding reported by exactly one controller");
+    assert!(results.iter().any(|r| r.1 > 0), "the race happened: one controller was refused");
+}
+
+/// The leader stops renewing (a crash); the follower takes over once the lease lapses, and
+/// the old leader's writes are fenced off.
+#[test]
+fn killing_the_leader_hands_over_within_the_lease() {
+    let etcd = Etcd::start();
+    const TTL_S: i64 = 2;
+    let mut a = etcd.store();
+    let mut b = etcd.store();
+    assert!(a.try_lead("a", TTL_S).unwrap());
+    assert!(!b.try_lead("b", TTL_S).unwrap());
+    assert_eq!(a.leader_id().unwrap().as_deref(), Some("a"));
+    // While `a` renews, `b` stays a follower.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(a.try_lead("a", TTL_S).unwrap());
+        assert!(!b.try_lead("b", TTL_S).unwrap());
+    }
+    // `a` dies without resigning. Its stale handle keeps the fence it had.
+    let fenced_a = a;
+    let died = Instant::now();
+    while !b.try_lead("b", TTL_S).unwrap() {
+        assert!(died.elapsed() < Duration::from_secs(TTL_S as u64 + 3), "no handover after {:?}", died.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let handover = died.elapsed();
+    assert!(handover <= Duration::from_secs(TTL_S as u64 + 2), "{handover:?}");
+    eprintln!("handover after {handover:?} (lease {TTL_S} s)");
+    let mut fenced_a = fenced_a;
+    let write = fenced_a.commit(&[put("nodes/x", "{}", Expect::Any)]);
+    assert!(matches!(write, Err(StoreError::Conflict { .. })), "a deposed leader must not write: {write:?}");
+    b.commit(&[put("nodes/x", "{}", Expect::Any)]).unwrap();
+    b.resign().unwrap();
+    let mut c = etcd.store();
+    assert!(c.try_lead("c", TTL_S).unwrap(), "resigning hands over at once");
+}
