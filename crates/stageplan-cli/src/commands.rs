@@ -10,7 +10,14 @@ use stageplan::presets::ModelPreset;
 use stageplan::scenario::KV_FORMATS;
 use stageplan::{Objective, Policy, Scenario, TensorType, WeightFormat};
 
-use crate::{gpu, load, render};
+use crate::{cluster, gpu, load, render};
+
+/// Logs for the long-running loop: to standard error, colored only on a terminal.
+fn init_logging() {
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(ansi).with_target(false).try_init();
+}
 
 /// Split a large model across mismatched machines, and prove the split is best.
 #[derive(Debug, Parser)]
@@ -123,6 +130,44 @@ enum Command {
         #[arg(long, value_enum, default_value_t = ExportFormat::Text)]
         format: ExportFormat,
     },
+    /// Run the control loop: keep every deployment's replicas placed as nodes come and go.
+    Reconcile {
+        /// The state: a redb file (created if missing) or `etcd://host:port[/prefix]`.
+        #[arg(long, default_value = "stageplan.redb")]
+        store: String,
+        /// Time between passes.
+        #[arg(long, default_value = "5s")]
+        interval: String,
+        /// Stop after this many passes (default: run until killed; every write is atomic).
+        #[arg(long)]
+        passes: Option<u64>,
+        /// This controller's name in leader election (etcd).
+        #[arg(long, default_value = "stageplan")]
+        id: String,
+        /// Leader lease (etcd): another controller takes over this long after one dies.
+        #[arg(long, default_value = "10s")]
+        lease: String,
+    },
+    /// Create or change a deployment: a model's pipeline, replicated.
+    Deploy {
+        /// A deployment: `name`, `replicas` (optional `min_replicas`, `max_replicas`,
+        /// `placement`, `autoscale`) and either `stages` or a `scenario` to plan them from.
+        deployment: PathBuf,
+        #[arg(long, default_value = "stageplan.redb")]
+        store: String,
+    },
+    /// Register, remove or list the machines the loop places stages on.
+    Nodes {
+        #[command(subcommand)]
+        action: NodesAction,
+    },
+    /// Deployments (desired, running, pending), nodes (used / total) and invariants.
+    Status {
+        #[arg(long, default_value = "stageplan.redb")]
+        store: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// List model presets, device presets and weight formats.
     Presets {
         #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -134,6 +179,33 @@ enum Command {
 enum Format {
     Table,
     Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum NodesAction {
+    /// Register a node (or change its capacity: stages that no longer fit are released).
+    Add {
+        name: String,
+        /// Memory stages may take, e.g. `80 GiB`.
+        #[arg(long)]
+        memory: String,
+        #[arg(long, default_value_t = 0)]
+        gpus: u32,
+        #[arg(long, default_value = "stageplan.redb")]
+        store: String,
+    },
+    /// Remove a node; the next pass moves its stages.
+    Remove {
+        name: String,
+        #[arg(long, default_value = "stageplan.redb")]
+        store: String,
+    },
+    List {
+        #[arg(long, default_value = "stageplan.redb")]
+        store: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -210,6 +282,39 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
         }
         Command::Model { model, weights, kv, format } => model_command(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets(format),
+        Command::Reconcile { store, interval, passes, id, lease } => {
+            let options = cluster::LoopOptions {
+                interval: cluster::duration("--interval", &interval)?,
+                passes,
+                id,
+                lease: cluster::duration("--lease", &lease)?,
+            };
+            init_logging();
+            Ok(Outcome::ok(cluster::reconcile(&store, &options)?))
+        }
+        Command::Deploy { deployment, store } => {
+            Ok(Outcome::ok(cluster::deploy(&store, &deployment, &read(&deployment)?)?))
+        }
+        Command::Nodes { action } => match action {
+            NodesAction::Add { name, memory, gpus, store } => {
+                Ok(Outcome::ok(cluster::add_node(&store, &name, &memory, gpus)?))
+            }
+            NodesAction::Remove { name, store } => Ok(Outcome::ok(cluster::remove_node(&store, &name)?)),
+            NodesAction::List { store, format } => {
+                let status = cluster::status(&store)?;
+                Ok(Outcome::ok(match format {
+                    Format::Json => serde_json::to_string_pretty(&status.nodes)? + "\n",
+                    Format::Table => cluster::render_nodes(&status.nodes),
+                }))
+            }
+        },
+        Command::Status { store, format } => {
+            let status = cluster::status(&store)?;
+            Ok(Outcome::ok(match format {
+                Format::Json => serde_json::to_string_pretty(&status)? + "\n",
+                Format::Table => cluster::render_status(&status),
+            }))
+        }
         Command::Export { plan_or_scenario, to, hosts, main, model, image, format } => {
             let target: stageplan::export::Target = to.parse().map_err(|e| Failure(format!("`--to`: {e}")))?;
             let request = ExportRequest { hosts, main, model, image };

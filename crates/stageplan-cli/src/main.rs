@@ -5,6 +5,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod cluster;
 mod commands;
 mod gpu;
 mod load;

@@ -1,0 +1,312 @@
+//! `reconcile`, `deploy`, `nodes` and `status`: the control loop and the commands that act
+//! on its store.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use stageplan::reconcile::{
+    Controller, Deployment, Event, NoMetrics, Node, Snapshot, Status, StoreError, check_invariants,
+};
+use stageplan::units::{Bytes, Seconds, format_bytes};
+use stageplan::{Scenario, export::MachineKind};
+use stageplan_store::AnyStore;
+use tracing::{info, warn};
+
+use crate::commands::Failure;
+
+/// How long a command waits for a redb file that the loop holds during a pass.
+const OPEN_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Opens `--store`, waiting a little while another `stageplan` holds a redb file.
+pub fn open(target: &str) -> Result<AnyStore, Failure> {
+    let started = Instant::now();
+    loop {
+        match stageplan_store::open(target) {
+            Ok(store) => return Ok(store),
+            Err(_) if started.elapsed() < OPEN_PATIENCE && !target.starts_with("etcd://") => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(Failure(format!("`--store {target}`: {e}"))),
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn store_failure(e: StoreError) -> Failure {
+    Failure(e.to_string())
+}
+
+/// Reads a deployment file: a [`Deployment`], where `stages` may be left out when a
+/// `scenario` (inline, or a path relative to the file) says what to plan.
+pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
+    let at = |e: String| Failure(format!("`{}`: {e}", path.display()));
+    let mut value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| at(format!("is not valid JSON ({e})")))?;
+    let object = value.as_object_mut().ok_or_else(|| at("is not a JSON object; give a deployment".into()))?;
+    let scenario = object.remove("scenario");
+    let gpus_per_stage = object.remove("gpus_per_stage");
+    if let Some(scenario) = scenario {
+        if object.contains_key("stages") {
+            return Err(at("has both `stages` and `scenario`; give one".into()));
+        }
+        let scenario_text = match &scenario {
+            serde_json::Value::String(file) => {
+                let base = path.parent().unwrap_or(Path::new("."));
+                std::fs::read_to_string(base.join(file))
+                    .map_err(|e| at(format!("`scenario` `{file}` cannot be read: {e}")))?
+            }
+            other => other.to_string(),
+        };
+        let problem = Scenario::from_json(&scenario_text)
+            .and_then(|s| s.problem())
+            .map_err(|e| at(format!("`scenario`: {e}")))?;
+        let plan = stageplan::plan(&problem);
+        if !plan.feasible {
+            let why = plan.diagnostics.first().map_or_else(String::new, |d| format!(": {}", d.message));
+            return Err(at(format!("`scenario` does not fit its machines{why}")));
+        }
+        let kinds = stageplan::export::ExportOptions::for_problem(&problem).kinds;
+        let gpus = gpus_per_stage.as_ref().and_then(serde_json::Value::as_u64);
+        let name = object.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_owned();
+        let replicas = object.get("replicas").and_then(serde_json::Value::as_u64).unwrap_or(1) as u32;
+        let template = Deployment::from_plan(&name, &plan, replicas, 1);
+        let mut stages = template.stages;
+        for (stage, planned) in stages.iter_mut().zip(&plan.stages) {
+            // A stage takes a GPU unless its machine holds it in RAM (a Mac, a CPU box).
+            let kind = kinds.get(&planned.node).copied().unwrap_or_default();
+            stage.gpus = gpus.map_or(u32::from(kind == MachineKind::Gpu), |g| g as u32);
+        }
+        object.insert("stages".into(), serde_json::to_value(&stages).map_err(|e| at(e.to_string()))?);
+        object.entry("model").or_insert(serde_json::Value::String(template.model));
+    }
+    let deployment: Deployment = serde_json::from_value(value).map_err(|e| at(e.to_string()))?;
+    deployment.check().map_err(|e| at(e.to_string()))?;
+    Ok(deployment)
+}
+
+/// `stageplan deploy`: writes the deployment; the loop places it.
+pub fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
+    let deployment = read_deployment(path, text)?;
+    let mut store = open(store)?;
+    let summary = format!(
+        "deployment `{}`: {} replica{} × {} stage{} ({} per replica)\n",
+        deployment.name,
+        deployment.replicas,
+        if deployment.replicas == 1 { "" } else { "s" },
+        deployment.stages.len(),
+        if deployment.stages.len() == 1 { "" } else { "s" },
+        format_bytes(deployment.stages.iter().map(|s| s.memory as f64).sum()),
+    );
+    Controller::default()
+        .handle(&mut store, Event::DeploymentChanged(deployment), &NoMetrics)
+        .map_err(store_failure)?;
+    Ok(summary)
+}
+
+/// `stageplan nodes add`.
+pub fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<String, Failure> {
+    let bytes = Bytes::parse(memory).map_err(|e| Failure(format!("`--memory`: {e}")))?;
+    let node = Node { name: name.to_owned(), memory: bytes.get() as u64, gpus };
+    node.check().map_err(|e| Failure(format!("node {e}")))?;
+    let mut store = open(store)?;
+    Controller::default().handle(&mut store, Event::NodeJoined(node), &NoMetrics).map_err(store_failure)?;
+    Ok(format!("node `{name}`: {bytes}, {gpus} GPU{}\n", if gpus == 1 { "" } else { "s" }))
+}
+
+/// `stageplan nodes remove`.
+pub fn remove_node(store: &str, name: &str) -> Result<String, Failure> {
+    let mut store = open(store)?;
+    let snapshot = Snapshot::load(&mut store).map_err(store_failure)?;
+    if !snapshot.nodes.contains_key(name) {
+        let known: Vec<&str> = snapshot.nodes.keys().map(String::as_str).collect();
+        return Err(Failure(format!("node `{name}` is not registered; registered: {}", known.join(", "))));
+    }
+    Controller::default().handle(&mut store, Event::NodeLeft(name.to_owned()), &NoMetrics).map_err(store_failure)?;
+    Ok(format!("node `{name}` removed; the next pass moves its stages\n"))
+}
+
+/// What `status` and `nodes list` show.
+#[derive(serde::Serialize)]
+pub struct ClusterStatus {
+    pub deployments: Vec<DeploymentStatus>,
+    pub nodes: Vec<NodeStatus>,
+    pub assignments: usize,
+    pub invariants: String,
+}
+
+#[derive(serde::Serialize)]
+pub struct DeploymentStatus {
+    pub name: String,
+    pub model: String,
+    pub desired: u32,
+    pub running: u32,
+    pub failed: u32,
+    pub pending: u32,
+}
+
+#[derive(serde::Serialize)]
+pub struct NodeStatus {
+    pub name: String,
+    pub memory: u64,
+    pub memory_used: u64,
+    pub gpus: u32,
+    pub gpus_used: u32,
+    pub stages: usize,
+}
+
+pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
+    let mut store = open(store)?;
+    let snapshot = Snapshot::load(&mut store).map_err(store_failure)?;
+    let deployments = snapshot
+        .deployments
+        .values()
+        .map(|(d, _)| {
+            let (mut running, mut failed) = (0, 0);
+            for replica in 0..d.replicas {
+                let stages: Vec<Option<Status>> = (0..d.stages.len())
+                    .map(|s| {
+                        let key = stageplan::reconcile::assignment_key(&d.name, replica, s);
+                        snapshot
+                            .assignments
+                            .get(&key)
+                            .filter(|(a, _)| snapshot.nodes.contains_key(&a.node))
+                            .map(|(a, _)| a.status)
+                    })
+                    .collect();
+                if stages.contains(&Some(Status::Failed)) {
+                    failed += 1;
+                } else if stages.iter().all(Option::is_some) {
+                    running += 1;
+                }
+            }
+            DeploymentStatus {
+                name: d.name.clone(),
+                model: d.model.clone(),
+                desired: d.replicas,
+                running,
+                failed,
+                pending: d.replicas - running - failed,
+            }
+        })
+        .collect();
+    let nodes = snapshot
+        .nodes
+        .values()
+        .map(|(n, _)| {
+            let on: Vec<_> = snapshot.assignments.values().filter(|(a, _)| a.node == n.name).collect();
+            NodeStatus {
+                name: n.name.clone(),
+                memory: n.memory,
+                memory_used: on.iter().map(|(a, _)| a.memory).sum(),
+                gpus: n.gpus,
+                gpus_used: on.iter().map(|(a, _)| a.gpus.len() as u32).sum(),
+                stages: on.len(),
+            }
+        })
+        .collect();
+    let invariants = match check_invariants(&snapshot) {
+        Ok(()) => "ok".to_owned(),
+        Err(v) => format!("VIOLATED: {v}"),
+    };
+    Ok(ClusterStatus { deployments, nodes, assignments: snapshot.assignments.len(), invariants })
+}
+
+pub fn render_status(status: &ClusterStatus) -> String {
+    let mut out = String::new();
+    out.push_str("deployments                  desired  running  pending  failed  model\n");
+    for d in &status.deployments {
+        out.push_str(&format!(
+            "  {:<26} {:>7}  {:>7}  {:>7}  {:>6}  {}\n",
+            d.name, d.desired, d.running, d.pending, d.failed, d.model
+        ));
+    }
+    out.push('\n');
+    out.push_str(&render_nodes(&status.nodes));
+    out.push_str(&format!("\n{} stage bindings · invariants {}\n", status.assignments, status.invariants));
+    out
+}
+
+pub fn render_nodes(nodes: &[NodeStatus]) -> String {
+    let mut out = String::from("nodes                        memory used / total      GPUs used  stages\n");
+    for n in nodes {
+        out.push_str(&format!(
+            "  {:<26} {:>10} / {:<10}  {:>4} / {:<4} {:>6}\n",
+            n.name,
+            format_bytes(n.memory_used as f64),
+            format_bytes(n.memory as f64),
+            n.gpus_used,
+            n.gpus,
+            n.stages
+        ));
+    }
+    out
+}
+
+/// Loop settings.
+pub struct LoopOptions {
+    pub interval: Duration,
+    pub passes: Option<u64>,
+    pub id: String,
+    pub lease: Duration,
+}
+
+/// `stageplan reconcile`: a pass every interval. A redb file is opened for each pass so
+/// `deploy`, `nodes` and `status` can use it in between; on etcd, only the leader passes.
+pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure> {
+    let mut controller = Controller::default();
+    let mut etcd = if target.starts_with("etcd://") { Some(open(target)?) } else { None };
+    let lease_s = options.lease.as_secs().max(1) as i64;
+    info!(store = target, interval_ms = options.interval.as_millis() as u64, "reconcile loop started");
+    let mut passes = 0u64;
+    loop {
+        let started = Instant::now();
+        let result = match &mut etcd {
+            Some(AnyStore::Etcd(store)) => match store.try_lead(&options.id, lease_s) {
+                Ok(true) => Some(controller.pass(store, now_ms(), &NoMetrics)),
+                Ok(false) => {
+                    info!(id = %options.id, leader = ?store.leader_id().ok().flatten(), "following");
+                    None
+                }
+                Err(e) => Some(Err(e)),
+            },
+            _ => Some(match open(target) {
+                Ok(mut store) => controller.pass(&mut store, now_ms(), &NoMetrics),
+                Err(Failure(e)) => Err(StoreError::Unavailable(e)),
+            }),
+        };
+        match result {
+            Some(Ok(report)) => info!(
+                scheduled = report.scheduled.len(),
+                released = report.released.len(),
+                pending = report.pending.len(),
+                rescaled = report.rescaled.len(),
+                commits = report.commits,
+                ms = (started.elapsed().as_secs_f64() * 1e4).round() / 10.0,
+                "pass"
+            ),
+            Some(Err(e)) => warn!(error = %e, "pass stopped; the next pass starts from the store"),
+            None => {}
+        }
+        passes += 1;
+        if options.passes.is_some_and(|n| passes >= n) {
+            break;
+        }
+        std::thread::sleep(options.interval.saturating_sub(started.elapsed()));
+    }
+    if let Some(AnyStore::Etcd(store)) = &mut etcd {
+        let _ = store.resign();
+    }
+    Ok(String::new())
+}
+
+/// Parses `--interval` and `--lease`.
+pub fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
+    let seconds = Seconds::parse(text).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
+    if seconds.get() <= 0.0 || seconds.get() > 86_400.0 {
+        return Err(Failure(format!("`{flag} {text}` must be between 1 ms and 24 h, e.g. `5s`")));
+    }
+    Ok(Duration::from_secs_f64(seconds.get()))
+}
