@@ -1,7 +1,8 @@
 //! `reconcile`, `deploy`, `nodes` and `status`: the control loop and the commands that act
 //! on its store.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use stageplan::reconcile::{
@@ -251,6 +252,20 @@ pub struct LoopOptions {
     pub passes: Option<u64>,
     pub id: String,
     pub lease: Duration,
+    pub metrics: Option<PathBuf>,
+}
+
+/// Utilization per deployment from `--metrics`, read fresh for each pass; a file that is
+/// missing or malformed holds autoscaling (with a warning), never stops the loop.
+fn read_metrics(path: Option<&Path>) -> BTreeMap<String, f64> {
+    let Some(path) = path else { return BTreeMap::new() };
+    let parsed = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()));
+    parsed.unwrap_or_else(|e| {
+        warn!(file = %path.display(), error = %e, "metrics unreadable; autoscaling holds this pass");
+        BTreeMap::new()
+    })
 }
 
 /// `stageplan reconcile`: a pass every interval. A redb file is opened for each pass so
@@ -263,9 +278,10 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
     let mut passes = 0u64;
     loop {
         let started = Instant::now();
+        let metrics = read_metrics(options.metrics.as_deref());
         let result = match &mut etcd {
             Some(AnyStore::Etcd(store)) => match store.try_lead(&options.id, lease_s) {
-                Ok(true) => Some(controller.pass(store, now_ms(), &NoMetrics)),
+                Ok(true) => Some(controller.pass(store, now_ms(), &metrics)),
                 Ok(false) => {
                     info!(id = %options.id, leader = ?store.leader_id().ok().flatten(), "following");
                     None
@@ -273,20 +289,25 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
                 Err(e) => Some(Err(e)),
             },
             _ => Some(match open(target) {
-                Ok(mut store) => controller.pass(&mut store, now_ms(), &NoMetrics),
+                Ok(mut store) => controller.pass(&mut store, now_ms(), &metrics),
                 Err(Failure(e)) => Err(StoreError::Unavailable(e)),
             }),
         };
         match result {
-            Some(Ok(report)) => info!(
-                scheduled = report.scheduled.len(),
-                released = report.released.len(),
-                pending = report.pending.len(),
-                rescaled = report.rescaled.len(),
-                commits = report.commits,
-                ms = (started.elapsed().as_secs_f64() * 1e4).round() / 10.0,
-                "pass"
-            ),
+            Some(Ok(report)) => {
+                for (name, from, to) in &report.rescaled {
+                    info!(deployment = %name, from, to, "autoscaled");
+                }
+                info!(
+                    scheduled = report.scheduled.len(),
+                    released = report.released.len(),
+                    pending = report.pending.len(),
+                    rescaled = report.rescaled.len(),
+                    commits = report.commits,
+                    ms = (started.elapsed().as_secs_f64() * 1e4).round() / 10.0,
+                    "pass"
+                );
+            }
             Some(Err(e)) => warn!(error = %e, "pass stopped; the next pass starts from the store"),
             None => {}
         }

@@ -147,6 +147,10 @@ enum Command {
         /// Leader lease (etcd): another controller takes over this long after one dies.
         #[arg(long, default_value = "10s")]
         lease: String,
+        /// Utilization per deployment for autoscaling, re-read every pass:
+        /// `{"DEPLOYMENT": 0.85, …}` (1.0 = replicas at capacity), e.g. written by an exporter.
+        #[arg(long)]
+        metrics: Option<PathBuf>,
     },
     /// Create or change a deployment: a model's pipeline, replicated.
     Deploy {
@@ -282,12 +286,13 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
         }
         Command::Model { model, weights, kv, format } => model_command(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets(format),
-        Command::Reconcile { store, interval, passes, id, lease } => {
+        Command::Reconcile { store, interval, passes, id, lease, metrics } => {
             let options = cluster::LoopOptions {
                 interval: cluster::duration("--interval", &interval)?,
                 passes,
                 id,
                 lease: cluster::duration("--lease", &lease)?,
+                metrics,
             };
             init_logging();
             Ok(Outcome::ok(cluster::reconcile(&store, &options)?))

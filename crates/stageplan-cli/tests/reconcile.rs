@@ -55,3 +55,68 @@ fn deploy_reconcile_lose_a_node_and_recover() {
     let empty = status(&dir);
     assert!(empty["nodes"].as_array().unwrap().iter().all(|n| n["gpus_used"] == 0 && n["memory_used"] == 0), "{empty}");
 }
+
+/// Two `stageplan reconcile` processes on one etcd: one leads and places, the other follows;
+/// killing the leader hands the loop over; autoscaling follows the metrics file.
+#[test]
+fn two_loops_on_etcd_one_leads_and_the_other_takes_over() {
+    let etcd = stageplan_store::testing::EtcdServer::start();
+    let dir = stageplan_store::testing::temp_dir("cli-etcd");
+    let store = format!("etcd://{}", etcd.address());
+    let on = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--store", &store]);
+        run(&dir, &all)
+    };
+    on(&["nodes", "add", "gpu-a", "--memory", "640 GiB", "--gpus", "8"]);
+    on(&["nodes", "add", "gpu-b", "--memory", "640 GiB", "--gpus", "8"]);
+    std::fs::write(
+        dir.join("chat.json"),
+        serde_json::json!({
+            "name": "chat", "replicas": 2, "min_replicas": 1, "max_replicas": 8,
+            "stages": [{"memory": 20u64 << 30, "gpus": 1}, {"memory": 20u64 << 30, "gpus": 1}],
+            "autoscale": {"target": 0.5, "up_cooldown_ms": 4000}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    on(&["deploy", "chat.json"]);
+    std::fs::write(dir.join("metrics.json"), r#"{"chat": 1.0}"#).unwrap();
+    let spawn = |id: &str| {
+        Command::new(env!("CARGO_BIN_EXE_stageplan"))
+            .args(["reconcile", "--store", &store, "--interval", "200ms", "--lease", "1s", "--id", id])
+            .args(["--metrics", "metrics.json"])
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("runs")
+    };
+    let mut first = spawn("first");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let mut second = spawn("second");
+    let wait_for = |what: &str, done: &dyn Fn(&serde_json::Value) -> bool| {
+        let started = std::time::Instant::now();
+        loop {
+            let status: serde_json::Value =
+                serde_json::from_str(&on(&["status", "--format", "json"])).expect("JSON status");
+            assert_eq!(status["invariants"], "ok");
+            if done(&status) {
+                return status;
+            }
+            assert!(started.elapsed().as_secs() < 15, "{what}: {status}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    // Utilization 1.0 against a 0.5 target doubles the replicas: 2 → 4.
+    wait_for("scaled to 4 and placed", &|s| s["deployments"][0]["desired"] == 4 && s["deployments"][0]["running"] == 4);
+    // The leader dies; the follower takes over within the lease, keeps the persisted
+    // cooldown, and scales 4 → 8 once it has passed.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let died = std::time::Instant::now();
+    wait_for("scaled to 8 by the new leader", &|s| s["deployments"][0]["running"] == 8);
+    assert!(died.elapsed().as_millis() >= 1_000, "the cooldown held across the handover");
+    second.kill().unwrap();
+    second.wait().unwrap();
+}

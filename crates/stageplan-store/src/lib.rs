@@ -10,6 +10,7 @@
 
 mod etcd;
 mod redb_store;
+pub mod testing;
 
 pub use etcd::{EtcdStore, Leadership};
 pub use redb_store::RedbStore;

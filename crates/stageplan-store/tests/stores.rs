@@ -7,9 +7,6 @@
 // The measured race and handover are worth reading in the test log.
 #![allow(clippy::print_stderr)]
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -17,67 +14,10 @@ use stageplan::reconcile::{
     Controller, Deployment, Event, Expect, MemoryStore, NoMetrics, Node, Op, Placement, Snapshot, StageRequest, Store,
     StoreError, check_invariants,
 };
+use stageplan_store::testing::{EtcdServer, temp_dir};
 use stageplan_store::{EtcdStore, RedbStore};
 
 const GIB: u64 = 1 << 30;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stageplan-{name}-{}-{:?}", std::process::id(), Instant::now()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("address").port()
-}
-
-/// A real etcd server for one test, stopped when dropped.
-struct Etcd {
-    child: Child,
-    address: String,
-    dir: PathBuf,
-}
-
-impl Etcd {
-    fn start() -> Etcd {
-        let dir = temp_dir("etcd");
-        let (client, peer) = (free_port(), free_port());
-        let address = format!("127.0.0.1:{client}");
-        let child = Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &format!("http://{address}")])
-            .args(["--advertise-client-urls", &format!("http://{address}")])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)");
-        let started = Instant::now();
-        loop {
-            if EtcdStore::connect(&address).is_ok() {
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start on {address}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Etcd { child, address, dir }
-    }
-
-    fn store(&self) -> EtcdStore {
-        EtcdStore::connect(&self.address).expect("etcd answers")
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn put(key: &str, value: &str, expect: Expect) -> Op {
     Op::Put { key: key.into(), value: value.into(), expect }
@@ -174,7 +114,7 @@ fn redb_keeps_the_contract_and_everything_survives_reopening() {
 
 #[test]
 fn etcd_keeps_the_contract_and_runs_the_loop() {
-    let etcd = Etcd::start();
+    let etcd = EtcdServer::start();
     contract(&mut etcd.store());
     loop_settles(&mut etcd.store());
 }
@@ -215,7 +155,7 @@ impl Store for Racing {
 /// records must reject whichever commits second.
 #[test]
 fn two_controllers_on_one_etcd_never_double_bind() {
-    let etcd = Etcd::start();
+    let etcd = EtcdServer::start();
     let mut setup = etcd.store();
     let mut controller = Controller::default();
     for n in 0..6 {
@@ -229,7 +169,7 @@ fn two_controllers_on_one_etcd_never_double_bind() {
     let threads: Vec<_> = ["deployments/alpha", "deployments/beta"]
         .into_iter()
         .map(|hide| {
-            let (barrier, address) = (barrier.clone(), etcd.address.clone());
+            let (barrier, address) = (barrier.clone(), etcd.address().to_owned());
             std::thread::spawn(move || {
                 let store = EtcdStore::connect(&address).unwrap();
                 let mut racing = Racing { store, hide, barrier: Some(barrier), lists: 0 };
@@ -260,7 +200,7 @@ fn two_controllers_on_one_etcd_never_double_bind() {
 /// the old leader's writes are fenced off.
 #[test]
 fn killing_the_leader_hands_over_within_the_lease() {
-    let etcd = Etcd::start();
+    let etcd = EtcdServer::start();
     const TTL_S: i64 = 2;
     let mut a = etcd.store();
     let mut b = etcd.store();

@@ -1,0 +1,83 @@
+//! Test support: a real etcd server on 127.0.0.1 for one test, and temporary directories.
+//! Used by this crate's tests and the CLI's.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::EtcdStore;
+
+/// A fresh directory under the system's temporary directory.
+///
+/// # Panics
+/// When it cannot be created.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("stageplan-{name}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// Debian's `etcd` (package `etcd-server`) with a temporary data dir, killed when dropped.
+#[derive(Debug)]
+pub struct EtcdServer {
+    child: Child,
+    address: String,
+    dir: PathBuf,
+}
+
+impl EtcdServer {
+    /// Starts etcd on free ports and waits until it answers.
+    ///
+    /// # Panics
+    /// When `etcd` is not installed or does not answer within 30 s.
+    pub fn start() -> EtcdServer {
+        let dir = temp_dir("etcd");
+        let (client, peer) = (free_port(), free_port());
+        let address = format!("127.0.0.1:{client}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &format!("http://{address}")])
+            .args(["--advertise-client-urls", &format!("http://{address}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)");
+        let started = Instant::now();
+        while EtcdStore::connect(&address).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start on {address}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        EtcdServer { child, address, dir }
+    }
+
+    /// `host:port` of its client endpoint.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// A store on it.
+    ///
+    /// # Panics
+    /// When it stopped answering.
+    pub fn store(&self) -> EtcdStore {
+        EtcdStore::connect(&self.address).expect("etcd answers")
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
