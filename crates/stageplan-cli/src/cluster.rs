@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use stageplan::reconcile::{
@@ -275,6 +277,11 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
     let mut etcd = if target.starts_with("etcd://") { Some(open(target)?) } else { None };
     let lease_s = options.lease.as_secs().max(1) as i64;
     info!(store = target, interval_ms = options.interval.as_millis() as u64, "reconcile loop started");
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)) {
+        warn!(error = %e, "cannot catch Ctrl-C; stopping will leave the lease to lapse");
+    }
     let mut passes = 0u64;
     loop {
         let started = Instant::now();
@@ -315,7 +322,14 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
         if options.passes.is_some_and(|n| passes >= n) {
             break;
         }
-        std::thread::sleep(options.interval.saturating_sub(started.elapsed()));
+        // Sleep in short steps so a stop request is seen within 50 ms.
+        while started.elapsed() < options.interval && !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(options.interval.saturating_sub(started.elapsed()).min(Duration::from_millis(50)));
+        }
+        if stop.load(Ordering::SeqCst) {
+            info!("stopping");
+            break;
+        }
     }
     if let Some(AnyStore::Etcd(store)) = &mut etcd {
         let _ = store.resign();

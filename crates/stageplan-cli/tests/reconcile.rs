@@ -117,6 +117,11 @@ fn two_loops_on_etcd_one_leads_and_the_other_takes_over() {
     let died = std::time::Instant::now();
     wait_for("scaled to 8 by the new leader", &|s| s["deployments"][0]["running"] == 8);
     assert!(died.elapsed().as_millis() >= 1_000, "the cooldown held across the handover");
-    second.kill().unwrap();
-    second.wait().unwrap();
+    // SIGTERM: the loop stops between passes and resigns, so nobody leads at once.
+    let term = Command::new("kill").args(["-TERM", &second.id().to_string()]).status().expect("kill runs");
+    assert!(term.success());
+    let stopped = std::time::Instant::now();
+    assert!(second.wait().unwrap().success(), "a stopped loop exits 0");
+    assert!(stopped.elapsed().as_millis() < 2_000);
+    assert_eq!(etcd.store().leader_id().unwrap(), None, "the leader resigned");
 }
