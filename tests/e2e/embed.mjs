@@ -166,7 +166,7 @@ await check('without WebAssembly, each widget shows a readable table and says wh
   await page.close();
 });
 
-for (const file of ['stageplan_bg.wasm', 'stageplan.js', 'stage-plan.js', 'stage-plan.css', 'node/stageplan_bg.wasm', 'node/stageplan.js']) {
+for (const file of ['widget/stageplan_bg.wasm', 'widget/stageplan.js', 'stage-plan.js', 'stage-plan.css', 'stageplan_bg.wasm', 'stageplan.js', 'node/stageplan_bg.wasm', 'node/stageplan.js']) {
   const bytes = fs.readFileSync(path.join(embed, file));
   metrics[`size_${file}`] = { raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length };
 }

@@ -8,16 +8,17 @@
 //   <stage-plan src="scenario.json"></stage-plan>
 //
 // Each element renders into its own shadow root, so several can share a page and neither the
-// page's styles nor the widget's leak across. The planner (WebAssembly) loads once per page.
+// page's styles nor the widget's leak across. The planner (WebAssembly) loads once per page:
+// `widget/`, the widget's own build, without the JS API's importers.
 
-import init, { mountWidget } from './stageplan.js';
+import init, { mountWidget } from './widget/stageplan.js';
 
 const here = import.meta.url;
 let loading;
 
 /** Loads the planner once for every widget on the page. */
 function planner() {
-  loading ??= init({ module_or_path: new URL('stageplan_bg.wasm', here) });
+  loading ??= init({ module_or_path: new URL('widget/stageplan_bg.wasm', here) });
   return loading;
 }
 

@@ -7,7 +7,9 @@
 //! declarations) types every function and shape; the functions skip wasm-bindgen's own
 //! signatures, which cannot say "optional".
 
+#[cfg(feature = "api")]
 use serde::Serialize;
+#[cfg(feature = "api")]
 use serde::de::DeserializeOwned;
 use wasm_bindgen::prelude::*;
 
@@ -24,6 +26,7 @@ const TYPES: &str = include_str!("stageplan.d.ts");
 ///
 /// # Errors
 /// A JS `Error` with the CLI's message when the scenario is invalid.
+#[cfg(feature = "api")]
 #[wasm_bindgen(skip_typescript)]
 pub fn plan(
     scenario: JsValue,
@@ -40,6 +43,7 @@ pub fn plan(
 ///
 /// # Errors
 /// An unknown preset, a malformed config, or an unknown weight or KV format.
+#[cfg(feature = "api")]
 #[wasm_bindgen(skip_typescript)]
 pub fn model(
     #[wasm_bindgen(js_name = presetOrConfig)] preset_or_config: JsValue,
@@ -56,6 +60,7 @@ pub fn model(
 ///
 /// # Errors
 /// None in practice (conversion to JS values).
+#[cfg(feature = "api")]
 #[wasm_bindgen(skip_typescript)]
 pub fn presets() -> Result<JsValue, JsError> {
     output(&stageplan::presets::catalog())
@@ -66,6 +71,7 @@ pub fn presets() -> Result<JsValue, JsError> {
 ///
 /// # Errors
 /// A current plan or scenario that does not parse, or options out of range.
+#[cfg(feature = "api")]
 #[wasm_bindgen(skip_typescript)]
 pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsError> {
     let current = text(&current, "current")?;
@@ -80,6 +86,7 @@ pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> 
 ///
 /// # Errors
 /// Bytes that are not a model file, or a malformed header (with the byte offset).
+#[cfg(feature = "api")]
 #[wasm_bindgen(js_name = importHeader, skip_typescript)]
 pub fn import_header(
     bytes: &[u8],
@@ -99,6 +106,7 @@ pub fn import_header(
     output(&api::import_header(file, options.weights.as_deref(), options.kv.as_deref()).map_err(|e| JsError::new(&e))?)
 }
 
+#[cfg(feature = "api")]
 /// Options of `model` and `importHeader`.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -110,6 +118,7 @@ struct Options {
     config: Option<serde_json::Value>,
 }
 
+#[cfg(feature = "api")]
 fn read_options<T: DeserializeOwned + Default>(options: Option<JsValue>) -> Result<T, JsError> {
     let Some(options) = options.filter(|o| !o.is_undefined() && !o.is_null()) else {
         return Ok(T::default());
@@ -133,6 +142,7 @@ fn text(value: &JsValue, what: &str) -> Result<String, JsError> {
         .ok_or_else(|| JsError::new(&format!("`{what}` cannot be written as JSON (does it hold a BigInt or a cycle?)")))
 }
 
+#[cfg(feature = "api")]
 /// `{ name, bytes, size? }` of a model file.
 fn model_file_parts(value: &JsValue) -> Result<(String, Vec<u8>, Option<u64>), JsError> {
     let get = |key: &str| js_sys::Reflect::get(value, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED);
@@ -145,6 +155,7 @@ fn model_file_parts(value: &JsValue) -> Result<(String, Vec<u8>, Option<u64>), J
     Ok((name, bytes, size))
 }
 
+#[cfg(feature = "api")]
 /// A Rust value as a plain JS object (maps as objects, 64-bit integers as numbers).
 fn output<T: Serialize>(value: &T) -> Result<JsValue, JsError> {
     value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| JsError::new(&e.to_string()))

@@ -218,17 +218,17 @@ fn pin_inline_script(index: &Path) -> Result<(), String> {
     std::fs::write(index, pinned).map_err(|e| e.to_string())
 }
 
-/// Builds the embed package into `dist/embed/`: the widget and browser API (`stageplan.js`,
-/// wasm-bindgen's web target), the Node API (`node/`, without the widget), the element
-/// (`stage-plan.js`, `.css`), `package.json` and the example page. Run after `build_web`,
-/// which empties `dist/`.
+/// Builds the embed package into `dist/embed/`: the browser API (`stageplan.js`,
+/// wasm-bindgen's web target) and the Node API (`node/`) from one API-only build, the widget
+/// alone (`widget/`, which `stage-plan.js` loads), the element (`stage-plan.js`, `.css`),
+/// `package.json` and the example page. Run after `build_web`, which empties `dist/`.
 fn build_embed() -> Result<PathBuf, String> {
     let out = root().join("dist/embed");
     let _ = std::fs::remove_dir_all(&out);
     let wasm = target_dir().join(WASM_TARGET).join("wasm-release/stageplan_js.wasm");
-    for (features, bindgen_target, dir) in
-        [(None, "web", out.clone()), (Some("--no-default-features"), "nodejs", out.join("node"))]
-    {
+    let builds: [(&str, &[(&str, PathBuf)]); 2] =
+        [("api", &[("web", out.clone()), ("nodejs", out.join("node"))]), ("widget", &[("web", out.join("widget"))])];
+    for (feature, outputs) in builds {
         let mut build = cargo();
         build.args([
             "build",
@@ -239,23 +239,30 @@ fn build_embed() -> Result<PathBuf, String> {
             "--target",
             WASM_TARGET,
             "--locked",
+            "--no-default-features",
+            "--features",
+            feature,
         ]);
-        build.args(features);
-        step(&format!("build the JS package's wasm ({bindgen_target})"), build)?;
-        let mut bindgen = Command::new("wasm-bindgen");
-        bindgen
-            .args(["--target", bindgen_target, "--out-name", "stageplan", "--out-dir"])
-            .arg(&dir)
-            .arg(&wasm)
-            .env("PATH", tool_path());
-        step(&format!("wasm-bindgen ({bindgen_target})"), bindgen)?;
-        let module = dir.join("stageplan_bg.wasm");
-        let mut opt = Command::new("wasm-opt");
-        opt.arg("-Oz").args(WASM_FEATURES).arg(&module).arg("-o").arg(&module).env("PATH", tool_path());
-        step(&format!("wasm-opt ({bindgen_target})"), opt)?;
+        step(&format!("build the JS package's wasm ({feature})"), build)?;
+        for (bindgen_target, dir) in outputs {
+            let mut bindgen = Command::new("wasm-bindgen");
+            bindgen
+                .args(["--target", bindgen_target, "--out-name", "stageplan", "--out-dir"])
+                .arg(dir)
+                .arg(&wasm)
+                .env("PATH", tool_path());
+            step(&format!("wasm-bindgen ({feature}, {bindgen_target})"), bindgen)?;
+            let module = dir.join("stageplan_bg.wasm");
+            let mut opt = Command::new("wasm-opt");
+            opt.arg("-Oz").args(WASM_FEATURES).arg(&module).arg("-o").arg(&module).env("PATH", tool_path());
+            step(&format!("wasm-opt ({feature}, {bindgen_target})"), opt)?;
+        }
     }
     // wasm-bindgen's Node glue is CommonJS; the package itself is ES modules.
     std::fs::write(out.join("node/package.json"), "{\"type\": \"commonjs\"}\n").map_err(|e| e.to_string())?;
+    // The widget's glue has no declarations worth shipping: `stage-plan.js` is its interface.
+    let _ = std::fs::remove_file(out.join("widget/stageplan.d.ts"));
+    let _ = std::fs::remove_file(out.join("widget/stageplan_bg.wasm.d.ts"));
     copy_tree(&root().join("web/embed"), &out)?;
     Ok(out)
 }

@@ -110,6 +110,13 @@ pub fn SharePanel(
     notice: RwSignal<Option<String>>,
 ) -> impl IntoView {
     let link = RwSignal::new(String::new());
+    // Written here, not by `compute`, so the widget (which shows no JSON) carries no plan
+    // serializer.
+    let plan_json = Memo::new(move |_| {
+        computed.with(|c| {
+            c.result.as_ref().map(|o| serde_json::to_string_pretty(&o.plan).unwrap_or_default()).unwrap_or_default()
+        })
+    });
     let import_text = RwSignal::new(String::new());
     let share = move |_| {
         let fragment = state.with_untracked(AppState::to_fragment);
@@ -140,7 +147,7 @@ pub fn SharePanel(
             <div class="row">
                 <button id="share" type="button" on:click=share>"Copy a share link"</button>
                 <button id="download-scenario" type="button" on:click=move |_| computed.with(|c| if let Ok(o) = &c.result { download("scenario.json", &o.scenario_json) })>"Download scenario JSON"</button>
-                <button id="download-plan" type="button" on:click=move |_| computed.with(|c| if let Ok(o) = &c.result { download("plan.json", &o.plan_json) })>"Download plan JSON"</button>
+                <button id="download-plan" type="button" on:click=move |_| plan_json.with(|text| if !text.is_empty() { download("plan.json", text) })>"Download plan JSON"</button>
             </div>
             <label class="field" for="share-link"><span>"Share link (the whole state is in the link; nothing is uploaded)"</span>
                 <input id="share-link" type="text" readonly prop:value=move || link.get()/></label>
@@ -150,7 +157,7 @@ pub fn SharePanel(
             </details>
             <details>
                 <summary>"Plan JSON"</summary>
-                <pre id="plan-json">{move || computed.with(|c| c.result.as_ref().map(|o| o.plan_json.clone()).unwrap_or_default())}</pre>
+                <pre id="plan-json">{move || plan_json.get()}</pre>
             </details>
             <label class="field" for="import-json"><span>"Import a scenario JSON"</span>
                 <textarea id="import-json" rows="4" spellcheck="false" prop:value=move || import_text.get()
