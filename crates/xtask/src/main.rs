@@ -34,7 +34,7 @@ const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
 /// Chromium with its driver for the browser tests, and etcd for the state-store tests.
 const APT_PACKAGES: [&str; 5] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server"];
-const FUZZ_TARGETS: [&str; 4] = ["gguf_header", "safetensors_header", "scenario", "replan"];
+const FUZZ_TARGETS: [&str; 5] = ["gguf_header", "safetensors_header", "scenario", "replan", "export"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;
 
