@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use stageplan::Scenario;
+use stageplan::presets::DeviceKind;
 use stageplan::reconcile::{
     Controller, Deployment, Event, NoMetrics, Node, Snapshot, Status, StoreError, check_invariants,
 };
 use stageplan::units::{Bytes, Seconds, format_bytes};
-use stageplan::{Scenario, export::MachineKind};
 use stageplan_store::AnyStore;
 use tracing::{info, warn};
 
@@ -80,7 +81,7 @@ pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
         for (stage, planned) in stages.iter_mut().zip(&plan.stages) {
             // A stage takes a GPU unless its machine holds it in RAM (a Mac, a CPU box).
             let kind = kinds.get(&planned.node).copied().unwrap_or_default();
-            stage.gpus = gpus.map_or(u32::from(kind == MachineKind::Gpu), |g| g as u32);
+            stage.gpus = gpus.map_or(u32::from(kind == DeviceKind::Gpu), |g| g as u32);
         }
         object.insert("stages".into(), serde_json::to_value(&stages).map_err(|e| at(e.to_string()))?);
         object.entry("model").or_insert(serde_json::Value::String(template.model));

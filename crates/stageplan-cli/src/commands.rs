@@ -505,7 +505,8 @@ fn export(path: &Path, target: Target, request: ExportRequest, format: ExportFor
     let (plan, mut options) = if value.get("stages").is_some() || value.get("plan").is_some() {
         let plan =
             stageplan::export::plan_from_json(&text).map_err(|e| Failure(format!("`{}`: {e}", path.display())))?;
-        (plan, ExportOptions::default())
+        let options = ExportOptions::for_plan(&plan);
+        (plan, options)
     } else {
         let problem = load_problem(path, Scenario::from_json(&text)?)?;
         (stageplan::plan(&problem), ExportOptions::for_problem(&problem))

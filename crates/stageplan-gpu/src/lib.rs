@@ -104,6 +104,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
         .map(|p| Node {
             name: p.adapter.name.clone(),
             device: None,
+            kind: None,
             memory: u64::MAX / 4,
             bandwidth: p.bandwidth.median,
             compute: p.compute_f32.median,

@@ -89,6 +89,8 @@ export interface NodeSpec {
   name: string;
   /** A device preset (see `presets().devices`); the fields below override its figures. */
   device?: string;
+  /** The machine's kind; the preset's unless given. Exports pick device names by it. */
+  kind?: DeviceKind;
   memory?: Quantity;
   bandwidth?: Quantity;
   compute?: Quantity;
@@ -139,8 +141,12 @@ export interface PlannedWorkload {
   kv: string;
 }
 
+export type DeviceKind = 'gpu' | 'unified' | 'cpu';
+
 export interface Stage {
   node: string;
+  /** Recorded when the scenario or the node's preset says. */
+  kind?: DeviceKind;
   /** `[start, end)` */
   layers: [number, number];
   embedding: boolean;
@@ -254,7 +260,7 @@ export interface Catalog {
 export interface DevicePreset {
   name: string;
   title: string;
-  kind: "gpu" | "unified" | "cpu";
+  kind: DeviceKind;
   memory: number;
   bandwidth: number;
   compute: number;

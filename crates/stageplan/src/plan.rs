@@ -77,6 +77,10 @@ pub struct PlannedWorkload {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
     pub node: String,
+    /// The machine's kind (`gpu`, `unified`, `cpu`) when the scenario or its preset says;
+    /// exports name devices and request GPUs by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<crate::presets::DeviceKind>,
     /// `[start, end)`.
     pub layers: [usize; 2],
     /// Holds the token embedding (first stage).

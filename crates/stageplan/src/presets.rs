@@ -95,11 +95,13 @@ impl ModelPreset {
     }
 }
 
-/// What kind of memory a device plans against.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+/// What kind of memory a device plans against; exports also decide device names and GPU
+/// requests by it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceKind {
-    /// A discrete GPU: its VRAM.
+    /// A discrete GPU: its VRAM. The default when nothing says otherwise.
+    #[default]
     Gpu,
     /// Apple silicon: unified memory, of which macOS lets the GPU wire about three quarters.
     Unified,

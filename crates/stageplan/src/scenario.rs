@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::cost::Efficiency;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::model::{HfConfig, Model, WeightFormat};
-use crate::presets::{DevicePreset, ModelPreset};
+use crate::presets::{DeviceKind, DevicePreset, ModelPreset};
 use crate::tensor_type::TensorType;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
@@ -110,6 +110,10 @@ pub struct NodeSpec {
     /// A device preset; the fields below override its figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// `gpu`, `unified` (Apple silicon) or `cpu`: the preset's kind unless given. Exports
+    /// name devices and request GPUs by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<DeviceKind>,
     /// Memory usable for the model: VRAM on a discrete GPU, RAM on a CPU or unified-memory machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Bytes>,
@@ -263,6 +267,8 @@ pub struct Node {
     pub name: String,
     /// The preset it came from, if any.
     pub device: Option<String>,
+    /// Given, or the preset's; `None` for custom figures without a kind.
+    pub kind: Option<DeviceKind>,
     /// Memory budget in bytes.
     pub memory: u64,
     /// Bytes/s.
@@ -462,6 +468,7 @@ impl Scenario {
             if memory > 1e18 || reserve > 1e18 {
                 return Err(ScenarioError::field(at("memory"), "is over an exabyte; check the unit"));
             }
+            let kind = spec.kind.or(preset.map(|p| p.kind));
             let efficiency = spec.efficiency.unwrap_or_default();
             for (value, field) in
                 [(efficiency.bandwidth, "efficiency.bandwidth"), (efficiency.compute, "efficiency.compute")]
@@ -488,6 +495,7 @@ impl Scenario {
                 nodes.push(Node {
                     name,
                     device: spec.device.clone(),
+                    kind,
                     memory: memory as u64,
                     bandwidth,
                     compute,

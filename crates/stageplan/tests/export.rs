@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use stageplan::export::{ExportOptions, MachineKind, Target, export, llama_cpp_layers};
+use stageplan::export::{ExportOptions, Target, export, llama_cpp_layers};
+use stageplan::presets::DeviceKind;
 use stageplan::{Plan, Scenario};
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -120,7 +121,7 @@ fn llama_cpp(text: &str, plan: &Plan, options: &ExportOptions) -> Stages {
             }
             None => {
                 let kind = options.kinds.get(&main).copied().unwrap_or_default();
-                assert_eq!(device, if kind == MachineKind::Unified { "MTL0" } else { "CUDA0" });
+                assert_eq!(device, if kind == DeviceKind::Unified { "MTL0" } else { "CUDA0" });
                 main.clone()
             }
         })
@@ -244,7 +245,7 @@ fn kubernetes(text: &str, plan: &Plan, options: &ExportOptions) -> Stages {
             assert_eq!(env["STAGEPLAN_STAGE"], k.to_string());
             assert_eq!(env.get("STAGEPLAN_NEXT").copied(), services.get(k + 1).map(String::as_str));
             let gpu = container["resources"]["limits"]["nvidia.com/gpu"].as_i64();
-            let wants_gpu = options.kinds.get(&node).copied().unwrap_or_default() == MachineKind::Gpu;
+            let wants_gpu = options.kinds.get(&node).copied().unwrap_or_default() == DeviceKind::Gpu;
             assert_eq!(gpu, wants_gpu.then_some(1), "{node}: GPU request");
             let (start, end) = env["STAGEPLAN_LAYERS"].split_once('-').expect("start-end");
             assert_eq!(summary["stages"][k]["node"].as_str(), Some(node.as_str()));
@@ -271,7 +272,11 @@ fn deepspeed(text: &str) -> Stages {
 /// Megatron's layout: stages split by `|`, `t` a block (`t*N` N of them), `E` and `L` the
 /// embedding and the loss (head) on the first and last stage.
 fn megatron(text: &str, plan: &Plan) -> Stages {
-    let words = command(text, "--num-layers");
+    // The arguments are a bash array: every word between `STAGEPLAN_PIPELINE_ARGS=(` and `)`.
+    let start =
+        text.find("STAGEPLAN_PIPELINE_ARGS=(\n").expect("the arguments array") + "STAGEPLAN_PIPELINE_ARGS=(\n".len();
+    let words: Vec<&str> =
+        text[start..text[start..].find("\n)").expect("the array ends") + start].split_whitespace().collect();
     let layers: usize = flag(&words, "--num-layers").expect("--num-layers").parse().unwrap();
     assert_eq!(layers, plan.model.layers);
     let size: usize = flag(&words, "--pipeline-model-parallel-size").expect("-pp").parse().unwrap();

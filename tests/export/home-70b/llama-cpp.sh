@@ -2,13 +2,14 @@
 # --tensor-split gives each device its blocks (+1 on the last for the output layer) of the 81 slots;
 # llama.cpp then places exactly the plan's layers on each device, in --device order.
 
-# 1. On each machine below, serve its device to the host (llama.cpp's rpc-server):
+# 1. On each machine below, serve its device to the host (llama.cpp's rpc-server).
+#    One device per rpc-server keeps the RPC device numbers in --rpc order.
 #    on mac:
-rpc-server --host 0.0.0.0 --port 50052
+CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052
 #    on old-laptop:
-rpc-server --host 0.0.0.0 --port 50052
+CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052
 #    on desk:
-rpc-server --host 0.0.0.0 --port 50052
+CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052
 
 # 2. On gamer:
 llama-server \

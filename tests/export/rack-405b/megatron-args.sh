@@ -1,5 +1,8 @@
 # stageplan · llama-3.1-405b fp8 · 6 stages · layers 14/35/35/14/14/14 on a100-1, h200-1, h200-2, a100-2, a100-3, a100-4
 # Megatron-LM arguments: one pipeline stage per machine, in this order: a100-1, h200-1, h200-2, a100-2, a100-3, a100-4.
---num-layers 126 \
---pipeline-model-parallel-size 6 \
---pipeline-model-parallel-layout "Et*14|t*35|t*35|t*14|t*14|t*14L"
+# Add them to your launch: torchrun … pretrain_gpt.py "${STAGEPLAN_PIPELINE_ARGS[@]}" …
+STAGEPLAN_PIPELINE_ARGS=(
+  --num-layers 126
+  --pipeline-model-parallel-size 6
+  --pipeline-model-parallel-layout "Et*14|t*35|t*35|t*14|t*14|t*14L"
+)

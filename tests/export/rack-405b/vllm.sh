@@ -21,4 +21,5 @@ VLLM_PP_LAYER_PARTITION=14,35,35,14,14,14 vllm serve meta-llama/Llama-3.1-405B \
   --distributed-executor-backend ray \
   --max-model-len 32768 \
   --max-num-seqs 16 \
+  --quantization fp8 \
   --kv-cache-dtype fp8

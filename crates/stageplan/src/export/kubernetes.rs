@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use serde_json::{Value, json};
 
-use super::{Layout, MachineKind};
+use super::{DeviceKind, Layout};
 
 /// The port each stage listens on.
 const PORT: u16 = 50052;
@@ -61,9 +61,9 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         env.push(json!({"name": "STAGEPLAN_HEAD", "value": stage.head.to_string()}));
         let mebibytes = stage.memory.total.div_ceil(1 << 20);
         let resources = match layout.kind(node) {
-            MachineKind::Gpu => json!({"limits": {"nvidia.com/gpu": 1}}),
+            DeviceKind::Gpu => json!({"limits": {"nvidia.com/gpu": 1}}),
             // Unified memory and CPU boxes hold the stage in RAM: request what the plan counts.
-            MachineKind::Unified | MachineKind::Cpu => {
+            DeviceKind::Unified | DeviceKind::Cpu => {
                 json!({"requests": {"memory": format!("{mebibytes}Mi")}, "limits": {"memory": format!("{mebibytes}Mi")}})
             }
         };
@@ -118,17 +118,51 @@ fn labels(app: &str, stage: Option<usize>) -> Value {
     labels
 }
 
-/// A DNS-1123 label: lowercase letters, digits and `-`, at most 40 characters (room for
-/// `-stage-N` and `-plan`).
+/// A DNS-1035 label (what a Service name must be): lowercase letters, digits and `-`,
+/// starting with a letter, at most 40 characters (room for `-stage-N` and `-plan`).
 fn dns_label(name: &str) -> String {
     let mut label: String =
         name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     while label.contains("--") {
         label = label.replace("--", "-");
     }
-    let label: String = label.trim_matches('-').chars().take(40).collect();
+    let mut label = label.trim_matches('-').to_owned();
+    if label.starts_with(|c: char| c.is_ascii_digit()) {
+        label.insert_str(0, "m-");
+    }
+    let label: String = label.chars().take(40).collect();
     let label = label.trim_end_matches('-').to_owned();
     if label.is_empty() { "stageplan".to_owned() } else { label }
+}
+
+/// Whether `text` can be a literal block as it is: no carriage returns or characters YAML
+/// must escape, a first line that does not start with a space (which would need an
+/// indentation indicator), and at most one final newline (kept by `|`, none by `|-`).
+fn literal_block(text: &str) -> bool {
+    !text.starts_with(' ')
+        && !text.trim_end_matches('\n').is_empty()
+        && !text.ends_with("\n\n")
+        && text.chars().all(|c| c == '\n' || !needs_escape(c))
+}
+
+/// Characters a YAML double-quoted scalar must escape beyond what JSON escapes, and what a
+/// literal block cannot hold.
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}')
+}
+
+/// A double-quoted YAML scalar: JSON's escaping (valid YAML) plus the line separators and
+/// DEL that JSON leaves raw.
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    for c in Value::String(text.to_owned()).to_string().chars() {
+        if needs_escape(c) && !c.is_ascii_control() || c == '\u{7f}' {
+            let _ = write!(out, "\\u{:04X}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Writes `value` as block YAML at `indent` spaces.
@@ -147,7 +181,7 @@ fn emit(out: &mut String, value: &Value, indent: usize) {
                         let _ = writeln!(out, "{pad}{key}:");
                         emit(out, item, indent);
                     }
-                    Value::String(text) if text.contains('\n') => {
+                    Value::String(text) if text.contains('\n') && literal_block(text) => {
                         // A literal block: the text as it is, one more level in.
                         let chomp = if text.ends_with('\n') { "|" } else { "|-" };
                         let _ = writeln!(out, "{pad}{key}: {chomp}");
@@ -203,7 +237,7 @@ fn scalar(value: &Value) -> String {
                     s.to_ascii_lowercase().as_str(),
                     "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "y" | "n" | "~"
                 );
-            if plain { s.clone() } else { Value::String(s.clone()).to_string() }
+            if plain { s.clone() } else { quoted(s) }
         }
         other => other.to_string(),
     }
@@ -218,6 +252,7 @@ mod tests {
         assert_eq!(dns_label("Llama-3.1-70B"), "llama-3-1-70b");
         assert_eq!(dns_label("__"), "stageplan");
         assert!(dns_label(&"x".repeat(90)).len() <= 40);
+        assert_eq!(dns_label("01-ai/Yi-34B"), "m-01-ai-yi-34b");
     }
 
     #[test]
@@ -232,6 +267,8 @@ mod tests {
             (json!(3), "3"),
             (json!(true), "true"),
             (json!(""), "\"\""),
+            (json!("a\u{2028}b\u{7f}"), "\"a\\u2028b\\u007F\""),
+            (json!("yes\r\nno"), "\"yes\\r\\nno\""),
         ] {
             assert_eq!(scalar(&value), yaml, "{value}");
         }
@@ -245,5 +282,13 @@ mod tests {
         let mut block = String::new();
         emit(&mut block, &json!({"data": {"plan.json": "{\n  \"a\": 1\n}\n"}}), 0);
         assert_eq!(block, "data:\n  plan.json: |\n    {\n      \"a\": 1\n    }\n");
+        // Text a literal block would change is double-quoted instead.
+        for text in ["  indented\nsecond\n", "two endings\n\n", "crlf\r\n", "\n"] {
+            let mut out = String::new();
+            emit(&mut out, &json!({"k": text}), 0);
+            assert!(out.starts_with("k: \""), "{text:?}: {out}");
+            let parsed = &yaml_rust2::YamlLoader::load_from_str(&out).unwrap()[0];
+            assert_eq!(parsed["k"].as_str(), Some(text));
+        }
     }
 }

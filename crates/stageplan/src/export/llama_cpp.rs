@@ -13,7 +13,7 @@
 
 use std::fmt::Write;
 
-use super::{ExportError, Layout, MachineKind, shell_word};
+use super::{DeviceKind, ExportError, Layout, shell_word};
 
 /// The port `rpc-server` listens on by default.
 const RPC_PORT: u16 = 50052;
@@ -58,15 +58,28 @@ pub fn llama_cpp_layers(shares: &[f32], n_layer: usize, n_gpu_layers: usize) -> 
 /// KV-cache formats llama.cpp's `--cache-type-k/v` accept.
 const KV_TYPES: [&str; 9] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"];
 
+/// llama.cpp refuses a `--tensor-split` with as many entries as `llama_max_devices()` (16).
+const MAX_DEVICES: usize = 15;
+
 pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), ExportError> {
     let plan = layout.plan;
+    if layout.stages.len() > MAX_DEVICES {
+        return Err(ExportError::TooManyStages { target: "llama.cpp", max: MAX_DEVICES, stages: layout.stages.len() });
+    }
+    let context = plan.workload.context.saturating_mul(plan.workload.batch);
+    if context > i32::MAX as u64 {
+        return Err(ExportError::Plan {
+            field: "workload.context",
+            problem: format!("× `workload.batch` is {context} tokens; llama.cpp's `--ctx-size` takes at most 2^31 − 1"),
+        });
+    }
     let main = layout.main();
     let mut notes = Vec::new();
     // The host's own device: its GPU, or, on a CPU-only host, an rpc-server on itself.
     let local_device = |node: &str| match layout.kind(node) {
-        MachineKind::Gpu => Some("CUDA0"),
-        MachineKind::Unified => Some("MTL0"),
-        MachineKind::Cpu => None,
+        DeviceKind::Gpu => Some("CUDA0"),
+        DeviceKind::Unified => Some("MTL0"),
+        DeviceKind::Cpu => None,
     };
     let mut rpc: Vec<(String, String)> = Vec::new();
     let mut devices: Vec<String> = Vec::new();
@@ -109,6 +122,11 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     notes.push(
         "llama.cpp keeps the token embedding in the host's RAM (the plan counted it on the first stage).".to_owned(),
     );
+    if devices.iter().any(|d| d == "CUDA0") {
+        notes.push(format!(
+            "`CUDA0` is {main}'s first CUDA GPU; a ROCm or Vulkan build names it `ROCm0` or `Vulkan0` (see `llama-server --list-devices`)."
+        ));
+    }
     if !rpc.is_empty() {
         notes.push("Device names are current llama.cpp's (`RPC0`, `RPC1`… in `--rpc` order); builds before October 2025 name them `RPC[host:port]`, and builds before the `--fit` flag reject `--fit off`: drop it there.".to_owned());
     }
@@ -125,12 +143,14 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     let mut step = 1;
     if !rpc.is_empty() {
         let _ =
-            writeln!(out, "# {step}. On each machine below, serve its device to the host (llama.cpp's rpc-server):");
+            writeln!(out, "# {step}. On each machine below, serve its device to the host (llama.cpp's rpc-server).");
+        let _ = writeln!(out, "#    One device per rpc-server keeps the RPC device numbers in --rpc order.");
         for (node, endpoint) in &rpc {
             let port = endpoint.rsplit_once(':').map_or("50052", |(_, p)| p);
             let host = if endpoint.starts_with("127.0.0.1:") { "127.0.0.1" } else { "0.0.0.0" };
+            let only_one = if layout.kind(node) == DeviceKind::Gpu { "CUDA_VISIBLE_DEVICES=0 " } else { "" };
             let _ = writeln!(out, "#    on {node}:");
-            let _ = writeln!(out, "rpc-server --host {host} --port {port}");
+            let _ = writeln!(out, "{only_one}rpc-server --host {host} --port {port}");
         }
         out.push('\n');
         step += 1;
@@ -147,7 +167,6 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     // Newer builds fit layers to free memory by themselves; the plan has done that.
     args.extend(["--fit".into(), "off".into()]);
     args.extend(["--tensor-split".into(), shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
-    let context = workload.context.max(1) * workload.batch.max(1);
     args.extend(["--ctx-size".into(), context.to_string(), "--parallel".into(), workload.batch.max(1).to_string()]);
     args.extend(["--cache-type-k".into(), kv.clone(), "--cache-type-v".into(), kv.clone()]);
     if kv.starts_with('q') || kv.starts_with("iq") {

@@ -28,7 +28,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::plan::Plan;
-use crate::presets::{DeviceKind, DevicePreset, ModelPreset};
+use crate::presets::{DeviceKind, ModelPreset};
 use crate::scenario::Problem;
 
 pub use llama_cpp::{llama_cpp_layers, tensor_split};
@@ -102,10 +102,16 @@ impl FromStr for Target {
 pub enum ExportError {
     #[error("`{0}` is not an export target; use one of llama.cpp, vllm, exo, kubernetes, deepspeed, megatron")]
     Target(String),
-    #[error("the plan has no stages{0}; export a plan that fits (see its diagnostics)")]
+    #[error("`stages` is empty{0}; export a plan that fits (see its diagnostics)")]
     Empty(&'static str),
-    #[error("the plan does not fit its machines; fix what its diagnostics say, then export")]
+    #[error("`feasible` is false: the plan does not fit its machines; fix what its diagnostics say, then export")]
     Infeasible,
+    #[error("`{field}` {problem}")]
+    Plan { field: &'static str, problem: String },
+    #[error(
+        "{target} takes at most {max} stages and the plan has {stages}; plan on fewer machines (llama.cpp's device limit is 16, one of them its CPU)"
+    )]
+    TooManyStages { target: &'static str, max: usize, stages: usize },
     #[error("`stages[{index}].layers` {problem}")]
     Layers { index: usize, problem: String },
     #[error("`stages[{index}].node` {problem}")]
@@ -116,20 +122,6 @@ pub enum ExportError {
     Option { option: &'static str, value: String, problem: &'static str },
     #[error("the plan {0}; export what `stageplan plan --format json` printed")]
     Json(String),
-}
-
-/// What a machine is, as far as an export needs to know: it decides device names and
-/// whether a GPU is requested.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MachineKind {
-    /// A discrete GPU (CUDA, ROCm, Vulkan): the default when nothing says otherwise.
-    #[default]
-    Gpu,
-    /// Apple silicon (Metal).
-    Unified,
-    /// CPU only.
-    Cpu,
 }
 
 /// Settings an export cannot read from the plan.
@@ -144,27 +136,21 @@ pub struct ExportOptions {
     /// The node that runs `llama-server` or the Ray head; defaults to the first stage's.
     pub main: Option<String>,
     /// Each node's kind (from its device preset when exporting a scenario).
-    pub kinds: BTreeMap<String, MachineKind>,
+    pub kinds: BTreeMap<String, DeviceKind>,
     /// Container image for Kubernetes.
     pub image: Option<String>,
 }
 
 impl ExportOptions {
-    /// Options with each node's kind taken from its device preset, when it has one.
+    /// Options with each node's kind from the scenario (given, or its device preset's).
     pub fn for_problem(problem: &Problem) -> ExportOptions {
-        let kinds = problem
-            .nodes
-            .iter()
-            .filter_map(|n| {
-                let preset: &DevicePreset = DevicePreset::find(n.device.as_deref()?).ok()?;
-                let kind = match preset.kind {
-                    DeviceKind::Gpu => MachineKind::Gpu,
-                    DeviceKind::Unified => MachineKind::Unified,
-                    DeviceKind::Cpu => MachineKind::Cpu,
-                };
-                Some((n.name.clone(), kind))
-            })
-            .collect();
+        let kinds = problem.nodes.iter().filter_map(|n| Some((n.name.clone(), n.kind?))).collect();
+        ExportOptions { kinds, ..ExportOptions::default() }
+    }
+
+    /// Options with each stage's kind as the plan recorded it.
+    pub fn for_plan(plan: &Plan) -> ExportOptions {
+        let kinds = plan.stages.iter().filter_map(|s| Some((s.node.clone(), s.kind?))).collect();
         ExportOptions { kinds, ..ExportOptions::default() }
     }
 }
@@ -201,28 +187,55 @@ impl<'p> Layout<'p> {
         if !plan.feasible {
             return Err(ExportError::Infeasible);
         }
+        let plan_error = |field, problem: &str| Err(ExportError::Plan { field, problem: problem.to_owned() });
+        if plan.model.layers > MAX_LAYERS {
+            return plan_error("model.layers", "is over 100,000; no model has that many blocks");
+        }
+        if plan.workload.context == 0 || plan.workload.context > MAX_CONTEXT {
+            return plan_error(
+                "workload.context",
+                "is missing or out of range (1 to 2^31 tokens); export a plan `stageplan plan` printed",
+            );
+        }
+        if plan.workload.batch == 0 || plan.workload.batch > 1 << 20 {
+            return plan_error("workload.batch", "is missing or out of range (1 to 2^20 sequences)");
+        }
+        if plan.workload.kv.is_empty() {
+            return plan_error("workload.kv", "is missing; export a plan `stageplan plan` printed");
+        }
         let mut next = 0;
         let mut stages = Vec::with_capacity(plan.stages.len());
         for (index, stage) in plan.stages.iter().enumerate() {
             let [start, end] = stage.layers;
-            if start != next {
-                let problem = if start > next {
-                    format!("`[{start}, {end}]` leaves layers {next}–{start} on no machine; start it at {next}")
-                } else {
-                    format!("`[{start}, {end}]` overlaps the stage before; start it at {next}")
-                };
-                return Err(ExportError::Layers { index, problem });
+            let layers_error = |problem: String| Err(ExportError::Layers { index, problem });
+            if end < start {
+                return layers_error(format!(
+                    "`[{start}, {end}]` ends before it starts; give `[start, end]` with end > start"
+                ));
             }
-            if end <= start {
-                return Err(ExportError::Layers { index, problem: format!("`[{start}, {end}]` is empty") });
+            if end == start {
+                return layers_error(format!("`[{start}, {end}]` is empty; give the stage at least one layer"));
             }
-            let name = stage.node.trim();
-            if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == ',' || c == '"' || c == '\'') {
+            if start > next {
+                let missing =
+                    if start - next == 1 { format!("layer {next}") } else { format!("layers {next}–{}", start - 1) };
+                return layers_error(format!("`[{start}, {end}]` leaves {missing} on no machine; start it at {next}"));
+            }
+            if start < next {
+                return layers_error(format!("`[{start}, {end}]` overlaps the stage before; start it at {next}"));
+            }
+            if end > MAX_LAYERS || (plan.model.layers > 0 && end > plan.model.layers) {
+                let layers = plan.model.layers;
+                return layers_error(format!(
+                    "`[{start}, {end}]` runs past the model's {layers} layers; end it at {layers} at most"
+                ));
+            }
+            let name = stage.node.as_str();
+            if !valid_node_name(name) {
                 return Err(ExportError::Node {
                     index,
                     problem: format!(
-                        "`{}` cannot be a host or resource name; use letters, digits, `-`, `_` or `.`",
-                        stage.node
+                        "`{name}` cannot be a host or resource name; use 1–63 letters, digits, `-`, `_` or `.`"
                     ),
                 });
             }
@@ -257,12 +270,12 @@ impl<'p> Layout<'p> {
                 return Err(ExportError::UnknownNode { option, node: node.clone(), nodes: nodes() });
             }
         }
-        for (node, host) in &options.hosts {
-            if host.trim().is_empty() || host.chars().any(|c| c.is_whitespace() || c == ',') {
+        for (node, address) in &options.hosts {
+            if parse_address(address).is_none() {
                 return Err(ExportError::Option {
                     option: "hosts",
-                    value: format!("{node}={host}"),
-                    problem: "is not a host or host:port",
+                    value: format!("{node}={address}"),
+                    problem: "is not a host, host:port (port 1–65535), or [IPv6]:port",
                 });
             }
         }
@@ -274,25 +287,23 @@ impl<'p> Layout<'p> {
         self.stages.iter().map(|&(_, a, b)| b - a).collect()
     }
 
-    /// A node's address without a port.
+    /// A node's address without a port (`--host`, or its name).
     fn host(&self, node: &str) -> String {
         let address = self.options.hosts.get(node).map_or(node, String::as_str);
-        match address.rsplit_once(':') {
-            Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) && !host.contains(':') => host.to_owned(),
-            _ => address.to_owned(),
-        }
+        parse_address(address).map_or_else(|| address.to_owned(), |(host, _)| host.to_owned())
     }
 
     /// A node's address with `port` unless one was given.
     fn host_port(&self, node: &str, port: u16) -> String {
         let address = self.options.hosts.get(node).map_or(node, String::as_str);
-        match address.rsplit_once(':') {
-            Some((_, p)) if !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()) => address.to_owned(),
-            _ => format!("{address}:{port}"),
+        match parse_address(address) {
+            Some((host, given)) if host.contains(':') => format!("[{host}]:{}", given.unwrap_or(port)),
+            Some((host, given)) => format!("{host}:{}", given.unwrap_or(port)),
+            None => format!("{address}:{port}"),
         }
     }
 
-    fn kind(&self, node: &str) -> MachineKind {
+    fn kind(&self, node: &str) -> DeviceKind {
         self.options.kinds.get(node).copied().unwrap_or_default()
     }
 
@@ -358,6 +369,50 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
         Target::Megatron => training::megatron(&layout),
     };
     Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
+}
+
+/// Most blocks a model may have: far above any real one, and small enough that every count
+/// and share stays exact in llama.cpp's float32 split.
+const MAX_LAYERS: usize = 100_000;
+/// Most context tokens: llama.cpp and vLLM take it as a 32-bit integer.
+const MAX_CONTEXT: u64 = 1 << 31;
+
+/// Node names become host names, Kubernetes label values and shell words unquoted: ASCII
+/// letters, digits, `-`, `_`, `.`, at most 63, starting and ending with a letter or digit.
+fn valid_node_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`, or a bare IPv6 address: the host and the
+/// port, if given. `None` for anything else (empty parts, a port out of 1–65535, spaces or
+/// commas).
+fn parse_address(address: &str) -> Option<(&str, Option<u16>)> {
+    let port = |p: &str| p.parse::<u16>().ok().filter(|&p| p > 0);
+    if address.is_empty() || address.chars().any(|c| c.is_whitespace() || c == ',' || c == '/') {
+        return None;
+    }
+    if let Some(rest) = address.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let given = match after {
+            "" => None,
+            _ => Some(port(after.strip_prefix(':')?)?),
+        };
+        return (!host.is_empty()).then_some((host, given));
+    }
+    match address.matches(':').count() {
+        0 => Some((address, None)),
+        1 => {
+            let (host, p) = address.split_once(':')?;
+            (!host.is_empty()).then_some((host, Some(port(p)?)))
+        }
+        // A bare IPv6 address: no port can be told apart.
+        _ => Some((address, None)),
+    }
 }
 
 /// Shell-quotes `word` when it needs it.

@@ -41,9 +41,67 @@ fn broken_plans_are_refused_with_the_field() {
     assert!(export(&spaced, Target::Kubernetes, &options).unwrap_err().to_string().contains("cannot be a host"));
     let mut none = plan.clone();
     none.stages.clear();
-    assert!(export(&none, Target::DeepSpeed, &options).unwrap_err().to_string().contains("no stages"));
+    assert!(export(&none, Target::DeepSpeed, &options).unwrap_err().to_string().starts_with("`stages` is empty"));
     let unknown = ExportOptions { main: Some("laptop".into()), ..options.clone() };
     let error = export(&plan, Target::LlamaCpp, &unknown).unwrap_err().to_string();
     assert!(error.starts_with("`main` names `laptop`"), "{error}");
     assert!("ollama".parse::<Target>().unwrap_err().to_string().contains("llama.cpp, vllm"));
+    let mut backwards = plan.clone();
+    backwards.stages[0].layers = [10, 5];
+    assert!(export(&backwards, Target::Exo, &options).unwrap_err().to_string().contains("ends before it starts"));
+    let mut one_missing = plan.clone();
+    one_missing.stages[1].layers[0] += 1;
+    let error = export(&one_missing, Target::Exo, &options).unwrap_err().to_string();
+    assert!(error.contains(&format!("leaves layer {} on no machine", plan.stages[1].layers[0])), "{error}");
+    let mut past = plan.clone();
+    past.stages[0].layers[1] = 90;
+    assert!(export(&past, Target::Exo, &options).unwrap_err().to_string().starts_with("`stages[0].layers`"));
+    let mut no_workload = plan.clone();
+    no_workload.workload = crate::plan::PlannedWorkload::default();
+    assert!(export(&no_workload, Target::Vllm, &options).unwrap_err().to_string().starts_with("`workload.context`"));
+    for bad in ["$(reboot)", "a;b", "-lead", "x".repeat(64).as_str(), "über"] {
+        let mut named = plan.clone();
+        named.stages[0].node = bad.to_owned();
+        assert!(
+            export(&named, Target::LlamaCpp, &options).unwrap_err().to_string().contains("cannot be a host"),
+            "{bad}"
+        );
+    }
+    for bad in ["host:", "host:0", "host:70000", "a b", "[::1", "x/y"] {
+        let hosts = [(plan.stages[1].node.clone(), bad.to_owned())].into();
+        let with = ExportOptions { hosts, ..options.clone() };
+        assert!(export(&plan, Target::LlamaCpp, &with).unwrap_err().to_string().starts_with("`hosts`"), "{bad}");
+    }
+}
+
+#[test]
+fn addresses_keep_their_ports_and_ipv6_brackets() {
+    assert_eq!(parse_address("10.0.0.1"), Some(("10.0.0.1", None)));
+    assert_eq!(parse_address("10.0.0.1:50053"), Some(("10.0.0.1", Some(50053))));
+    assert_eq!(parse_address("fe80::1"), Some(("fe80::1", None)));
+    assert_eq!(parse_address("[fe80::1]:9"), Some(("fe80::1", Some(9))));
+    let (plan, _) = planned(HOME);
+    let node = plan.stages[1].node.clone();
+    let options = ExportOptions { hosts: [(node, "fe80::1".to_owned())].into(), ..ExportOptions::default() };
+    let text = export(&plan, Target::LlamaCpp, &options).unwrap().text;
+    assert!(text.contains("[fe80::1]:50052"), "{text}");
+}
+
+#[test]
+fn llama_cpp_refuses_more_devices_than_it_takes() {
+    let (mut plan, options) = planned(HOME);
+    let template = plan.stages[0].clone();
+    let stages = |n: usize| -> Vec<crate::plan::Stage> {
+        (0..n)
+            .map(|i| crate::plan::Stage { node: format!("n{i}"), layers: [i * 5, i * 5 + 5], ..template.clone() })
+            .collect()
+    };
+    plan.model.layers = 80;
+    plan.stages = stages(16);
+    let error = export(&plan, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("llama.cpp takes at most 15 stages"), "{error}");
+    export(&plan, Target::Vllm, &options).unwrap();
+    plan.model.layers = 75;
+    plan.stages = stages(15);
+    export(&plan, Target::LlamaCpp, &options).unwrap();
 }

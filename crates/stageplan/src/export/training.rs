@@ -66,9 +66,13 @@ pub(super) fn megatron(layout: &Layout<'_>) -> (String, Vec<String>) {
         "# Megatron-LM arguments: one pipeline stage per machine, in this order: {}.",
         layout.stages.iter().map(|&(n, _, _)| n).collect::<Vec<_>>().join(", ")
     );
-    let _ = writeln!(out, "--num-layers {} \\", layout.layers);
-    let _ = writeln!(out, "--pipeline-model-parallel-size {} \\", counts.len());
-    let _ = writeln!(out, "--pipeline-model-parallel-layout \"{}\"", megatron_layout(&counts));
+    let _ =
+        writeln!(out, "# Add them to your launch: torchrun … pretrain_gpt.py \"${{STAGEPLAN_PIPELINE_ARGS[@]}}\" …");
+    let _ = writeln!(out, "STAGEPLAN_PIPELINE_ARGS=(");
+    let _ = writeln!(out, "  --num-layers {}", layout.layers);
+    let _ = writeln!(out, "  --pipeline-model-parallel-size {}", counts.len());
+    let _ = writeln!(out, "  --pipeline-model-parallel-layout \"{}\"", megatron_layout(&counts));
+    let _ = writeln!(out, ")");
     let notes = vec![
         "Megatron assigns pipeline stages to ranks in order: start the ranks (e.g. torchrun's node ranks) in the plan's machine order.".to_owned(),
     ];

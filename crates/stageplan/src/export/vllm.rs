@@ -21,6 +21,11 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         }
     });
     let weights = plan.model.weights.as_str();
+    if weights == "int8" {
+        notes.push(
+            "The plan counts int8 weights: give an INT8 (W8A8) checkpoint with `--model`; the bf16 one needs twice the memory planned.".to_owned(),
+        );
+    }
     if !matches!(weights, "" | "bf16" | "f16" | "f32" | "fp8" | "int8") {
         notes.push(format!(
             "vLLM loads Hugging Face weights; `{weights}` is a GGUF format, so the memory per stage differs from the plan: re-plan with `bf16` or `fp8` weights for vLLM."
@@ -80,6 +85,10 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     }
     flags.push(("--max-model-len".into(), plan.workload.context.to_string()));
     flags.push(("--max-num-seqs".into(), plan.workload.batch.max(1).to_string()));
+    if weights == "fp8" {
+        // The plan counts one byte per weight: quantize the checkpoint's weights when loading.
+        flags.push(("--quantization".into(), "fp8".into()));
+    }
     if let Some(kv) = kv_flag {
         flags.push(("--kv-cache-dtype".into(), kv.into()));
     }

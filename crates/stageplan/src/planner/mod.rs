@@ -179,6 +179,7 @@ pub(crate) fn evaluate(
         let total = memory.total();
         out.push(Stage {
             node: problem.nodes[node].name.clone(),
+            kind: problem.nodes[node].kind,
             layers: [start, end],
             embedding: start == 0,
             head: end == cost.layers(),

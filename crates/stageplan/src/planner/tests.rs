@@ -118,6 +118,7 @@ impl Instance {
             .map(|(i, &(memory, bandwidth, compute, reserve))| Node {
                 name: format!("n{i}"),
                 device: None,
+                kind: None,
                 memory,
                 bandwidth,
                 compute,
