@@ -276,7 +276,8 @@ fn read_metrics(path: Option<&Path>) -> BTreeMap<String, f64> {
 pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure> {
     let mut controller = Controller::default();
     let mut etcd = if target.starts_with("etcd://") { Some(open(target)?) } else { None };
-    let lease_s = options.lease.as_secs().max(1) as i64;
+    // etcd leases are whole seconds: round up, never below what was asked.
+    let lease_s = options.lease.as_secs_f64().ceil().max(1.0) as i64;
     info!(store = target, interval_ms = options.interval.as_millis() as u64, "reconcile loop started");
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
@@ -303,6 +304,9 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
         };
         match result {
             Some(Ok(report)) => {
+                for (key, why) in &report.quarantined {
+                    warn!(record = %key, why = %why, "record left alone: this version cannot use it");
+                }
                 for (name, from, to) in &report.rescaled {
                     info!(deployment = %name, from, to, "autoscaled");
                 }

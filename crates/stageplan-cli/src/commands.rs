@@ -294,6 +294,11 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
                 lease: cluster::duration("--lease", &lease)?,
                 metrics,
             };
+            if options.lease < options.interval * 2 {
+                return Err(Failure(format!(
+                    "`--lease {lease}` must be at least twice `--interval {interval}`: the leader renews once a pass"
+                )));
+            }
             init_logging();
             Ok(Outcome::ok(cluster::reconcile(&store, &options)?))
         }

@@ -16,6 +16,10 @@ use stageplan::reconcile::{Expect, Op, Store, StoreError, Versioned};
 
 /// etcd's default `--max-txn-ops`.
 const MAX_TXN_OPS: usize = 128;
+/// Keys per range request: pages stay far under the response limit.
+const PAGE: u64 = 2_000;
+/// Largest response read (ureq's default is 10 MiB).
+const RESPONSE_LIMIT: u64 = 256 << 20;
 
 /// Leadership held through a lease: the lease id and the leader key's creation revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +36,9 @@ pub struct EtcdStore {
     base: String,
     prefix: String,
     leader: Option<Leadership>,
+    /// Led once and lost it: every commit fails until `try_lead` wins again, so a library
+    /// user who keeps writing after losing the lease cannot write unfenced.
+    deposed: bool,
 }
 
 fn b64(text: &str) -> String {
@@ -78,6 +85,7 @@ impl EtcdStore {
             base: format!("http://{address}"),
             prefix: format!("/{}/", prefix.trim_matches('/')),
             leader: None,
+            deposed: false,
         };
         store.call("/v3/maintenance/status", &json!({}))?;
         Ok(store)
@@ -90,7 +98,44 @@ impl EtcdStore {
             .post(&url)
             .send_json(body)
             .map_err(|e| StoreError::Unavailable(format!("etcd at {}: {e}", self.base)))?;
-        response.body_mut().read_json().map_err(|e| StoreError::Unavailable(format!("etcd at {}: {e}", self.base)))
+        response
+            .body_mut()
+            .with_config()
+            .limit(RESPONSE_LIMIT)
+            .read_json()
+            .map_err(|e| StoreError::Unavailable(format!("etcd at {}: {e}", self.base)))
+    }
+
+    /// Every key under `full` (already prefixed) at `revision` (0: the latest), a page at a
+    /// time; returns the records and the revision read.
+    fn range(&self, full: &str, revision: u64) -> Result<(Vec<(String, Versioned)>, u64), StoreError> {
+        let end = prefix_end(full);
+        let mut from = b64(full);
+        let mut revision = revision;
+        let mut out = Vec::new();
+        loop {
+            let request = json!({"key": from, "range_end": end, "limit": PAGE, "revision": revision});
+            let reply = self.call("/v3/kv/range", &request)?;
+            if revision == 0 {
+                revision = int(&reply["header"]["revision"]) as u64;
+            }
+            let kvs = reply["kvs"].as_array().map(Vec::as_slice).unwrap_or_default();
+            for kv in kvs {
+                let key = unb64(&kv["key"])?;
+                let Some(key) = key.strip_prefix(&self.prefix) else { continue };
+                let value = Versioned { value: unb64(&kv["value"])?, revision: int(&kv["mod_revision"]) as u64 };
+                out.push((key.to_owned(), value));
+            }
+            match (reply["more"].as_bool(), kvs.last()) {
+                (Some(true), Some(last)) => {
+                    // The next page starts just after the last key: the key with a 0 byte added.
+                    let mut after = BASE64.decode(last["key"].as_str().unwrap_or_default()).unwrap_or_default();
+                    after.push(0);
+                    from = BASE64.encode(after);
+                }
+                _ => return Ok((out, revision)),
+            }
+        }
     }
 
     fn leader_key(&self) -> String {
@@ -113,6 +158,10 @@ impl EtcdStore {
         }
         let grant = self.call("/v3/lease/grant", &json!({"TTL": ttl_s}))?;
         let lease = int(&grant["ID"]);
+        if lease == 0 {
+            // A put with lease 0 would never expire: better no leader than an immortal one.
+            return Err(StoreError::Unavailable(format!("etcd granted no lease: {grant}")));
+        }
         let key = b64(&self.leader_key());
         let txn = json!({
             "compare": [{"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": 0}],
@@ -122,6 +171,7 @@ impl EtcdStore {
         if reply["succeeded"].as_bool() == Some(true) {
             let create_revision = int(&reply["header"]["revision"]) as u64;
             self.leader = Some(Leadership { id: id.to_owned(), lease, create_revision });
+            self.deposed = false;
             return Ok(true);
         }
         self.call("/v3/lease/revoke", &json!({"ID": lease}))?;
@@ -143,6 +193,7 @@ impl EtcdStore {
             .is_some_and(|kv| int(&kv["create_revision"]) as u64 == leader.create_revision);
         if !(alive && ours) {
             self.leader = None;
+            self.deposed = true;
         }
         Ok(self.leader.is_some())
     }
@@ -153,6 +204,7 @@ impl EtcdStore {
     /// etcd does not answer.
     pub fn resign(&mut self) -> Result<(), StoreError> {
         if let Some(leader) = self.leader.take() {
+            self.deposed = true;
             self.call("/v3/lease/revoke", &json!({"ID": leader.lease}))?;
         }
         Ok(())
@@ -161,6 +213,7 @@ impl EtcdStore {
     /// Forgets leadership without telling etcd: what a crashed controller leaves behind.
     pub fn abandon(&mut self) {
         self.leader = None;
+        self.deposed = true;
     }
 
     /// Who leads now, by id.
@@ -175,19 +228,27 @@ impl EtcdStore {
 
 impl Store for EtcdStore {
     fn list(&mut self, prefix: &str) -> Result<Vec<(String, Versioned)>, StoreError> {
-        let full = format!("{}{prefix}", self.prefix);
-        let reply = self.call("/v3/kv/range", &json!({"key": b64(&full), "range_end": prefix_end(&full)}))?;
-        let mut out = Vec::new();
-        for kv in reply["kvs"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            let key = unb64(&kv["key"])?;
-            let Some(key) = key.strip_prefix(&self.prefix) else { continue };
-            let revision = int(&kv["mod_revision"]) as u64;
-            out.push((key.to_owned(), Versioned { value: unb64(&kv["value"])?, revision }));
+        Ok(self.range(&format!("{}{prefix}", self.prefix), 0)?.0)
+    }
+
+    fn list_many(&mut self, prefixes: &[&str]) -> Result<Vec<Vec<(String, Versioned)>>, StoreError> {
+        // Every prefix at the first read's revision: one consistent snapshot.
+        let mut revision = 0;
+        let mut out = Vec::with_capacity(prefixes.len());
+        for prefix in prefixes {
+            let (records, read_at) = self.range(&format!("{}{prefix}", self.prefix), revision)?;
+            revision = read_at;
+            out.push(records);
         }
         Ok(out)
     }
 
     fn commit(&mut self, ops: &[Op]) -> Result<u64, StoreError> {
+        if self.deposed {
+            return Err(StoreError::Conflict {
+                key: "leader (this controller no longer leads; win `try_lead` first)".to_owned(),
+            });
+        }
         let mut compare = Vec::new();
         let mut success = Vec::new();
         for op in ops {
@@ -216,7 +277,7 @@ impl Store for EtcdStore {
         if reply["succeeded"].as_bool() == Some(true) {
             return Ok(int(&reply["header"]["revision"]) as u64);
         }
-        // Which expectation failed: read them back (best effort; nothing was written).
+        // etcd does not say which compare failed; name the first op that had one.
         let key = ops
             .iter()
             .find(|op| op.expect() != Expect::Any)

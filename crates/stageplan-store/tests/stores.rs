@@ -226,6 +226,8 @@ fn killing_the_leader_hands_over_within_the_lease() {
     let mut fenced_a = fenced_a;
     let write = fenced_a.commit(&[put("nodes/x", "{}", Expect::Any)]);
     assert!(matches!(write, Err(StoreError::Conflict { .. })), "a deposed leader must not write: {write:?}");
+    let again = fenced_a.commit(&[put("nodes/y", "{}", Expect::Any)]);
+    assert!(matches!(again, Err(StoreError::Conflict { .. })), "nor on its second try: {again:?}");
     b.commit(&[put("nodes/x", "{}", Expect::Any)]).unwrap();
     b.resign().unwrap();
     let mut c = etcd.store();

@@ -33,12 +33,16 @@ pub(crate) enum Unreplayable {
     GpuTaken,
 }
 
-/// Every node's free capacity, ordered by (free GPUs, free memory) for placement.
+/// Every node's free capacity, indexed for placement: GPU nodes by (free GPUs, free
+/// memory), GPU-less nodes (Macs, CPU boxes) by free memory. A stage that asks for GPUs goes
+/// to a GPU node and one that asks for none to a GPU-less node: a GPU node's `memory` is
+/// its GPUs' memory, not room for stages held in RAM.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Capacity {
     nodes: Vec<NodeCapacity>,
     by_name: HashMap<String, usize>,
-    order: BTreeSet<(u32, u64, usize)>,
+    gpu: BTreeSet<(u32, u64, usize)>,
+    ram: BTreeSet<(u32, u64, usize)>,
 }
 
 impl Capacity {
@@ -48,7 +52,8 @@ impl Capacity {
             let index = capacity.nodes.len();
             capacity.by_name.insert(node.name.clone(), index);
             let entry = NodeCapacity { free_memory: node.memory, taken: 0, node, revision };
-            capacity.order.insert(entry.key(index));
+            let set = if entry.node.gpus == 0 { &mut capacity.ram } else { &mut capacity.gpu };
+            set.insert(entry.key(index));
             capacity.nodes.push(entry);
         }
         capacity
@@ -65,10 +70,13 @@ impl Capacity {
     }
 
     fn update(&mut self, index: usize, change: impl FnOnce(&mut NodeCapacity)) {
-        let node = &mut self.nodes[index];
-        self.order.remove(&node.key(index));
-        change(node);
-        self.order.insert(node.key(index));
+        let old = self.nodes[index].key(index);
+        let set = if self.nodes[index].node.gpus == 0 { &mut self.ram } else { &mut self.gpu };
+        set.remove(&old);
+        change(&mut self.nodes[index]);
+        let new = self.nodes[index].key(index);
+        let set = if self.nodes[index].node.gpus == 0 { &mut self.ram } else { &mut self.gpu };
+        set.insert(new);
     }
 
     /// Takes a persisted assignment's memory and exact GPU ids on its node.
@@ -111,11 +119,17 @@ impl Capacity {
         let (gpus, memory) = (stage.gpus, stage.memory);
         let max_gpus = super::spec::MAX_GPUS_PER_NODE;
         let bucket = |g: u32| (g, memory, 0)..=(g, u64::MAX, usize::MAX);
-        let found = match placement {
-            // The fullest node that fits: fewest free GPUs, then least free memory.
-            Placement::BinPack => (gpus..=max_gpus).find_map(|g| self.order.range(bucket(g)).next().copied()),
+        let found = match (placement, gpus) {
+            // The fullest node that fits: least free memory.
+            (Placement::BinPack, 0) => self.ram.range(bucket(0)).next().copied(),
+            // The emptiest: most free memory.
+            (Placement::Spread, 0) => self.ram.range(bucket(0)).next_back().copied(),
+            // The fullest GPU node that fits: fewest free GPUs, then least free memory.
+            (Placement::BinPack, _) => (gpus..=max_gpus).find_map(|g| self.gpu.range(bucket(g)).next().copied()),
             // The emptiest: most free GPUs, then most free memory.
-            Placement::Spread => (gpus..=max_gpus).rev().find_map(|g| self.order.range(bucket(g)).next_back().copied()),
+            (Placement::Spread, _) => {
+                (gpus..=max_gpus).rev().find_map(|g| self.gpu.range(bucket(g)).next_back().copied())
+            }
         };
         let (_, _, index) = found?;
         let mut ids = Vec::with_capacity(gpus as usize);
@@ -136,6 +150,7 @@ impl Capacity {
         });
         Some(Assignment {
             node: self.nodes[index].node.name.clone(),
+            layers: stage.layers,
             gpus: ids,
             memory,
             status: super::spec::Status::Running,

@@ -78,6 +78,9 @@ pub struct PassReport {
     pub pending: Vec<String>,
     /// Deployments autoscaled: name, from, to.
     pub rescaled: Vec<(String, u32, u32)>,
+    /// Records left alone because this version cannot use them, with why (see
+    /// [`Snapshot::quarantined`]).
+    pub quarantined: Vec<(String, String)>,
     /// Transactions committed.
     pub commits: usize,
 }
@@ -118,32 +121,88 @@ pub struct Snapshot {
     pub deployments: BTreeMap<String, (Deployment, u64)>,
     pub nodes: BTreeMap<String, (Node, u64)>,
     pub assignments: BTreeMap<String, (Assignment, u64)>,
+    /// Records this version cannot use (they do not parse, fail their checks, or their key
+    /// does not match their name), with why. They are left as they are: what is bound to a
+    /// quarantined deployment or node is never released, and a quarantined assignment (whose
+    /// capacity is unknown) stops placements until it is fixed.
+    pub quarantined: Vec<(String, String)>,
 }
 
 impl Snapshot {
-    /// Reads every record.
+    /// Reads every record (at one revision, where the store can).
     ///
     /// # Errors
-    /// The store is unavailable or a record does not parse.
+    /// The store is unavailable.
     pub fn load(store: &mut impl Store) -> Result<Snapshot, StoreError> {
-        fn decode<T: serde::de::DeserializeOwned>(
-            records: Vec<(String, Versioned)>,
-            prefix: &str,
-        ) -> Result<BTreeMap<String, (T, u64)>, StoreError> {
-            records
-                .into_iter()
-                .map(|(key, v)| {
-                    let value = serde_json::from_str(&v.value)
-                        .map_err(|e| StoreError::Corrupt { key: key.clone(), message: e.to_string() })?;
-                    Ok((key[prefix.len()..].to_owned(), (value, v.revision)))
-                })
-                .collect()
+        let mut lists = store.list_many(&[DEPLOYMENTS, NODES, ASSIGNMENTS])?.into_iter();
+        let mut snapshot = Snapshot::default();
+        let mut quarantined = Vec::new();
+        let mut decode = |records: Vec<(String, Versioned)>, prefix: &str| {
+            let mut out = Vec::new();
+            for (key, v) in records {
+                let name = key[prefix.len()..].to_owned();
+                match serde_json::from_str::<serde_json::Value>(&v.value).map(|value| (value, v.revision)) {
+                    Ok(parsed) => out.push((key, name, parsed)),
+                    Err(e) => quarantined.push((key, e.to_string())),
+                }
+            }
+            out
+        };
+        let deployments = decode(lists.next().unwrap_or_default(), DEPLOYMENTS);
+        let nodes = decode(lists.next().unwrap_or_default(), NODES);
+        let assignments = decode(lists.next().unwrap_or_default(), ASSIGNMENTS);
+        for (key, name, (value, revision)) in deployments {
+            match serde_json::from_value::<Deployment>(value).map_err(|e| e.to_string()).and_then(|d| {
+                d.check().map_err(|e| e.to_string())?;
+                if d.name == name { Ok(d) } else { Err(format!("its name is `{}`, not `{name}`", d.name)) }
+            }) {
+                Ok(d) => {
+                    snapshot.deployments.insert(name, (d, revision));
+                }
+                Err(why) => quarantined.push((key, why)),
+            }
         }
-        Ok(Snapshot {
-            deployments: decode(store.list(DEPLOYMENTS)?, DEPLOYMENTS)?,
-            nodes: decode(store.list(NODES)?, NODES)?,
-            assignments: decode(store.list(ASSIGNMENTS)?, ASSIGNMENTS)?,
-        })
+        for (key, name, (value, revision)) in nodes {
+            match serde_json::from_value::<Node>(value).map_err(|e| e.to_string()).and_then(|n| {
+                n.check().map_err(|e| e.to_string())?;
+                if n.name == name { Ok(n) } else { Err(format!("its name is `{}`, not `{name}`", n.name)) }
+            }) {
+                Ok(n) => {
+                    snapshot.nodes.insert(name, (n, revision));
+                }
+                Err(why) => quarantined.push((key, why)),
+            }
+        }
+        for (key, name, (value, revision)) in assignments {
+            let canonical = parse_assignment_key(&name).is_some_and(|(d, r, s)| assignment_key(d, r, s) == name);
+            match serde_json::from_value::<Assignment>(value) {
+                Ok(a) if canonical => {
+                    snapshot.assignments.insert(name, (a, revision));
+                }
+                Ok(_) => quarantined.push((key, "the key is not `deployment/replica/stage`".to_owned())),
+                Err(e) => quarantined.push((key, e.to_string())),
+            }
+        }
+        snapshot.quarantined = quarantined;
+        Ok(snapshot)
+    }
+
+    /// Names of the deployments and nodes whose records are quarantined, and whether an
+    /// assignment is.
+    fn quarantine(&self) -> (BTreeSet<&str>, BTreeSet<&str>, bool) {
+        let mut deployments = BTreeSet::new();
+        let mut nodes = BTreeSet::new();
+        let mut assignment = false;
+        for (key, _) in &self.quarantined {
+            if let Some(name) = key.strip_prefix(DEPLOYMENTS) {
+                deployments.insert(name);
+            } else if let Some(name) = key.strip_prefix(NODES) {
+                nodes.insert(name);
+            } else {
+                assignment = true;
+            }
+        }
+        (deployments, nodes, assignment)
     }
 }
 
@@ -152,6 +211,8 @@ impl Snapshot {
 pub struct Controller {
     options: Options,
     backoff: HashMap<String, Backoff>,
+    /// Nodes seen by the last pass: a new one ends every backoff, since it may be the room.
+    known_nodes: BTreeSet<String>,
 }
 
 fn json<T: Serialize>(value: &T) -> String {
@@ -177,9 +238,46 @@ fn commit_groups(store: &mut impl Store, groups: Vec<Vec<Op>>, report: &mut Pass
     Ok(())
 }
 
+/// Writes a node's new capacity, evicting first the stages it can no longer hold. The record
+/// is written expecting the revision just read (or its absence), so a placement on the node
+/// in between makes this read again instead of shrinking the node under the new stage.
+fn write_node(store: &mut impl Store, node: &Node) -> Result<(), StoreError> {
+    let key = format!("{NODES}{}", node.name);
+    let max = store.max_ops().max(2);
+    'attempt: for _ in 0..8 {
+        let current = store.list(&key)?.into_iter().find(|(k, _)| *k == key).map(|(_, v)| v.revision);
+        let mut capacity = Capacity::new([(node.clone(), 0)]);
+        let mut evictions = Vec::new();
+        for (assignment_key, record) in store.list(ASSIGNMENTS)? {
+            let Ok(assignment) = serde_json::from_str::<Assignment>(&record.value) else { continue };
+            if assignment.node == node.name && capacity.replay(&assignment).is_err() {
+                evictions.push(Op::Delete { key: assignment_key, expect: Expect::Revision(record.revision) });
+            }
+        }
+        // Evictions that do not fit in the node's own transaction go first: they only free room.
+        let (early, late) = evictions.split_at(evictions.len().saturating_sub(max - 1));
+        for chunk in early.chunks(max) {
+            match store.commit(chunk) {
+                Ok(_) => {}
+                Err(StoreError::Conflict { .. }) => continue 'attempt,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut ops = late.to_vec();
+        let expect = current.map_or(Expect::Absent, Expect::Revision);
+        ops.push(Op::Put { key: key.clone(), value: json(node), expect });
+        match store.commit(&ops) {
+            Ok(_) => return Ok(()),
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::Conflict { key })
+}
+
 impl Controller {
     pub fn new(options: Options) -> Controller {
-        Controller { options, backoff: HashMap::new() }
+        Controller { options, backoff: HashMap::new(), known_nodes: BTreeSet::new() }
     }
 
     /// When a replica (`deployment/replica`) that did not fit will be tried again.
@@ -199,20 +297,7 @@ impl Controller {
     ) -> Result<Option<PassReport>, StoreError> {
         match event {
             Event::Tick { now_ms } => return self.pass(store, now_ms, metrics).map(Some),
-            Event::NodeJoined(node) | Event::NodeChanged(node) => {
-                // The node's new capacity and the stages it can no longer hold go together,
-                // so no record ever shows the node over-filled.
-                let mut capacity = Capacity::new([(node.clone(), 0)]);
-                let mut ops =
-                    vec![Op::Put { key: format!("{NODES}{}", node.name), value: json(&node), expect: Expect::Any }];
-                for (key, record) in store.list(ASSIGNMENTS)? {
-                    let Ok(assignment) = serde_json::from_str::<Assignment>(&record.value) else { continue };
-                    if assignment.node == node.name && capacity.replay(&assignment).is_err() {
-                        ops.push(Op::Delete { key, expect: Expect::Revision(record.revision) });
-                    }
-                }
-                store.commit(&ops)?;
-            }
+            Event::NodeJoined(node) | Event::NodeChanged(node) => write_node(store, &node)?,
             Event::NodeLeft(name) => {
                 store.commit(&[Op::Delete { key: format!("{NODES}{name}"), expect: Expect::Any }])?;
             }
@@ -229,18 +314,16 @@ impl Controller {
             }
             Event::ReplicaFailed { deployment, replica } => {
                 let prefix = format!("{ASSIGNMENTS}{deployment}/{replica}/");
-                let ops: Vec<Op> = store
+                let groups: Vec<Vec<Op>> = store
                     .list(&prefix)?
                     .into_iter()
                     .filter_map(|(key, v)| {
                         let mut assignment: Assignment = serde_json::from_str(&v.value).ok()?;
                         assignment.status = Status::Failed;
-                        Some(Op::Put { key, value: json(&assignment), expect: Expect::Revision(v.revision) })
+                        Some(vec![Op::Put { key, value: json(&assignment), expect: Expect::Revision(v.revision) }])
                     })
                     .collect();
-                if !ops.is_empty() {
-                    store.commit(&ops)?;
-                }
+                commit_groups(store, groups, &mut PassReport::default())?;
             }
             Event::Shutdown => {}
         }
@@ -261,6 +344,11 @@ impl Controller {
     ) -> Result<PassReport, StoreError> {
         let mut report = PassReport::default();
         let mut snapshot = Snapshot::load(store)?;
+        report.quarantined = snapshot.quarantined.clone();
+        if snapshot.nodes.keys().any(|n| !self.known_nodes.contains(n)) {
+            self.backoff.clear();
+            self.known_nodes = snapshot.nodes.keys().cloned().collect();
+        }
         self.autoscale(store, &mut snapshot, now_ms, metrics, &mut report)?;
         let mut capacity = Capacity::new(snapshot.nodes.values().map(|(n, r)| (n.clone(), *r)));
         self.release(store, &snapshot, &mut capacity, &mut report)?;
@@ -316,8 +404,15 @@ impl Controller {
             .filter(|(_, (a, _))| a.status == Status::Failed)
             .filter_map(|(key, _)| key.rsplit_once('/').map(|(replica, _)| replica))
             .collect();
+        let (held_deployments, held_nodes, _) = snapshot.quarantine();
         let mut groups = Vec::new();
         for (key, (assignment, revision)) in &snapshot.assignments {
+            let deployment = parse_assignment_key(key).map_or("", |(name, _, _)| name);
+            if held_deployments.contains(deployment) || held_nodes.contains(assignment.node.as_str()) {
+                // Left bound: a record this version cannot read is no reason to release.
+                let _ = capacity.replay(assignment);
+                continue;
+            }
             let desired = parse_assignment_key(key).and_then(|(name, replica, stage)| {
                 let (deployment, _) = snapshot.deployments.get(name)?;
                 (replica < deployment.replicas).then_some(())?;
@@ -326,7 +421,9 @@ impl Controller {
             let reason = match desired {
                 None => Some(Release::NotDesired),
                 Some(request)
-                    if request.memory != assignment.memory || request.gpus as usize != assignment.gpus.len() =>
+                    if request.memory != assignment.memory
+                        || request.gpus as usize != assignment.gpus.len()
+                        || request.layers != assignment.layers =>
                 {
                     Some(Release::Changed)
                 }
@@ -356,6 +453,10 @@ impl Controller {
         now_ms: u64,
         report: &mut PassReport,
     ) -> Result<(), StoreError> {
+        if snapshot.quarantine().2 {
+            // An assignment whose node and size are unknown: placing could over-fill its node.
+            return Ok(());
+        }
         let released: BTreeSet<String> = report.released.iter().map(|(k, _)| k.clone()).collect();
         let bound = |key: &str| snapshot.assignments.contains_key(key) && !released.contains(key);
         let max_ops = store.max_ops().max(2);

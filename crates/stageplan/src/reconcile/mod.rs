@@ -11,16 +11,21 @@
 //!    persisting the new replica count;
 //! 3. release assignments that are no longer desired, whose request changed, whose node
 //!    left or shrank, or whose replica failed;
-//! 4. place every replica that misses stages — the whole pipeline or none of it — on the
-//!    fullest node that fits (bin-pack) or the emptiest (spread), in O(log n) per stage;
-//!    a replica that does not fit backs off exponentially with deterministic jitter.
+//! 4. place every replica that misses stages — all its missing stages in one transaction or
+//!    none of them — on the fullest node that fits (bin-pack) or the emptiest (spread), in
+//!    O(log n) per stage; stages that ask for GPUs go to GPU nodes, the others to GPU-less
+//!    nodes (Macs, CPU boxes); a replica that does not fit backs off exponentially with
+//!    deterministic jitter, and a node joining ends every backoff.
 //!
 //! When a node is lost, only its stages move: the replica's other stages stay bound, which
 //! is the minimal-move re-plan (the stage ranges are the planner's and do not change).
-//! Every step is one or more compare-and-swap transactions: a placement expects each
-//! node's record unchanged since it was read, so two controllers on one store can never
-//! over-fill a node or bind a stage twice. A crash between steps loses nothing persisted;
-//! the next pass starts from the store.
+//! Every write a pass makes is a compare-and-swap: a binding expects its key absent and each
+//! node's record unchanged since it was read, a release expects the binding unchanged, so
+//! two controllers on one store can never over-fill a node or bind a stage twice. Facts from
+//! events (a deployment, a node leaving) are written as they are, except a node's capacity,
+//! which is written against the revision read so it never shrinks under a stage placed
+//! meanwhile. A crash between transactions loses nothing persisted; the next pass starts from
+//! the store. Records this version cannot read are quarantined and named, never released.
 //!
 //! [`store::MemoryStore`] serves tests, simulations and the browser; the native stores
 //! (redb, etcd) live in `crates/stageplan-store`.

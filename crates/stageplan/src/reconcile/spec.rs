@@ -7,6 +7,9 @@ use crate::plan::Plan;
 
 /// Most GPUs one node may have: GPU ids are kept as a 128-bit set.
 pub const MAX_GPUS_PER_NODE: u32 = 128;
+/// Most stages per replica: a replica's bindings and node revisions are one transaction,
+/// and etcd allows 128 operations in one.
+pub const MAX_STAGES: usize = 60;
 
 /// A model to keep running: `replicas` copies of a pipeline whose stages come from the
 /// planner.
@@ -106,6 +109,9 @@ pub struct Node {
 #[serde(deny_unknown_fields)]
 pub struct Assignment {
     pub node: String,
+    /// The blocks `[start, end)` the stage runs, as its request said when it was bound.
+    #[serde(default)]
+    pub layers: [usize; 2],
     /// The GPU ids taken on `node`.
     #[serde(default)]
     pub gpus: Vec<u32>,
@@ -199,11 +205,11 @@ impl Deployment {
         if self.stages.is_empty() {
             return invalid("stages", "[]".into(), "is empty; give one request per pipeline stage (from a plan)");
         }
-        if self.stages.len() > 1024 {
+        if self.stages.len() > MAX_STAGES {
             return invalid(
                 "stages",
                 self.stages.len().to_string(),
-                "is more stages than a pipeline has; at most 1024",
+                "is more stages than one replica's transaction can bind (at most 60)",
             );
         }
         if self.replicas > 1_000_000 {
@@ -226,6 +232,13 @@ impl Deployment {
             );
         }
         if let Some(a) = &self.autoscale {
+            if self.max_replicas.is_none() {
+                return invalid(
+                    "max_replicas",
+                    "none".into(),
+                    "is needed with `autoscale`: give the most replicas to scale to",
+                );
+            }
             if !(a.target > 0.0 && a.target <= 1.0) {
                 return invalid("autoscale.target", a.target.to_string(), "must be in (0, 1]");
             }

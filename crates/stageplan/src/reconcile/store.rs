@@ -60,12 +60,10 @@ pub enum StoreError {
     /// re-read and decide again.
     #[error("`{key}` changed since it was read (another controller?); nothing was written, the next pass re-reads")]
     Conflict { key: String },
-    /// The store could not be reached or refused the write; nothing may have been written.
+    /// The store could not be reached or failed: a write may or may not have landed; the
+    /// next read tells.
     #[error("the state store is unavailable: {0}")]
     Unavailable(String),
-    /// A stored value does not parse.
-    #[error("stored `{key}` is not valid: {message}; fix or delete the record")]
-    Corrupt { key: String, message: String },
 }
 
 /// A state store: read by prefix, write in all-or-nothing transactions.
@@ -83,6 +81,15 @@ pub trait Store {
     /// [`StoreError::Unavailable`] when the store cannot be written.
     fn commit(&mut self, ops: &[Op]) -> Result<u64, StoreError>;
 
+    /// Every record under each prefix, all read at one revision where the store can (etcd
+    /// does; the others read under one lock anyway).
+    ///
+    /// # Errors
+    /// The store is unavailable.
+    fn list_many(&mut self, prefixes: &[&str]) -> Result<Vec<Vec<(String, Versioned)>>, StoreError> {
+        prefixes.iter().map(|prefix| self.list(prefix)).collect()
+    }
+
     /// The most ops one transaction may hold (etcd's `--max-txn-ops` is 128 by default).
     fn max_ops(&self) -> usize {
         usize::MAX
@@ -95,6 +102,9 @@ impl<S: Store + ?Sized> Store for &mut S {
     }
     fn commit(&mut self, ops: &[Op]) -> Result<u64, StoreError> {
         (**self).commit(ops)
+    }
+    fn list_many(&mut self, prefixes: &[&str]) -> Result<Vec<Vec<(String, Versioned)>>, StoreError> {
+        (**self).list_many(prefixes)
     }
     fn max_ops(&self) -> usize {
         (**self).max_ops()

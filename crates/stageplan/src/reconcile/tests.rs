@@ -88,7 +88,7 @@ impl World {
 #[test]
 fn every_desired_replica_is_scheduled_and_a_second_pass_changes_nothing() {
     let mut world = World::new(
-        &[node("a", 160, 8), node("b", 160, 8), node("c", 24, 1)],
+        &[node("a", 160, 8), node("b", 160, 8), node("c", 24, 1), node("mac", 64, 0)],
         &[deployment("llama", 5, &[(20, 1), (20, 1)]), deployment("small", 3, &[(4, 0)])],
     );
     let first = world.pass(0);
@@ -189,11 +189,12 @@ fn gpu_ids_are_freed_exactly() {
 #[test]
 fn bootstrap_rebuilds_state_and_capacity_from_the_store() {
     let mut world = World::new(
-        &[node("a", 80, 8), node("b", 24, 2)],
+        &[node("a", 80, 8), node("b", 24, 2), node("mac", 32, 0)],
         &[deployment("d", 4, &[(10, 1), (10, 1)]), deployment("cpu", 2, &[(4, 0)])],
     );
     world.pass(0);
     let bound = world.bound();
+    assert_eq!(bound.len(), 10, "8 GPU stages and 2 on the Mac");
     let free = world.free();
     // A new controller process: nothing in memory, same store.
     world.controller = Controller::default();
@@ -240,6 +241,71 @@ fn autoscaling_raises_desired_and_persists_it_with_hysteresis_and_cooldown() {
     assert_eq!(pass(&mut world, 60_000, &load).1, 6, "down cooldown");
     assert_eq!(pass(&mut world, 90_001, &load).1, 1, "floored at min_replicas");
     assert_eq!(world.bound().len(), 1);
+}
+
+#[test]
+fn records_this_version_cannot_read_are_left_alone_and_named() {
+    let mut world = World::new(&[node("a", 80, 8), node("b", 80, 8)], &[deployment("d", 2, &[(10, 1)])]);
+    world.pass(0);
+    let bound = world.bound();
+    let put = |key: &str, value: &str| Op::Put { key: key.into(), value: value.into(), expect: Expect::Any };
+    // A node record this version cannot read, holding a stage: the stage stays bound.
+    let on_b = bound.iter().find(|(_, a)| a.node == "b").map(|(k, _)| k.clone());
+    world.store.commit(&[put("nodes/b", r#"{"name": "b", "memory": 1, "gpus": 8, "future": true}"#)]).unwrap();
+    // A deployment whose key and name disagree.
+    let other = serde_json::to_string(&deployment("other", 1, &[(1, 1)])).unwrap();
+    world.store.commit(&[put("deployments/e", &other)]).unwrap();
+    let report = world.controller.pass(&mut world.store, 1, &NoMetrics).unwrap();
+    let keys: Vec<&str> = report.quarantined.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["deployments/e", "nodes/b"], "{report:?}");
+    assert!(report.released.is_empty(), "{report:?}");
+    if let Some(key) = on_b {
+        assert!(world.bound().contains_key(&key));
+    }
+    // An assignment with a non-canonical key: its capacity is unknown, so nothing is placed.
+    let odd = r#"{"node": "a", "gpus": [7], "memory": 1, "status": "running"}"#;
+    world.store.commit(&[put("assignments/d/01/0", odd)]).unwrap();
+    world.event(Event::DeploymentChanged(deployment("d", 4, &[(10, 1)])));
+    let blocked = world.controller.pass(&mut world.store, 2, &NoMetrics).unwrap();
+    assert!(blocked.scheduled.is_empty() && blocked.quarantined.iter().any(|(k, _)| k == "assignments/d/01/0"));
+    world.store.commit(&[Op::Delete { key: "assignments/d/01/0".into(), expect: Expect::Any }]).unwrap();
+    assert!(!world.controller.pass(&mut world.store, 3, &NoMetrics).unwrap().scheduled.is_empty());
+}
+
+/// A store that places a stage (as a concurrent pass would) right after the second read.
+struct PlaceBetween<'s> {
+    inner: &'s mut MemoryStore,
+    reads: usize,
+}
+
+impl Store for PlaceBetween<'_> {
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, Versioned)>, StoreError> {
+        let records = self.inner.list(prefix)?;
+        self.reads += 1;
+        if self.reads == 2 {
+            Controller::default().pass(self.inner, 0, &NoMetrics)?;
+        }
+        Ok(records)
+    }
+
+    fn commit(&mut self, ops: &[Op]) -> Result<u64, StoreError> {
+        self.inner.commit(ops)
+    }
+}
+
+/// A node update that races a placement on that node re-reads instead of shrinking the node
+/// under the new stage.
+#[test]
+fn a_node_update_never_shrinks_a_node_under_a_stage_placed_meanwhile() {
+    let mut world = World::new(&[node("a", 40, 2)], &[deployment("d", 1, &[(30, 1)])]);
+    // The update reads the node and the (no) assignments; a pass then binds a 30 GiB stage.
+    let mut racing = PlaceBetween { inner: &mut world.store, reads: 0 };
+    let shrunk = node("a", 20, 2);
+    world.controller.handle(&mut racing, Event::NodeChanged(shrunk.clone()), &NoMetrics).unwrap();
+    let snapshot = world.snapshot();
+    assert_eq!(snapshot.nodes["a"].0, shrunk);
+    check_invariants(&snapshot).unwrap();
+    assert!(snapshot.assignments.is_empty(), "the 30 GiB stage was evicted on the retry");
 }
 
 /// A store that fails chosen commits, before or after applying them.
@@ -325,7 +391,7 @@ fn release_was_due(key: &str, assignment: &Assignment, before: &Snapshot) -> boo
 /// checked after each step and convergence once the faults stop.
 #[test]
 fn simulation_keeps_the_invariants_and_converges() {
-    let mut steps = 0;
+    let (mut steps, mut faults, mut crashes) = (0, 0, 0);
     for seed in 0..12u64 {
         let mut rng = Rng(seed);
         let mut store = MemoryStore::new();
@@ -373,6 +439,7 @@ fn simulation_keeps_the_invariants_and_converges() {
             };
             // A fault at a random commit of this step: a failed write, or a crash right after one.
             let fault = rng.below(4) == 0;
+            faults += usize::from(fault);
             let mut faulty = Faulty {
                 inner: &mut store,
                 countdown: fault.then(|| rng.below(4) as usize),
@@ -382,6 +449,7 @@ fn simulation_keeps_the_invariants_and_converges() {
             let acknowledged = controller.handle(&mut faulty, event.clone(), &NoMetrics).is_ok();
             if fault && rng.below(2) == 0 {
                 controller = Controller::default(); // crash: restart from the store
+                crashes += 1;
             }
             let landed = acknowledged || {
                 // A write that failed may still have landed (the store applied it, then the
@@ -435,6 +503,8 @@ fn simulation_keeps_the_invariants_and_converges() {
         for i in 0..8 {
             let n = node(&format!("spare{i}"), 512, 64);
             controller.handle(&mut store, Event::NodeJoined(n), &NoMetrics).unwrap();
+            let n = node(&format!("spare-ram{i}"), 512, 0);
+            controller.handle(&mut store, Event::NodeJoined(n), &NoMetrics).unwrap();
         }
         now += 3_600_000;
         let mut passes = 0;
@@ -457,5 +527,6 @@ fn simulation_keeps_the_invariants_and_converges() {
             "seed {seed}: a stage on a lost node"
         );
     }
-    assert!(steps >= 4_000);
+    assert_eq!(steps, 12 * 400);
+    assert!(faults > 600 && crashes > 300, "faults {faults}, crashes {crashes}");
 }
