@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::capacity::{Capacity, Unreplayable};
 use super::spec::{Assignment, Deployment, Node, Status, assignment_key, parse_assignment_key};
-use super::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError, Versioned};
+use super::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError};
 
 /// The loop's inputs: one closed set of events.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,54 +136,45 @@ impl Snapshot {
     pub fn load(store: &mut impl Store) -> Result<Snapshot, StoreError> {
         let mut lists = store.list_many(&[DEPLOYMENTS, NODES, ASSIGNMENTS])?.into_iter();
         let mut snapshot = Snapshot::default();
-        let mut quarantined = Vec::new();
-        let mut decode = |records: Vec<(String, Versioned)>, prefix: &str| {
-            let mut out = Vec::new();
-            for (key, v) in records {
-                let name = key[prefix.len()..].to_owned();
-                match serde_json::from_str::<serde_json::Value>(&v.value).map(|value| (value, v.revision)) {
-                    Ok(parsed) => out.push((key, name, parsed)),
-                    Err(e) => quarantined.push((key, e.to_string())),
-                }
-            }
-            out
-        };
-        let deployments = decode(lists.next().unwrap_or_default(), DEPLOYMENTS);
-        let nodes = decode(lists.next().unwrap_or_default(), NODES);
-        let assignments = decode(lists.next().unwrap_or_default(), ASSIGNMENTS);
-        for (key, name, (value, revision)) in deployments {
-            match serde_json::from_value::<Deployment>(value).map_err(|e| e.to_string()).and_then(|d| {
+        for (key, v) in lists.next().unwrap_or_default() {
+            let name = &key[DEPLOYMENTS.len()..];
+            let parsed = serde_json::from_str::<Deployment>(&v.value).map_err(|e| e.to_string()).and_then(|d| {
                 d.check().map_err(|e| e.to_string())?;
                 if d.name == name { Ok(d) } else { Err(format!("its name is `{}`, not `{name}`", d.name)) }
-            }) {
+            });
+            match parsed {
                 Ok(d) => {
-                    snapshot.deployments.insert(name, (d, revision));
+                    snapshot.deployments.insert(name.to_owned(), (d, v.revision));
                 }
-                Err(why) => quarantined.push((key, why)),
+                Err(why) => snapshot.quarantined.push((key, why)),
             }
         }
-        for (key, name, (value, revision)) in nodes {
-            match serde_json::from_value::<Node>(value).map_err(|e| e.to_string()).and_then(|n| {
+        for (key, v) in lists.next().unwrap_or_default() {
+            let name = &key[NODES.len()..];
+            let parsed = serde_json::from_str::<Node>(&v.value).map_err(|e| e.to_string()).and_then(|n| {
                 n.check().map_err(|e| e.to_string())?;
                 if n.name == name { Ok(n) } else { Err(format!("its name is `{}`, not `{name}`", n.name)) }
-            }) {
+            });
+            match parsed {
                 Ok(n) => {
-                    snapshot.nodes.insert(name, (n, revision));
+                    snapshot.nodes.insert(name.to_owned(), (n, v.revision));
                 }
-                Err(why) => quarantined.push((key, why)),
+                Err(why) => snapshot.quarantined.push((key, why)),
             }
         }
-        for (key, name, (value, revision)) in assignments {
-            let canonical = parse_assignment_key(&name).is_some_and(|(d, r, s)| assignment_key(d, r, s) == name);
-            match serde_json::from_value::<Assignment>(value) {
-                Ok(a) if canonical => {
-                    snapshot.assignments.insert(name, (a, revision));
+        for (key, v) in lists.next().unwrap_or_default() {
+            let name = &key[ASSIGNMENTS.len()..];
+            if !canonical_key(name) {
+                snapshot.quarantined.push((key, "the key is not `deployment/replica/stage`".to_owned()));
+                continue;
+            }
+            match serde_json::from_str::<Assignment>(&v.value) {
+                Ok(a) => {
+                    snapshot.assignments.insert(name.to_owned(), (a, v.revision));
                 }
-                Ok(_) => quarantined.push((key, "the key is not `deployment/replica/stage`".to_owned())),
-                Err(e) => quarantined.push((key, e.to_string())),
+                Err(e) => snapshot.quarantined.push((key, e.to_string())),
             }
         }
-        snapshot.quarantined = quarantined;
         Ok(snapshot)
     }
 
@@ -204,6 +195,13 @@ impl Snapshot {
         }
         (deployments, nodes, assignment)
     }
+}
+
+/// Whether `key` is exactly what [`assignment_key`] writes: numbers without signs or
+/// leading zeros, so no stage can be bound under two spellings.
+fn canonical_key(key: &str) -> bool {
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    parse_assignment_key(key).is_some() && key.rsplitn(3, '/').take(2).all(number)
 }
 
 /// The controller: the pass, and the little it remembers between passes (backoff).
