@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::capacity::{Capacity, Unreplayable};
 use super::spec::{Assignment, Deployment, Node, Status, assignment_key, parse_assignment_key};
-use super::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError};
+use super::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError, Versioned};
 
 /// The loop's inputs: one closed set of events.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,32 +136,14 @@ impl Snapshot {
     pub fn load(store: &mut impl Store) -> Result<Snapshot, StoreError> {
         let mut lists = store.list_many(&[DEPLOYMENTS, NODES, ASSIGNMENTS])?.into_iter();
         let mut snapshot = Snapshot::default();
-        for (key, v) in lists.next().unwrap_or_default() {
-            let name = &key[DEPLOYMENTS.len()..];
-            let parsed = serde_json::from_str::<Deployment>(&v.value).map_err(|e| e.to_string()).and_then(|d| {
-                d.check().map_err(|e| e.to_string())?;
-                if d.name == name { Ok(d) } else { Err(format!("its name is `{}`, not `{name}`", d.name)) }
-            });
-            match parsed {
-                Ok(d) => {
-                    snapshot.deployments.insert(name.to_owned(), (d, v.revision));
-                }
-                Err(why) => snapshot.quarantined.push((key, why)),
-            }
-        }
-        for (key, v) in lists.next().unwrap_or_default() {
-            let name = &key[NODES.len()..];
-            let parsed = serde_json::from_str::<Node>(&v.value).map_err(|e| e.to_string()).and_then(|n| {
-                n.check().map_err(|e| e.to_string())?;
-                if n.name == name { Ok(n) } else { Err(format!("its name is `{}`, not `{name}`", n.name)) }
-            });
-            match parsed {
-                Ok(n) => {
-                    snapshot.nodes.insert(name.to_owned(), (n, v.revision));
-                }
-                Err(why) => snapshot.quarantined.push((key, why)),
-            }
-        }
+        let deployments = lists.next().unwrap_or_default();
+        snapshot.deployments = named(deployments, DEPLOYMENTS, &mut snapshot.quarantined, |d: &Deployment| {
+            d.check().map(|()| d.name.as_str()).map_err(|e| e.to_string())
+        });
+        let nodes = lists.next().unwrap_or_default();
+        snapshot.nodes = named(nodes, NODES, &mut snapshot.quarantined, |n: &Node| {
+            n.check().map(|()| n.name.as_str()).map_err(|e| e.to_string())
+        });
         for (key, v) in lists.next().unwrap_or_default() {
             let name = &key[ASSIGNMENTS.len()..];
             if !canonical_key(name) {
@@ -195,6 +177,34 @@ impl Snapshot {
         }
         (deployments, nodes, assignment)
     }
+}
+
+/// Records that carry their own name: decoded, checked (`check` returns the name) and kept
+/// under their name when it matches their key; the others go to `quarantined` with why.
+fn named<T: serde::de::DeserializeOwned>(
+    records: Vec<(String, Versioned)>,
+    prefix: &str,
+    quarantined: &mut Vec<(String, String)>,
+    check: impl Fn(&T) -> Result<&str, String>,
+) -> BTreeMap<String, (T, u64)> {
+    let mut out = BTreeMap::new();
+    for (key, v) in records {
+        let name = &key[prefix.len()..];
+        let parsed = serde_json::from_str::<T>(&v.value).map_err(|e| e.to_string()).and_then(|record| {
+            match check(&record)? {
+                own if own == name => Ok(()),
+                own => Err(format!("its name is `{own}`, not `{name}`")),
+            }
+            .map(|()| record)
+        });
+        match parsed {
+            Ok(record) => {
+                out.insert(name.to_owned(), (record, v.revision));
+            }
+            Err(why) => quarantined.push((key, why)),
+        }
+    }
+    out
 }
 
 /// Whether `key` is exactly what [`assignment_key`] writes: numbers without signs or
