@@ -28,6 +28,8 @@ fn deploy_reconcile_lose_a_node_and_recover() {
     run(&dir, &["nodes", "add", "gpu-a", "--memory", "160 GiB", "--gpus", "8"]);
     run(&dir, &["nodes", "add", "gpu-b", "--memory", "96 GiB", "--gpus", "4"]);
     run(&dir, &["nodes", "add", "gpu-c", "--memory", "96 GiB", "--gpus", "4"]);
+    // The scenario's `mac` is Apple silicon: its stage is held in RAM, on a GPU-less node.
+    run(&dir, &["nodes", "add", "mac-studio", "--memory", "192 GiB"]);
     assert!(run(&dir, &["deploy", "llama.json"]).contains("3 replicas × 4 stages"));
     run(&dir, &["reconcile", "--passes", "2", "--interval", "10ms"]);
     let placed = status(&dir);

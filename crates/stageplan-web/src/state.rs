@@ -58,6 +58,9 @@ pub struct NodeDraft {
     pub name: String,
     /// A device preset, or empty for custom figures.
     pub device: String,
+    /// `gpu`, `unified` or `cpu`; empty for the preset's (exports name devices by it).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub kind: String,
     pub memory: String,
     pub bandwidth: String,
     pub compute: String,
@@ -111,6 +114,7 @@ impl Default for AppState {
                 NodeDraft::preset("gamer", "rtx-3090"),
                 NodeDraft {
                     name: "mac".into(),
+                    kind: "unified".into(),
                     memory: "64 GiB".into(),
                     bandwidth: "400 GB/s".into(),
                     compute: "27 TFLOPS".into(),
@@ -177,6 +181,9 @@ impl AppState {
                 node.insert("name".into(), json!(n.name));
                 if !n.device.trim().is_empty() {
                     node.insert("device".into(), json!(n.device.trim()));
+                }
+                if !n.kind.is_empty() {
+                    node.insert("kind".into(), json!(n.kind));
                 }
                 for (key, text) in [
                     ("memory", &n.memory),
@@ -319,6 +326,7 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
         id: 0,
         name,
         device: spec.device.clone().unwrap_or_default(),
+        kind: spec.kind.map(|k| k.name().to_owned()).unwrap_or_default(),
         memory: text(spec.memory.map(|b| b.get()), Dimension::Memory),
         bandwidth: text(spec.bandwidth.map(|b| b.get()), Dimension::Bandwidth),
         compute: text(spec.compute.map(|c| c.get()), Dimension::Compute),

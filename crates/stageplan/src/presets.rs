@@ -109,6 +109,17 @@ pub enum DeviceKind {
     Cpu,
 }
 
+impl DeviceKind {
+    /// The name scenarios use.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Gpu => "gpu",
+            DeviceKind::Unified => "unified",
+            DeviceKind::Cpu => "cpu",
+        }
+    }
+}
+
 /// A device preset with its published figures.
 #[derive(Copy, Clone, Debug, Serialize)]
 pub struct DevicePreset {

@@ -5,9 +5,9 @@
 # 1. On each machine below, serve its device to the host (llama.cpp's rpc-server).
 #    One device per rpc-server keeps the RPC device numbers in --rpc order.
 #    on mac:
-CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052
+rpc-server --host 0.0.0.0 --port 50052
 #    on old-laptop:
-CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052
+rpc-server --host 0.0.0.0 --port 50052
 #    on desk:
 CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052
 

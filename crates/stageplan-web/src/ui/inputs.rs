@@ -218,6 +218,17 @@ fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
                         }).collect_view()}
                     </select>
                 </label>
+                <label class="field small" title="what the exports name its device and request for it">
+                    <span>"Kind"</span>
+                    <select class="node-kind" on:change=move |ev| {
+                        let kind = event_target_value(&ev);
+                        state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.kind = kind });
+                    }>
+                        {[("", "from preset"), ("gpu", "GPU"), ("unified", "Apple silicon"), ("cpu", "CPU")].map(|(value, title)| view! {
+                            <option value=value selected=move || get(|n| n.kind.clone()).get() == value>{title}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
                 <button type="button" class="node-duplicate" title="duplicate" on:click=move |_| state.update(|s| {
                     let next = s.next_id();
                     if let Some(pos) = s.nodes.iter().position(|n| n.id == id) {
