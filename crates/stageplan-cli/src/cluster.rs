@@ -21,6 +21,16 @@ use crate::commands::Failure;
 /// How long a command waits for a redb file that the loop holds during a pass.
 const OPEN_PATIENCE: Duration = Duration::from_secs(5);
 
+/// Opens `--store` for reading: a redb file must exist already (reading never creates one).
+fn open_existing(target: &str) -> Result<AnyStore, Failure> {
+    if !target.starts_with("etcd://") && !Path::new(target).exists() {
+        return Err(Failure(format!(
+            "`--store {target}` does not exist; register machines with `stageplan nodes add`, or give the store's path"
+        )));
+    }
+    open(target)
+}
+
 /// Opens `--store`, waiting a little while another `stageplan` holds a redb file.
 pub fn open(target: &str) -> Result<AnyStore, Failure> {
     let started = Instant::now();
@@ -122,11 +132,12 @@ pub fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Stri
 
 /// `stageplan nodes remove`.
 pub fn remove_node(store: &str, name: &str) -> Result<String, Failure> {
-    let mut store = open(store)?;
+    let mut store = open_existing(store)?;
     let snapshot = Snapshot::load(&mut store).map_err(store_failure)?;
     if !snapshot.nodes.contains_key(name) {
         let known: Vec<&str> = snapshot.nodes.keys().map(String::as_str).collect();
-        return Err(Failure(format!("node `{name}` is not registered; registered: {}", known.join(", "))));
+        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        return Err(Failure(format!("node `{name}` is not registered; registered: {known}")));
     }
     Controller::default().handle(&mut store, Event::NodeLeft(name.to_owned()), &NoMetrics).map_err(store_failure)?;
     Ok(format!("node `{name}` removed; the next pass moves its stages\n"))
@@ -162,7 +173,7 @@ pub struct NodeStatus {
 }
 
 pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
-    let mut store = open(store)?;
+    let mut store = open_existing(store)?;
     let snapshot = Snapshot::load(&mut store).map_err(store_failure)?;
     let deployments = snapshot
         .deployments
