@@ -53,6 +53,9 @@ impl Metrics for BTreeMap<String, f64> {
     }
 }
 
+/// Failed tries after which a replica missing stages gives back the ones it holds.
+const GIVE_BACK_AFTER: u32 = 3;
+
 /// Backoff for replicas that do not fit: `base × 2^attempts`, capped, times a jitter in
 /// [0.5, 1] drawn from the replica's id (deterministic: no randomness in the core).
 #[derive(Clone, Debug, PartialEq)]
@@ -106,6 +109,9 @@ pub enum Release {
     NoRoom,
     /// The replica failed.
     Failed,
+    /// The replica's other stages could not be placed after repeated tries: its bound
+    /// stages are given back so they do not hold room no complete replica can use.
+    Incomplete,
 }
 
 /// A replica's backoff.
@@ -469,6 +475,7 @@ impl Controller {
         let bound = |key: &str| snapshot.assignments.contains_key(key) && !released.contains(key);
         let max_ops = store.max_ops().max(2);
         let mut batch: Vec<Op> = Vec::new();
+        let mut give_back: Vec<(String, Op)> = Vec::new();
         let mut touched: BTreeSet<String> = BTreeSet::new();
         let mut batch_keys: Vec<(String, String)> = Vec::new();
         let mut live_replicas: BTreeSet<String> = BTreeSet::new();
@@ -501,6 +508,22 @@ impl Controller {
                     let attempts = self.backoff.get(&id).map_or(0, |b| b.attempts.saturating_add(1));
                     let next_ms = now_ms.saturating_add(self.delay(&id, attempts));
                     self.backoff.insert(id.clone(), Backoff { attempts, next_ms });
+                    if attempts + 1 >= GIVE_BACK_AFTER && missing.len() < deployment.stages.len() {
+                        // A partial pipeline serves nobody: after a few tries its bound
+                        // stages go back, so a replica that can complete may use the room.
+                        for stage in (0..deployment.stages.len()).filter(|s| !missing.contains(s)) {
+                            let key = assignment_key(name, replica, stage);
+                            // The room comes back to placement next pass, once the
+                            // deletes are stored, never before.
+                            if let Some((_, revision)) = snapshot.assignments.get(&key) {
+                                let delete = Op::Delete {
+                                    key: format!("{ASSIGNMENTS}{key}"),
+                                    expect: Expect::Revision(*revision),
+                                };
+                                give_back.push((key, delete));
+                            }
+                        }
+                    }
                     report.pending.push(id);
                     continue;
                 }
@@ -535,6 +558,11 @@ impl Controller {
             }
         }
         self.flush(store, &mut batch, &mut touched, &mut batch_keys, capacity, report)?;
+        if !give_back.is_empty() {
+            let groups = give_back.iter().map(|(_, op)| vec![op.clone()]).collect();
+            commit_groups(store, groups, report)?;
+            report.released.extend(give_back.into_iter().map(|(key, _)| (key, Release::Incomplete)));
+        }
         // Forget backoff of replicas no longer desired.
         self.backoff.retain(|id, _| live_replicas.contains(id));
         Ok(())

@@ -15,7 +15,9 @@
 //!    none of them — on the fullest node that fits (bin-pack) or the emptiest (spread), in
 //!    O(log n) per stage; stages that ask for GPUs go to GPU nodes, the others to GPU-less
 //!    nodes (Macs, CPU boxes); a replica that does not fit backs off exponentially with
-//!    deterministic jitter, and a node joining ends every backoff.
+//!    deterministic jitter, and a node joining ends every backoff. After three failed tries
+//!    a replica missing stages gives back the stages it holds (a partial pipeline serves
+//!    nobody, and its room may complete another).
 //!
 //! When a node is lost, only its stages move: the replica's other stages stay bound, which
 //! is the minimal-move re-plan (the stage ranges are the planner's and do not change).

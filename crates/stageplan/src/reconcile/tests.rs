@@ -174,6 +174,27 @@ fn insufficient_capacity_backs_off_without_over_allocating() {
 }
 
 #[test]
+fn a_replica_that_cannot_complete_gives_back_what_it_holds() {
+    let mut world = World::new(&[node("a", 40, 1), node("b", 40, 1)], &[deployment("d", 1, &[(30, 1), (30, 1)])]);
+    assert_eq!(world.pass(0).scheduled.len(), 2);
+    let on_b: Vec<String> = world.bound().into_iter().filter(|(_, a)| a.node == "b").map(|(k, _)| k).collect();
+    world.event(Event::NodeLeft("b".into()));
+    // The lost stage has nowhere to go; the other holds node a. After three tries it goes back.
+    let mut now = 1;
+    let mut given_back = Vec::new();
+    for _ in 0..6 {
+        let report = world.pass(now);
+        given_back.extend(report.released.into_iter().filter(|(_, why)| *why == Release::Incomplete));
+        now += 600_000;
+    }
+    assert_eq!(given_back.len(), 1, "{given_back:?} (lost: {on_b:?})");
+    assert!(world.bound().is_empty());
+    // Room for the whole pipeline again: it is placed as one.
+    world.event(Event::NodeJoined(node("c", 40, 1)));
+    assert_eq!(world.pass(now).scheduled.len(), 2);
+}
+
+#[test]
 fn gpu_ids_are_freed_exactly() {
     let mut world = World::new(&[node("a", 80, 8)], &[deployment("x", 3, &[(1, 2)]), deployment("y", 1, &[(1, 1)])]);
     world.pass(0);
@@ -383,7 +404,16 @@ fn release_was_due(key: &str, assignment: &Assignment, before: &Snapshot) -> boo
         .assignments
         .iter()
         .any(|(k, (a, _))| a.status == Status::Failed && k.starts_with(&format!("{name}/{replica}/")));
-    overcommitted || !desired || failed
+    // A replica missing a stage may give back the ones it holds.
+    let incomplete = before.deployments.get(name).is_some_and(|(d, _)| {
+        (0..d.stages.len()).any(|s| {
+            before
+                .assignments
+                .get(&assignment_key(name, replica, s))
+                .is_none_or(|(a, _)| !before.nodes.contains_key(&a.node))
+        })
+    });
+    overcommitted || !desired || failed || incomplete
 }
 
 /// Thousands of seeded steps of joins, losses, capacity changes, failures, deployment edits,
