@@ -2,7 +2,7 @@
 //!
 //! A [`Scenario`] names a model (a preset, a Hugging Face `config.json`, or later a file
 //! header), a workload, the machines and the links between them. [`Scenario::problem`]
-//! checks it into a [`Problem`]; [`plan`] returns the best contiguous split of layers over a
+//! checks it into a [`Problem`]; [`plan()`] returns the best contiguous split of layers over a
 //! subset and order of the machines, with memory and time per stage, the bottleneck, the
 //! nodes left out and why, and the splits other tools would choose on the same cost model.
 //!
@@ -12,7 +12,7 @@
 //! - [`model`]: tensors, weight formats, parameter counts.
 //! - [`cost`]: the cost model and its formulas.
 //! - [`planner`]: the `optimal` search and the baselines.
-//! - [`plan`]: the result and its JSON contract.
+//! - [`mod@plan`]: the result and its JSON contract.
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
 //! - [`balance`]: live node metrics, skew, load shedding.
 //! - [`shard`]: blake3 stream sharding of keyed work items over devices.
