@@ -416,6 +416,22 @@ fn release_was_due(key: &str, assignment: &Assignment, before: &Snapshot) -> boo
     overcommitted || !desired || failed || incomplete
 }
 
+/// The assignments a node's new capacity cannot hold: replayed in key order, those that no
+/// longer fit (memory, or a GPU id the node no longer has or that an earlier one took).
+fn evictable(node: &Node, before: &Snapshot) -> BTreeSet<String> {
+    let (mut memory, mut gpus, mut out) = (0u64, BTreeSet::new(), BTreeSet::new());
+    for (key, (a, _)) in before.assignments.iter().filter(|(_, (a, _))| a.node == node.name) {
+        let fits = memory + a.memory <= node.memory && a.gpus.iter().all(|&g| g < node.gpus && !gpus.contains(&g));
+        if fits {
+            memory += a.memory;
+            gpus.extend(a.gpus.iter().copied());
+        } else {
+            out.insert(key.clone());
+        }
+    }
+    out
+}
+
 /// Thousands of seeded steps of joins, losses, capacity changes, failures, deployment edits,
 /// store write failures and controller crashes at every commit boundary, with the invariants
 /// checked after each step and convergence once the faults stop.
@@ -521,10 +537,12 @@ fn simulation_keeps_the_invariants_and_converges() {
             let stored: BTreeMap<String, Deployment> =
                 after.deployments.iter().map(|(k, (d, _))| (k.clone(), d.clone())).collect();
             assert_eq!(stored, deployments, "seed {seed}: deployments");
+            let evictable = match &event {
+                Event::NodeJoined(n) | Event::NodeChanged(n) => evictable(n, &before),
+                _ => BTreeSet::new(),
+            };
             for (key, (assignment, _)) in &before.assignments {
-                let evicted =
-                    matches!(&event, Event::NodeJoined(n) | Event::NodeChanged(n) if n.name == assignment.node);
-                if !after.assignments.contains_key(key) && !evicted {
+                if !after.assignments.contains_key(key) && !evictable.contains(key) {
                     assert!(release_was_due(key, assignment, &before), "seed {seed}: `{key}` was lost");
                 }
             }
