@@ -10,52 +10,20 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { chromium } from 'playwright-core';
 
-const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
+import { args, artifacts, check, failures, launch, serve } from './harness.mjs';
+
 const embed = path.resolve(args.embed ?? 'dist/embed');
 const cli = path.resolve(args.cli ?? 'target/debug/stageplan');
-const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
-const artifacts = path.join(root, 'tests/e2e/artifacts');
-fs.mkdirSync(artifacts, { recursive: true });
 
-const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.json': 'application/json' };
-const server = http.createServer((req, res) => {
-  const pathname = decodeURIComponent(new URL(req.url, 'http://local').pathname);
-  const file = path.join(embed, pathname === '/' ? 'index.html' : pathname);
-  const ok = file.startsWith(embed) && fs.existsSync(file) && fs.statSync(file).isFile();
-  if (!ok) { res.writeHead(404); res.end(); return; }
-  res.writeHead(200, { 'content-type': types[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' });
-  res.end(fs.readFileSync(file));
-}).listen(0, '127.0.0.1');
-await new Promise((resolve) => server.on('listening', resolve));
-const origin = `http://127.0.0.1:${server.address().port}`;
+const { origin, close: stopServer } = await serve(embed);
 
-const browser = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-embed-')), {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  viewport: { width: 1000, height: 1400 },
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-});
+const browser = await launch({ profile: 'stageplan-embed-', viewport: { width: 1000, height: 1400 } });
 
 const metrics = {};
-let failures = 0;
-
-async function check(name, body) {
-  const started = Date.now();
-  try {
-    await body();
-    console.log(`ok   ${name} (${Date.now() - started} ms)`);
-  } catch (e) {
-    failures += 1;
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
-}
 
 /** A page with its requests and console errors recorded. */
 async function open({ blockWasm = false } = {}) {
@@ -173,8 +141,8 @@ for (const file of ['widget/stageplan_bg.wasm', 'widget/stageplan.js', 'stage-pl
 fs.writeFileSync(path.join(artifacts, 'metrics-embed.json'), `${JSON.stringify(metrics, null, 2)}\n`);
 console.log(JSON.stringify(metrics, null, 2));
 await browser.close();
-server.close();
-if (failures > 0) {
-  console.log(`${failures} check(s) failed`);
+stopServer();
+if (failures() > 0) {
+  console.log(`${failures()} check(s) failed`);
   process.exit(1);
 }

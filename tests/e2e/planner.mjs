@@ -10,48 +10,24 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
-import { chromium } from 'playwright-core';
 
-const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []));
+import { args, artifacts, check, failures, launch, root, serve } from './harness.mjs';
+
 const dist = path.resolve(args.dist ?? 'dist');
 const cli = path.resolve(args.cli ?? 'target/debug/stageplan');
 const fixtures = path.resolve(args.fixtures ?? 'target/tmp/import-fixtures');
-const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
-const artifacts = path.join(root, 'tests/e2e/artifacts');
-fs.mkdirSync(artifacts, { recursive: true });
 
-// A static server for dist/ that records every request, so the test can prove the page
-// fetches nothing but its own files.
-const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.json': 'application/json' };
-const served = [];
-const server = http.createServer((req, res) => {
-  const pathname = decodeURIComponent(new URL(req.url, 'http://local').pathname);
-  const file = path.join(dist, pathname === '/' ? 'index.html' : pathname);
-  const ok = file.startsWith(dist) && fs.existsSync(file) && fs.statSync(file).isFile();
-  served.push({ path: pathname, status: ok ? 200 : 404 });
-  if (!ok) { res.writeHead(404); res.end(); return; }
-  res.writeHead(200, { 'content-type': types[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' });
-  res.end(fs.readFileSync(file));
-}).listen(0, '127.0.0.1');
-await new Promise((resolve) => server.on('listening', resolve));
-const origin = `http://127.0.0.1:${server.address().port}`;
+// Every request is recorded, so the test can prove the page fetches nothing but its own files.
+const { origin, served, close: stopServer } = await serve(dist);
 
-const browser = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-e2e-')), {
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  viewport: { width: 1280, height: 1000 },
-  args: ['--no-sandbox', '--disable-gpu', '--enable-unsafe-webgpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-});
+const browser = await launch({ profile: 'stageplan-e2e-', viewport: { width: 1280, height: 1000 }, webgpu: true });
 
 const metrics = {};
 const requests = [];
 const consoleErrors = [];
-let failures = 0;
 
 async function open(hash = '') {
   const page = await browser.newPage();
@@ -61,17 +37,6 @@ async function open(hash = '') {
   await page.goto(`${origin}/${hash}`);
   await page.waitForSelector('#plan-headline, #error', { timeout: 60_000 });
   return page;
-}
-
-async function check(name, body) {
-  const started = Date.now();
-  try {
-    await body();
-    console.log(`ok   ${name} (${Date.now() - started} ms)`);
-  } catch (e) {
-    failures += 1;
-    console.log(`FAIL ${name}: ${e.stack ?? e}`);
-  }
 }
 
 const shot = (page, name) => page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
@@ -274,12 +239,12 @@ await check('the page fetched nothing but its own files, and logged no errors', 
   assert.deepEqual(consoleErrors.filter((e) => !e.includes('integrity')), []);
 });
 
-for (const file of fs.readdirSync(dist)) {
+for (const file of fs.readdirSync(dist).filter((f) => fs.statSync(path.join(dist, f)).isFile())) {
   const bytes = fs.readFileSync(path.join(dist, file));
   metrics[`size_${file}`] = { raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length };
 }
 fs.writeFileSync(path.join(artifacts, 'metrics.json'), `${JSON.stringify(metrics, null, 2)}\n`);
 console.log(JSON.stringify(metrics, null, 2));
 await browser.close();
-server.close();
-process.exit(failures === 0 ? 0 : 1);
+stopServer();
+process.exit(failures() === 0 ? 0 : 1);
