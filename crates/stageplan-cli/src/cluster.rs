@@ -49,10 +49,6 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-fn store_failure(e: StoreError) -> Failure {
-    Failure(e.to_string())
-}
-
 /// Reads a deployment file: a [`Deployment`], where `stages` may be left out when a
 /// `scenario` (inline, or a path relative to the file) says what to plan.
 pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
@@ -114,9 +110,7 @@ pub fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
         if deployment.stages.len() == 1 { "" } else { "s" },
         format_bytes(deployment.stages.iter().map(|s| s.memory as f64).sum()),
     );
-    Controller::default()
-        .handle(&mut store, Event::DeploymentChanged(deployment), &NoMetrics)
-        .map_err(store_failure)?;
+    Controller::default().handle(&mut store, Event::DeploymentChanged(deployment), &NoMetrics)?;
     Ok(summary)
 }
 
@@ -126,20 +120,20 @@ pub fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Stri
     let node = Node { name: name.to_owned(), memory: bytes.get() as u64, gpus };
     node.check().map_err(|e| Failure(format!("node {e}")))?;
     let mut store = open(store)?;
-    Controller::default().handle(&mut store, Event::NodeJoined(node), &NoMetrics).map_err(store_failure)?;
+    Controller::default().handle(&mut store, Event::NodeJoined(node), &NoMetrics)?;
     Ok(format!("node `{name}`: {bytes}, {gpus} GPU{}\n", if gpus == 1 { "" } else { "s" }))
 }
 
 /// `stageplan nodes remove`.
 pub fn remove_node(store: &str, name: &str) -> Result<String, Failure> {
     let mut store = open_existing(store)?;
-    let snapshot = Snapshot::load(&mut store).map_err(store_failure)?;
+    let snapshot = Snapshot::load(&mut store)?;
     if !snapshot.nodes.contains_key(name) {
         let known: Vec<&str> = snapshot.nodes.keys().map(String::as_str).collect();
         let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
         return Err(Failure(format!("node `{name}` is not registered; registered: {known}")));
     }
-    Controller::default().handle(&mut store, Event::NodeLeft(name.to_owned()), &NoMetrics).map_err(store_failure)?;
+    Controller::default().handle(&mut store, Event::NodeLeft(name.to_owned()), &NoMetrics)?;
     Ok(format!("node `{name}` removed; the next pass moves its stages\n"))
 }
 
@@ -174,7 +168,7 @@ pub struct NodeStatus {
 
 pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
     let mut store = open_existing(store)?;
-    let snapshot = Snapshot::load(&mut store).map_err(store_failure)?;
+    let snapshot = Snapshot::load(&mut store)?;
     let deployments = snapshot
         .deployments
         .values()
