@@ -60,12 +60,29 @@ function samePlan(page, cliPlanJson) {
   assert.equal(sig3(page.tokens_per_s), sig3(cliPlanJson.tokens_per_s));
 }
 
+/** Raw and gzip bytes of the files the server sent since `served[from]`. */
+function fetched(from) {
+  const files = [...new Set(served.slice(from).filter((r) => r.status === 200).map((r) => (r.path === '/' ? '/index.html' : r.path)))];
+  const bytes = files.map((f) => fs.readFileSync(path.join(dist, f)));
+  return {
+    files,
+    raw: bytes.reduce((n, b) => n + b.length, 0),
+    gzip: bytes.reduce((n, b) => n + zlib.gzipSync(b, { level: 9 }).length, 0),
+  };
+}
+
 await check('the page loads, plans at once, and sets a Content-Security-Policy', async () => {
   const started = Date.now();
+  const from = served.length;
   const page = await open();
   metrics.first_plan_ms = await page.evaluate(() => performance.now());
   metrics.first_plan_wall_ms = Date.now() - started;
   assert.match(await text(page, '#plan-headline'), /tok\/s/);
+  // Everything a reader downloads to plan: the issue's budget is 300 kB gzip. The worker
+  // (WebGPU, exports) is fetched only when asked for.
+  metrics.load_to_plan = fetched(from);
+  assert.ok(metrics.load_to_plan.gzip < 300_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(!metrics.load_to_plan.files.some((f) => f.includes('worker')), `fetched at load: ${metrics.load_to_plan.files}`);
   const csp = await page.getAttribute('meta[http-equiv="Content-Security-Policy"]', 'content');
   assert.ok(csp && csp.includes("default-src 'self'"), `CSP: ${csp}`);
   await shot(page, '01-first-plan');
@@ -176,6 +193,13 @@ await check('"Use the plan" shows what `stageplan export` prints for every engin
   const page = await open();
   const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-cli-')), 'scenario.json');
   fs.writeFileSync(file, await text(page, '#scenario-json'));
+  // Closed until asked for; opening it starts the page's worker, which makes the exports.
+  assert.equal(await page.locator('#export-text').count(), 0);
+  const from = served.length;
+  await page.click('#export-panel > summary');
+  await page.waitForSelector('#export-text[data-target="llama.cpp"]');
+  metrics.load_on_demand = fetched(from);
+  assert.ok(metrics.load_on_demand.files.some((f) => f.includes('worker')), `fetched on opening: ${metrics.load_on_demand.files}`);
   for (const target of ['llama.cpp', 'vllm', 'exo', 'kubernetes', 'deepspeed', 'megatron']) {
     await page.click(`#export-tab-${target.replace('.', '-')}`);
     await page.waitForSelector(`#export-text[data-target="${target}"]`);

@@ -5,10 +5,9 @@ use stageplan::Plan;
 
 use crate::files::Dropped;
 use crate::state::{AppState, ModelSource};
-#[cfg(feature = "gpu")]
-use crate::ui::DevicePanel;
-use crate::ui::{ClusterPanel, ExportPanel, ModelPanel, PlanPanel, SharePanel};
+use crate::ui::{ClusterPanel, DevicePanel, ExportPanel, ModelPanel, PlanPanel, SharePanel};
 use crate::view_model::{PlanView, plan_view};
+use crate::worker::PageWorker;
 
 /// A planned state, or why it cannot be planned.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,15 +75,6 @@ fn initial_state() -> (AppState, Option<String>) {
     }
 }
 
-/// This device's panel (WebGPU); absent when built without the `gpu` feature.
-#[cfg(feature = "gpu")]
-fn device_panel(state: RwSignal<AppState>, computed: Memo<Computed>) -> impl IntoView {
-    view! { <DevicePanel state=state computed=computed/> }
-}
-
-#[cfg(not(feature = "gpu"))]
-fn device_panel(_: RwSignal<AppState>, _: Memo<Computed>) -> impl IntoView {}
-
 /// The page.
 #[component]
 pub fn App() -> impl IntoView {
@@ -92,6 +82,8 @@ pub fn App() -> impl IntoView {
     let state = RwSignal::new(initial);
     let dropped: RwSignal<Option<Dropped>> = RwSignal::new(None);
     let notice: RwSignal<Option<String>> = RwSignal::new(problem);
+    // Device measurements and exports: started on first use (see `worker`).
+    let worker = StoredValue::new_local(PageWorker::default());
     let computed = Memo::new(move |_| {
         let started = now_ms();
         let result = state.with(|s| dropped.with(|d| compute(s, d.as_ref())));
@@ -115,8 +107,8 @@ pub fn App() -> impl IntoView {
             </section>
             <section class="results" aria-label="plan">
                 <PlanPanel state=state computed=computed/>
-                {device_panel(state, computed)}
-                <ExportPanel computed=computed/>
+                <DevicePanel state=state computed=computed worker=worker/>
+                <ExportPanel computed=computed worker=worker/>
                 <SharePanel state=state computed=computed notice=notice/>
             </section>
         </main>

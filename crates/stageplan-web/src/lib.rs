@@ -6,11 +6,14 @@
 //! - [`view_model`]: a plan laid out for drawing (pure, tested).
 //! - [`files`]: model files dropped on the page, header only.
 //! - [`app`] and [`ui`]: the components, and [`ui::Widget`], the embed widget.
+//! - [`worker`]: the page's side of the worker that measures the device with WebGPU, runs
+//!   the plan as kernels and makes the engine exports, and the messages both sides exchange.
 
 pub mod app;
 pub mod files;
 pub mod state;
 pub mod ui;
 pub mod view_model;
+pub mod worker;
 
 pub use app::App;

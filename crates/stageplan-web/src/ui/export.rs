@@ -1,25 +1,56 @@
-//! "Use the plan": the plan as each engine takes it, with a copy button per target.
+//! "Use the plan": the plan as each engine takes it, with a copy button per target. The
+//! exporters run in the page's worker ([`crate::worker`]), fetched when the panel is first
+//! opened, so a reader who only plans never downloads them.
 
 use leptos::prelude::*;
-use stageplan::export::{Export, Target, export};
+use stageplan::export::{Export, Target};
 
 use super::inputs::download;
 use crate::app::Computed;
+use crate::worker::{PageWorker, Reply, Request};
 
 /// A tab per engine; the chosen one's text (what `stageplan export --to TARGET` prints), its
-/// notes, and buttons to copy or download it.
+/// notes, and buttons to copy or download it. Closed until the reader opens it.
 #[component]
-pub fn ExportPanel(computed: Memo<Computed>) -> impl IntoView {
+pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, LocalStorage>) -> impl IntoView {
+    let open = RwSignal::new(false);
     let target = RwSignal::new(Target::LlamaCpp);
     let copied = RwSignal::new(false);
-    let exported = Memo::new(move |_| -> Result<Export, String> {
-        computed.with(|c| {
-            let outcome = c.result.as_ref().map_err(Clone::clone)?;
-            export(&outcome.plan, target.get(), &outcome.export_options).map_err(|e| e.to_string())
-        })
+    // The last request's id and its answer (`None` while it is on its way).
+    let asked = StoredValue::new(0_u64);
+    let exported: RwSignal<Option<Result<Export, String>>> = RwSignal::new(None);
+    worker.with_value(|w| {
+        w.listen(move |reply| match reply {
+            Reply::Exported { id, result } if *id == asked.get_value() => exported.set(Some(result.clone())),
+            // The worker did not start or stopped: say so instead of waiting for ever.
+            Reply::Failed(message) if exported.with_untracked(Option::is_none) && open.get_untracked() => {
+                exported.set(Some(Err(message.clone())));
+            }
+            _ => {}
+        });
+    });
+    // Ask again whenever the plan or the target changes while the panel is open.
+    Effect::new(move |_| {
+        if !open.get() {
+            return;
+        }
+        let request = computed.with(|c| match &c.result {
+            Ok(outcome) => Ok((outcome.plan.clone(), outcome.export_options.clone())),
+            Err(why) => Err(why.clone()),
+        });
+        let target = target.get();
+        asked.update_value(|id| *id += 1);
+        match request {
+            Ok((plan, options)) => {
+                exported.set(None);
+                let id = asked.get_value();
+                worker.with_value(|w| w.send(&Request::Export { id, plan: Box::new(plan), target, options }));
+            }
+            Err(why) => exported.set(Some(Err(why))),
+        }
     });
     let copy = move |_| {
-        if let (Ok(e), Some(window)) = (exported.get_untracked(), web_sys::window()) {
+        if let (Some(Ok(e)), Some(window)) = (exported.get_untracked(), web_sys::window()) {
             let _ = window.navigator().clipboard().write_text(&e.text);
             copied.set(true);
         }
@@ -31,15 +62,20 @@ pub fn ExportPanel(computed: Memo<Computed>) -> impl IntoView {
                 on:click=move |_| { target.set(t); copied.set(false); }>{t.name()}</button>
         }
     });
+    let toggle = move |ev: leptos::ev::Event| {
+        open.set(event_target::<web_sys::HtmlDetailsElement>(&ev).open());
+    };
     view! {
-        <section class="panel export" id="export-panel">
-            <h2>"Use the plan"</h2>
+        <details class="panel export" id="export-panel" on:toggle=toggle>
+            <summary><h2>"Use the plan"</h2>
+                <span class="hint">"llama.cpp, vLLM, exo, Kubernetes, DeepSpeed, Megatron"</span></summary>
             <p class="hint">"The same split as flags and files for the engine you run, exactly as "
                 <code>"stageplan export --to …"</code>" prints them."</p>
             <div class="tabs" role="tablist">{tabs}</div>
             {move || match exported.get() {
-                Err(why) => view! { <p id="export-error" class="hint">"Nothing to export: " {why}</p> }.into_any(),
-                Ok(e) => {
+                None => view! { <p id="export-waiting" class="hint" aria-live="polite">"exporting…"</p> }.into_any(),
+                Some(Err(why)) => view! { <p id="export-error" class="hint">"Nothing to export: " {why}</p> }.into_any(),
+                Some(Ok(e)) => {
                     let file_name = e.file_name.clone();
                     let text = e.text.clone();
                     view! {
@@ -56,6 +92,6 @@ pub fn ExportPanel(computed: Memo<Computed>) -> impl IntoView {
                     }.into_any()
                 }
             }}
-        </section>
+        </details>
     }
 }

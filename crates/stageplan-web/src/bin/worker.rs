@@ -1,0 +1,149 @@
+//! The page's worker (see `stageplan_web::worker`): measures this device with WebGPU, runs
+//! the plan's stages as kernels and makes the engine exports, off the page's thread.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
+use stageplan_gpu::{Gpu, Probe, ProbeOptions};
+use stageplan_web::worker::{Measured, Reply, Request, ShardedRun, StageRun};
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::spawn_local;
+
+fn main() {
+    let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+    // The last probe: what a sharded run predicts its stage times from.
+    let last_probe: Rc<RefCell<Option<Probe>>> = Rc::default();
+    let replies = scope.clone();
+    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+        let (scope, last_probe) = (replies.clone(), last_probe.clone());
+        let request = serde_json::from_str::<Request>(&event.data().as_string().unwrap_or_default());
+        spawn_local(async move {
+            let reply = |reply: Reply| post(&scope, &reply);
+            match request {
+                Ok(Request::Probe) => {
+                    if let Some(probe) = probe(&reply).await {
+                        *last_probe.borrow_mut() = Some(probe);
+                    }
+                }
+                Ok(Request::Sharded { layers, stages }) => {
+                    let probe = last_probe.borrow().clone();
+                    match probe {
+                        Some(probe) => run_sharded(probe, layers, &stages, &reply).await,
+                        None => reply(Reply::Failed("measure this device first".into())),
+                    }
+                }
+                Ok(Request::Export { id, plan, target, options }) => {
+                    let result = stageplan::export::export(&plan, target, &options).map_err(|e| e.to_string());
+                    reply(Reply::Exported { id, result });
+                }
+                Err(e) => reply(Reply::Failed(format!("the page's worker cannot read the request: {e}"))),
+            }
+        });
+    });
+    scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    // The handler lives as long as the worker.
+    on_message.forget();
+    post(&scope, &Reply::Ready);
+}
+
+fn post(scope: &web_sys::DedicatedWorkerGlobalScope, reply: &Reply) {
+    // Posting fails only when the page has gone away, and then no one is left to tell.
+    let _ = scope.post_message(&JsValue::from_str(&serde_json::to_string(reply).unwrap_or_default()));
+}
+
+/// Finds an adapter and measures it, reporting each step; the probe, when it worked.
+async fn probe(reply: &dyn Fn(Reply)) -> Option<Probe> {
+    let gpu = Gpu::new();
+    if gpu.adapters().await.is_empty() {
+        reply(Reply::Failed(
+            "WebGPU is not available in this browser (no adapter), so this device cannot be measured here; \
+             everything else on the page works."
+                .into(),
+        ));
+        return None;
+    }
+    let context = match gpu.open(0).await {
+        Ok(context) => context,
+        Err(e) => {
+            reply(Reply::Failed(e.to_string()));
+            return None;
+        }
+    };
+    let started = js_sys::Date::now();
+    let measured = stageplan_gpu::probe(&context, &ProbeOptions::quick(), &mut |step| {
+        reply(Reply::Progress(format!("measuring {step}…")))
+    })
+    .await;
+    match measured {
+        Ok(probe) => {
+            reply(Reply::Probed(measured_figures(&probe, (js_sys::Date::now() - started) / 1000.0)));
+            Some(probe)
+        }
+        Err(e) => {
+            reply(Reply::Failed(e.to_string()));
+            None
+        }
+    }
+}
+
+fn measured_figures(probe: &Probe, seconds: f64) -> Measured {
+    let adapter = &probe.adapter;
+    Measured {
+        adapter: format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type),
+        memory_bytes: probe.memory.bytes,
+        bandwidth: probe.bandwidth.median,
+        bandwidth_spread: probe.bandwidth.spread,
+        compute_f32: probe.compute_f32.median,
+        compute_f32_spread: probe.compute_f32.spread,
+        compute_f16: probe.compute_f16.as_ref().map(|m| m.median),
+        compute: probe.compute(),
+        max_buffer_size: adapter.limits.max_buffer_size,
+        max_storage_buffer_binding_size: adapter.limits.max_storage_buffer_binding_size,
+        seconds,
+    }
+}
+
+/// Runs a small MLP split as the plan splits the model — one WebGPU device per stage —
+/// checked against the CPU, with each stage's time predicted from `probe`.
+async fn run_sharded(probe: Probe, layers: usize, stages: &[(String, [usize; 2])], reply: &dyn Fn(Reply)) {
+    let gpu = Gpu::new();
+    let mut contexts = Vec::with_capacity(stages.len());
+    for _ in stages {
+        match gpu.open(0).await {
+            Ok(context) => contexts.push(context),
+            Err(e) => return reply(Reply::Failed(e.to_string())),
+        }
+    }
+    let spec = MlpSpec { width: 64, layers, tokens: 32, micro_batches: 4, seed: 7 };
+    let specs: Vec<StageSpec> = stages
+        .iter()
+        .enumerate()
+        .map(|(device, (node, range))| StageSpec { node: node.clone(), device, layers: range[0]..range[1] })
+        .collect();
+    let probes = vec![probe; specs.len()];
+    let predicted = stageplan_gpu::predict(&spec, &specs, &probes);
+    let report =
+        match sharded::run_sharded(&contexts, &[specs], &spec, &mut RoundRobin::default(), Some(&predicted)).await {
+            Ok(report) => report,
+            Err(e) => return reply(Reply::Failed(e.to_string())),
+        };
+    reply(Reply::Sharded(ShardedRun {
+        stages: report
+            .stages
+            .iter()
+            .map(|s| StageRun {
+                node: s.node.clone(),
+                layers: s.layers,
+                predicted_s: s.predicted_s,
+                measured_s: s.measured_s,
+                ratio: s.ratio,
+            })
+            .collect(),
+        summary: format!(
+            "{} MLP layers of width {}, {} micro-batches of {} rows: checked against the CPU (largest relative error {:.1e}); {:.0} rows/s",
+            spec.layers, spec.width, spec.micro_batches, spec.tokens, report.max_error, report.tokens_per_s
+        ),
+    }));
+}
