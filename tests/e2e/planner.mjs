@@ -255,6 +255,26 @@ await check('this device: the WebGPU probe, adding it, and the plan run as kerne
   await page.close();
 });
 
+await check('without WebGPU the device panel says why, and the page still plans', async () => {
+  const plain = await launch({ profile: 'stageplan-e2e-nogpu-', viewport: { width: 1280, height: 1000 } });
+  const page = await plain.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${origin}/`);
+  await page.waitForSelector('#plan-headline');
+  await page.click('#probe');
+  await page.waitForFunction(() => /not available/.test(document.querySelector('#probe-status').textContent), null, { timeout: 60_000 });
+  metrics.no_webgpu_message = await text(page, '#probe-status');
+  assert.equal(await page.locator('#probe-result').count(), 0);
+  assert.equal(await page.isDisabled('#probe'), false, 'the button is usable again');
+  await page.locator('.node-enabled').first().click();
+  await page.waitForSelector('li.node.off');
+  assert.match(await text(page, '#plan-headline'), /tok\/s/);
+  assert.deepEqual(errors, []);
+  await shot(page, '10-no-webgpu');
+  await plain.close();
+});
+
 await check('the page fetched nothing but its own files, and logged no errors', async () => {
   const foreign = requests.filter((u) => !u.startsWith(origin) && !u.startsWith('blob:') && !u.startsWith('data:'));
   assert.deepEqual(foreign, []);
