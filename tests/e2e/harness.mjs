@@ -17,6 +17,9 @@ fs.mkdirSync(artifacts, { recursive: true });
 
 const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.json': 'application/json' };
 
+/** The worker's Content-Security-Policy: `WORKER_CSP` in crates/xtask. */
+export const WORKER_CSP = "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'";
+
 /** Serves `dir` on a free port of 127.0.0.1; `served` lists every request and its status. */
 export async function serve(dir) {
   const served = [];
@@ -26,7 +29,10 @@ export async function serve(dir) {
     const ok = file.startsWith(dir) && fs.existsSync(file) && fs.statSync(file).isFile();
     served.push({ path: pathname, status: ok ? 200 : 404 });
     if (!ok) { res.writeHead(404); res.end(); return; }
-    res.writeHead(200, { 'content-type': types[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' });
+    const headers = { 'content-type': types[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' };
+    // The web planner's worker runs under its own policy, as `cargo xtask serve` sends it.
+    if (/^\/stageplan-worker.*\.js$/.test(pathname)) headers['content-security-policy'] = WORKER_CSP;
+    res.writeHead(200, headers);
     res.end(fs.readFileSync(file));
   }).listen(0, '127.0.0.1');
   await new Promise((resolve) => server.on('listening', resolve));

@@ -82,7 +82,9 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // (WebGPU, exports) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
   assert.ok(metrics.load_to_plan.gzip < 300_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
-  assert.ok(!metrics.load_to_plan.files.some((f) => f.includes('worker')), `fetched at load: ${metrics.load_to_plan.files}`);
+  await page.waitForLoadState('networkidle');
+  const settled = fetched(from).files;
+  assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);
   const csp = await page.getAttribute('meta[http-equiv="Content-Security-Policy"]', 'content');
   assert.ok(csp && csp.includes("default-src 'self'"), `CSP: ${csp}`);
   await shot(page, '01-first-plan');
@@ -255,11 +257,41 @@ await check('this device: the WebGPU probe, adding it, and the plan run as kerne
   await page.close();
 });
 
+await check('a worker that fails to load is reported, and asking again tries again', async () => {
+  // Not `open()`: the blocked fetch is logged as an error on purpose.
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.route('**/stageplan-worker_bg.wasm', (route) => route.abort());
+  await page.goto(`${origin}/`);
+  await page.waitForSelector('#plan-headline');
+  for (let attempt = 0; attempt < 2; attempt += 1) {
+    await page.click('#probe');
+    await page.waitForFunction(() => /worker failed/.test(document.querySelector('#probe-status').textContent), null, { timeout: 30_000 });
+    await page.waitForFunction(() => !document.querySelector('#probe').disabled);
+  }
+  metrics.worker_failure_message = await text(page, '#probe-status');
+  await page.click('#export-panel > summary');
+  await page.waitForFunction(() => /worker failed/.test(document.querySelector('#export-error')?.textContent ?? ''), null, { timeout: 30_000 });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 await check('without WebGPU the device panel says why, and the page still plans', async () => {
   const plain = await launch({ profile: 'stageplan-e2e-nogpu-', viewport: { width: 1280, height: 1000 } });
+  try {
+    await withoutWebGpu(plain);
+  } finally {
+    await plain.close();
+  }
+});
+
+async function withoutWebGpu(plain) {
   const page = await plain.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  page.on('request', (r) => requests.push(r.url()));
   await page.goto(`${origin}/`);
   await page.waitForSelector('#plan-headline');
   await page.click('#probe');
@@ -270,10 +302,12 @@ await check('without WebGPU the device panel says why, and the page still plans'
   await page.locator('.node-enabled').first().click();
   await page.waitForSelector('li.node.off');
   assert.match(await text(page, '#plan-headline'), /tok\/s/);
+  // Opening "Use the plan" meanwhile shows the export, not the device's failure.
+  await page.click('#export-panel > summary');
+  await page.waitForSelector('#export-text[data-target="llama.cpp"]');
   assert.deepEqual(errors, []);
   await shot(page, '10-no-webgpu');
-  await plain.close();
-});
+}
 
 await check('the page fetched nothing but its own files, and logged no errors', async () => {
   const foreign = requests.filter((u) => !u.startsWith(origin) && !u.startsWith('blob:') && !u.startsWith('data:'));

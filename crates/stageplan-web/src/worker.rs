@@ -8,10 +8,16 @@
 //! probe's timed loops and the sharded run's CPU check never block the page's thread: the
 //! plan stays editable while the device is measured.
 //!
-//! The messages are JSON text ([`Request`] in, [`Reply`] out), defined once for both sides;
-//! a reply the page cannot read becomes an error message, not a crash. The page's side
-//! ([`PageWorker`]) starts the worker on the first request, queues requests until the
-//! worker says it is ready, and hands every reply to the components that listen.
+//! The messages are JSON text, defined once for both sides: an [`Asked`] (a [`Request`] and
+//! its id) in, an [`Answer`] (a [`Reply`] and the id it answers) out. An answer without an id
+//! is about the worker itself — it did not load, or it stopped — and concerns every request
+//! still waiting. A message the page cannot read becomes an error message, not a crash.
+//! The page's side ([`PageWorker`]) starts the worker on the first request, queues requests
+//! until the worker says it is ready, hands every answer to the components that listen,
+//! and starts a fresh worker after one failed.
+//!
+//! The worker's script is served with its own Content-Security-Policy (a page's `<meta>`
+//! policy does not reach a worker): see `WORKER_CSP` in `cargo xtask serve`.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -22,9 +28,33 @@ use stageplan::export::{Export, ExportOptions, Target};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-/// The worker's loader, next to the page (Trunk's `data-loader-shim` for the
-/// `stageplan-worker` binary).
+/// The worker's loader (Trunk's `data-loader-shim` for the `stageplan-worker` binary),
+/// relative to the page's URL: Trunk writes it next to `index.html`.
 pub const LOADER: &str = "./stageplan-worker_loader.js";
+
+/// A request and the id its answer will carry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Asked {
+    pub id: u64,
+    pub request: Request,
+}
+
+/// A reply and the request it answers; no id: about the worker itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub id: Option<u64>,
+    pub reply: Reply,
+}
+
+impl Answer {
+    /// The answer in `text`, or a failure of the worker that says it could not be read.
+    pub fn parse(text: &str) -> Answer {
+        serde_json::from_str(text).unwrap_or_else(|e| Answer {
+            id: None,
+            reply: Reply::Failed(format!("the page's worker sent an unreadable answer: {e}")),
+        })
+    }
+}
 
 /// What the page asks the worker to do.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -40,15 +70,14 @@ pub enum Request {
         /// Each stage's node name and layer range `[start, end)`, in pipeline order.
         stages: Vec<(String, [usize; 2])>,
     },
-    /// What `stageplan export --to target` prints for `plan`; `id` comes back with the
-    /// answer, so a page that asked again meanwhile can drop a stale one.
-    Export { id: u64, plan: Box<Plan>, target: Target, options: ExportOptions },
+    /// What `stageplan export --to target` prints for `plan`.
+    Export { plan: Box<Plan>, target: Target, options: ExportOptions },
 }
 
 /// A device as the probe measured it: what the page shows and plans with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
-    /// Adapter name, backend and type, e.g. `SwiftShader Device (browserwebgpu, cpu)`.
+    /// Adapter name, backend and type, e.g. `BrowserWebGpu adapter (browserwebgpu, cpu)`.
     pub adapter: String,
     pub memory_bytes: u64,
     /// Median bytes/s of the STREAM triad, and its spread `(max − min) / median`.
@@ -92,35 +121,26 @@ pub struct ShardedRun {
 pub enum Reply {
     /// The worker's wasm is loaded and it listens; sent once, first.
     Ready,
-    /// A step of the running device request, for the reader.
+    /// A step of a running device request, for the reader.
     Progress(String),
     Probed(Measured),
     Sharded(ShardedRun),
-    /// A device request failed (no WebGPU, a device error, no probe yet); the message says
-    /// why.
+    Exported(Export),
+    /// The request failed (no WebGPU, a device error, no probe yet, a plan that cannot be
+    /// exported) — or, in an answer without an id, the worker did; the message says why.
     Failed(String),
-    /// The answer to [`Request::Export`] `id`: the export, or why the plan cannot be exported.
-    Exported {
-        id: u64,
-        result: Result<Export, String>,
-    },
 }
 
-impl Reply {
-    /// The reply in `text`, or a [`Reply::Failed`] that says it could not be read.
-    pub fn parse(text: &str) -> Reply {
-        serde_json::from_str(text).unwrap_or_else(|e| Reply::Failed(format!("the worker's answer is unreadable: {e}")))
-    }
-}
-
-type Listener = Rc<dyn Fn(&Reply)>;
+type Listener = Rc<dyn Fn(Option<u64>, &Reply)>;
+type Slot = Rc<RefCell<Option<Started>>>;
 
 /// The page's side of the worker. Cheap until the first [`PageWorker::send`], which starts
-/// it; every reply but [`Reply::Ready`] goes to every listener.
+/// it; every answer but the worker's [`Reply::Ready`] goes to every listener.
 #[derive(Default)]
 pub struct PageWorker {
     listeners: Rc<RefCell<Vec<Listener>>>,
-    started: RefCell<Option<Started>>,
+    started: Slot,
+    last_id: Cell<u64>,
 }
 
 struct Started {
@@ -138,38 +158,52 @@ impl std::fmt::Debug for PageWorker {
 }
 
 impl PageWorker {
-    /// Calls `listener` with every reply from now on.
-    pub fn listen(&self, listener: impl Fn(&Reply) + 'static) {
+    /// Calls `listener` with every answer from now on: the id of the request it answers
+    /// (none: about the worker itself) and the reply.
+    pub fn listen(&self, listener: impl Fn(Option<u64>, &Reply) + 'static) {
         self.listeners.borrow_mut().push(Rc::new(listener));
     }
 
-    /// Sends `request`: now, or once the worker has started and said it is ready. A worker
-    /// that cannot start, fails to load or stops answers [`Reply::Failed`].
-    pub fn send(&self, request: &Request) {
-        let message = serde_json::to_string(request).unwrap_or_default();
+    /// Sends `request` — now, or once the worker has started and said it is ready — and
+    /// returns the id its answer will carry. Answers always come later, never during this
+    /// call. A worker that cannot start, fails to load or stops answers a failure without
+    /// an id; the next request starts a fresh one.
+    pub fn send(&self, request: Request) -> u64 {
+        let id = self.last_id.get() + 1;
+        self.last_id.set(id);
+        let message = serde_json::to_string(&Asked { id, request }).unwrap_or_default();
         if self.started.borrow().is_none() {
-            match start(LOADER, self.listeners.clone()) {
+            match start(LOADER, self.started.clone(), self.listeners.clone()) {
                 Ok(worker) => *self.started.borrow_mut() = Some(worker),
-                Err(message) => return broadcast(&self.listeners, &Reply::Failed(message)),
+                Err(failure) => {
+                    let listeners = self.listeners.clone();
+                    wasm_bindgen_futures::spawn_local(async move {
+                        broadcast(&listeners, Some(id), &Reply::Failed(failure));
+                    });
+                    return id;
+                }
             }
         }
         if let Some(started) = self.started.borrow().as_ref() {
+            started.queue.borrow_mut().push(message);
             if started.ready.get() {
-                post(&started.worker, &message, &self.listeners);
-            } else {
-                started.queue.borrow_mut().push(message);
+                flush(&started.worker, &started.queue, &self.listeners);
             }
         }
+        id
     }
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
+        // No answer may reach a handler that is about to be freed.
+        self.worker.set_onmessage(None);
+        self.worker.set_onerror(None);
         self.worker.terminate();
     }
 }
 
-fn start(loader: &str, listeners: Rc<RefCell<Vec<Listener>>>) -> Result<Started, String> {
+fn start(loader: &str, slot: Slot, listeners: Rc<RefCell<Vec<Listener>>>) -> Result<Started, String> {
     let options = web_sys::WorkerOptions::new();
     options.set_type(web_sys::WorkerType::Module);
     let worker = web_sys::Worker::new_with_options(loader, &options)
@@ -179,38 +213,46 @@ fn start(loader: &str, listeners: Rc<RefCell<Vec<Listener>>>) -> Result<Started,
     let on_message = {
         let (worker, ready, queue, listeners) = (worker.clone(), ready.clone(), queue.clone(), listeners.clone());
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
-            match Reply::parse(&event.data().as_string().unwrap_or_default()) {
-                Reply::Ready => {
-                    ready.set(true);
-                    for message in queue.borrow_mut().drain(..) {
-                        post(&worker, &message, &listeners);
-                    }
-                }
-                reply => broadcast(&listeners, &reply),
+            let answer = Answer::parse(&event.data().as_string().unwrap_or_default());
+            if answer == (Answer { id: None, reply: Reply::Ready }) {
+                ready.set(true);
+                flush(&worker, &queue, &listeners);
+            } else {
+                broadcast(&listeners, answer.id, &answer.reply);
             }
         })
     };
     let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |event: web_sys::Event| {
         let detail = event.dyn_ref::<web_sys::ErrorEvent>().map(web_sys::ErrorEvent::message).unwrap_or_default();
         let detail = if detail.is_empty() { "it did not load".to_owned() } else { detail };
-        broadcast(&listeners, &Reply::Failed(format!("the page's worker stopped: {detail}")));
+        // Whatever was asked is lost: drop this worker (after this handler returns, since
+        // the handler is part of it), so the next request starts a fresh one.
+        let failed = slot.borrow_mut().take();
+        wasm_bindgen_futures::spawn_local(async move { drop(failed) });
+        broadcast(&listeners, None, &Reply::Failed(format!("the page's worker failed: {detail}")));
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     Ok(Started { worker, ready, queue, _on_message: on_message, _on_error: on_error })
 }
 
-/// Hands `reply` to every listener (a copy of the list: a listener may add another).
-fn broadcast(listeners: &RefCell<Vec<Listener>>, reply: &Reply) {
+/// Hands an answer to every listener (a copy of the list: a listener may add another).
+fn broadcast(listeners: &RefCell<Vec<Listener>>, id: Option<u64>, reply: &Reply) {
     let listeners: Vec<Listener> = listeners.borrow().clone();
     for listener in listeners {
-        listener(reply);
+        listener(id, reply);
     }
 }
 
-fn post(worker: &web_sys::Worker, message: &str, listeners: &RefCell<Vec<Listener>>) {
-    if let Err(e) = worker.post_message(&JsValue::from_str(message)) {
-        broadcast(listeners, &Reply::Failed(format!("the page's worker refused a request: {}", describe(&e))));
+/// Posts every queued request to a ready worker; a refusal is answered later, like any
+/// failure of the worker.
+fn flush(worker: &web_sys::Worker, queue: &RefCell<Vec<String>>, listeners: &Rc<RefCell<Vec<Listener>>>) {
+    for message in queue.borrow_mut().drain(..) {
+        if let Err(e) = worker.post_message(&JsValue::from_str(&message)) {
+            let (listeners, failure) =
+                (listeners.clone(), format!("the page's worker refused a request: {}", describe(&e)));
+            wasm_bindgen_futures::spawn_local(async move { broadcast(&listeners, None, &Reply::Failed(failure)) });
+        }
     }
 }
 
@@ -228,29 +270,60 @@ mod tests {
     use super::*;
 
     #[test]
-    fn messages_round_trip_and_garbage_is_a_failure() {
-        let replies = [
-            Reply::Ready,
-            Reply::Progress("measuring bandwidth…".into()),
-            Reply::Exported { id: 3, result: Err("the plan is empty".into()) },
-            Reply::Sharded(ShardedRun {
-                stages: vec![StageRun {
-                    node: "a".into(),
-                    layers: [0, 4],
-                    predicted_s: None,
-                    measured_s: 0.5,
-                    ratio: None,
-                }],
-                summary: "ok".into(),
-            }),
+    fn messages_round_trip_and_garbage_is_a_failure_of_the_worker() {
+        let answers = [
+            Answer { id: None, reply: Reply::Ready },
+            Answer { id: Some(2), reply: Reply::Progress("measuring bandwidth…".into()) },
+            Answer { id: Some(3), reply: Reply::Failed("the plan is empty".into()) },
+            Answer {
+                id: Some(4),
+                reply: Reply::Sharded(ShardedRun {
+                    stages: vec![StageRun {
+                        node: "a".into(),
+                        layers: [0, 4],
+                        predicted_s: None,
+                        measured_s: 0.5,
+                        ratio: None,
+                    }],
+                    summary: "ok".into(),
+                }),
+            },
         ];
-        for reply in replies {
-            assert_eq!(Reply::parse(&serde_json::to_string(&reply).unwrap()), reply);
+        for answer in answers {
+            assert_eq!(Answer::parse(&serde_json::to_string(&answer).unwrap()), answer);
         }
-        assert!(matches!(Reply::parse("{\"probed\": 3}"), Reply::Failed(m) if m.contains("unreadable")));
-        assert!(matches!(Reply::parse(""), Reply::Failed(_)));
-        let request = Request::Sharded { layers: 4, stages: vec![("a".into(), [0, 4])] };
-        let text = serde_json::to_string(&request).unwrap();
-        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), request);
+        for garbage in ["", "{\"id\": 1, \"reply\": {\"probed\": 3}}", "[1]"] {
+            let answer = Answer::parse(garbage);
+            assert!(answer.id.is_none() && matches!(&answer.reply, Reply::Failed(m) if m.contains("unreadable")));
+        }
+        let asked = Asked { id: 9, request: Request::Sharded { layers: 4, stages: vec![("a".into(), [0, 4])] } };
+        let text = serde_json::to_string(&asked).unwrap();
+        assert_eq!(serde_json::from_str::<Asked>(&text).unwrap(), asked);
+    }
+
+    /// A plan crosses to the worker as JSON, whose floats may parse back one bit off; what
+    /// the worker exports from it must still be exactly what the page's plan exports.
+    #[test]
+    fn exports_of_a_plan_that_crossed_to_the_worker_are_unchanged() {
+        let scenario =
+            stageplan::Scenario::from_json(include_str!("../../../tests/export/home-70b/scenario.json")).unwrap();
+        let mut plan: Plan = stageplan::plan(&scenario.problem().unwrap());
+        let options = ExportOptions::default();
+        let mut x = 1.234_567_890_123_456_7_f64;
+        for _ in 0..500 {
+            x = (x * 7.319).fract() * 997.0 + 1.0;
+            plan.tokens_per_s = x;
+            let request =
+                Request::Export { plan: Box::new(plan.clone()), target: Target::Kubernetes, options: options.clone() };
+            let Request::Export { plan: crossed, .. } =
+                serde_json::from_str(&serde_json::to_string(&request).unwrap()).unwrap()
+            else {
+                unreachable!()
+            };
+            for target in Target::ALL {
+                let export = |p: &Plan| stageplan::export::export(p, target, &options).unwrap();
+                assert_eq!(export(&crossed), export(&plan), "{target:?} for tokens_per_s {x:?}");
+            }
+        }
     }
 }

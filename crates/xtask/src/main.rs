@@ -198,8 +198,11 @@ fn tool_path() -> std::ffi::OsString {
 /// Builds `dist/` with Trunk (release, size-optimised, [`smallest_wasm`]), then pins the page's
 /// Content-Security-Policy to the hash of Trunk's inline loader script.
 fn build_web() -> Result<PathBuf, String> {
-    let mut fetch = cargo();
-    fetch.args(["fetch", "--locked"]);
+    // With the size build's settings, so the standard library's own dependencies
+    // (`build-std`) are fetched too.
+    let mut fetch = Command::new("cargo");
+    fetch.current_dir(root()).args(["fetch", "--locked", "--target", WASM_TARGET]);
+    smallest_wasm(&mut fetch);
     step("fetch crates for the offline Trunk build", fetch)?;
     let mut trunk = Command::new("trunk");
     trunk.args(["build", "--release", "true", "--skip-version-check"]).current_dir(root()).env("PATH", tool_path());
@@ -289,9 +292,14 @@ fn build_embed() -> Result<PathBuf, String> {
 /// `erase_components`, which `.cargo/config.toml` sets for every wasm32 build.
 fn smallest_wasm(command: &mut Command) {
     command
+        // rustup's `cargo` proxy, which picks the toolchain from RUSTUP_TOOLCHAIN.
+        .env("PATH", tool_path())
         .env("RUSTUP_TOOLCHAIN", NIGHTLY)
         .env_remove("CARGO")
         .env_remove("RUSTC")
+        // Either would silently replace the target flags below.
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env("CARGO_UNSTABLE_BUILD_STD", "std,panic_abort")
         .env("CARGO_UNSTABLE_BUILD_STD_FEATURES", "optimize_for_size")
         .env(
@@ -340,6 +348,10 @@ fn serve(port: u16) -> Result<(), String> {
     Ok(())
 }
 
+/// The worker's own Content-Security-Policy, sent with its script (a page's `<meta>` policy
+/// does not reach a worker): it may import its glue, compile its wasm and fetch its files.
+const WORKER_CSP: &str = "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'";
+
 /// Answers one HTTP/1.1 GET with a file from `dist` (or 404).
 fn respond(mut stream: std::net::TcpStream, dist: &Path) {
     use std::io::{BufRead, BufReader, Write};
@@ -366,8 +378,13 @@ fn respond(mut stream: std::net::TcpStream, dist: &Path) {
         }
         _ => ("404 Not Found", b"not found".to_vec(), "text/plain"),
     };
+    let policy = if relative.starts_with("stageplan-worker") && relative.ends_with(".js") {
+        format!("content-security-policy: {WORKER_CSP}\r\n")
+    } else {
+        String::new()
+    };
     let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n{policy}connection: close\r\n\r\n",
         body.len()
     );
     let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body));

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
-use stageplan_web::worker::{Measured, Reply, Request, ShardedRun, StageRun};
+use stageplan_web::worker::{Answer, Asked, Measured, Reply, Request, ShardedRun, StageRun};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
@@ -15,42 +15,61 @@ fn main() {
     let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
     // The last probe: what a sharded run predicts its stage times from.
     let last_probe: Rc<RefCell<Option<Probe>>> = Rc::default();
-    let replies = scope.clone();
-    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
-        let (scope, last_probe) = (replies.clone(), last_probe.clone());
-        let request = serde_json::from_str::<Request>(&event.data().as_string().unwrap_or_default());
-        spawn_local(async move {
-            let reply = |reply: Reply| post(&scope, &reply);
-            match request {
-                Ok(Request::Probe) => {
-                    if let Some(probe) = probe(&reply).await {
-                        *last_probe.borrow_mut() = Some(probe);
-                    }
-                }
-                Ok(Request::Sharded { layers, stages }) => {
-                    let probe = last_probe.borrow().clone();
-                    match probe {
-                        Some(probe) => run_sharded(probe, layers, &stages, &reply).await,
-                        None => reply(Reply::Failed("measure this device first".into())),
-                    }
-                }
-                Ok(Request::Export { id, plan, target, options }) => {
-                    let result = stageplan::export::export(&plan, target, &options).map_err(|e| e.to_string());
-                    reply(Reply::Exported { id, result });
-                }
-                Err(e) => reply(Reply::Failed(format!("the page's worker cannot read the request: {e}"))),
-            }
-        });
-    });
+    let on_message = {
+        let scope = scope.clone();
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+            let text = event.data().as_string().unwrap_or_default();
+            let (scope, last_probe) = (scope.clone(), last_probe.clone());
+            spawn_local(async move { serve(&text, &scope, &last_probe).await });
+        })
+    };
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     // The handler lives as long as the worker.
     on_message.forget();
-    post(&scope, &Reply::Ready);
+    post(&scope, None, Reply::Ready);
 }
 
-fn post(scope: &web_sys::DedicatedWorkerGlobalScope, reply: &Reply) {
+/// Answers one request; even one that cannot be read gets an answer, with its id if it has
+/// one, so nothing on the page waits for ever.
+async fn serve(text: &str, scope: &web_sys::DedicatedWorkerGlobalScope, last_probe: &RefCell<Option<Probe>>) {
+    let Asked { id, request } = match serde_json::from_str::<Asked>(text) {
+        Ok(asked) => asked,
+        Err(e) => {
+            let id = serde_json::from_str::<IdOnly>(text).ok().and_then(|asked| asked.id);
+            return post(scope, id, Reply::Failed(format!("the page's worker cannot read the request: {e}")));
+        }
+    };
+    let reply = |reply: Reply| post(scope, Some(id), reply);
+    match request {
+        Request::Probe => {
+            if let Some(probe) = probe(&reply).await {
+                *last_probe.borrow_mut() = Some(probe);
+            }
+        }
+        Request::Sharded { layers, stages } => {
+            let probe = last_probe.borrow().clone();
+            match probe {
+                Some(probe) => run_sharded(probe, layers, &stages, &reply).await,
+                None => reply(Reply::Failed("measure this device first".into())),
+            }
+        }
+        Request::Export { plan, target, options } => reply(match stageplan::export::export(&plan, target, &options) {
+            Ok(export) => Reply::Exported(export),
+            Err(e) => Reply::Failed(e.to_string()),
+        }),
+    }
+}
+
+/// The id of a request that cannot be read whole.
+#[derive(serde::Deserialize)]
+struct IdOnly {
+    id: Option<u64>,
+}
+
+fn post(scope: &web_sys::DedicatedWorkerGlobalScope, id: Option<u64>, reply: Reply) {
+    let text = serde_json::to_string(&Answer { id, reply }).unwrap_or_default();
     // Posting fails only when the page has gone away, and then no one is left to tell.
-    let _ = scope.post_message(&JsValue::from_str(&serde_json::to_string(reply).unwrap_or_default()));
+    let _ = scope.post_message(&JsValue::from_str(&text));
 }
 
 /// Finds an adapter and measures it, reporting each step; the probe, when it worked.

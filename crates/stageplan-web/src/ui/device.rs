@@ -27,42 +27,39 @@ pub fn DevicePanel(
 ) -> impl IntoView {
     let status = RwSignal::new(String::new());
     let probe: RwSignal<Option<Measured>> = RwSignal::new(None);
-    let task: RwSignal<Option<Task>> = RwSignal::new(None);
+    // The request the panel waits for, and what it is.
+    let task: RwSignal<Option<(u64, Task)>> = RwSignal::new(None);
     let busy = move || task.with(Option::is_some);
     let sharded_rows: RwSignal<Vec<ShardedRow>> = RwSignal::new(Vec::new());
     let sharded_note = RwSignal::new(String::new());
     worker.with_value(|w| {
-        w.listen(move |reply| match reply {
-            Reply::Progress(step) => status.set(step.clone()),
-            Reply::Probed(measured) => {
-                status.set(format!("measured in {:.1} s", measured.seconds));
-                probe.set(Some(measured.clone()));
-                task.set(None);
+        w.listen(move |id, reply| {
+            // Answers to this panel's request, and failures of the worker itself.
+            let Some((waiting, kind)) = task.get_untracked() else { return };
+            if id.is_some_and(|id| id != waiting) {
+                return;
             }
-            Reply::Sharded(run) => {
-                sharded_rows.set(sharded_table(run));
-                sharded_note.set(run.summary.clone());
-                task.set(None);
+            match reply {
+                Reply::Progress(step) => return status.set(step.clone()),
+                Reply::Probed(measured) => {
+                    status.set(format!("measured in {:.1} s", measured.seconds));
+                    probe.set(Some(measured.clone()));
+                }
+                Reply::Sharded(run) => {
+                    sharded_rows.set(sharded_table(run));
+                    sharded_note.set(run.summary.clone());
+                }
+                Reply::Failed(message) if kind == Task::Sharded => sharded_note.set(message.clone()),
+                Reply::Failed(message) => status.set(message.clone()),
+                Reply::Ready | Reply::Exported(_) => return,
             }
-            // A failure while this panel waits is its own; otherwise it is someone else's.
-            Reply::Failed(message) => match task.get_untracked() {
-                Some(Task::Sharded) => {
-                    sharded_note.set(message.clone());
-                    task.set(None);
-                }
-                Some(Task::Probe) => {
-                    status.set(message.clone());
-                    task.set(None);
-                }
-                None => {}
-            },
-            Reply::Ready | Reply::Exported { .. } => {}
+            task.set(None);
         });
     });
     let run_probe = move |_| {
-        task.set(Some(Task::Probe));
         status.set("looking for a WebGPU adapter…".into());
-        worker.with_value(|w| w.send(&Request::Probe));
+        let id = worker.with_value(|w| w.send(Request::Probe));
+        task.set(Some((id, Task::Probe)));
     };
     let add_device = move |_| {
         if let Some(p) = probe.get_untracked() {
@@ -97,9 +94,9 @@ pub fn DevicePanel(
             sharded_note.set("nothing fits, so there is no plan to run".into());
             return;
         }
-        task.set(Some(Task::Sharded));
         sharded_note.set(format!("running {} stages on {} WebGPU devices…", stages.len(), stages.len()));
-        worker.with_value(|w| w.send(&Request::Sharded { layers, stages }));
+        let id = worker.with_value(|w| w.send(Request::Sharded { layers, stages }));
+        task.set(Some((id, Task::Sharded)));
     };
     view! {
         <section class="panel device" id="device">

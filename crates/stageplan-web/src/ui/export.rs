@@ -16,17 +16,29 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
     let open = RwSignal::new(false);
     let target = RwSignal::new(Target::LlamaCpp);
     let copied = RwSignal::new(false);
-    // The last request's id and its answer (`None` while it is on its way).
-    let asked = StoredValue::new(0_u64);
+    // What to export: changes only when the plan (or what exports read beside it) does.
+    let exportable = Memo::new(move |_| {
+        computed.with(|c| match &c.result {
+            Ok(outcome) => Ok((outcome.plan.clone(), outcome.export_options.clone())),
+            Err(why) => Err(why.clone()),
+        })
+    });
+    // The request waited for (0: none), and the last answer, shown until the next arrives.
+    let waiting = RwSignal::new(0_u64);
     let exported: RwSignal<Option<Result<Export, String>>> = RwSignal::new(None);
     worker.with_value(|w| {
-        w.listen(move |reply| match reply {
-            Reply::Exported { id, result } if *id == asked.get_value() => exported.set(Some(result.clone())),
-            // The worker did not start or stopped: say so instead of waiting for ever.
-            Reply::Failed(message) if exported.with_untracked(Option::is_none) && open.get_untracked() => {
-                exported.set(Some(Err(message.clone())));
+        w.listen(move |id, reply| {
+            let asked = waiting.get_untracked();
+            // Answers to the request waited for, and failures of the worker itself.
+            if asked == 0 || id.is_some_and(|id| id != asked) {
+                return;
             }
-            _ => {}
+            match reply {
+                Reply::Exported(export) => exported.set(Some(Ok(export.clone()))),
+                Reply::Failed(why) => exported.set(Some(Err(why.clone()))),
+                _ => return,
+            }
+            waiting.set(0);
         });
     });
     // Ask again whenever the plan or the target changes while the panel is open.
@@ -34,19 +46,16 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
         if !open.get() {
             return;
         }
-        let request = computed.with(|c| match &c.result {
-            Ok(outcome) => Ok((outcome.plan.clone(), outcome.export_options.clone())),
-            Err(why) => Err(why.clone()),
-        });
         let target = target.get();
-        asked.update_value(|id| *id += 1);
-        match request {
+        match exportable.get() {
             Ok((plan, options)) => {
-                exported.set(None);
-                let id = asked.get_value();
-                worker.with_value(|w| w.send(&Request::Export { id, plan: Box::new(plan), target, options }));
+                let id = worker.with_value(|w| w.send(Request::Export { plan: Box::new(plan), target, options }));
+                waiting.set(id);
             }
-            Err(why) => exported.set(Some(Err(why))),
+            Err(why) => {
+                waiting.set(0);
+                exported.set(Some(Err(why)));
+            }
         }
     });
     let copy = move |_| {
@@ -59,7 +68,7 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
         view! {
             <button type="button" role="tab" class="tab" id=format!("export-tab-{}", t.name().replace('.', "-"))
                 class:active=move || target.get() == t aria-selected=move || (target.get() == t).to_string()
-                on:click=move |_| { target.set(t); copied.set(false); }>{t.name()}</button>
+                on:click=move |_| if target.get_untracked() != t { target.set(t); copied.set(false); }>{t.name()}</button>
         }
     });
     let toggle = move |ev: leptos::ev::Event| {
@@ -72,8 +81,9 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
             <p class="hint">"The same split as flags and files for the engine you run, exactly as "
                 <code>"stageplan export --to …"</code>" prints them."</p>
             <div class="tabs" role="tablist">{tabs}</div>
+            <p id="export-waiting" class="hint" aria-live="polite" hidden=move || waiting.get() == 0>"exporting…"</p>
             {move || match exported.get() {
-                None => view! { <p id="export-waiting" class="hint" aria-live="polite">"exporting…"</p> }.into_any(),
+                None => ().into_any(),
                 Some(Err(why)) => view! { <p id="export-error" class="hint">"Nothing to export: " {why}</p> }.into_any(),
                 Some(Ok(e)) => {
                     let file_name = e.file_name.clone();

@@ -31,7 +31,10 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     let summary = json!({
         "model": plan.model,
         "workload": plan.workload,
-        "tokens_per_s": plan.tokens_per_s,
+        // Three significant figures, as the CLI prints it: a prediction, not a measurement.
+        // (Also what lets the web page's worker, which receives plans as JSON whose floats
+        // may come back one bit off, print exactly what the CLI prints.)
+        "tokens_per_s": three_figures(plan.tokens_per_s),
         "stages": plan.stages.iter().map(|s| json!({"node": s.node, "layers": s.layers, "memory_bytes": s.memory.total})).collect::<Vec<_>>(),
     });
     let plan_json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
@@ -243,6 +246,15 @@ fn scalar(value: &Value) -> String {
     }
 }
 
+/// `x` to three significant figures, as a number (`51.68486…` → `51.7`).
+fn three_figures(x: f64) -> f64 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,6 +284,16 @@ mod tests {
         ] {
             assert_eq!(scalar(&value), yaml, "{value}");
         }
+    }
+
+    #[test]
+    fn figures_are_rounded_to_three_significant_digits() {
+        let shown = |x: f64| serde_json::to_string(&three_figures(x)).unwrap();
+        assert_eq!(shown(51.684_865_851_933_96), "51.7");
+        assert_eq!(shown(510.758_583_915_180_17), "511.0");
+        assert_eq!(shown(0.012_345), "0.0123");
+        assert_eq!(shown(1234.5), "1230.0");
+        assert_eq!(shown(0.0), "0.0");
     }
 
     #[test]
