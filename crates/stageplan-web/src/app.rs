@@ -14,8 +14,6 @@ use crate::worker::PageWorker;
 pub struct Outcome {
     pub plan: Plan,
     pub view: PlanView,
-    /// The scenario the page planned, as `stageplan plan` reads it.
-    pub scenario_json: String,
     pub layers: usize,
     pub model: String,
     /// What the exports need beyond the plan (each machine's kind, from its preset).
@@ -49,7 +47,6 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, S
     let layers = problem.model.num_layers();
     let view = plan_view(&plan, layers, &index);
     Ok(Outcome {
-        scenario_json: serde_json::to_string_pretty(&state.scenario_json()).unwrap_or_default(),
         plan,
         view,
         layers,

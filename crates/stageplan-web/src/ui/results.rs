@@ -117,6 +117,13 @@ pub fn SharePanel(
             c.result.as_ref().map(|o| serde_json::to_string_pretty(&o.plan).unwrap_or_default()).unwrap_or_default()
         })
     });
+    // Likewise the scenario, shown when it plans.
+    let scenario_json = Memo::new(move |_| {
+        if computed.with(|c| c.result.is_err()) {
+            return String::new();
+        }
+        state.with(|s| serde_json::to_string_pretty(&s.scenario_json()).unwrap_or_default())
+    });
     let import_text = RwSignal::new(String::new());
     let share = move |_| {
         let fragment = state.with_untracked(AppState::to_fragment);
@@ -146,14 +153,14 @@ pub fn SharePanel(
             <h2>"Share and export"</h2>
             <div class="row">
                 <button id="share" type="button" on:click=share>"Copy a share link"</button>
-                <button id="download-scenario" type="button" on:click=move |_| computed.with(|c| if let Ok(o) = &c.result { download("scenario.json", &o.scenario_json) })>"Download scenario JSON"</button>
+                <button id="download-scenario" type="button" on:click=move |_| scenario_json.with(|text| if !text.is_empty() { download("scenario.json", text) })>"Download scenario JSON"</button>
                 <button id="download-plan" type="button" on:click=move |_| plan_json.with(|text| if !text.is_empty() { download("plan.json", text) })>"Download plan JSON"</button>
             </div>
             <label class="field" for="share-link"><span>"Share link (the whole state is in the link; nothing is uploaded)"</span>
                 <input id="share-link" type="text" readonly prop:value=move || link.get()/></label>
             <details>
                 <summary>"Scenario JSON (what `stageplan plan` reads)"</summary>
-                <pre id="scenario-json">{move || computed.with(|c| c.result.as_ref().map(|o| o.scenario_json.clone()).unwrap_or_default())}</pre>
+                <pre id="scenario-json">{move || scenario_json.get()}</pre>
             </details>
             <details>
                 <summary>"Plan JSON"</summary>
