@@ -10,7 +10,7 @@ use stageplan::presets::ModelPreset;
 use stageplan::scenario::KV_FORMATS;
 use stageplan::{Objective, Policy, Scenario, TensorType, WeightFormat};
 
-use crate::{cluster, gpu, load, render};
+use crate::{cluster, gpu, input, load, render};
 
 /// Logs for the long-running loop: to standard error, colored only on a terminal.
 fn init_logging() {
@@ -365,9 +365,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
 }
 
 fn read(path: &Path) -> Result<String, Failure> {
-    let text =
-        if path == Path::new("-") { std::io::read_to_string(std::io::stdin()) } else { std::fs::read_to_string(path) };
-    text.map_err(|e| Failure(format!("cannot read `{}`: {e}", path.display())))
+    input::read_text(path)
 }
 
 fn plan(
@@ -452,8 +450,13 @@ fn model_command(name: &str, weights: Option<&str>, kv: &str, format: Format) ->
         Ok(preset) => (preset.model(weights.unwrap_or_default())?, None),
         Err(not_a_preset) => {
             let path = Path::new(name);
-            if !path.exists() {
-                return Err(Failure(format!("`{name}` is neither a file nor a model preset: {not_a_preset}")));
+            match input::probe(path) {
+                None => {
+                    return Err(Failure(format!("`{name}` is neither a file nor a model preset: {not_a_preset}")));
+                }
+                Some(meta) => {
+                    meta?;
+                }
             }
             let loaded = load::model_file(path, weights)?;
             (loaded.model, Some(loaded.reads))
@@ -538,7 +541,7 @@ fn export(path: &Path, target: Target, request: ExportRequest, format: ExportFor
     Ok(match format {
         ExportFormat::Json => Outcome::ok(serde_json::to_string_pretty(&export)? + "\n"),
         ExportFormat::Text => {
-            let stderr = export.notes.iter().map(|n| format!("note: {n}\n")).collect();
+            let stderr = export.notes.iter().map(|n| format!("note: {}\n", stageplan::quote::line(n))).collect();
             Outcome { stdout: export.text, stderr, code: ExitCode::SUCCESS }
         }
     })

@@ -8,6 +8,7 @@
 mod cluster;
 mod commands;
 mod gpu;
+mod input;
 mod load;
 mod render;
 
@@ -19,12 +20,13 @@ fn main() -> ExitCode {
     let cli = commands::Cli::parse();
     match commands::run(cli) {
         Ok(outcome) => {
-            print!("{}", outcome.stdout);
-            eprint!("{}", outcome.stderr);
+            // Names from the input reach these lines: no terminal control gets through.
+            print!("{}", stageplan::quote::terminal(&outcome.stdout));
+            eprint!("{}", stageplan::quote::terminal(&outcome.stderr));
             outcome.code
         }
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {}", stageplan::quote::line(&error.to_string()));
             ExitCode::from(2)
         }
     }

@@ -13,6 +13,20 @@ use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_se
 use stageplan::{Objective, Problem, WeightFormat};
 
 const BAR: usize = 24;
+/// Longest name a table cell shows; longer ones end in `…`.
+const NAME_CELL: usize = 40;
+
+/// A name from the input as a table cell: one line, no terminal controls, at most
+/// [`NAME_CELL`] characters.
+fn cell(name: &str) -> String {
+    let name = stageplan::quote::line(name);
+    if name.chars().count() <= NAME_CELL {
+        return name.into_owned();
+    }
+    let mut cut: String = name.chars().take(NAME_CELL - 1).collect();
+    cut.push('…');
+    cut
+}
 
 /// The plan as a table with its figures, left-out nodes, baselines and notes.
 pub fn plan(problem: &Problem, plan: &Plan) -> String {
@@ -22,7 +36,7 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
     let _ = writeln!(
         out,
         "{} · {} · {} of weights · {} layers",
-        model.name,
+        stageplan::quote::line(&model.name),
         model.weights,
         format_bytes(model.weight_bytes() as f64),
         model.num_layers()
@@ -42,7 +56,8 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
     if plan.stages.is_empty() {
         out.push_str("no plan fits\n");
     } else {
-        let name_width = plan.stages.iter().map(|s| s.node.len()).max().unwrap_or(4).max(4);
+        let names: Vec<String> = plan.stages.iter().map(|s| cell(&s.node)).collect();
+        let name_width = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).max(4);
         let _ = writeln!(
             out,
             "  #  {:<name_width$}  {:<9}  {:<BAR$}  {:>21}  {:>10}  bound",
@@ -55,9 +70,9 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
             let _ = writeln!(
                 out,
                 "  {i:<2} {:<name_width$}  {:<9}  {}  {:>21}  {:>10}  {}{marker}{over}",
-                stage.node,
+                names[i],
                 format!("{}–{}", stage.layers[0], stage.layers[1]),
-                bar(m.weights, m.kv, m.embed_head, m.workspace + m.reserve, m.budget),
+                bar(m.weights, m.kv, m.embed_head, m.workspace.saturating_add(m.reserve), m.budget),
                 format!("{} / {}", short_bytes(m.total), format_bytes(m.budget as f64)),
                 format_seconds(stage.time_s),
                 match stage.time.bound {
@@ -191,15 +206,16 @@ pub fn replan(problem: &Problem, replan: &stageplan::Replan) -> String {
         [a, b] => format!("layers {a}–{b}"),
     };
     let what_width = replan.moves.iter().map(|m| what(m).len()).max().unwrap_or(0);
-    let from_width = replan.moves.iter().map(|m| m.from.as_deref().map_or(12, str::len)).max().unwrap_or(0);
+    let from_width =
+        replan.moves.iter().map(|m| m.from.as_deref().map_or(12, |f| cell(f).chars().count())).max().unwrap_or(0);
     for m in &replan.moves {
-        let from = m.from.as_deref().unwrap_or("storage");
+        let from = cell(m.from.as_deref().unwrap_or("storage"));
         let note = if m.from.is_none() { "  (its node is gone: reload)" } else { "" };
         let _ = writeln!(
             out,
             "  {:<what_width$}  {from:<from_width$} → {:<12} {:>10}  {:>9}{note}",
             what(m),
-            m.to,
+            cell(&m.to),
             format_bytes(m.bytes as f64),
             format_seconds(m.time_s),
         );
@@ -222,7 +238,7 @@ pub fn verification(plan: &Plan, exhaustive: &Plan) -> String {
 
 fn bar(weights: u64, kv: u64, embed_head: u64, other: u64, budget: u64) -> String {
     let budget = budget.max(1) as f64;
-    let total = (weights + kv + embed_head + other) as f64;
+    let total = weights as f64 + kv as f64 + embed_head as f64 + other as f64;
     let scale = BAR as f64 / budget.max(total);
     // Cumulative rounding keeps the segments summing to the filled length.
     let mut cells = String::new();
@@ -249,7 +265,7 @@ fn short_bytes(bytes: u64) -> String {
 /// A model's summary.
 pub fn model(s: &ModelSummary) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{} · {}", s.name, s.weights);
+    let _ = writeln!(out, "{} · {}", stageplan::quote::line(&s.name), s.weights);
     let _ = writeln!(out, "parameters      {} ({})", params(s.params), group_digits(s.params));
     let _ = writeln!(
         out,

@@ -72,6 +72,16 @@ impl Efficiency {
     }
 }
 
+/// `x` as `u64`, or `u64::MAX` when it does not fit: a size that large fits nowhere.
+fn saturate(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
+/// `x` clamped into `i64`.
+pub(crate) fn clamp_i64(x: i128) -> i64 {
+    i64::try_from(x).unwrap_or(if x < 0 { i64::MIN } else { i64::MAX })
+}
+
 /// Memory of a stage by part, in bytes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryParts {
@@ -134,8 +144,11 @@ pub(crate) struct NodeRates {
 #[derive(Clone, Debug)]
 pub struct CostModel {
     layers: usize,
-    weights: Vec<u64>,
-    kv: Vec<u64>,
+    /// Prefix sums in `u128`: per-layer sizes come from untrusted headers, and a prefix sum
+    /// that saturated would make the difference of two saturated sums 0 — a stage that
+    /// "fits". In `u128` no sum of 100,000 `u64` values can overflow.
+    weights: Vec<u128>,
+    kv: Vec<u128>,
     read: Vec<f64>,
     flops: Vec<f64>,
     prefill_read: Vec<f64>,
@@ -184,8 +197,8 @@ impl CostModel {
         let n = layers.len();
         let mut kv_per_context_token = Vec::with_capacity(n);
         let mut windows = Vec::with_capacity(n);
-        let mut weights = vec![0u64; n + 1];
-        let mut kv = vec![0u64; n + 1];
+        let mut weights = vec![0u128; n + 1];
+        let mut kv = vec![0u128; n + 1];
         let mut read = vec![0.0; n + 1];
         let mut flops = vec![0.0; n + 1];
         let mut prefill_read = vec![0.0; n + 1];
@@ -202,8 +215,8 @@ impl CostModel {
             let kv_held = workload.batch.saturating_mul(tokens).saturating_mul(kv_per_token);
             kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
             windows.push(window);
-            weights[i + 1] = weights[i].saturating_add(layer.bytes);
-            kv[i + 1] = kv[i].saturating_add(kv_held);
+            weights[i + 1] = weights[i] + u128::from(layer.bytes);
+            kv[i + 1] = kv[i] + u128::from(kv_held);
             read[i + 1] = read[i] + dense + layer.expert_bytes as f64 * touched + kv_held as f64;
             flops[i + 1] = flops[i] + batch * (2.0 * active_params + attention * tokens as f64);
             prefill_read[i + 1] =
@@ -240,7 +253,9 @@ impl CostModel {
             Some(bytes) => (bytes, 0),
             None => {
                 let c = workload.prefill_chunk.min(context.max(1));
-                (c * (2 * arch.hidden_size + 2 * ffn) * 4, c * arch.vocab_size * 4)
+                // Saturating: `hidden_size` and the rest may come from a file's header.
+                let activations = arch.hidden_size.saturating_add(ffn).saturating_mul(8);
+                (c.saturating_mul(activations), c.saturating_mul(arch.vocab_size).saturating_mul(4))
             }
         };
 
@@ -249,7 +264,7 @@ impl CostModel {
             .map(|node| NodeRates {
                 inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth),
                 inv_compute: 1.0 / (node.compute * node.efficiency.compute),
-                capacity: node.memory as i64 - node.reserve as i64 - workspace as i64,
+                capacity: clamp_i64(i128::from(node.memory) - i128::from(node.reserve) - i128::from(workspace)),
             })
             .collect();
         CostModel {
@@ -295,7 +310,8 @@ impl CostModel {
 
     /// Bytes a stage `[start, end)` holds besides reserve and workspace.
     fn held(&self, start: usize, end: usize) -> u64 {
-        let mut held = (self.weights[end] - self.weights[start]).saturating_add(self.kv[end] - self.kv[start]);
+        let mut held =
+            saturate(self.weights[end] - self.weights[start]).saturating_add(saturate(self.kv[end] - self.kv[start]));
         if start == 0 {
             held = held.saturating_add(self.embed.held);
         }
@@ -319,7 +335,7 @@ impl CostModel {
         let kv: u64 = (start..end)
             .map(|l| self.kv_per_context_token[l].saturating_mul(self.windows[l].map_or(context, |w| w.min(context))))
             .fold(0u64, u64::saturating_add);
-        let held = self.held(start, end) - (self.kv[end] - self.kv[start]);
+        let held = self.held(start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
         i64::try_from(held.saturating_add(kv)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
@@ -362,21 +378,21 @@ impl CostModel {
     pub fn memory(&self, node: usize, start: usize, end: usize) -> MemoryParts {
         let first = start == 0;
         let last = end == self.layers;
-        let mut embed_head = 0;
+        let mut embed_head = 0u64;
         if first {
-            embed_head += self.embed.held;
+            embed_head = embed_head.saturating_add(self.embed.held);
         }
         if last {
-            embed_head += self.head.held;
+            embed_head = embed_head.saturating_add(self.head.held);
             if first {
-                embed_head -= self.shared_single;
+                embed_head = embed_head.saturating_sub(self.shared_single);
             }
         }
         MemoryParts {
-            weights: self.weights[end] - self.weights[start],
-            kv: self.kv[end] - self.kv[start],
+            weights: saturate(self.weights[end] - self.weights[start]),
+            kv: saturate(self.kv[end] - self.kv[start]),
             embed_head,
-            workspace: self.workspace + if last { self.logits_workspace } else { 0 },
+            workspace: self.workspace.saturating_add(if last { self.logits_workspace } else { 0 }),
             reserve: self.reserves[node],
         }
     }
@@ -520,16 +536,16 @@ impl CostModel {
         (
             self.read[l + 1] - self.read[l],
             self.flops[l + 1] - self.flops[l],
-            (self.weights[l + 1] - self.weights[l]) + (self.kv[l + 1] - self.kv[l]),
+            saturate((self.weights[l + 1] - self.weights[l]) + (self.kv[l + 1] - self.kv[l])),
         )
     }
 
     /// Bytes the model needs spread over `stages` nodes, at the least: everything once, the
     /// head copy when tied and split, and one workspace per stage.
     pub(crate) fn minimum_total(&self, stages: usize) -> u64 {
-        let mut total = self.held(0, self.layers) + self.workspace * stages as u64;
+        let mut total = self.held(0, self.layers).saturating_add(self.workspace.saturating_mul(stages as u64));
         if stages > 1 {
-            total += self.shared_single;
+            total = total.saturating_add(self.shared_single);
         }
         total
     }

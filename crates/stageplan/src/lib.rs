@@ -18,6 +18,8 @@
 //! - [`shard`]: blake3 stream sharding of keyed work items over devices.
 //! - [`reconcile`]: the control loop that keeps deployments placed, over any state store.
 //! - [`export`]: a plan as llama.cpp, vLLM, exo, Kubernetes, DeepSpeed and Megatron inputs.
+//! - [`limits`]: the largest input accepted, stated once.
+//! - [`quote`]: text from input made safe for shells, YAML, comments and terminals.
 
 pub mod balance;
 pub mod cost;
@@ -25,10 +27,12 @@ pub mod error;
 pub mod export;
 pub mod import;
 mod json;
+pub mod limits;
 pub mod model;
 pub mod plan;
 pub mod planner;
 pub mod presets;
+pub mod quote;
 pub mod reconcile;
 pub mod scenario;
 pub mod shard;

@@ -21,6 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cost::Efficiency;
 use crate::error::{ModelError, ScenarioError, suggest};
+use crate::limits::{
+    MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
+};
 use crate::model::{HfConfig, Model, WeightFormat};
 use crate::presets::{DeviceKind, DevicePreset, ModelPreset};
 use crate::tensor_type::TensorType;
@@ -300,40 +303,58 @@ impl Link {
 /// The default link when a scenario states none: 10 Gb Ethernet.
 pub const DEFAULT_LINK: Link = Link { bandwidth: 1.25e9, latency: 0.5e-3 };
 
-/// Links between every pair of nodes (symmetric).
+/// Links between every pair of nodes (symmetric): the default, and the pairs the scenario
+/// names. Memory grows with the pairs given, not with nodes × nodes, so a cluster of
+/// thousands of machines on one default link costs nothing here.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Links {
     pub default: Link,
-    /// Row-major `n × n`; `None` means the default.
-    overrides: Vec<Option<Link>>,
+    /// The pairs with their own link, keyed `(lower index, higher index)`.
+    #[serde(skip)]
+    pairs: std::collections::BTreeMap<(usize, usize), Link>,
+    /// `pairs` as a row-major `n × n` table for the planner's inner loops, when `n` is small.
+    #[serde(skip)]
+    dense: Vec<Option<Link>>,
     n: usize,
 }
+
+/// Most nodes whose per-pair links are also kept as a table (`n²` entries).
+const DENSE_LINKS: usize = 128;
 
 impl Links {
     /// Every pair on `default`.
     pub fn uniform(n: usize, default: Link) -> Links {
-        Links { default, overrides: vec![None; n * n], n }
+        Links { default, pairs: std::collections::BTreeMap::new(), dense: Vec::new(), n }
     }
 
     /// Sets the link between `a` and `b`, both ways.
     pub fn set(&mut self, a: usize, b: usize, link: Link) {
-        self.overrides[a * self.n + b] = Some(link);
-        self.overrides[b * self.n + a] = Some(link);
+        self.pairs.insert((a.min(b), a.max(b)), link);
+        if self.n <= DENSE_LINKS && a < self.n && b < self.n {
+            if self.dense.is_empty() {
+                self.dense = vec![None; self.n * self.n];
+            }
+            self.dense[a * self.n + b] = Some(link);
+            self.dense[b * self.n + a] = Some(link);
+        }
     }
 
     /// The link from `a` to `b`.
     pub fn get(&self, a: usize, b: usize) -> Link {
-        self.overrides.get(a * self.n + b).copied().flatten().unwrap_or(self.default)
+        if self.pairs.is_empty() {
+            return self.default;
+        }
+        if !self.dense.is_empty() {
+            return self.dense.get(a * self.n + b).copied().flatten().unwrap_or(self.default);
+        }
+        self.pairs.get(&(a.min(b), a.max(b))).copied().unwrap_or(self.default)
     }
 
     /// The same links with one more node, joined to all others by the default link.
     pub fn extended(&self) -> Links {
-        let indices: Vec<usize> = (0..self.n).collect();
         let mut out = Links::uniform(self.n + 1, self.default);
-        for &a in &indices {
-            for &b in &indices {
-                out.overrides[a * out.n + b] = self.overrides[a * self.n + b];
-            }
+        for (&(a, b), &link) in &self.pairs {
+            out.set(a, b, link);
         }
         out
     }
@@ -341,9 +362,19 @@ impl Links {
     /// The links among `indices` only, renumbered in that order.
     pub fn subset(&self, indices: &[usize]) -> Links {
         let mut out = Links::uniform(indices.len(), self.default);
-        for (a, &x) in indices.iter().enumerate() {
-            for (b, &y) in indices.iter().enumerate() {
-                out.overrides[a * out.n + b] = self.overrides[x * self.n + y];
+        if self.pairs.is_empty() {
+            return out;
+        }
+        // Where each old node lands, so the work is linear in nodes and pairs.
+        let mut position = vec![None; self.n];
+        for (new, &old) in indices.iter().enumerate() {
+            if let Some(slot) = position.get_mut(old) {
+                *slot = Some(new);
+            }
+        }
+        for (&(x, y), &link) in &self.pairs {
+            if let (Some(Some(a)), Some(Some(b))) = (position.get(x), position.get(y)) {
+                out.set(*a, *b, link);
             }
         }
         out
@@ -351,7 +382,7 @@ impl Links {
 
     /// True when every pair uses the default link.
     pub fn is_uniform(&self) -> bool {
-        self.overrides.iter().all(Option::is_none)
+        self.pairs.is_empty()
     }
 }
 
@@ -416,6 +447,17 @@ impl Scenario {
         self.model.file()?;
         let workload = self.workload.check()?;
         let nodes = self.check_nodes()?;
+        let cells = nodes.len().saturating_mul(model.num_layers());
+        if cells > MAX_NODE_LAYERS {
+            return Err(ScenarioError::field(
+                "nodes",
+                format!(
+                    "lists {} machines for a {}-layer model; the planner takes at most {MAX_NODE_LAYERS} machines × layers: plan on fewer machines",
+                    nodes.len(),
+                    model.num_layers()
+                ),
+            ));
+        }
         let links = self.check_links(&nodes)?;
         let manual = self.check_stages(&nodes, model.num_layers())?;
         Ok(Problem { model, workload, nodes, links, objective: self.objective, policy: self.policy, manual })
@@ -428,10 +470,40 @@ impl Scenario {
                 "is empty; list at least one machine, e.g. `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`",
             ));
         }
-        let mut nodes: Vec<Node> = Vec::new();
+        // The machines `count` expands to, checked before any is built.
+        let mut total = 0usize;
+        for (i, spec) in self.nodes.iter().enumerate() {
+            let count = spec.count.unwrap_or(1);
+            if count == 0 {
+                return Err(ScenarioError::field(format!("nodes[{i}].count"), "is 0; give at least 1"));
+            }
+            total = total.saturating_add(count as usize);
+            if total > MAX_NODES {
+                return Err(ScenarioError::field(
+                    format!("nodes[{i}].count"),
+                    format!(
+                        "brings the cluster past {MAX_NODES} machines; plan at most {MAX_NODES} (group alike machines with `count`)"
+                    ),
+                ));
+            }
+        }
+        let mut nodes: Vec<Node> = Vec::with_capacity(total);
+        let mut names: std::collections::HashSet<String> = std::collections::HashSet::with_capacity(total);
         for (i, spec) in self.nodes.iter().enumerate() {
             let at = |field: &str| format!("nodes[{i}].{field}");
             let name = spec.name.trim();
+            if name.chars().count() > MAX_NAME_CHARS {
+                return Err(ScenarioError::field(
+                    at("name"),
+                    format!("is {} characters long; give a name of at most {MAX_NAME_CHARS}", name.chars().count()),
+                ));
+            }
+            if let Some(c) = name.chars().find(|&c| c.is_control()) {
+                return Err(ScenarioError::field(
+                    at("name"),
+                    format!("holds the control character U+{:04X}; use letters, digits and punctuation", u32::from(c)),
+                ));
+            }
             if name.is_empty() {
                 return Err(ScenarioError::field(at("name"), "is empty; give every node a unique name"));
             }
@@ -465,8 +537,10 @@ impl Scenario {
                     return Err(ScenarioError::field(at(field), "is 0; it must be greater than 0"));
                 }
             }
-            if memory > 1e18 || reserve > 1e18 {
-                return Err(ScenarioError::field(at("memory"), "is over an exabyte; check the unit"));
+            for (value, field) in [(memory, "memory"), (reserve, "reserve")] {
+                if value > MAX_BYTES {
+                    return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
+                }
             }
             let kind = spec.kind.or(preset.map(|p| p.kind));
             let efficiency = spec.efficiency.unwrap_or_default();
@@ -481,12 +555,9 @@ impl Scenario {
                 }
             }
             let count = spec.count.unwrap_or(1);
-            if count == 0 || count > 100_000 {
-                return Err(ScenarioError::field(at("count"), format!("is {count}; it must be between 1 and 100000")));
-            }
             for k in 1..=count {
                 let name = if spec.count.is_some() { format!("{name}-{k}") } else { name.to_owned() };
-                if nodes.iter().any(|n| n.name == name) {
+                if !names.insert(name.clone()) {
                     return Err(ScenarioError::field(
                         at("name"),
                         format!("`{name}` is used twice; give every node a unique name"),
@@ -512,12 +583,23 @@ impl Scenario {
             Some(l) => check_link(l.bandwidth, l.latency, "links.default")?,
             None => DEFAULT_LINK,
         };
+        if self.links.pairs.len() > MAX_LINK_PAIRS {
+            return Err(ScenarioError::field(
+                "links.pairs",
+                format!(
+                    "lists {} pairs; give at most {MAX_LINK_PAIRS} and let `links.default` cover the rest",
+                    self.links.pairs.len()
+                ),
+            ));
+        }
         let mut links = Links::uniform(nodes.len(), default);
+        let index_of: std::collections::HashMap<&str, usize> =
+            nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
         for (i, pair) in self.links.pairs.iter().enumerate() {
             let at = format!("links.pairs[{i}]");
             let link = check_link(pair.bandwidth, pair.latency, &at)?;
             let index = |name: &str| {
-                nodes.iter().position(|n| n.name == name).ok_or_else(|| {
+                index_of.get(name).copied().ok_or_else(|| {
                     ScenarioError::field(
                         format!("{at}.between"),
                         format!("names `{name}`, which is not a node; use a name from `nodes`"),
@@ -696,19 +778,19 @@ impl WorkloadSpec {
     /// # Errors
     /// A zero context, batch or chunk, or an unknown KV format.
     pub fn check(&self) -> Result<Workload, ScenarioError> {
-        if self.context == 0 || self.context > 1 << 26 {
+        if self.context == 0 || self.context > MAX_CONTEXT {
             return Err(ScenarioError::field(
                 "workload.context",
                 format!("is {}; give a context between 1 and 67108864 tokens", self.context),
             ));
         }
-        if self.batch == 0 || self.batch > 1 << 20 {
+        if self.batch == 0 || self.batch > MAX_BATCH {
             return Err(ScenarioError::field(
                 "workload.batch",
                 format!("is {}; give between 1 and 1048576 sequences", self.batch),
             ));
         }
-        if self.prefill_chunk == 0 || self.prefill_chunk > 1 << 20 {
+        if self.prefill_chunk == 0 || self.prefill_chunk > MAX_PREFILL_CHUNK {
             return Err(ScenarioError::field(
                 "workload.prefill_chunk",
                 format!("is {}; give between 1 and 1048576 tokens (llama.cpp uses 512)", self.prefill_chunk),
@@ -716,6 +798,12 @@ impl WorkloadSpec {
         }
         let kv = parse_kv(&self.kv)?;
         let workspace = match &self.workspace {
+            Some(Workspace::Size(bytes)) if bytes.get() > MAX_BYTES => {
+                return Err(ScenarioError::field(
+                    "workload.workspace",
+                    "is over an exabyte; check the unit, or write `\"auto\"` for llama.cpp-like buffers",
+                ));
+            }
             Some(Workspace::Size(bytes)) => Some(bytes.get() as u64),
             Some(Workspace::Auto(_)) | None => None,
         };

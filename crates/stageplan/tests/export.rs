@@ -311,3 +311,133 @@ fn megatron(text: &str, plan: &Plan) -> Stages {
         text[at..].lines().next().unwrap().trim_end_matches('.').split(", ").map(str::to_owned).collect();
     from_counts(&nodes, &counts)
 }
+
+/// Strings an attacker would put in a model name, `--model` or `--image`: shell syntax,
+/// quotes, line breaks, terminal escapes, YAML indicators.
+fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let pieces = prop::sample::select(vec![
+        "$(id)",
+        "`id`",
+        ";",
+        "|",
+        "&&",
+        ">",
+        "'",
+        "\"",
+        "\\",
+        "\n",
+        "\r",
+        "\u{1b}[2J",
+        "\u{1b}]0;x\u{7}",
+        "#",
+        " ",
+        "*",
+        "~",
+        "!",
+        "-",
+        "rm -rf ~ #",
+        "\u{85}",
+        "\u{2028}",
+        "\u{202e}",
+        "é",
+        "yes",
+        "null",
+        ": ",
+        "- ",
+        "&a",
+        "{}",
+        "[]",
+    ]);
+    prop_oneof![prop::collection::vec(pieces, 1..6).prop_map(|p| p.concat()), "[^\u{0}]{1,16}"]
+}
+
+/// The lines of `text` that a shell runs: not comments, not blank.
+fn command_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty()).collect()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Any model name (from a GGUF's `general.name`) and any `--model`/`--image` text goes
+    /// through every export as data: comments stay comments, the commands stay the same
+    /// commands, and each value reads back as itself.
+    #[test]
+    fn hostile_names_stay_data_in_every_export(name in hostile_text(), model in hostile_text(), image in hostile_text(), given in proptest::bool::ANY) {
+        let (mut plan, mut options) = load(&cases()[0]);
+        let benign_plan = plan.clone();
+        plan.model.name = name;
+        options.model = given.then(|| model.clone());
+        options.image = Some(image.clone());
+        let benign_options = ExportOptions { model: given.then(|| "m".into()), image: Some("i".into()), ..options.clone() };
+        let control = |s: &str| s.chars().any(char::is_control);
+        if control(&image) || (given && control(&model)) {
+            // An option is refused, naming it, rather than printed raw.
+            let refused = export(&plan, Target::LlamaCpp, &options);
+            proptest::prop_assert!(matches!(refused, Err(stageplan::export::ExportError::Option { .. })), "{:?}", refused);
+            return Ok(());
+        }
+        for target in Target::ALL {
+            let hostile = export(&plan, target, &options).expect("exports");
+            let benign = export(&benign_plan, target, &benign_options).expect("exports");
+            // Same number of lines, comments where the benign export has them.
+            let lines: Vec<&str> = hostile.text.lines().collect();
+            let benign_lines: Vec<&str> = benign.text.lines().collect();
+            for h in &lines {
+                proptest::prop_assert!(!h.chars().any(|c| c.is_control() && c != '\t'), "{}: {:?}", target, h);
+            }
+            // YAML may fold a value onto one line (checked by reading it back below).
+            if target != Target::Kubernetes {
+                proptest::prop_assert_eq!(lines.len(), benign_lines.len(), "{}:\n{}", target, hostile.text);
+                for (h, b) in lines.iter().zip(&benign_lines) {
+                    proptest::prop_assert_eq!(h.starts_with('#'), b.starts_with('#'), "{}: {:?}", target, h);
+                }
+            }
+            match target {
+                Target::LlamaCpp | Target::Vllm | Target::Megatron => {
+                    // The shell's words: the benign script's, with the model's word replaced.
+                    let words = |text: &str| {
+                        shlex::split(&command_lines(text).join("\n")).expect("the script is one valid shell text")
+                    };
+                    let (h, b) = (words(&hostile.text), words(&benign.text));
+                    proptest::prop_assert_eq!(h.len(), b.len(), "{}:\n{}", target, hostile.text);
+                    for (hw, bw) in h.iter().zip(&b) {
+                        if !given {
+                            // A placeholder from the name: some word, but never a control.
+                            proptest::prop_assert!(!control(hw), "{}: {:?}", target, hw);
+                        } else if bw != "m" {
+                            proptest::prop_assert_eq!(hw, bw, "{}:\n{}", target, hostile.text);
+                        } else {
+                            proptest::prop_assert_eq!(hw, &model);
+                        }
+                    }
+                }
+                Target::Kubernetes => {
+                    let docs = YamlLoader::load_from_str(&hostile.text).expect("valid YAML");
+                    let images: Vec<&str> = docs
+                        .iter()
+                        .filter(|d| d["kind"].as_str() == Some("Deployment"))
+                        .map(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap_or_default())
+                        .collect();
+                    proptest::prop_assert!(!images.is_empty() && images.iter().all(|i| *i == image), "{}", hostile.text);
+                    let kinds = |docs: &[Yaml]| docs.iter().map(|d| d["kind"].as_str().map(str::to_owned)).collect::<Vec<_>>();
+                    let benign_docs = YamlLoader::load_from_str(&benign.text).expect("valid YAML");
+                    proptest::prop_assert_eq!(kinds(&docs), kinds(&benign_docs));
+                    let plan_json = docs[0]["data"]["plan.json"].as_str().expect("the ConfigMap holds the plan");
+                    let carried: serde_json::Value = serde_json::from_str(plan_json).expect("the plan reads back");
+                    proptest::prop_assert_eq!(carried["model"]["name"].as_str(), Some(plan.model.name.as_str()));
+                }
+                Target::Exo if given => {
+                    let value: serde_json::Value = serde_json::from_str(&hostile.text).expect("JSON");
+                    proptest::prop_assert_eq!(value["model_id"].as_str(), Some(model.as_str()));
+                }
+                Target::Exo => {
+                    let value: serde_json::Value = serde_json::from_str(&hostile.text).expect("JSON");
+                    proptest::prop_assert_eq!(value["model_id"].as_str(), Some(plan.model.name.as_str()));
+                }
+                Target::DeepSpeed => {}
+            }
+        }
+    }
+}

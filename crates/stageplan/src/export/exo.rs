@@ -29,7 +29,8 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         "n_layers": layout.layers,
         "partitions": partitions,
     });
-    let text = serde_json::to_string_pretty(&document).unwrap_or_default() + "\n";
+    // serde_json leaves DEL and C1 controls raw; a name from a file's header may hold them.
+    let text = crate::quote::terminal(&serde_json::to_string_pretty(&document).unwrap_or_default()).into_owned() + "\n";
     let notes = vec![
         "exo splits by memory and has no flag for layer counts: put these ranges into the shard assignments of an instance (exo's `/instance` API) to run the plan's split instead.".to_owned(),
         "`end_layer` is exclusive, as in current exo; the older Python exo's `Shard` counts it inclusively (subtract one).".to_owned(),

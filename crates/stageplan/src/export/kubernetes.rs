@@ -37,7 +37,10 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         "tokens_per_s": three_figures(plan.tokens_per_s),
         "stages": plan.stages.iter().map(|s| json!({"node": s.node, "layers": s.layers, "memory_bytes": s.memory.total})).collect::<Vec<_>>(),
     });
-    let plan_json = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
+    // JSON with every control escaped (serde_json leaves DEL and C1 raw), so it stays a
+    // literal block whatever the names hold.
+    let plan_json =
+        crate::quote::terminal(&serde_json::to_string_pretty(&summary).unwrap_or_default()).into_owned() + "\n";
     let mut documents = vec![json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -154,20 +157,6 @@ fn needs_escape(c: char) -> bool {
     (c.is_control() && c != '\t') || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}')
 }
 
-/// A double-quoted YAML scalar: JSON's escaping (valid YAML) plus the line separators and
-/// DEL that JSON leaves raw.
-fn quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    for c in Value::String(text.to_owned()).to_string().chars() {
-        if needs_escape(c) && !c.is_ascii_control() || c == '\u{7f}' {
-            let _ = write!(out, "\\u{:04X}", u32::from(c));
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Writes `value` as block YAML at `indent` spaces.
 fn emit(out: &mut String, value: &Value, indent: usize) {
     let pad = " ".repeat(indent);
@@ -227,21 +216,12 @@ fn emit(out: &mut String, value: &Value, indent: usize) {
     }
 }
 
-/// A scalar as YAML: plain when it cannot be misread, else a JSON (double-quoted) string.
+/// A scalar as YAML: strings by [`crate::quote::yaml`], which reads back as the same string.
 fn scalar(value: &Value) -> String {
     match value {
         Value::Object(_) => "{}".to_owned(),
         Value::Array(_) => "[]".to_owned(),
-        Value::String(s) => {
-            let plain = !s.is_empty()
-                && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-                && s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-                && !matches!(
-                    s.to_ascii_lowercase().as_str(),
-                    "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "y" | "n" | "~"
-                );
-            if plain { s.clone() } else { quoted(s) }
-        }
+        Value::String(s) => crate::quote::yaml(s).into_owned(),
         other => other.to_string(),
     }
 }

@@ -13,7 +13,8 @@
 
 use std::fmt::Write;
 
-use super::{DeviceKind, ExportError, Layout, shell_word};
+use super::{DeviceKind, ExportError, Layout};
+use crate::quote::shell;
 
 /// The port `rpc-server` listens on by default.
 const RPC_PORT: u16 = 50052;
@@ -97,9 +98,8 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     }
     let shares = tensor_split(&layout.counts());
     let model = layout.options.model.clone().unwrap_or_else(|| {
-        let name = if plan.model.name.is_empty() { "model" } else { &plan.model.name };
         let weights = if plan.model.weights.is_empty() { "bf16" } else { &plan.model.weights };
-        format!("{name}-{weights}.gguf")
+        format!("{}-{weights}.gguf", layout.placeholder())
     });
     if layout.options.model.is_none() {
         notes.push(format!("`{model}` stands for the model file; give its path with `--model`."));
@@ -156,12 +156,12 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         step += 1;
     }
     let _ = writeln!(out, "# {step}. On {main}:");
-    let mut args: Vec<String> = vec!["llama-server".into(), "--model".into(), shell_word(&model)];
+    let mut args: Vec<String> = vec!["llama-server".into(), "--model".into(), shell(&model).into_owned()];
     if !rpc.is_empty() {
         args.push("--rpc".into());
-        args.push(rpc.iter().map(|(_, e)| e.as_str()).collect::<Vec<_>>().join(","));
+        args.push(shell(&rpc.iter().map(|(_, e)| e.as_str()).collect::<Vec<_>>().join(",")).into_owned());
     }
-    args.extend(["--device".into(), shell_word(&devices.join(","))]);
+    args.extend(["--device".into(), shell(&devices.join(",")).into_owned()]);
     // Every block and the output layer: N + 1 slots.
     args.extend(["--n-gpu-layers".into(), (layout.layers + 1).to_string()]);
     // Newer builds fit layers to free memory by themselves; the plan has done that.

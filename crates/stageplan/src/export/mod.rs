@@ -189,7 +189,7 @@ impl<'p> Layout<'p> {
         }
         let plan_error = |field, problem: &str| Err(ExportError::Plan { field, problem: problem.to_owned() });
         if plan.model.layers > MAX_LAYERS {
-            return plan_error("model.layers", "is over 100,000; no model has that many blocks");
+            return plan_error("model.layers", "is over 10,000; no model has that many blocks");
         }
         if plan.workload.context == 0 || plan.workload.context > MAX_CONTEXT {
             return plan_error(
@@ -270,6 +270,17 @@ impl<'p> Layout<'p> {
                 return Err(ExportError::UnknownNode { option, node: node.clone(), nodes: nodes() });
             }
         }
+        for (option, value) in [("model", &options.model), ("image", &options.image)] {
+            if let Some(value) = value
+                && (value.is_empty() || value.chars().any(char::is_control))
+            {
+                return Err(ExportError::Option {
+                    option,
+                    value: crate::quote::line(value).into_owned(),
+                    problem: "is empty or holds a control character; give a path, name or id without one",
+                });
+            }
+        }
         for (node, address) in &options.hosts {
             if parse_address(address).is_none() {
                 return Err(ExportError::Option {
@@ -291,6 +302,13 @@ impl<'p> Layout<'p> {
     fn host(&self, node: &str) -> String {
         let address = self.options.hosts.get(node).map_or(node, String::as_str);
         parse_address(address).map_or_else(|| address.to_owned(), |(host, _)| host.to_owned())
+    }
+
+    /// A node's address with `port`, whatever port `--host` gave (for a service other than
+    /// the one the port was given for).
+    fn host_with(&self, node: &str, port: u16) -> String {
+        let host = self.host(node);
+        if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
     }
 
     /// A node's address with `port` unless one was given.
@@ -315,6 +333,16 @@ impl<'p> Layout<'p> {
         }
     }
 
+    /// The model's name as a placeholder word (a file name, an id to replace): its letters,
+    /// digits and `.-_` kept, anything else (from a file's header) written as `_`.
+    fn placeholder(&self) -> String {
+        let name = &self.plan.model.name;
+        if name.is_empty() {
+            return "model".to_owned();
+        }
+        name.chars().take(128).map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect()
+    }
+
     /// The model's preset, when the plan's model is one.
     fn preset(&self) -> Option<&'static ModelPreset> {
         ModelPreset::find(&self.plan.model.name).ok()
@@ -324,7 +352,7 @@ impl<'p> Layout<'p> {
     fn summary(&self) -> String {
         let model = &self.plan.model;
         let counts: Vec<String> = self.counts().iter().map(ToString::to_string).collect();
-        format!(
+        let summary = format!(
             "{} {} · {} stage{} · layers {} on {}",
             if model.name.is_empty() { "model" } else { &model.name },
             model.weights,
@@ -332,7 +360,10 @@ impl<'p> Layout<'p> {
             if self.stages.len() == 1 { "" } else { "s" },
             counts.join("/"),
             self.stages.iter().map(|&(n, _, _)| n).collect::<Vec<_>>().join(", ")
-        )
+        );
+        // The model's name comes from the input (a GGUF's `general.name`): a comment line
+        // must stay one line.
+        crate::quote::line(&summary).into_owned()
     }
 }
 
@@ -371,9 +402,9 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
     Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
 }
 
-/// Most blocks a model may have: far above any real one, and small enough that every count
-/// and share stays exact in llama.cpp's float32 split.
-const MAX_LAYERS: usize = 100_000;
+/// Most blocks a model may have ([`crate::limits::MAX_LAYERS`]): far above any real one, and
+/// small enough that every count and share stays exact in llama.cpp's float32 split.
+const MAX_LAYERS: usize = crate::limits::MAX_LAYERS;
 /// Most context tokens: llama.cpp and vLLM take it as a 32-bit integer.
 const MAX_CONTEXT: u64 = 1 << 31;
 
@@ -389,39 +420,43 @@ fn valid_node_name(name: &str) -> bool {
 }
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port`, or a bare IPv6 address: the host and the
-/// port, if given. `None` for anything else (empty parts, a port out of 1–65535, spaces or
-/// commas).
+/// port, if given. A host is a DNS name (labels of letters, digits, `-` and `_`, at most 63
+/// each and 253 in all, not starting or ending with `-`), an IPv4 address, or an IPv6
+/// address (in brackets when a port follows). `None` for anything else: an address is
+/// printed into shell commands, so nothing a shell or a URL reads specially gets through.
 fn parse_address(address: &str) -> Option<(&str, Option<u16>)> {
-    let port = |p: &str| p.parse::<u16>().ok().filter(|&p| p > 0);
-    if address.is_empty() || address.chars().any(|c| c.is_whitespace() || c == ',' || c == '/') {
-        return None;
-    }
+    let port =
+        |p: &str| p.bytes().all(|b| b.is_ascii_digit()).then(|| p.parse::<u16>().ok()).flatten().filter(|&p| p > 0);
+    let v6 = |h: &str| h.parse::<std::net::Ipv6Addr>().is_ok();
     if let Some(rest) = address.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
         let given = match after {
             "" => None,
             _ => Some(port(after.strip_prefix(':')?)?),
         };
-        return (!host.is_empty()).then_some((host, given));
+        return v6(host).then_some((host, given));
     }
     match address.matches(':').count() {
-        0 => Some((address, None)),
+        0 => host_name(address).then_some((address, None)),
         1 => {
             let (host, p) = address.split_once(':')?;
-            (!host.is_empty()).then_some((host, Some(port(p)?)))
+            host_name(host).then_some((host, Some(port(p)?)))
         }
         // A bare IPv6 address: no port can be told apart.
-        _ => Some((address, None)),
+        _ => v6(address).then_some((address, None)),
     }
 }
 
-/// Shell-quotes `word` when it needs it.
-fn shell_word(word: &str) -> String {
-    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c)) {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
+/// A DNS name or an IPv4 address (which is one, syntactically).
+fn host_name(host: &str) -> bool {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !host.is_empty() && host.len() <= 253 && host.trim_end_matches('.').split('.').all(label)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         Some(preset) => preset.hf_id().to_owned(),
         None => {
             notes.push("Give the model's Hugging Face id or path with `--model`.".to_owned());
-            if plan.model.name.is_empty() { "MODEL".to_owned() } else { plan.model.name.clone() }
+            if plan.model.name.is_empty() { "MODEL".to_owned() } else { layout.placeholder() }
         }
     });
     let weights = plan.model.weights.as_str();
@@ -65,7 +65,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         let _ = writeln!(out, "ray start --head --port 6379");
         for &(node, _, _) in &layout.stages[1..] {
             let _ = writeln!(out, "#    on {node}:");
-            let _ = writeln!(out, "ray start --address {}:6379", layout.host(head));
+            let _ = writeln!(out, "ray start --address {}", crate::quote::shell(&layout.host_with(head, 6379)));
         }
         out.push('\n');
         step += 1;
@@ -77,7 +77,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     if ranks > 1 {
         let _ = write!(command, "VLLM_PP_LAYER_PARTITION={} ", counts.join(","));
     }
-    let _ = write!(command, "vllm serve {}", super::shell_word(&model));
+    let _ = write!(command, "vllm serve {}", crate::quote::shell(&model));
     let mut flags: Vec<(String, String)> =
         vec![("--pipeline-parallel-size".into(), ranks.to_string()), ("--tensor-parallel-size".into(), "1".into())];
     if ranks > 1 {

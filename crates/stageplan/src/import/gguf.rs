@@ -123,7 +123,7 @@ impl GgufHeader {
 
     /// Bytes of all tensor data.
     pub fn tensor_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.bytes).sum()
+        self.tensors.iter().map(|t| t.bytes).fold(0, u64::saturating_add)
     }
 }
 
@@ -163,10 +163,12 @@ fn header(c: &mut Cursor<'_>, file_len: Option<u64>, budget: &mut u64) -> Read<G
     let kv_count = c.count(&"metadata count", 8 + 4 + 1)?;
 
     let mut metadata: Vec<(String, Value)> = Vec::with_capacity(c.capacity(kv_count, 13));
+    // A set, so a header of many keys is checked in linear time.
+    let mut keys = std::collections::HashSet::with_capacity(c.capacity(kv_count, 13));
     for _ in 0..kv_count {
         let at = c.offset();
         let key = string(c, &"metadata key")?;
-        if metadata.iter().any(|(k, _)| *k == key) {
+        if !keys.insert(key.clone()) {
             return c.bad(at, format!("metadata key `{key}` appears twice"));
         }
         let ty = c.u32(&"value type")?;

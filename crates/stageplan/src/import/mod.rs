@@ -77,11 +77,17 @@ pub fn detect(file_name: &str, prefix: &[u8]) -> Option<FileKind> {
     }
 }
 
-/// `name-00002-of-00005.gguf` → `("name", 2, 5)`: llama.cpp's split-file naming.
+/// `name-00002-of-00005.gguf` → `("name", 2, 5)`: llama.cpp's split-file naming, exactly as
+/// `gguf-split` writes it (`-%05d-of-%05d.gguf`, so at most 99,999 parts). Any other name
+/// (`m-1-of-1.gguf`) is one file.
 pub fn split_name(file_name: &str) -> Option<(&str, u32, u32)> {
     let stem = file_name.strip_suffix(".gguf")?;
     let (rest, count) = stem.rsplit_once("-of-")?;
     let (prefix, number) = rest.rsplit_once('-')?;
+    let five_digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if !five_digits(number) || !five_digits(count) {
+        return None;
+    }
     let (number, count): (u32, u32) = (number.parse().ok()?, count.parse().ok()?);
     (number >= 1 && number <= count && !prefix.is_empty()).then_some((prefix, number, count))
 }
@@ -149,15 +155,41 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
     })
 }
 
-fn layer_count(tensors: &[Tensor]) -> u64 {
-    tensors
-        .iter()
-        .filter_map(|t| match t.place {
-            Place::Layer(i) => Some(u64::from(i) + 1),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
+/// Layers the tensors fill: one past the highest `blk.N` / `layers.N` index.
+///
+/// # Errors
+/// An index at or past [`MAX_LAYERS`](crate::limits::MAX_LAYERS), named by its tensor,
+/// before anything is sized by it.
+fn layer_count(tensors: &[Tensor]) -> Result<u64, ImportError> {
+    let mut count = 0u64;
+    for t in tensors {
+        if let Place::Layer(i) = t.place {
+            if i as usize >= crate::limits::MAX_LAYERS {
+                return Err(ImportError::Tensor {
+                    name: t.name.clone(),
+                    message: format!(
+                        "puts a layer at index {i}; a model has at most {} layers",
+                        crate::limits::MAX_LAYERS
+                    ),
+                });
+            }
+            count = count.max(u64::from(i) + 1);
+        }
+    }
+    Ok(count)
+}
+
+/// Which layers hold expert tensors, in one pass over the tensors.
+fn expert_layers(tensors: &[Tensor], n: usize) -> Vec<bool> {
+    let mut sparse = vec![false; n];
+    for t in tensors.iter().filter(|t| t.expert) {
+        if let Place::Layer(i) = t.place
+            && let Some(slot) = sparse.get_mut(i as usize)
+        {
+            *slot = true;
+        }
+    }
+    sparse
 }
 
 /// Hyperparameters from GGUF metadata (`{arch}.block_count`, `…embedding_length`, …).
@@ -176,7 +208,7 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
 
     // The tensors decide how many layers there are; metadata that claims more is an error
     // (and never sizes an allocation: it is a number from the file).
-    let num_layers = layer_count(tensors);
+    let num_layers = layer_count(tensors)?;
     if num_layers == 0 {
         return Err(ImportError::Model("no `blk.N.*` tensors: the file holds no transformer layers".into()));
     }
@@ -232,7 +264,7 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
         active: scalar("expert_used_count").unwrap_or(experts).clamp(1, experts),
         expert_intermediate: scalar("expert_feed_forward_length").unwrap_or(ffn),
         shared_intermediate: scalar("expert_shared_feed_forward_length"),
-        sparse_layers: (0..n).map(|i| tensors.iter().any(|t| t.expert && t.place == Place::Layer(i as u32))).collect(),
+        sparse_layers: expert_layers(tensors, n),
     });
     Ok(Transformer {
         model_type: arch.clone(),
@@ -307,7 +339,7 @@ pub fn safetensors_model(
                 message: "is in a shard but not in the index".into(),
             });
         }
-        let total: u64 = tensors.iter().map(|t| t.bytes).sum();
+        let total: u64 = tensors.iter().map(|t| t.bytes).fold(0, u64::saturating_add);
         if let Some(stated) = index.total_size
             && stated != total
         {
@@ -321,7 +353,7 @@ pub fn safetensors_model(
     let arch = match config {
         Some(config) => {
             let arch = config.transformer().map_err(|e| ImportError::Model(format!("config.json: {e}")))?;
-            let named = layer_count(&tensors);
+            let named = layer_count(&tensors)?;
             if named != arch.num_layers {
                 return Err(ImportError::Model(format!(
                     "config.json has {} layers (`num_hidden_layers`) but the tensors fill {named}",
@@ -353,11 +385,20 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
         .max_by_key(|t| t.shape[1])
         .ok_or_else(|| need_config("no token embedding found"))?;
     let (hidden, vocab) = (embedding.shape[0], embedding.shape[1]);
-    let n = layer_count(tensors) as usize;
+    let n = layer_count(tensors)? as usize;
+    // Each layer's tensors, gathered once: linear in the tensors, whatever the layer count.
+    let mut by_layer: Vec<Vec<&Tensor>> = vec![Vec::new(); n];
+    for t in tensors {
+        if let Place::Layer(i) = t.place
+            && let Some(list) = by_layer.get_mut(i as usize)
+        {
+            list.push(t);
+        }
+    }
     let width = |layer: usize, suffixes: &[&str]| {
-        tensors
+        by_layer[layer]
             .iter()
-            .find(|t| t.place == Place::Layer(layer as u32) && suffixes.iter().any(|s| t.name.ends_with(s)))
+            .find(|t| suffixes.iter().any(|s| t.name.ends_with(s)))
             .and_then(|t| t.shape.get(1).copied())
     };
     let mut kv_elements = Vec::with_capacity(n);
@@ -387,7 +428,7 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
         active: experts,
         expert_intermediate: 0,
         shared_intermediate: None,
-        sparse_layers: (0..n).map(|i| tensors.iter().any(|t| t.expert && t.place == Place::Layer(i as u32))).collect(),
+        sparse_layers: expert_layers(tensors, n),
     });
     Ok(Transformer {
         model_type: "safetensors".to_owned(),

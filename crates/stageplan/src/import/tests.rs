@@ -150,6 +150,49 @@ fn split_names_follow_llama_cpp() {
     assert_eq!(split_part_name("m", 3, 12), "m-00003-of-00012.gguf");
     assert_eq!(split_name("model.gguf"), None);
     assert_eq!(split_name("m-00006-of-00005.gguf"), None);
+    // Only `gguf-split`'s five-digit fields name a split set: anything else is one file, so a
+    // name can never ask for billions of parts (issue #14, cases 8 and 18).
+    assert_eq!(split_name("m-1-of-1.gguf"), None);
+    assert_eq!(split_name("m-00001-of-4294967295.gguf"), None);
+    assert_eq!(split_name("m-00001-of-99999.gguf"), Some(("m", 1, crate::limits::MAX_SPLIT_PARTS)));
+}
+
+/// A tensor at layer index 2^32 − 1 named a 4-billion-layer model (34 GB of per-layer
+/// tables; 0 layers on 32-bit wasm): now an error naming the tensor (issue #14, case 7).
+#[test]
+fn a_layer_index_past_the_limit_is_an_error_naming_the_tensor() {
+    let bytes = gguf::Builder::new(3, 2, 2)
+        .kv_str("general.architecture", "llama")
+        .kv_u32("llama.attention.head_count", 2)
+        .tensor("token_embd.weight", &[32, 10], 0, 0)
+        .tensor("blk.4294967295.attn_norm.weight", &[32], 0, 32 * 10 * 4)
+        .padded(32 * 10 * 4 + 32 * 4);
+    let Parse::Done(header) = gguf::parse(&bytes, Some(bytes.len() as u64)).unwrap() else { panic!("complete") };
+    let error = gguf_model("t", &[header]).unwrap_err().to_string();
+    assert!(error.contains("blk.4294967295.attn_norm.weight") && error.contains("at most 10000 layers"), "{error}");
+
+    let header = r#"{"model.embed_tokens.weight": {"dtype": "F32", "shape": [10, 4], "data_offsets": [0, 160]},
+                     "model.layers.4294967295.input_layernorm.weight": {"dtype": "F32", "shape": [4], "data_offsets": [160, 176]}}"#;
+    let bytes = safetensors_bytes(header, 176);
+    let Parse::Done(h) = safetensors::parse(&bytes, Some(bytes.len() as u64)).unwrap() else { panic!("complete") };
+    let error = safetensors_model("t", &[("m.safetensors".into(), h)], None, None).unwrap_err().to_string();
+    assert!(error.contains("model.layers.4294967295") && error.contains("at most 10000 layers"), "{error}");
+}
+
+/// 150,000 metadata keys (a 3.8 MB header) were checked for duplicates pairwise: 48 s.
+/// Parsing is linear now; `cargo bench -p stageplan --bench import` times it.
+#[test]
+fn many_metadata_keys_parse_and_duplicates_are_still_found() {
+    let keys: Vec<String> = (0..150_000).map(|i| format!("k.{i}")).collect();
+    let mut builder = gguf::Builder::new(3, 0, keys.len() as u64 + 1);
+    for key in &keys {
+        builder = builder.kv_u32(key, 1);
+    }
+    let bytes = builder.clone().kv_u32("k.7", 2).padded(0);
+    assert!(gguf_error(&bytes).contains("`k.7` appears twice"));
+    let bytes = builder.kv_u32("last", 2).padded(0);
+    let Parse::Done(h) = gguf::parse(&bytes, Some(bytes.len() as u64)).unwrap() else { panic!("complete") };
+    assert_eq!(h.metadata.len(), 150_001);
 }
 
 /// Inputs the fuzzers found; each once crashed or over-allocated.

@@ -172,7 +172,7 @@ impl HfConfig {
         };
         // Far beyond any published model: a typo, and a size that would overflow arithmetic.
         for (value, field, limit) in [
-            (num_layers, "num_hidden_layers", 100_000u64),
+            (num_layers, "num_hidden_layers", crate::limits::MAX_LAYERS as u64),
             (hidden_size, "hidden_size", 1 << 20),
             (vocab_size, "vocab_size", 1 << 24),
             (num_heads, "num_attention_heads", 1 << 14),
@@ -257,8 +257,14 @@ impl HfConfig {
                 ModelError::invalid("moe_intermediate_size", "is missing or 0; copy it from config.json")
             })?;
         let step = self.decoder_sparse_step.unwrap_or(1).max(1);
-        let dense: Vec<u64> = self.mlp_only_layers.clone().unwrap_or_default();
-        let sparse_layers = (0..num_layers).map(|i| !dense.contains(&i) && (i + 1) % step == 0).collect();
+        // A mask, not a list search: `mlp_only_layers` may be as long as the file allows.
+        let mut dense = vec![false; num_layers as usize];
+        for &layer in self.mlp_only_layers.iter().flatten() {
+            if let Some(slot) = usize::try_from(layer).ok().and_then(|l| dense.get_mut(l)) {
+                *slot = true;
+            }
+        }
+        let sparse_layers = (0..num_layers).map(|i| !dense[i as usize] && (i + 1) % step == 0).collect();
         let _ = hidden_size;
         Ok(Some(Moe {
             experts,

@@ -49,10 +49,11 @@ fn allowed_for<'a>(problem: &Problem, allowed: &'a [bool]) -> std::borrow::Cow<'
 
 fn shortfall(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Diagnostic {
     let usable: Vec<usize> = (0..problem.nodes.len()).filter(|&k| allowed[k] && cost.nodes[k].capacity > 0).collect();
-    let available: i64 = usable.iter().map(|&k| cost.nodes[k].capacity).sum();
+    // In `i128`: capacities and sizes come from input; no sum of them overflows there.
+    let available: i128 = usable.iter().map(|&k| i128::from(cost.nodes[k].capacity)).sum();
     let stages = usable.len().max(1);
     // Every node used needs its own workspace; `capacity` already took it off.
-    let needed = cost.minimum_total(stages) as i64 - (cost.workspace() * stages as u64) as i64;
+    let needed = i128::from(cost.minimum_total(stages)) - i128::from(cost.workspace()) * stages as i128;
     let message = if usable.is_empty() {
         "no node has memory left after its reserve and workspace".to_owned()
     } else if needed > available {

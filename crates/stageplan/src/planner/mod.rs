@@ -191,7 +191,7 @@ pub(crate) fn evaluate(
                 reserve: memory.reserve,
                 total,
                 budget,
-                headroom: budget as i64 - total as i64,
+                headroom: crate::cost::clamp_i64(i128::from(budget) - i128::from(total)),
             },
             time_s: time.total(),
             time: TimeBreakdown {

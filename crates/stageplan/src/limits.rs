@@ -1,0 +1,44 @@
+//! What stageplan accepts, stated once.
+//!
+//! Every number here bounds something read from input — a scenario, a plan, a model
+//! file's header — and is checked before anything is allocated from it or computed with
+//! it. Each is far above any real use and small enough that the arithmetic on it cannot
+//! overflow: with [`MAX_BYTES`] per quantity, sums of a handful of them stay below `u64::MAX`
+//! (`1.8 × 10^19`) and are exact in `f64` to a byte per kilobyte. The README's limits table
+//! quotes these values; a test keeps the two in step.
+
+/// Machines in a scenario, after `count` is expanded. With [`MAX_LAYERS`] layers the
+/// planner's heuristic takes about a second for this many (`BENCHMARKS.md`); a real
+/// pipeline has a few dozen stages.
+pub const MAX_NODES: usize = 1024;
+
+/// Machines × layers in one scenario: the size of the planner's tables for one node order.
+/// At this size the slowest search (the latency objective with per-pair links, over many
+/// node orders) still takes seconds; 1,024 machines of a 1,024-layer model, or 104
+/// machines of a 10,000-layer one.
+pub const MAX_NODE_LAYERS: usize = 1 << 20;
+
+/// Characters in a node's name.
+pub const MAX_NAME_CHARS: usize = 256;
+
+/// Transformer blocks in a model: no real model has more than a few hundred.
+pub const MAX_LAYERS: usize = 10_000;
+
+/// Memory, reserve and workspace in bytes: an exabyte.
+pub const MAX_BYTES: f64 = 1e18;
+
+/// Tokens of context per sequence (2^26).
+pub const MAX_CONTEXT: u64 = 1 << 26;
+
+/// Sequences decoded together (2^20).
+pub const MAX_BATCH: u64 = 1 << 20;
+
+/// Prompt tokens per prefill step (2^20).
+pub const MAX_PREFILL_CHUNK: u64 = 1 << 20;
+
+/// Per-pair link overrides in a scenario.
+pub const MAX_LINK_PAIRS: usize = 65_536;
+
+/// Parts of a split GGUF set (`name-00001-of-NNNNN.gguf`): five digits, as llama.cpp's
+/// `gguf-split` writes them.
+pub const MAX_SPLIT_PARTS: u32 = 99_999;
