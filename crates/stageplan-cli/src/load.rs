@@ -15,6 +15,7 @@ use stageplan::model::HfConfig;
 use stageplan::{Model, WeightFormat};
 
 use crate::commands::Failure;
+use crate::input;
 
 /// A model read from files, and what reading it cost.
 pub struct Loaded {
@@ -107,11 +108,11 @@ fn folder_name(path: &Path) -> Option<String> {
 }
 
 fn open(path: &Path) -> Result<File, Failure> {
-    File::open(path).map_err(|e| io_failure(path, &e))
+    input::open(path).map(|(file, _)| file)
 }
 
 fn io_failure(path: &Path, e: &std::io::Error) -> Failure {
-    Failure(format!("cannot read `{}`: {e}", path.display()))
+    input::failure(path, e)
 }
 
 fn in_file(path: &Path, e: &ImportError) -> Failure {
@@ -119,7 +120,7 @@ fn in_file(path: &Path, e: &ImportError) -> Failure {
 }
 
 fn read_text(path: &Path, loaded: &mut Reads) -> Result<String, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| io_failure(path, &e))?;
+    let text = input::read_text(path)?;
     loaded.files.push(path.to_path_buf());
     loaded.bytes_read += text.len() as u64;
     loaded.file_bytes += text.len() as u64;
@@ -129,10 +130,10 @@ fn read_text(path: &Path, loaded: &mut Reads) -> Result<String, Failure> {
 /// `config.json` beside `path`, if there is one.
 fn sibling_config(path: &Path) -> Result<Option<HfConfig>, Failure> {
     let config = path.with_file_name("config.json");
-    if !config.exists() {
+    if input::probe(&config).is_none() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&config).map_err(|e| io_failure(&config, &e))?;
+    let text = input::read_text(&config)?;
     HfConfig::from_json(&text).map(Some).map_err(|e| Failure(format!("`{}`: {e}", config.display())))
 }
 

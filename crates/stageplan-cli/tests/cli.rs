@@ -163,3 +163,27 @@ fn model_files_are_read_by_their_headers() {
 fn python() -> String {
     std::env::var("STAGEPLAN_PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
+
+/// A FIFO as a model or scenario file once blocked forever, waiting for a writer: it is
+/// refused by its type before it is opened (issue #14, case 16).
+#[test]
+fn a_fifo_is_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("stageplan-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temporary folder");
+    for name in ["model.gguf", "scenario.json"] {
+        let status = Command::new("mkfifo").arg(dir.join(name)).status().expect("mkfifo runs");
+        assert!(status.success());
+    }
+    for args in [["model", "model.gguf"], ["plan", "scenario.json"]] {
+        let output = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("stageplan runs and returns");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("is a FIFO (named pipe); give a regular file"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
