@@ -144,11 +144,16 @@ fn dns_label(name: &str) -> String {
 /// Whether `text` can be a literal block as it is: no carriage returns or characters YAML
 /// must escape, a first line that does not start with a space (which would need an
 /// indentation indicator), and at most one final newline (kept by `|`, none by `|-`).
+///
+/// Its first line must start the text (not a line break or a space): YAML takes a block's
+/// indentation from its first non-empty line, so a text starting `"\n L"` would shift it (the
+/// fuzzer found that one). No line may end in spaces or be only spaces, which YAML may strip.
 fn literal_block(text: &str) -> bool {
-    !text.starts_with(' ')
+    !text.starts_with([' ', '\n'])
         && !text.trim_end_matches('\n').is_empty()
         && !text.ends_with("\n\n")
         && text.chars().all(|c| c == '\n' || !needs_escape(c))
+        && text.lines().all(|line| !line.ends_with(' '))
 }
 
 /// Characters a YAML double-quoted scalar must escape beyond what JSON escapes, and what a
@@ -266,6 +271,18 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any string, as any value of a manifest, reads back as itself.
+        #[test]
+        fn any_string_reads_back(text in "(\\PC|[ \n\t#:-]){0,24}") {
+            let mut out = String::new();
+            emit(&mut out, &json!({"k": text, "list": [text]}), 0);
+            let parsed = &yaml_rust2::YamlLoader::load_from_str(&out).map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{e}: {out}")))?[0];
+            proptest::prop_assert_eq!(parsed["k"].as_str(), Some(text.as_str()), "{}", out);
+            proptest::prop_assert_eq!(parsed["list"][0].as_str(), Some(text.as_str()), "{}", out);
+        }
+    }
+
     #[test]
     fn figures_are_rounded_to_three_significant_digits() {
         let shown = |x: f64| serde_json::to_string(&three_figures(x)).unwrap();
@@ -285,7 +302,9 @@ mod tests {
         emit(&mut block, &json!({"data": {"plan.json": "{\n  \"a\": 1\n}\n"}}), 0);
         assert_eq!(block, "data:\n  plan.json: |\n    {\n      \"a\": 1\n    }\n");
         // Text a literal block would change is double-quoted instead.
-        for text in ["  indented\nsecond\n", "two endings\n\n", "crlf\r\n", "\n"] {
+        // "\n L…" is what the export_text fuzz target found: a first empty line let the next,
+        // indented one set the block's indentation.
+        for text in ["  indented\nsecond\n", "two endings\n\n", "crlf\r\n", "\n", "\n L\nK\n(1", "trailing \nspace"] {
             let mut out = String::new();
             emit(&mut out, &json!({"k": text}), 0);
             assert!(out.starts_with("k: \""), "{text:?}: {out}");
