@@ -37,7 +37,7 @@ const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
 /// Chromium with its driver for the browser tests, and etcd for the state-store tests.
 const APT_PACKAGES: [&str; 5] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server"];
-const FUZZ_TARGETS: [&str; 5] = ["gguf_header", "safetensors_header", "scenario", "replan", "export"];
+const FUZZ_TARGETS: [&str; 6] = ["gguf_header", "safetensors_header", "scenario", "replan", "export", "export_text"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;
 
@@ -512,14 +512,39 @@ fn fuzz(python: &Path, seconds: u64) -> Result<(), String> {
             .arg("--")
             .arg(format!("-max_total_time={seconds}"))
             .args(["-max_len=131072", "-rss_limit_mb=2048", "-print_final_stats=1"]);
+        // Tokens that reach the paths hostile input found (names, counts, layer indices).
+        if let Some(dict) = fuzz_dictionary(target) {
+            run.arg(format!("-dict={}", dict.display()));
+        }
         step(&format!("fuzz {target} for {seconds} s"), run)?;
     }
     Ok(())
 }
 
+/// The libFuzzer dictionary for a target, under `crates/stageplan/fuzz/dicts/`.
+fn fuzz_dictionary(target: &str) -> Option<PathBuf> {
+    let name = match target {
+        "gguf_header" => "gguf",
+        "safetensors_header" => "safetensors",
+        "scenario" | "replan" => "scenario",
+        "export_text" => "export_text",
+        _ => return None,
+    };
+    Some(root().join("crates/stageplan/fuzz/dicts").join(format!("{name}.dict")))
+}
+
 /// The first 128 KiB of each reference file (headers and some data) for the parsers; the
 /// scenario files for the planner.
 fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> {
+    if target == "export_text" {
+        // Name, model, image and host, separated by zero bytes.
+        let seeds =
+            ["Llama 3.1 70B\0/models/llama.gguf\0registry.example.com/stage:1\010.0.0.1:50052", "x\nrm -rf ~ #\0$(id)"];
+        for (i, seed) in seeds.iter().enumerate() {
+            std::fs::write(corpus.join(format!("seed-{i}")), seed).map_err(|e| e.to_string())?;
+        }
+        return Ok(());
+    }
     let mut files: Vec<PathBuf> = Vec::new();
     let mut stack =
         vec![if matches!(target, "scenario" | "replan") { root().join("tests") } else { seeds.to_path_buf() }];
