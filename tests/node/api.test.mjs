@@ -67,6 +67,8 @@ test('bad scenarios throw Errors with the CLI message', () => {
   for (const dir of fs.readdirSync(path.join(root, 'tests/cli')).filter((d) => d.startsWith('bad-'))) {
     const folder = path.join(root, 'tests/cli', dir);
     if (fs.readFileSync(path.join(folder, 'cmd'), 'utf8').trim() !== 'plan scenario.json') continue;
+    // Cases about the file itself (a directory in its place) are the CLI's alone.
+    if (!fs.statSync(path.join(folder, 'scenario.json')).isFile()) continue;
     const expected = fs.readFileSync(path.join(folder, 'expected'), 'utf8');
     const message = expected.split('--- stderr\n')[1].replace(/^error: /, '').trimEnd();
     assert.throws(() => stageplan.plan(fs.readFileSync(path.join(folder, 'scenario.json'), 'utf8')), (error) => {
@@ -162,4 +164,36 @@ test('importHeader() reads the reference writers\' files as the CLI does', { ski
   const whole = fs.readFileSync(path.join(fixtures, 'dense.gguf'));
   const plan = stageplan.plan({ model: { file: 'dense.gguf' }, nodes: [{ name: 'a', device: 'h100' }] }, { name: 'dense.gguf', bytes: whole });
   assert.ok(plan.feasible);
+});
+
+// Hostile input (issue #14): every bad value is an Error naming its field, never a crash.
+test('non-finite numbers are refused naming the field, not read as "not given"', () => {
+  for (const bad of [Infinity, -Infinity, NaN]) {
+    const scenario = { model: { preset: 'llama-3.1-8b' }, nodes: [{ name: 'a', device: 'rtx-4090', memory: bad }] };
+    assert.throws(() => stageplan.plan(scenario), (e) => e instanceof Error && /`nodes\[0\]\.memory` is not a finite number/.test(e.message));
+  }
+});
+
+test('a cluster past the limit is an Error, not a trapped wasm abort', () => {
+  const scenario = { model: { preset: 'llama-3.1-8b' }, nodes: [{ name: 'a', device: 'rtx-4090', count: 10000 }] };
+  assert.throws(() => stageplan.plan(scenario), (e) => e instanceof Error && !(e instanceof WebAssembly.RuntimeError) && /`nodes\[0\]\.count`/.test(e.message));
+  const long = { model: { preset: 'llama-3.1-8b' }, nodes: [{ name: 'n'.repeat(70000), device: 'rtx-4090' }] };
+  assert.throws(() => stageplan.plan(long), /`nodes\[0\]\.name` is 70000 characters long/);
+});
+
+test('figures above 2^53 come back as numbers', () => {
+  const scenario = { model: { preset: 'llama-3.2-1b' }, workload: { workspace: 1e16 }, nodes: [{ name: 'a', memory: '1000 PB', bandwidth: '1 TB/s', compute: '1 TFLOPS' }] };
+  const plan = stageplan.plan(scenario);
+  assert.equal(typeof plan.stages[0].memory.workspace, 'number');
+  assert.equal(plan.stages[0].memory.workspace, 1e16);
+});
+
+test("the package resolves by its name: require('stageplan') and import('stageplan')", () => {
+  const dir = fs.mkdtempSync(path.join(fs.realpathSync(process.env.TMPDIR ?? '/tmp'), 'stageplan-pkg-'));
+  fs.mkdirSync(path.join(dir, 'node_modules'));
+  fs.symlinkSync(embed, path.join(dir, 'node_modules/stageplan'), 'dir');
+  const run = (args) => execFileSync(process.execPath, args, { cwd: dir, encoding: 'utf8' }).trim();
+  assert.equal(run(['-e', "console.log(typeof require('stageplan').plan)"]), 'function');
+  assert.equal(run(['--input-type=module', '-e', "import('stageplan').then((m) => console.log(typeof (m.plan ?? m.default.plan)))"]), 'function');
+  fs.rmSync(dir, { recursive: true, force: true });
 });

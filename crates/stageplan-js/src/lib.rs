@@ -136,10 +136,41 @@ fn text(value: &JsValue, what: &str) -> Result<String, JsError> {
     if value.is_undefined() || value.is_null() {
         return Err(JsError::new(&format!("`{what}` is missing; pass an object or its JSON text")));
     }
-    js_sys::JSON::stringify(value)
-        .ok()
-        .and_then(|s| s.as_string())
-        .ok_or_else(|| JsError::new(&format!("`{what}` cannot be written as JSON (does it hold a BigInt or a cycle?)")))
+    let text = js_sys::JSON::stringify(value).ok().and_then(|s| s.as_string()).ok_or_else(|| {
+        JsError::new(&format!("`{what}` cannot be written as JSON (does it hold a BigInt or a cycle?)"))
+    })?;
+    // JSON.stringify writes Infinity and NaN as `null`, which would read as "not given" (a
+    // preset's figure in its place): find the number and name its field instead.
+    if text.contains("null")
+        && let Some(path) = non_finite(value, String::new(), 0)
+    {
+        return Err(JsError::new(&format!(
+            "`{path}` is not a finite number; give a number or a quantity like \"24 GiB\""
+        )));
+    }
+    Ok(text)
+}
+
+/// The path of the first non-finite number in `value` (objects and arrays, a bounded depth:
+/// `JSON.stringify` has already refused cycles).
+fn non_finite(value: &JsValue, path: String, depth: usize) -> Option<String> {
+    if let Some(number) = value.as_f64() {
+        return (!number.is_finite()).then_some(path);
+    }
+    if depth > 64 || !value.is_object() {
+        return None;
+    }
+    if js_sys::Array::is_array(value) {
+        let array = js_sys::Array::from(value);
+        return (0..array.length()).find_map(|i| non_finite(&array.get(i), format!("{path}[{i}]"), depth + 1));
+    }
+    let object = js_sys::Object::from(value.clone());
+    js_sys::Object::entries(&object).iter().find_map(|entry| {
+        let pair = js_sys::Array::from(&entry);
+        let key = pair.get(0).as_string()?;
+        let inner = if path.is_empty() { key } else { format!("{path}.{key}") };
+        non_finite(&pair.get(1), inner, depth + 1)
+    })
 }
 
 #[cfg(feature = "api")]
@@ -158,5 +189,26 @@ fn model_file_parts(value: &JsValue) -> Result<(String, Vec<u8>, Option<u64>), J
 #[cfg(feature = "api")]
 /// A Rust value as a plain JS object (maps as objects, 64-bit integers as numbers).
 fn output<T: Serialize>(value: &T) -> Result<JsValue, JsError> {
-    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| JsError::new(&e.to_string()))
+    // Integers above 2^53 (sizes over 8 PiB) have no exact JavaScript number; they become the
+    // nearest one, as every other figure already is, rather than failing the whole call.
+    let mut json = serde_json::to_value(value).map_err(|e| JsError::new(&e.to_string()))?;
+    to_safe_numbers(&mut json);
+    json.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| JsError::new(&e.to_string()))
+}
+
+#[cfg(feature = "api")]
+fn to_safe_numbers(value: &mut serde_json::Value) {
+    const SAFE: u64 = (1 << 53) - 1;
+    match value {
+        serde_json::Value::Number(n)
+            if n.as_u64().is_some_and(|u| u > SAFE) || n.as_i64().is_some_and(|i| i.unsigned_abs() > SAFE) =>
+        {
+            if let Some(float) = n.as_f64().and_then(serde_json::Number::from_f64) {
+                *n = float;
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(to_safe_numbers),
+        serde_json::Value::Object(map) => map.values_mut().for_each(to_safe_numbers),
+        _ => {}
+    }
 }
