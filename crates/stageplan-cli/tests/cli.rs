@@ -187,3 +187,24 @@ fn a_fifo_is_refused_at_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's limits table states the numbers `limits.rs` enforces.
+#[test]
+fn readme_limits_are_the_enforced_limits() {
+    use stageplan::limits;
+    let readme = repo_file("README.md");
+    let start = readme.find("| what | at most |").expect("README has the limits table");
+    let table = &readme[start..start + readme[start..].find("\n\n").expect("table ends")];
+    let row = |what: &str| {
+        table.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("a row for {what}")).replace(',', "")
+    };
+    assert!(row("machines in a scenario").contains(&limits::MAX_NODES.to_string()));
+    assert!(row("machines × model layers").contains(&limits::MAX_NODE_LAYERS.to_string()));
+    assert!(row("layers in a model").contains(&limits::MAX_LAYERS.to_string()));
+    assert!(row("characters in a machine's name").contains(&limits::MAX_NAME_CHARS.to_string()));
+    assert!(row("`links.pairs`").contains(&limits::MAX_LINK_PAIRS.to_string()));
+    assert!(row("`memory`, `reserve`").contains("10^18") && limits::MAX_BYTES == 1e18);
+    assert!(row("`workload.context`").contains("2^26 tokens / 2^20 sequences / 2^20 tokens"));
+    assert_eq!((limits::MAX_CONTEXT, limits::MAX_BATCH, limits::MAX_PREFILL_CHUNK), (1 << 26, 1 << 20, 1 << 20));
+    assert!(row("split GGUF").contains(&limits::MAX_SPLIT_PARTS.to_string()));
+}
