@@ -64,7 +64,7 @@ fn classify(store: &str, error: impl Into<redb::Error>) -> StoreError {
             "`{store}` cannot be written: permission denied; run as its owner, or make it writable (`chmod u+w`)"
         )),
         redb::Error::UpgradeRequired(version) => StoreError::Unavailable(format!(
-            "`{store}` is in redb's file format {version}, which this `stageplan` cannot read; open it with the version that wrote it"
+            "`{store}` says it is in redb's file format {version}, which this `stageplan` cannot read; open it with the version that wrote it, or restore a backup if it is damaged"
         )),
         e @ (redb::Error::TableTypeMismatch { .. }
         | redb::Error::TableIsMultimap(_)

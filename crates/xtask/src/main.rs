@@ -37,7 +37,7 @@ const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
 /// Chromium with its driver for the browser tests, and etcd for the state-store tests.
 const APT_PACKAGES: [&str; 5] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server"];
-const FUZZ_TARGETS: [&str; 5] = ["gguf_header", "safetensors_header", "scenario", "replan", "export"];
+const FUZZ_TARGETS: [&str; 6] = ["gguf_header", "safetensors_header", "scenario", "replan", "export", "redb_store"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;
 
@@ -518,8 +518,21 @@ fn fuzz(python: &Path, seconds: u64) -> Result<(), String> {
 }
 
 /// The first 128 KiB of each reference file (headers and some data) for the parsers; the
-/// scenario files for the planner.
+/// scenario files for the planner; a small store, written by `stageplan-store`'s
+/// `sample_store` example, for the store reader.
 fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> {
+    if target == "redb_store" {
+        let file = seeds.join("sample.redb");
+        let _ = std::fs::remove_file(&file);
+        let mut write = cargo();
+        write.args(["run", "--quiet", "--package", "stageplan-store", "--example", "sample_store", "--locked", "--"]);
+        write.arg(&file);
+        step("a sample store for the fuzz seed", write)?;
+        // The target reads an input whose first byte is even as a whole file.
+        let mut bytes = vec![0];
+        bytes.extend(std::fs::read(&file).map_err(|e| e.to_string())?);
+        return std::fs::write(corpus.join("seed-0"), bytes).map_err(|e| e.to_string());
+    }
     let mut files: Vec<PathBuf> = Vec::new();
     let mut stack =
         vec![if matches!(target, "scenario" | "replan") { root().join("tests") } else { seeds.to_path_buf() }];
