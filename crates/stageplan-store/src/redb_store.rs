@@ -23,6 +23,9 @@ const RECORDS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("record
 /// `"revision"` → the last transaction's revision.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
+/// How a contained panic is described, so the store knows to close.
+const STOPPED: &str = "redb stopped reading it";
+
 /// What an in-memory copy may grow to beyond its bytes: a damaged header can ask for any
 /// length, and growing to it would take the memory, not report the damage.
 const MEMORY_GROWTH: u64 = 256 << 20;
@@ -108,7 +111,7 @@ fn contain<T>(store: &str, f: impl FnOnce() -> Result<T, StoreError>) -> Result<
             .map(|s| (*s).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic".to_owned());
-        Err(corrupt(store, format!("is corrupt (redb stopped reading it: {message})")))
+        Err(corrupt(store, format!("is corrupt ({STOPPED}: {message})")))
     })
 }
 
@@ -273,7 +276,7 @@ impl RedbStore {
             return Err(corrupt(&self.name, "is corrupt (an earlier read stopped on it)"));
         };
         let result = contain(&self.name, || f(db));
-        if matches!(&result, Err(StoreError::Corrupt { problem, .. }) if problem.contains("redb stopped")) {
+        if matches!(&result, Err(StoreError::Corrupt { problem, .. }) if problem.contains(STOPPED)) {
             self.close();
         }
         result
