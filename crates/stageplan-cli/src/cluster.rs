@@ -9,8 +9,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use stageplan::Scenario;
 use stageplan::presets::DeviceKind;
+use stageplan::reconcile::spec::{MAX_GPUS_PER_NODE, parse_assignment_key};
+use stageplan::reconcile::store::{ASSIGNMENTS, DEPLOYMENTS, NODES};
 use stageplan::reconcile::{
-    Controller, Deployment, Event, NoMetrics, Node, Snapshot, Status, StoreError, check_invariants,
+    Controller, Deployment, Event, Expect, NoMetrics, Node, Op, Snapshot, Status, Store, StoreError, check_invariants,
 };
 use stageplan::units::{Bytes, Seconds, format_bytes};
 use stageplan_store::AnyStore;
@@ -21,26 +23,43 @@ use crate::commands::Failure;
 /// How long a command waits for a redb file that the loop holds during a pass.
 const OPEN_PATIENCE: Duration = Duration::from_secs(5);
 
-/// Opens `--store` for reading: a redb file must exist already (reading never creates one).
-fn open_existing(target: &str) -> Result<AnyStore, Failure> {
+/// `--store` must name a store that exists: commands that read, or change what is there,
+/// never create one.
+fn must_exist(target: &str) -> Result<(), Failure> {
     if !target.starts_with("etcd://") && !Path::new(target).exists() {
         return Err(Failure(format!(
             "`--store {target}` does not exist; register machines with `stageplan nodes add`, or give the store's path"
         )));
     }
-    open(target)
+    Ok(())
 }
 
-/// Opens `--store`, waiting a little while another `stageplan` holds a redb file.
+/// Opens `--store` for reading only (`status`, `nodes list`): a redb file must exist, and
+/// is never created or written.
+fn open_read_only(target: &str) -> Result<AnyStore, Failure> {
+    must_exist(target)?;
+    patiently(target, stageplan_store::open_read_only).map_err(|e| store_failure(target, &e))
+}
+
+/// Opens `--store` for reading and writing (a redb file is created if missing).
 pub fn open(target: &str) -> Result<AnyStore, Failure> {
+    patiently(target, stageplan_store::open).map_err(|e| store_failure(target, &e))
+}
+
+fn store_failure(target: &str, error: &StoreError) -> Failure {
+    Failure(format!("`--store {target}`: {error}"))
+}
+
+/// Calls `open`, waiting a little while another process holds the redb file (the loop holds
+/// it during a pass); anything else (damage, permissions, etcd down) is reported at once.
+fn patiently(target: &str, open: fn(&str) -> Result<AnyStore, StoreError>) -> Result<AnyStore, StoreError> {
     let started = Instant::now();
     loop {
-        match stageplan_store::open(target) {
-            Ok(store) => return Ok(store),
-            Err(_) if started.elapsed() < OPEN_PATIENCE && !target.starts_with("etcd://") => {
+        match open(target) {
+            Err(StoreError::Locked { .. }) if started.elapsed() < OPEN_PATIENCE => {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(e) => return Err(Failure(format!("`--store {target}`: {e}"))),
+            result => return result,
         }
     }
 }
@@ -58,6 +77,20 @@ pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
     let object = value.as_object_mut().ok_or_else(|| at("is not a JSON object; give a deployment".into()))?;
     let scenario = object.remove("scenario");
     let gpus_per_stage = object.remove("gpus_per_stage");
+    // GPUs per planned stage: a whole number a node can hold, never wrapped into range.
+    let gpus = match &gpus_per_stage {
+        None => None,
+        Some(_) if scenario.is_none() => {
+            return Err(at(
+                "`gpus_per_stage` is for stages planned from a `scenario`; give `gpus` in each of `stages`".into(),
+            ));
+        }
+        Some(value) => {
+            Some(value.as_u64().and_then(|g| u32::try_from(g).ok()).filter(|&g| g <= MAX_GPUS_PER_NODE).ok_or_else(
+                || at(format!("`gpus_per_stage` `{value}` must be a whole number from 0 to {MAX_GPUS_PER_NODE}")),
+            )?)
+        }
+    };
     if let Some(scenario) = scenario {
         if object.contains_key("stages") {
             return Err(at("has both `stages` and `scenario`; give one".into()));
@@ -65,8 +98,7 @@ pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
         let scenario_text = match &scenario {
             serde_json::Value::String(file) => {
                 let base = path.parent().unwrap_or(Path::new("."));
-                std::fs::read_to_string(base.join(file))
-                    .map_err(|e| at(format!("`scenario` `{file}` cannot be read: {e}")))?
+                crate::input::read_text(&base.join(file)).map_err(|e| at(format!("`scenario`: {e}")))?
             }
             other => other.to_string(),
         };
@@ -79,15 +111,14 @@ pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
             return Err(at(format!("`scenario` does not fit its machines{why}")));
         }
         let kinds = stageplan::export::ExportOptions::for_problem(&problem).kinds;
-        let gpus = gpus_per_stage.as_ref().and_then(serde_json::Value::as_u64);
         let name = object.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_owned();
-        let replicas = object.get("replicas").and_then(serde_json::Value::as_u64).unwrap_or(1) as u32;
-        let template = Deployment::from_plan(&name, &plan, replicas, 1);
+        // Only the stages and the model are taken from the template; `replicas` stays as given.
+        let template = Deployment::from_plan(&name, &plan, 1, 1);
         let mut stages = template.stages;
         for (stage, planned) in stages.iter_mut().zip(&plan.stages) {
             // A stage takes a GPU unless its machine holds it in RAM (a Mac, a CPU box).
             let kind = kinds.get(&planned.node).copied().unwrap_or_default();
-            stage.gpus = gpus.map_or(u32::from(kind == DeviceKind::Gpu), |g| g as u32);
+            stage.gpus = gpus.unwrap_or(u32::from(kind == DeviceKind::Gpu));
         }
         object.insert("stages".into(), serde_json::to_value(&stages).map_err(|e| at(e.to_string()))?);
         object.entry("model").or_insert(serde_json::Value::String(template.model));
@@ -114,9 +145,60 @@ pub fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
     Ok(summary)
 }
 
+/// `stageplan undeploy`: removes a deployment, readable or quarantined, and releases every
+/// stage binding under its name at once (a quarantined deployment's bindings are otherwise
+/// kept: the loop never releases what it cannot read).
+pub fn undeploy(store: &str, name: &str) -> Result<String, Failure> {
+    must_exist(store)?;
+    let mut store = open(store)?;
+    let key = format!("{DEPLOYMENTS}{name}");
+    let deployed = store.list(DEPLOYMENTS)?;
+    if !deployed.iter().any(|(k, _)| *k == key) {
+        let known: Vec<&str> = deployed.iter().filter_map(|(k, _)| k.strip_prefix(DEPLOYMENTS)).collect();
+        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        return Err(Failure(format!("deployment `{name}` is not deployed; deployed: {known}")));
+    }
+    // The deployment first: a pass in between releases its readable bindings as not desired.
+    Controller::default().handle(&mut store, Event::DeploymentRemoved(name.to_owned()), &NoMetrics)?;
+    let prefix = format!("{ASSIGNMENTS}{name}/");
+    let max_ops = store.max_ops().max(1);
+    let mut bindings = store.list(&prefix)?;
+    let held = bindings.len();
+    // Each delete expects the binding as read; a pass that released some first makes a
+    // transaction fail, and the rest is read again.
+    for _ in 0..8 {
+        for chunk in bindings.chunks(max_ops) {
+            let ops: Vec<Op> = chunk
+                .iter()
+                .map(|(key, v)| Op::Delete { key: key.clone(), expect: Expect::Revision(v.revision) })
+                .collect();
+            match store.commit(&ops) {
+                Ok(_) | Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        bindings = store.list(&prefix)?;
+        if bindings.is_empty() {
+            break;
+        }
+    }
+    let s = if held == 1 { "" } else { "s" };
+    Ok(match bindings.len() {
+        0 => format!("deployment `{name}` removed; its {held} stage binding{s} released\n"),
+        left => format!(
+            "deployment `{name}` removed; {} of its {held} stage binding{s} released, the next pass releases the rest\n",
+            held - left
+        ),
+    })
+}
+
 /// `stageplan nodes add`.
 pub fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<String, Failure> {
     let bytes = Bytes::parse(memory).map_err(|e| Failure(format!("`--memory`: {e}")))?;
+    // The scenario's limit, with its words: past it the number would be stored clamped.
+    if bytes.get() > 1e18 {
+        return Err(Failure(format!("`--memory`: `{memory}` is over an exabyte; check the unit")));
+    }
     let node = Node { name: name.to_owned(), memory: bytes.get() as u64, gpus };
     node.check().map_err(|e| Failure(format!("node {e}")))?;
     let mut store = open(store)?;
@@ -126,9 +208,11 @@ pub fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Stri
 
 /// `stageplan nodes remove`.
 pub fn remove_node(store: &str, name: &str) -> Result<String, Failure> {
-    let mut store = open_existing(store)?;
+    must_exist(store)?;
+    let mut store = open(store)?;
     let snapshot = Snapshot::load(&mut store)?;
-    if !snapshot.nodes.contains_key(name) {
+    let quarantined = snapshot.quarantined.iter().any(|(key, _)| key.strip_prefix(NODES) == Some(name));
+    if !snapshot.nodes.contains_key(name) && !quarantined {
         let known: Vec<&str> = snapshot.nodes.keys().map(String::as_str).collect();
         let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
         return Err(Failure(format!("node `{name}` is not registered; registered: {known}")));
@@ -144,6 +228,17 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     pub assignments: usize,
     pub invariants: String,
+    /// Records this version cannot use: left as they are, with what they keep bound.
+    pub quarantined: Vec<QuarantinedStatus>,
+}
+
+/// A record the loop leaves alone, and the stage bindings it holds in place: a deployment's
+/// own, a node's stages, or the binding itself.
+#[derive(serde::Serialize)]
+pub struct QuarantinedStatus {
+    pub key: String,
+    pub why: String,
+    pub bindings: usize,
 }
 
 #[derive(serde::Serialize)]
@@ -167,7 +262,7 @@ pub struct NodeStatus {
 }
 
 pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
-    let mut store = open_existing(store)?;
+    let mut store = open_read_only(store)?;
     let snapshot = Snapshot::load(&mut store)?;
     let deployments = snapshot
         .deployments
@@ -220,7 +315,25 @@ pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
         Ok(()) => "ok".to_owned(),
         Err(v) => format!("VIOLATED: {v}"),
     };
-    Ok(ClusterStatus { deployments, nodes, assignments: snapshot.assignments.len(), invariants })
+    let quarantined = snapshot
+        .quarantined
+        .iter()
+        .map(|(key, why)| {
+            let bindings = if let Some(name) = key.strip_prefix(DEPLOYMENTS) {
+                snapshot
+                    .assignments
+                    .keys()
+                    .filter(|k| parse_assignment_key(k).is_some_and(|(d, _, _)| d == name))
+                    .count()
+            } else if let Some(name) = key.strip_prefix(NODES) {
+                snapshot.assignments.values().filter(|(a, _)| a.node == name).count()
+            } else {
+                1
+            };
+            QuarantinedStatus { key: key.clone(), why: why.clone(), bindings }
+        })
+        .collect();
+    Ok(ClusterStatus { deployments, nodes, assignments: snapshot.assignments.len(), invariants, quarantined })
 }
 
 pub fn render_status(status: &ClusterStatus) -> String {
@@ -234,8 +347,28 @@ pub fn render_status(status: &ClusterStatus) -> String {
     }
     out.push('\n');
     out.push_str(&render_nodes(&status.nodes));
+    if !status.quarantined.is_empty() {
+        out.push_str("\nquarantined: this version cannot use these records, so what they hold stays bound\n");
+        for q in &status.quarantined {
+            let s = if q.bindings == 1 { "" } else { "s" };
+            out.push_str(&format!("  {:<26} {:>7} binding{s}  {}\n", q.key, q.bindings, q.why));
+            out.push_str(&format!("  {:<26} fix: {}\n", "", quarantine_fix(&q.key)));
+        }
+    }
     out.push_str(&format!("\n{} stage bindings · invariants {}\n", status.assignments, status.invariants));
     out
+}
+
+/// What releases what a quarantined record holds.
+fn quarantine_fix(key: &str) -> String {
+    if let Some(name) = key.strip_prefix(DEPLOYMENTS) {
+        format!("`stageplan deploy` a corrected file named `{name}`, or `stageplan undeploy {name}`")
+    } else if let Some(name) = key.strip_prefix(NODES) {
+        format!("`stageplan nodes add {name} --memory …` again, or `stageplan nodes remove {name}`")
+    } else {
+        let deployment = key.strip_prefix(ASSIGNMENTS).and_then(|k| k.split('/').next()).unwrap_or(key);
+        format!("placement waits until it is gone: `stageplan undeploy {deployment}` removes it")
+    }
 }
 
 pub fn render_nodes(nodes: &[NodeStatus]) -> String {
@@ -267,7 +400,7 @@ pub struct LoopOptions {
 /// missing or malformed holds autoscaling (with a warning), never stops the loop.
 fn read_metrics(path: Option<&Path>) -> BTreeMap<String, f64> {
     let Some(path) = path else { return BTreeMap::new() };
-    let parsed = std::fs::read_to_string(path)
+    let parsed = crate::input::read_text(path)
         .map_err(|e| e.to_string())
         .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()));
     parsed.unwrap_or_else(|e| {
@@ -290,6 +423,7 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
         warn!(error = %e, "cannot catch Ctrl-C; stopping will leave the lease to lapse");
     }
     let mut passes = 0u64;
+    let mut failure = None;
     loop {
         let started = Instant::now();
         let metrics = read_metrics(options.metrics.as_deref());
@@ -302,10 +436,10 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
                 }
                 Err(e) => Some(Err(e)),
             },
-            _ => Some(match open(target) {
-                Ok(mut store) => controller.pass(&mut store, now_ms(), &metrics),
-                Err(Failure(e)) => Err(StoreError::Unavailable(e)),
-            }),
+            _ => Some(
+                patiently(target, stageplan_store::open)
+                    .and_then(|mut store| controller.pass(&mut store, now_ms(), &metrics)),
+            ),
         };
         match result {
             Some(Ok(report)) => {
@@ -324,6 +458,11 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
                     ms = (started.elapsed().as_secs_f64() * 1e4).round() / 10.0,
                     "pass"
                 );
+            }
+            // A damaged store does not heal by waiting: stop, and say what it is and what to do.
+            Some(Err(e @ StoreError::Corrupt { .. })) => {
+                failure = Some(store_failure(target, &e));
+                break;
             }
             Some(Err(e)) => warn!(error = %e, "pass stopped; the next pass starts from the store"),
             None => {}
@@ -344,13 +483,13 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
     if let Some(AnyStore::Etcd(store)) = &mut etcd {
         let _ = store.resign();
     }
-    Ok(String::new())
+    failure.map_or(Ok(String::new()), Err)
 }
 
-/// Parses `--interval` and `--lease`.
+/// Parses `--interval` and `--lease`: 1 ms to 24 h (a shorter time would run as 0 ms).
 pub fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
     let seconds = Seconds::parse(text).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
-    if seconds.get() <= 0.0 || seconds.get() > 86_400.0 {
+    if !(0.001..=86_400.0).contains(&seconds.get()) {
         return Err(Failure(format!("`{flag} {text}` must be between 1 ms and 24 h, e.g. `5s`")));
     }
     Ok(Duration::from_secs_f64(seconds.get()))

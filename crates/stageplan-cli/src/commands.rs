@@ -160,6 +160,13 @@ enum Command {
         #[arg(long, default_value = "stageplan.redb")]
         store: String,
     },
+    /// Remove a deployment and release its stage bindings (also one this version cannot read).
+    Undeploy {
+        /// The deployment's name.
+        name: String,
+        #[arg(long, default_value = "stageplan.redb")]
+        store: String,
+    },
     /// Register, remove or list the machines the loop places stages on.
     Nodes {
         #[command(subcommand)]
@@ -305,6 +312,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Deploy { deployment, store } => {
             Ok(Outcome::ok(cluster::deploy(&store, &deployment, &read(&deployment)?)?))
         }
+        Command::Undeploy { name, store } => Ok(Outcome::ok(cluster::undeploy(&store, &name)?)),
         Command::Nodes { action } => match action {
             NodesAction::Add { name, memory, gpus, store } => {
                 Ok(Outcome::ok(cluster::add_node(&store, &name, &memory, gpus)?))

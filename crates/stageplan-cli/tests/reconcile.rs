@@ -174,3 +174,180 @@ fn a_loop_killed_mid_pass_leaves_a_consistent_redb_file() {
     // 32 GPUs, two per replica: 16 of the 20 replicas run, the rest wait for room.
     assert_eq!((settled["deployments"][0]["running"].clone(), settled["assignments"].clone()), (16.into(), 32.into()));
 }
+
+/// Runs `stageplan` in `dir`: exit status, standard output, standard error.
+fn try_run(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stageplan")).args(args).current_dir(dir).output().expect("runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write_deployment(dir: &Path, replicas: u32) {
+    let stage = serde_json::json!({"memory": 20u64 << 30, "gpus": 1});
+    let deployment = serde_json::json!({"name": "chat", "replicas": replicas, "stages": [stage, stage]});
+    std::fs::write(dir.join("chat.json"), deployment.to_string()).unwrap();
+}
+
+/// Issue #14, case 12: a deployment record this version cannot use (as an older version's
+/// autoscaling wrote it) keeps its bindings — the loop never releases what it cannot read —
+/// and `status` shows them, with why and the fix; a valid `deploy` or `undeploy` releases them.
+#[test]
+fn a_quarantined_deployment_shows_its_bindings_and_undeploy_releases_them() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-quarantine");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    run(&dir, &["nodes", "add", "gpu-a", "--memory", "640 GiB", "--gpus", "8"]);
+    write_deployment(&dir, 2);
+    run(&dir, &["deploy", "chat.json"]);
+    run(&dir, &["reconcile", "--passes", "1", "--interval", "10ms"]);
+    assert_eq!(status(&dir)["assignments"], 4);
+    let corrupt_record = || {
+        use stageplan::reconcile::{Expect, Op, Store};
+        let mut store = stageplan_store::RedbStore::open(&dir.join("stageplan.redb")).unwrap();
+        let stage = serde_json::json!({"memory": 20u64 << 30, "gpus": 1});
+        let value = serde_json::json!({"name": "chat", "replicas": 2_000_000, "stages": [stage, stage]});
+        let put = Op::Put { key: "deployments/chat".into(), value: value.to_string(), expect: Expect::Any };
+        store.commit(&[put]).unwrap();
+    };
+    corrupt_record();
+    run(&dir, &["reconcile", "--passes", "1", "--interval", "10ms"]);
+    let held = status(&dir);
+    assert_eq!(held["assignments"], 4, "the loop released what it cannot read: {held}");
+    assert_eq!(held["deployments"], serde_json::json!([]));
+    let quarantined = &held["quarantined"][0];
+    assert_eq!((quarantined["key"].as_str(), quarantined["bindings"].as_u64()), (Some("deployments/chat"), Some(4)));
+    assert!(quarantined["why"].as_str().unwrap().contains("`replicas` `2000000` is more than 1,000,000"), "{held}");
+    let text = run(&dir, &["status"]);
+    assert!(
+        text.contains("deployments/chat") && text.contains("4 bindings") && text.contains("stageplan undeploy chat"),
+        "{text}"
+    );
+
+    // A valid replacement: the loop reads it again and releases what it no longer wants.
+    write_deployment(&dir, 1);
+    run(&dir, &["deploy", "chat.json"]);
+    run(&dir, &["reconcile", "--passes", "1", "--interval", "10ms"]);
+    let replaced = status(&dir);
+    assert_eq!((replaced["assignments"].clone(), replaced["quarantined"].clone()), (2.into(), serde_json::json!([])));
+
+    // Or removal, at once, quarantined or not.
+    corrupt_record();
+    assert_eq!(run(&dir, &["undeploy", "chat"]), "deployment `chat` removed; its 2 stage bindings released\n");
+    let removed = status(&dir);
+    assert_eq!((removed["assignments"].clone(), removed["quarantined"].clone()), (0.into(), serde_json::json!([])));
+    let (code, _, stderr) = try_run(&dir, &["undeploy", "chat"]);
+    assert_eq!((code, stderr.as_str()), (Some(2), "error: deployment `chat` is not deployed; deployed: none\n"));
+
+    // A node record this version cannot read is removable by name too.
+    {
+        use stageplan::reconcile::{Expect, Op, Store};
+        let mut store = stageplan_store::RedbStore::open(&dir.join("stageplan.redb")).unwrap();
+        let put = Op::Put { key: "nodes/gpu-b".into(), value: r#"{"name": 1}"#.into(), expect: Expect::Any };
+        store.commit(&[put]).unwrap();
+    }
+    assert!(run(&dir, &["status"]).contains("stageplan nodes remove gpu-b"));
+    run(&dir, &["nodes", "remove", "gpu-b"]);
+    assert_eq!(status(&dir)["quarantined"], serde_json::json!([]));
+}
+
+/// Issue #14, cases 9, 14 and 18: a damaged, cut or empty store is reported at once as what
+/// it is, in one line with the fix, by `status` and by the loop — never a panic, never the
+/// 5 s wait for "another `stageplan`", which only a real lock gets. Reading commands never
+/// create or change a store, and read a read-only file in a read-only directory.
+#[test]
+fn a_damaged_store_is_reported_at_once_and_reading_never_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-damaged-store");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for n in 0..3 {
+        run(&dir, &["nodes", "add", &format!("gpu-{n}"), "--memory", "640 GiB", "--gpus", "8"]);
+    }
+    write_deployment(&dir, 5);
+    run(&dir, &["deploy", "chat.json"]);
+    run(&dir, &["reconcile", "--passes", "1", "--interval", "10ms"]);
+    let original = std::fs::read(dir.join("stageplan.redb")).unwrap();
+    let one_error_line = |what: &str, stderr: &str, words: &[&str]| {
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("error: `--store damaged.redb`: `damaged.redb` "), "{what}: {stderr}");
+        assert!(
+            words.iter().any(|w| last.contains(w)) && last.contains("restore it from a backup"),
+            "{what}: {stderr}"
+        );
+    };
+    let mut cases: Vec<(String, Vec<u8>)> = (0..original.len())
+        .step_by(4096)
+        .map(|at| {
+            let mut bytes = original.clone();
+            bytes[at] ^= 0xff;
+            (format!("byte {at} flipped"), bytes)
+        })
+        .collect();
+    cases.push(("cut in half".to_owned(), original[..original.len() / 2].to_vec()));
+    let mut reported = 0;
+    for (what, bytes) in &cases {
+        let path = dir.join("damaged.redb");
+        std::fs::write(&path, bytes).unwrap();
+        let started = std::time::Instant::now();
+        let (code, stdout, stderr) = try_run(&dir, &["status", "--store", "damaged.redb"]);
+        match code {
+            Some(0) => assert!(stdout.contains("invariants ok"), "{what}: {stdout}"),
+            Some(2) => {
+                one_error_line(what, &stderr, &["is corrupt", "is truncated", "not a redb file"]);
+                assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+                reported += 1;
+            }
+            _ => panic!("{what}: `status` exited {code:?}: {stderr}"),
+        }
+        assert!(std::fs::read(&path).unwrap() == *bytes, "{what}: `status` changed the file");
+        let (code, _, stderr) =
+            try_run(&dir, &["reconcile", "--store", "damaged.redb", "--passes", "1", "--interval", "10ms"]);
+        match code {
+            Some(0) => {}
+            Some(2) => one_error_line(what, &stderr, &["is corrupt", "is truncated", "not a redb file"]),
+            _ => panic!("{what}: `reconcile` exited {code:?}: {stderr}"),
+        }
+        assert!(started.elapsed().as_secs() < 4, "{what}: waited {:?}", started.elapsed());
+    }
+    assert!(reported >= 2, "only {reported} of {} damaged files were reported", cases.len());
+
+    // An empty file is not a store: reading leaves it empty.
+    std::fs::write(dir.join("damaged.redb"), b"").unwrap();
+    for args in [&["status", "--store", "damaged.redb"][..], &["nodes", "list", "--store", "damaged.redb"]] {
+        let (code, _, stderr) = try_run(&dir, args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        one_error_line("empty", &stderr, &["is empty (0 bytes)"]);
+        assert_eq!(std::fs::metadata(dir.join("damaged.redb")).unwrap().len(), 0, "{args:?} wrote the file");
+    }
+
+    // A read-only store in a read-only directory reads, and stays as it was.
+    let locked_dir = dir.join("read-only");
+    std::fs::create_dir_all(&locked_dir).unwrap();
+    std::fs::write(locked_dir.join("stageplan.redb"), &original).unwrap();
+    std::fs::set_permissions(locked_dir.join("stageplan.redb"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(&locked_dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let read_only = status(&locked_dir);
+    assert_eq!((read_only["assignments"].clone(), read_only["invariants"].clone()), (10.into(), "ok".into()));
+    assert!(run(&locked_dir, &["nodes", "list"]).contains("gpu-2"));
+    assert!(std::fs::read(locked_dir.join("stageplan.redb")).unwrap() == original, "reading changed the file");
+    if std::fs::OpenOptions::new().write(true).open(locked_dir.join("stageplan.redb")).is_err() {
+        // Unprivileged (root writes anyway): writing is refused, at once, as what it is.
+        let (code, _, stderr) = try_run(&locked_dir, &["nodes", "add", "x", "--memory", "1 GiB"]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("permission denied") && !stderr.contains("another"), "{stderr}");
+    }
+    std::fs::set_permissions(&locked_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    // Only a real lock is "another `stageplan`", after waiting for it.
+    let holder = stageplan_store::RedbStore::open(&dir.join("stageplan.redb")).unwrap();
+    let started = std::time::Instant::now();
+    let (code, _, stderr) = try_run(&dir, &["status"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is another `stageplan` using it?"), "{stderr}");
+    assert!(started.elapsed().as_secs() >= 4, "gave up after {:?}", started.elapsed());
+    drop(holder);
+    assert_eq!(status(&dir)["assignments"], 10);
+}

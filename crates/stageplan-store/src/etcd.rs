@@ -108,13 +108,17 @@ impl EtcdStore {
 
     /// Every key under `full` (already prefixed) at `revision` (0: the latest), a page at a
     /// time; returns the records and the revision read.
+    ///
+    /// A reply is checked, not trusted: a key outside the range asked for, or a page that
+    /// does not move past the last one (which would loop forever), is an error.
     fn range(&self, full: &str, revision: u64) -> Result<(Vec<(String, Versioned)>, u64), StoreError> {
         let end = prefix_end(full);
-        let mut from = b64(full);
+        let mut from = full.as_bytes().to_vec();
         let mut revision = revision;
         let mut out = Vec::new();
+        let garbage = |what: String| StoreError::Unavailable(format!("etcd at {} sent {what}", self.base));
         loop {
-            let request = json!({"key": from, "range_end": end, "limit": PAGE, "revision": revision});
+            let request = json!({"key": BASE64.encode(&from), "range_end": end, "limit": PAGE, "revision": revision});
             let reply = self.call("/v3/kv/range", &request)?;
             if revision == 0 {
                 revision = int(&reply["header"]["revision"]) as u64;
@@ -122,6 +126,9 @@ impl EtcdStore {
             let kvs = reply["kvs"].as_array().map(Vec::as_slice).unwrap_or_default();
             for kv in kvs {
                 let key = unb64(&kv["key"])?;
+                if !key.starts_with(full) {
+                    return Err(garbage(format!("key `{key}` for a range under `{full}`")));
+                }
                 let Some(key) = key.strip_prefix(&self.prefix) else { continue };
                 let value = Versioned { value: unb64(&kv["value"])?, revision: int(&kv["mod_revision"]) as u64 };
                 out.push((key.to_owned(), value));
@@ -129,9 +136,12 @@ impl EtcdStore {
             match (reply["more"].as_bool(), kvs.last()) {
                 (Some(true), Some(last)) => {
                     // The next page starts just after the last key: the key with a 0 byte added.
-                    let mut after = BASE64.decode(last["key"].as_str().unwrap_or_default()).unwrap_or_default();
+                    let mut after = unb64(&last["key"])?.into_bytes();
                     after.push(0);
-                    from = BASE64.encode(after);
+                    if after <= from {
+                        return Err(garbage("a page of keys that does not move past the last one".to_owned()));
+                    }
+                    from = after;
                 }
                 _ => return Ok((out, revision)),
             }

@@ -26,12 +26,25 @@ pub enum AnyStore {
 /// Opens `target`: `etcd://host:port[/prefix]` or a redb file path (created if missing).
 ///
 /// # Errors
-/// The file cannot be opened (another process holds it, it is not a redb file) or etcd does
-/// not answer.
+/// The file cannot be opened ([`StoreError::Locked`]: another process holds it;
+/// [`StoreError::Corrupt`]: it is damaged or not a store; [`StoreError::Unavailable`]: it
+/// cannot be written) or etcd does not answer.
 pub fn open(target: &str) -> Result<AnyStore, StoreError> {
     match target.strip_prefix("etcd://") {
         Some(rest) => Ok(AnyStore::Etcd(EtcdStore::connect(rest)?)),
         None => Ok(AnyStore::Redb(RedbStore::open(std::path::Path::new(target))?)),
+    }
+}
+
+/// Opens `target` for reading only: a redb file must exist and is never created or
+/// written (see [`RedbStore::open_read_only`]); etcd is read as usual.
+///
+/// # Errors
+/// As [`open`], and [`StoreError::Unavailable`] when the file does not exist.
+pub fn open_read_only(target: &str) -> Result<AnyStore, StoreError> {
+    match target.strip_prefix("etcd://") {
+        Some(rest) => Ok(AnyStore::Etcd(EtcdStore::connect(rest)?)),
+        None => Ok(AnyStore::Redb(RedbStore::open_read_only(std::path::Path::new(target))?)),
     }
 }
 

@@ -1,12 +1,52 @@
-//! Test support: a real etcd server on 127.0.0.1 for one test, and temporary directories.
-//! Used by this crate's tests and the CLI's.
+//! Test support: a real etcd server on 127.0.0.1 for one test, temporary directories, and
+//! a small cluster's records. Used by this crate's tests, the CLI's and the fuzz target.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use stageplan::reconcile::{
+    Controller, Deployment, Event, NoMetrics, Node, Placement, StageRequest, Store, StoreError,
+};
+
 use crate::EtcdStore;
+
+/// Fills `store` as a small cluster would: three GPU nodes and a Mac, a two-stage GPU
+/// deployment and a RAM one, and one pass's bindings (15 records). The seed of the store
+/// fuzz target, and something to try `stageplan status` on (`examples/sample_store.rs`).
+///
+/// # Errors
+/// The store failed.
+pub fn fill_sample(store: &mut impl Store) -> Result<(), StoreError> {
+    const GIB: u64 = 1 << 30;
+    let mut controller = Controller::default();
+    for (name, gib, gpus) in [("gpu-a", 640, 8), ("gpu-b", 320, 4), ("gpu-c", 320, 4), ("mac", 192, 0)] {
+        let node = Node { name: name.into(), memory: gib * GIB, gpus };
+        controller.handle(store, Event::NodeJoined(node), &NoMetrics)?;
+    }
+    let stage = |layers: [usize; 2], gib: u64, gpus: u32| StageRequest { layers, memory: gib * GIB, gpus };
+    let deployments = [
+        ("llama-70b", 3, vec![stage([0, 40], 40, 1), stage([40, 80], 40, 1)]),
+        ("embed", 2, vec![stage([0, 24], 8, 0)]),
+    ];
+    for (name, replicas, stages) in deployments {
+        let deployment = Deployment {
+            name: name.into(),
+            model: String::new(),
+            replicas,
+            min_replicas: None,
+            max_replicas: None,
+            placement: Placement::BinPack,
+            stages,
+            autoscale: None,
+            last_scaled_ms: None,
+        };
+        controller.handle(store, Event::DeploymentChanged(deployment), &NoMetrics)?;
+    }
+    controller.pass(store, 0, &NoMetrics)?;
+    Ok(())
+}
 
 /// A fresh directory under the system's temporary directory.
 ///

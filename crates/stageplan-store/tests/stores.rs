@@ -233,3 +233,201 @@ fn killing_the_leader_hands_over_within_the_lease() {
     let mut c = etcd.store();
     assert!(c.try_lead("c", TTL_S).unwrap(), "resigning hands over at once");
 }
+
+/// The records of a store, for comparing.
+fn records(store: &mut impl Store) -> Result<Vec<(String, stageplan::reconcile::Versioned)>, StoreError> {
+    store.list("")
+}
+
+/// A redb file damaged anywhere — a flipped byte at the start, the second byte, the middle or
+/// the end of every page, every eighth byte of the header, or cut short at every 512 bytes — is
+/// read by `status` (a read-only open and every record) and by the loop (a writable open and
+/// one pass) as either exactly the records written or [`StoreError::Corrupt`]: never a panic,
+/// a hang, another error or a record read wrong. A read-only open never changes the file.
+#[test]
+fn a_damaged_redb_file_is_reported_as_corrupt_never_a_panic() {
+    let dir = temp_dir("damaged");
+    let path = dir.join("state.redb");
+    {
+        let mut store = RedbStore::open(&path).unwrap();
+        let mut controller = Controller::default();
+        for n in 0..3 {
+            controller.handle(&mut store, Event::NodeJoined(gpu_node(&format!("n{n}"), 4)), &NoMetrics).unwrap();
+        }
+        controller.handle(&mut store, Event::DeploymentChanged(deployment("llama", 3)), &NoMetrics).unwrap();
+        controller.handle(&mut store, Event::DeploymentChanged(deployment("small", 2)), &NoMetrics).unwrap();
+        let report = controller.pass(&mut store, 0, &NoMetrics).unwrap();
+        assert_eq!(report.scheduled.len(), 10, "{report:?}");
+    }
+    let original = std::fs::read(&path).unwrap();
+    let written = records(&mut RedbStore::open_read_only(&path).unwrap()).unwrap();
+    assert_eq!(written.len(), 3 + 2 + 10);
+    const PAGE: usize = 4096;
+    let mut damages: Vec<(String, Vec<u8>)> = Vec::new();
+    for page in 0..original.len().div_ceil(PAGE) {
+        for offset in [0, 1, PAGE / 2, PAGE - 1] {
+            damages.extend((page * PAGE + offset < original.len()).then(|| flipped(&original, page * PAGE + offset)));
+        }
+    }
+    damages.extend((0..1024).step_by(8).map(|at| flipped(&original, at)));
+    damages.extend((512..original.len()).step_by(512).map(|at| (format!("cut at {at}"), original[..at].to_vec())));
+
+    // Each case runs on a worker; a case that takes more than 30 s is a hang.
+    let (done, finished) = std::sync::mpsc::channel();
+    let copies = dir.clone();
+    let cases = damages.len();
+    let worker = std::thread::spawn(move || {
+        let mut corrupt = 0;
+        for (i, (damage, bytes)) in damages.into_iter().enumerate() {
+            let copy = copies.join(format!("damaged-{i}.redb"));
+            std::fs::write(&copy, &bytes).unwrap();
+            let read = RedbStore::open_read_only(&copy).and_then(|mut store| {
+                Snapshot::load(&mut store)?;
+                records(&mut store)
+            });
+            match read {
+                Ok(read) => assert!(read == written, "{damage}: read records that were never written: {read:?}"),
+                Err(StoreError::Corrupt { problem, .. }) => {
+                    assert!(!damage.starts_with("cut") || problem.contains("truncated"), "{damage}: {problem}");
+                    corrupt += 1;
+                }
+                Err(e) => panic!("{damage}: `status` got {e:?}, not `Corrupt`"),
+            }
+            assert!(std::fs::read(&copy).unwrap() == bytes, "{damage}: a read-only open changed the file");
+            let pass =
+                RedbStore::open(&copy).and_then(|mut store| Controller::default().pass(&mut store, 1, &NoMetrics));
+            assert!(matches!(pass, Ok(_) | Err(StoreError::Corrupt { .. })), "{damage}: a pass got {pass:?}");
+            let _ = std::fs::remove_file(&copy);
+            done.send(()).unwrap();
+        }
+        corrupt
+    });
+    for case in 0..cases {
+        finished.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("case {case} of {cases} hangs"));
+    }
+    let corrupt = worker.join().unwrap();
+    eprintln!("{cases} damaged files: {corrupt} reported corrupt, the others read exactly as written");
+    assert!(corrupt > cases / 4, "the damage was noticed: {corrupt} of {cases}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn flipped(original: &[u8], at: usize) -> (String, Vec<u8>) {
+    let mut bytes = original.to_vec();
+    bytes[at] ^= 0xff;
+    (format!("byte {at} flipped"), bytes)
+}
+
+/// Reading (what `status` does) never creates, initialises or writes a store, works on a
+/// read-only file in a read-only directory, and names a file another process holds at once.
+#[test]
+fn reading_never_creates_or_writes_a_store() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("read-only");
+    let missing = dir.join("missing.redb");
+    assert!(matches!(RedbStore::open_read_only(&missing), Err(StoreError::Unavailable(_))));
+    assert!(!missing.exists(), "reading created the file");
+
+    let empty = dir.join("empty.redb");
+    std::fs::write(&empty, b"").unwrap();
+    let error = RedbStore::open_read_only(&empty).unwrap_err();
+    assert!(matches!(&error, StoreError::Corrupt { problem, .. } if problem.contains("empty")), "{error:?}");
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "reading wrote a database into an empty file");
+
+    let path = dir.join("state.redb");
+    let mut writer = RedbStore::open(&path).unwrap();
+    writer.commit(&[put("nodes/a", "{}", Expect::Absent)]).unwrap();
+    let started = Instant::now();
+    let held = RedbStore::open_read_only(&path).unwrap_err();
+    assert!(matches!(held, StoreError::Locked { .. }), "{held:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    drop(writer);
+
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let mut reader = RedbStore::open_read_only(&path).unwrap();
+    assert_eq!(reader.list("").unwrap().len(), 1);
+    let refused = reader.commit(&[put("nodes/b", "{}", Expect::Absent)]);
+    assert!(matches!(refused, Err(StoreError::Unavailable(_))), "{refused:?}");
+    drop(reader);
+    assert!(std::fs::read(&path).unwrap() == bytes, "reading changed the file");
+    // Writing needs permission (privileged users, like root in CI containers, have it anyway).
+    if std::fs::OpenOptions::new().write(true).open(&path).is_err() {
+        let denied = RedbStore::open(&path).unwrap_err();
+        assert!(denied.to_string().contains("permission denied"), "{denied}");
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A stand-in for etcd's gateway that answers every request with `reply(path)`: what a
+/// broken proxy or a hostile server could send.
+fn fake_etcd(reply: impl Fn(&str) -> String + Send + 'static) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let Ok(clone) = stream.try_clone() else { continue };
+            let mut reader = BufReader::new(clone);
+            let mut request = String::new();
+            let _ = reader.read_line(&mut request);
+            let path = request.split(' ').nth(1).unwrap_or_default().to_owned();
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                    break;
+                }
+                if let Some(value) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let _ = reader.read_exact(&mut vec![0; length]);
+            let body = reply(&path);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    address
+}
+
+/// Garbage from etcd is an error or a quarantined record, never a panic or an endless read.
+#[test]
+fn garbage_from_etcd_is_an_error_not_a_panic_or_a_hang() {
+    use base64::Engine;
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let kv = |key: &str, value: &str| {
+        format!(r#"{{"key": "{}", "value": "{}", "mod_revision": "7"}}"#, b64(key), b64(value))
+    };
+    let node = r#"{"name": "a", "memory": 1000, "gpus": 1}"#;
+    let cases: Vec<(&str, String)> = vec![
+        ("not JSON", "garbage".to_owned()),
+        ("a key outside the range", format!(r#"{{"kvs": [{}]}}"#, kv("/stageplan/x", "{}"))),
+        ("a key outside the store", format!(r#"{{"kvs": [{}]}}"#, kv("/elsewhere/nodes/a", node))),
+        ("bad base64", r#"{"kvs": [{"key": "%%%", "value": "%%%"}]}"#.to_owned()),
+        ("the same page forever", format!(r#"{{"kvs": [{}], "more": true}}"#, kv("/stageplan/nodes/a", node))),
+        ("a record that is not one", format!(r#"{{"kvs": [{}]}}"#, kv("/stageplan/nodes/a", "[1, 2"))),
+        ("odd types", r#"{"header": {"revision": "-1"}, "kvs": {"a": 1}, "more": "yes"}"#.to_owned()),
+    ];
+    for (case, range) in cases {
+        let address = fake_etcd(move |path| if path == "/v3/kv/range" { range.clone() } else { "{}".to_owned() });
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut store = EtcdStore::connect(&address).unwrap();
+            let load = Snapshot::load(&mut store).map(|s| s.quarantined.len());
+            let pass = Controller::default().pass(&mut store, 0, &NoMetrics).map(|r| r.quarantined.len());
+            let _ = done.send((load, pass));
+        });
+        let (load, pass) = finished
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{case}: the read panicked or did not end"));
+        for result in [load, pass] {
+            assert!(matches!(result, Ok(_) | Err(StoreError::Unavailable(_))), "{case}: {result:?}");
+        }
+    }
+}

@@ -37,7 +37,8 @@ const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
 /// Chromium with its driver for the browser tests, and etcd for the state-store tests.
 const APT_PACKAGES: [&str; 5] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server"];
-const FUZZ_TARGETS: [&str; 6] = ["gguf_header", "safetensors_header", "scenario", "replan", "export", "export_text"];
+const FUZZ_TARGETS: [&str; 7] =
+    ["gguf_header", "safetensors_header", "scenario", "replan", "export", "export_text", "redb_store"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;
 
@@ -534,7 +535,8 @@ fn fuzz_dictionary(target: &str) -> Option<PathBuf> {
 }
 
 /// The first 128 KiB of each reference file (headers and some data) for the parsers; the
-/// scenario files for the planner.
+/// scenario files for the planner; a small store, written by `stageplan-store`'s
+/// `sample_store` example, for the store reader.
 fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> {
     if target == "export_text" {
         // Name, model, image and host, separated by zero bytes.
@@ -544,6 +546,18 @@ fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> 
             std::fs::write(corpus.join(format!("seed-{i}")), seed).map_err(|e| e.to_string())?;
         }
         return Ok(());
+    }
+    if target == "redb_store" {
+        let file = seeds.join("sample.redb");
+        let _ = std::fs::remove_file(&file);
+        let mut write = cargo();
+        write.args(["run", "--quiet", "--package", "stageplan-store", "--example", "sample_store", "--locked", "--"]);
+        write.arg(&file);
+        step("a sample store for the fuzz seed", write)?;
+        // The target reads an input whose first byte is even as a whole file.
+        let mut bytes = vec![0];
+        bytes.extend(std::fs::read(&file).map_err(|e| e.to_string())?);
+        return std::fs::write(corpus.join("seed-0"), bytes).map_err(|e| e.to_string());
     }
     let mut files: Vec<PathBuf> = Vec::new();
     let mut stack =

@@ -151,7 +151,10 @@ impl Snapshot {
             n.check().map(|()| n.name.as_str()).map_err(|e| e.to_string())
         });
         for (key, v) in lists.next().unwrap_or_default() {
-            let name = &key[ASSIGNMENTS.len()..];
+            let Some(name) = key.strip_prefix(ASSIGNMENTS) else {
+                snapshot.quarantined.push((key, format!("the store listed it under `{ASSIGNMENTS}`")));
+                continue;
+            };
             if !canonical_key(name) {
                 snapshot.quarantined.push((key, "the key is not `deployment/replica/stage`".to_owned()));
                 continue;
@@ -195,7 +198,11 @@ fn named<T: serde::de::DeserializeOwned>(
 ) -> BTreeMap<String, (T, u64)> {
     let mut out = BTreeMap::new();
     for (key, v) in records {
-        let name = &key[prefix.len()..];
+        let Some(name) = key.strip_prefix(prefix) else {
+            // A store that lists keys outside the prefix asked for is broken; name the key.
+            quarantined.push((key, format!("the store listed it under `{prefix}`")));
+            continue;
+        };
         let parsed = serde_json::from_str::<T>(&v.value).map_err(|e| e.to_string()).and_then(|record| {
             match check(&record)? {
                 own if own == name => Ok(()),
@@ -227,6 +234,11 @@ pub struct Controller {
     backoff: HashMap<String, Backoff>,
     /// Nodes seen by the last pass: a new one ends every backoff, since it may be the room.
     known_nodes: BTreeSet<String>,
+}
+
+/// A record refused before it is written: it fails the check a pass reads it with.
+fn invalid(key: String, error: &super::spec::SpecError) -> StoreError {
+    StoreError::Invalid { key, problem: error.to_string() }
 }
 
 fn json<T: Serialize>(value: &T) -> String {
@@ -302,7 +314,9 @@ impl Controller {
     /// Handles one event: facts are written to the store, a tick runs a pass.
     ///
     /// # Errors
-    /// The store failed; nothing past the failed transaction was written.
+    /// [`StoreError::Invalid`] for a node or deployment that fails its check (a pass would
+    /// quarantine it), with nothing written; otherwise the store failed, and nothing past the
+    /// failed transaction was written.
     pub fn handle(
         &mut self,
         store: &mut impl Store,
@@ -311,11 +325,15 @@ impl Controller {
     ) -> Result<Option<PassReport>, StoreError> {
         match event {
             Event::Tick { now_ms } => return self.pass(store, now_ms, metrics).map(Some),
-            Event::NodeJoined(node) | Event::NodeChanged(node) => write_node(store, &node)?,
+            Event::NodeJoined(node) | Event::NodeChanged(node) => {
+                node.check().map_err(|e| invalid(format!("{NODES}{}", node.name), &e))?;
+                write_node(store, &node)?;
+            }
             Event::NodeLeft(name) => {
                 store.commit(&[Op::Delete { key: format!("{NODES}{name}"), expect: Expect::Any }])?;
             }
             Event::DeploymentChanged(deployment) => {
+                deployment.check().map_err(|e| invalid(format!("{DEPLOYMENTS}{}", deployment.name), &e))?;
                 let value = json(&deployment);
                 store.commit(&[Op::Put {
                     key: format!("{DEPLOYMENTS}{}", deployment.name),
@@ -396,9 +414,16 @@ impl Controller {
             if deployment.last_scaled_ms.is_some_and(|t| now_ms < t.saturating_add(cooldown)) {
                 continue;
             }
+            let mut scaled = deployment.clone();
+            scaled.replicas = wanted;
+            scaled.last_scaled_ms = Some(now_ms);
+            if scaled.check().is_err() {
+                // Never write what the next pass would quarantine (`bounds` keeps to the
+                // check's limits, so this does not happen).
+                continue;
+            }
             report.rescaled.push((name.clone(), deployment.replicas, wanted));
-            deployment.replicas = wanted;
-            deployment.last_scaled_ms = Some(now_ms);
+            *deployment = scaled;
             let key = format!("{DEPLOYMENTS}{name}");
             groups.push(vec![Op::Put { key, value: json(deployment), expect: Expect::Revision(*revision) }]);
         }

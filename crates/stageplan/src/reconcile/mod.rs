@@ -27,7 +27,9 @@
 //! events (a deployment, a node leaving) are written as they are, except a node's capacity,
 //! which is written against the revision read so it never shrinks under a stage placed
 //! meanwhile. A crash between transactions loses nothing persisted; the next pass starts from
-//! the store. Records this version cannot read are quarantined and named, never released.
+//! the store. Records this version cannot read are quarantined and named, never released;
+//! the loop never writes one itself (a node, a deployment or an autoscaled replica count
+//! must pass the check a pass reads it with).
 //!
 //! [`store::MemoryStore`] serves tests, simulations and the browser; the native stores
 //! (redb, etcd) live in `crates/stageplan-store`.

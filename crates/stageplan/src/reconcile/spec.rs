@@ -10,6 +10,8 @@ pub const MAX_GPUS_PER_NODE: u32 = 128;
 /// Most stages per replica: a replica's bindings and node revisions are one transaction,
 /// and etcd allows 128 operations in one.
 pub const MAX_STAGES: usize = 60;
+/// Most replicas of one deployment, desired or as an autoscaling bound.
+pub const MAX_REPLICAS: u32 = 1_000_000;
 
 /// A model to keep running: `replicas` copies of a pipeline whose stages come from the
 /// planner.
@@ -188,17 +190,18 @@ impl Deployment {
         }
     }
 
-    /// The replica bounds autoscaling keeps to.
+    /// The replica bounds autoscaling keeps to, within [`MAX_REPLICAS`].
     pub fn bounds(&self) -> (u32, u32) {
-        let min = self.min_replicas.unwrap_or(self.replicas.min(1));
-        (min, self.max_replicas.unwrap_or(self.replicas.max(min)).max(min))
+        let min = self.min_replicas.unwrap_or(self.replicas.min(1)).min(MAX_REPLICAS);
+        (min, self.max_replicas.unwrap_or(self.replicas.max(min)).clamp(min, MAX_REPLICAS))
     }
 
     /// Checks what a pass relies on.
     ///
     /// # Errors
-    /// A bad name, no stages, a stage asking for more GPUs than a node can have, bounds
-    /// out of order, an autoscale target outside (0, 1].
+    /// A bad name, no stages, a stage asking for more GPUs than a node can have, more than
+    /// [`MAX_REPLICAS`] replicas (desired or as a bound), bounds out of order, an autoscale
+    /// target outside (0, 1].
     pub fn check(&self) -> Result<(), SpecError> {
         valid_name("name", &self.name)?;
         let invalid = |field, value: String, problem| Err(SpecError::Invalid { field, value, problem });
@@ -212,8 +215,10 @@ impl Deployment {
                 "is more stages than one replica's transaction can bind (at most 60)",
             );
         }
-        if self.replicas > 1_000_000 {
-            return invalid("replicas", self.replicas.to_string(), "is more than 1,000,000");
+        for (field, value) in [("replicas", Some(self.replicas)), ("max_replicas", self.max_replicas)] {
+            if let Some(value) = value.filter(|&v| v > MAX_REPLICAS) {
+                return invalid(field, value.to_string(), "is more than 1,000,000");
+            }
         }
         for stage in &self.stages {
             if stage.gpus > MAX_GPUS_PER_NODE {
@@ -300,5 +305,12 @@ mod tests {
         d.max_replicas = None;
         d.check().unwrap();
         assert!(Node { name: "n".into(), memory: 1, gpus: 129 }.check().is_err());
+        // A bound the loop could scale to must pass the check that reads the result back.
+        d.max_replicas = Some(2_000_000);
+        assert_eq!(d.check().unwrap_err().to_string(), "`max_replicas` `2000000` is more than 1,000,000");
+        d.max_replicas = Some(u32::MAX);
+        assert!(d.check().unwrap_err().to_string().starts_with("`max_replicas`"));
+        d.max_replicas = Some(MAX_REPLICAS);
+        d.check().unwrap();
     }
 }

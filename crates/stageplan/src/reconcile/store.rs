@@ -64,6 +64,22 @@ pub enum StoreError {
     /// next read tells.
     #[error("the state store is unavailable: {0}")]
     Unavailable(String),
+    /// Another process holds the store (a redb file is one process's at a time): waiting and
+    /// trying again may succeed.
+    #[error("`{store}` is in use by another process; is another `stageplan` using it?")]
+    Locked { store: String },
+    /// The store's bytes cannot be read as a store: damaged, truncated, or not a store at all.
+    /// Nothing was read from it and nothing was written to it.
+    #[error("`{store}` {problem}; restore it from a backup, or move it aside to start an empty store")]
+    Corrupt {
+        store: String,
+        /// What is wrong, as a phrase after the store's name (`is truncated: …`).
+        problem: String,
+    },
+    /// A record the controller was asked to write fails its own check: nothing was written,
+    /// since the next pass would quarantine it.
+    #[error("`{key}` was not written: {problem}")]
+    Invalid { key: String, problem: String },
 }
 
 /// A state store: read by prefix, write in all-or-nothing transactions.

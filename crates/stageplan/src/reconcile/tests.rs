@@ -578,3 +578,66 @@ fn simulation_keeps_the_invariants_and_converges() {
     assert_eq!(steps, 12 * 400);
     assert!(faults > 600 && crashes > 300, "faults {faults}, crashes {crashes}");
 }
+
+/// Issue #14, case 12: a bound over the cap would let autoscaling write a replica count the
+/// check rejects, after which the next pass quarantines the deployment with everything it
+/// bound. The controller refuses to write such a record, one written by an older version is
+/// quarantined before it scales or binds anything, and at the cap the scaled record reads back.
+#[test]
+fn autoscaling_never_writes_a_deployment_its_check_rejects() {
+    let mut world = World::new(&[node("a", 80, 8)], &[]);
+    let mut d = deployment("d", 1, &[(1, 1)]);
+    d.min_replicas = Some(1);
+    d.max_replicas = Some(2_000_000);
+    d.autoscale = Some(Autoscale { target: 0.5, tolerance: 0.1, up_cooldown_ms: 0, down_cooldown_ms: 0 });
+    let refused = world.controller.handle(&mut world.store, Event::DeploymentChanged(d.clone()), &NoMetrics);
+    assert!(
+        matches!(&refused, Err(StoreError::Invalid { key, problem }) if key == "deployments/d" && problem.starts_with("`max_replicas`")),
+        "{refused:?}"
+    );
+    assert!(world.snapshot().deployments.is_empty() && world.snapshot().quarantined.is_empty());
+
+    let put = |key: &str, value: String| Op::Put { key: key.into(), value, expect: Expect::Any };
+    world.store.commit(&[put("deployments/d", serde_json::to_string(&d).unwrap())]).unwrap();
+    let load: BTreeMap<String, f64> = BTreeMap::from([("d".to_owned(), 1e7)]);
+    for now in 0..3 {
+        let report = world.controller.pass(&mut world.store, now, &load).unwrap();
+        assert!(report.rescaled.is_empty() && report.scheduled.is_empty(), "{report:?}");
+        let keys: Vec<&str> = report.quarantined.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["deployments/d"]);
+    }
+    assert!(world.bound().is_empty());
+
+    d.max_replicas = Some(spec::MAX_REPLICAS);
+    world.event(Event::DeploymentChanged(d));
+    let report = world.controller.pass(&mut world.store, 10, &load).unwrap();
+    assert_eq!(report.rescaled, [("d".to_owned(), 1, spec::MAX_REPLICAS)]);
+    assert_eq!(report.scheduled.len(), 8, "one stage per GPU");
+    let snapshot = world.snapshot();
+    assert!(snapshot.quarantined.is_empty(), "{:?}", snapshot.quarantined);
+    assert_eq!(snapshot.deployments["d"].0.replicas, spec::MAX_REPLICAS);
+    check_invariants(&snapshot).unwrap();
+}
+
+/// A store that lists keys outside the prefix asked for (a broken store or proxy): the pass
+/// names them and places nothing, instead of slicing past the key's end.
+#[test]
+fn keys_listed_under_the_wrong_prefix_are_quarantined_not_a_panic() {
+    struct Lying(MemoryStore);
+    impl Store for Lying {
+        fn list(&mut self, prefix: &str) -> Result<Vec<(String, Versioned)>, StoreError> {
+            let mut records = self.0.list(prefix)?;
+            records.push(("x".into(), Versioned { value: "{}".into(), revision: 1 }));
+            records.push(("é".into(), Versioned { value: "{}".into(), revision: 1 }));
+            Ok(records)
+        }
+        fn commit(&mut self, ops: &[Op]) -> Result<u64, StoreError> {
+            self.0.commit(ops)
+        }
+    }
+    let world = World::new(&[node("a", 80, 8)], &[deployment("d", 1, &[(1, 1)])]);
+    let mut lying = Lying(world.store);
+    let report = Controller::default().pass(&mut lying, 0, &NoMetrics).unwrap();
+    assert_eq!(report.quarantined.len(), 6, "{report:?}");
+    assert!(report.scheduled.is_empty(), "{report:?}");
+}
