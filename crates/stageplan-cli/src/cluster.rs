@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use stageplan::Scenario;
 use stageplan::presets::DeviceKind;
+use stageplan::quote::{line, shell};
 use stageplan::reconcile::spec::{MAX_GPUS_PER_NODE, parse_assignment_key};
 use stageplan::reconcile::store::{ASSIGNMENTS, DEPLOYMENTS, NODES};
 use stageplan::reconcile::{
@@ -26,12 +27,39 @@ const OPEN_PATIENCE: Duration = Duration::from_secs(5);
 /// `--store` must name a store that exists: commands that read, or change what is there,
 /// never create one.
 fn must_exist(target: &str) -> Result<(), Failure> {
-    if !target.starts_with("etcd://") && !Path::new(target).exists() {
+    if !target.starts_with("etcd://") && crate::input::probe(Path::new(target)).is_none() {
         return Err(Failure(format!(
             "`--store {target}` does not exist; register machines with `stageplan nodes add`, or give the store's path"
         )));
     }
-    Ok(())
+    regular_store(target)
+}
+
+/// The most `status` copies into memory: far above any real store (100,000 replicas take
+/// tens of megabytes).
+const MAX_READ_STORE_BYTES: u64 = 1 << 30;
+
+/// A redb store path, when something is there, must be a regular file: a FIFO would block
+/// the open forever and `/dev/zero` would be read until memory runs out.
+fn regular_store(target: &str) -> Result<(), Failure> {
+    if target.starts_with("etcd://") {
+        return Ok(());
+    }
+    let path = Path::new(target);
+    match crate::input::probe(path) {
+        None => Ok(()),
+        Some(meta) => {
+            let meta = meta?;
+            crate::input::regular(path, &meta).map_err(|e| Failure(format!("`--store`: {e}")))?;
+            if meta.len() > MAX_READ_STORE_BYTES {
+                return Err(Failure(format!(
+                    "`--store {target}` is over {} GiB; a stageplan store is far smaller: check the path",
+                    MAX_READ_STORE_BYTES >> 30
+                )));
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Opens `--store` for reading only (`status`, `nodes list`): a redb file must exist, and
@@ -43,6 +71,7 @@ fn open_read_only(target: &str) -> Result<AnyStore, Failure> {
 
 /// Opens `--store` for reading and writing (a redb file is created if missing).
 pub fn open(target: &str) -> Result<AnyStore, Failure> {
+    regular_store(target)?;
     patiently(target, stageplan_store::open).map_err(|e| store_failure(target, &e))
 }
 
@@ -151,16 +180,23 @@ pub fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
 pub fn undeploy(store: &str, name: &str) -> Result<String, Failure> {
     must_exist(store)?;
     let mut store = open(store)?;
-    let key = format!("{DEPLOYMENTS}{name}");
-    let deployed = store.list(DEPLOYMENTS)?;
-    if !deployed.iter().any(|(k, _)| *k == key) {
-        let known: Vec<&str> = deployed.iter().filter_map(|(k, _)| k.strip_prefix(DEPLOYMENTS)).collect();
-        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
-        return Err(Failure(format!("deployment `{name}` is not deployed; deployed: {known}")));
+    // A `/` would make `assignments/NAME/` the prefix of another deployment's replica.
+    if name.is_empty() || name.contains('/') {
+        return Err(Failure(format!("`{}` cannot be a deployment's name: it is empty or holds `/`", line(name))));
     }
-    // The deployment first: a pass in between releases its readable bindings as not desired.
-    Controller::default().handle(&mut store, Event::DeploymentRemoved(name.to_owned()), &NoMetrics)?;
+    let key = format!("{DEPLOYMENTS}{name}");
     let prefix = format!("{ASSIGNMENTS}{name}/");
+    let deployed = store.list(DEPLOYMENTS)?;
+    if deployed.iter().any(|(k, _)| *k == key) {
+        // The deployment first: a pass in between releases its readable bindings as not desired.
+        Controller::default().handle(&mut store, Event::DeploymentRemoved(name.to_owned()), &NoMetrics)?;
+    } else if store.list(&prefix)?.is_empty() {
+        // Bindings left without their deployment record (orphans) are released all the same.
+        let known: Vec<String> =
+            deployed.iter().filter_map(|(k, _)| k.strip_prefix(DEPLOYMENTS)).map(|k| line(k).into_owned()).collect();
+        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        return Err(Failure(format!("deployment `{}` is not deployed; deployed: {known}", line(name))));
+    }
     let max_ops = store.max_ops().max(1);
     let mut bindings = store.list(&prefix)?;
     let held = bindings.len();
@@ -304,7 +340,7 @@ pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
             NodeStatus {
                 name: n.name.clone(),
                 memory: n.memory,
-                memory_used: on.iter().map(|(a, _)| a.memory).sum(),
+                memory_used: on.iter().map(|(a, _)| a.memory).fold(0, u64::saturating_add),
                 gpus: n.gpus,
                 gpus_used: on.iter().map(|(a, _)| a.gpus.len() as u32).sum(),
                 stages: on.len(),
@@ -342,7 +378,12 @@ pub fn render_status(status: &ClusterStatus) -> String {
     for d in &status.deployments {
         out.push_str(&format!(
             "  {:<26} {:>7}  {:>7}  {:>7}  {:>6}  {}\n",
-            d.name, d.desired, d.running, d.pending, d.failed, d.model
+            line(&d.name),
+            d.desired,
+            d.running,
+            d.pending,
+            d.failed,
+            line(&d.model)
         ));
     }
     out.push('\n');
@@ -351,7 +392,7 @@ pub fn render_status(status: &ClusterStatus) -> String {
         out.push_str("\nquarantined: this version cannot use these records, so what they hold stays bound\n");
         for q in &status.quarantined {
             let s = if q.bindings == 1 { "" } else { "s" };
-            out.push_str(&format!("  {:<26} {:>7} binding{s}  {}\n", q.key, q.bindings, q.why));
+            out.push_str(&format!("  {:<26} {:>7} binding{s}  {}\n", line(&q.key), q.bindings, line(&q.why)));
             out.push_str(&format!("  {:<26} fix: {}\n", "", quarantine_fix(&q.key)));
         }
     }
@@ -361,13 +402,14 @@ pub fn render_status(status: &ClusterStatus) -> String {
 
 /// What releases what a quarantined record holds.
 fn quarantine_fix(key: &str) -> String {
+    // Names from a store are untrusted: quoted for the shell the command is pasted into.
     if let Some(name) = key.strip_prefix(DEPLOYMENTS) {
-        format!("`stageplan deploy` a corrected file named `{name}`, or `stageplan undeploy {name}`")
+        format!("`stageplan deploy` a corrected file named `{}`, or `stageplan undeploy {}`", line(name), shell(name))
     } else if let Some(name) = key.strip_prefix(NODES) {
-        format!("`stageplan nodes add {name} --memory …` again, or `stageplan nodes remove {name}`")
+        format!("`stageplan nodes add {} --memory …` again, or `stageplan nodes remove {}`", shell(name), shell(name))
     } else {
         let deployment = key.strip_prefix(ASSIGNMENTS).and_then(|k| k.split('/').next()).unwrap_or(key);
-        format!("placement waits until it is gone: `stageplan undeploy {deployment}` removes it")
+        format!("placement waits until it is gone: `stageplan undeploy {}` removes it", shell(deployment))
     }
 }
 
@@ -376,7 +418,7 @@ pub fn render_nodes(nodes: &[NodeStatus]) -> String {
     for n in nodes {
         out.push_str(&format!(
             "  {:<26} {:>10} / {:<10}  {:>4} / {:<4} {:>6}\n",
-            n.name,
+            line(&n.name),
             format_bytes(n.memory_used as f64),
             format_bytes(n.memory as f64),
             n.gpus_used,
@@ -444,10 +486,10 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
         match result {
             Some(Ok(report)) => {
                 for (key, why) in &report.quarantined {
-                    warn!(record = %key, why = %why, "record left alone: this version cannot use it");
+                    warn!(record = %line(key), why = %line(why), "record left alone: this version cannot use it");
                 }
                 for (name, from, to) in &report.rescaled {
-                    info!(deployment = %name, from, to, "autoscaled");
+                    info!(deployment = %line(name), from, to, "autoscaled");
                 }
                 info!(
                     scheduled = report.scheduled.len(),

@@ -88,7 +88,8 @@ fn too_long(path: &Path) -> Failure {
     ))
 }
 
-fn regular(path: &Path, meta: &Metadata) -> Result<(), Failure> {
+/// A regular file, or an error naming what `path` is instead.
+pub fn regular(path: &Path, meta: &Metadata) -> Result<(), Failure> {
     use std::os::unix::fs::FileTypeExt;
     let kind = meta.file_type();
     let what = if kind.is_file() {

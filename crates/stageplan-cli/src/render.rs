@@ -183,7 +183,7 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
 
 /// A re-plan: why, the new plan, and the moves that reach it.
 pub fn replan(problem: &Problem, replan: &stageplan::Replan) -> String {
-    let mut out = format!("{}\n\n", replan.reason);
+    let mut out = format!("{}\n\n", stageplan::quote::line(&replan.reason));
     out.push_str(&plan(problem, &replan.plan));
     if replan.kept {
         return out;

@@ -102,7 +102,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
                 headroom: if m.headroom >= 0 {
                     format!("{} free", format_bytes(m.headroom as f64))
                 } else {
-                    format!("{} over", format_bytes(-m.headroom as f64))
+                    format!("{} over", format_bytes(m.total.saturating_sub(m.budget) as f64))
                 },
                 over: m.headroom < 0,
             }

@@ -191,7 +191,8 @@ impl CostModel {
             }
             None => (1.0, 1.0, 1.0),
         };
-        let attention = 4.0 * (arch.num_heads * arch.head_dim) as f64;
+        // In f64: head counts and sizes may come from a GGUF's metadata, unbounded.
+        let attention = 4.0 * arch.num_heads as f64 * arch.head_dim as f64;
 
         let layers = model.layers();
         let n = layers.len();
@@ -245,7 +246,9 @@ impl CostModel {
         let shared_single = if model.head_shares_embedding { embed.held } else { 0 };
 
         let ffn = match &arch.moe {
-            Some(moe) => moe.expert_intermediate * moe.active + moe.shared_intermediate.unwrap_or(0),
+            Some(moe) => {
+                moe.expert_intermediate.saturating_mul(moe.active).saturating_add(moe.shared_intermediate.unwrap_or(0))
+            }
             None => arch.intermediate_size,
         }
         .max(arch.intermediate_size);
@@ -310,19 +313,20 @@ impl CostModel {
 
     /// Bytes a stage `[start, end)` holds besides reserve and workspace.
     fn held(&self, start: usize, end: usize) -> u64 {
-        let mut held =
-            saturate(self.weights[end] - self.weights[start]).saturating_add(saturate(self.kv[end] - self.kv[start]));
+        // In u128, saturated once at the end: a sum that saturated early and then had the
+        // shared copy subtracted would undercount.
+        let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
         if start == 0 {
-            held = held.saturating_add(self.embed.held);
+            held += u128::from(self.embed.held);
         }
         if end == self.layers {
-            held = held.saturating_add(self.head.held).saturating_add(self.logits_workspace);
+            held += u128::from(self.head.held) + u128::from(self.logits_workspace);
             if start == 0 {
                 // `held` includes the embedding, which is at least the shared copy.
-                held = held.saturating_sub(self.shared_single);
+                held -= u128::from(self.shared_single);
             }
         }
-        held
+        saturate(held)
     }
 
     /// True when `node` can hold `[start, end)`.

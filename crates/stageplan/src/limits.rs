@@ -39,6 +39,10 @@ pub const MAX_PREFILL_CHUNK: u64 = 1 << 20;
 /// Per-pair link overrides in a scenario.
 pub const MAX_LINK_PAIRS: usize = 65_536;
 
+/// Bytes of a GGUF header (metadata and tensor infos, before the data): a 256k-token
+/// vocabulary with its merges is a few tens of MiB.
+pub const MAX_GGUF_HEADER_BYTES: u64 = 256 << 20;
+
 /// Parts of a split GGUF set (`name-00001-of-NNNNN.gguf`): five digits, as llama.cpp's
 /// `gguf-split` writes them.
 pub const MAX_SPLIT_PARTS: u32 = 99_999;

@@ -43,7 +43,7 @@ pub fn shell(word: &str) -> Cow<'_, str> {
 /// (ESC starts terminal escapes, CR rewrites a line), line and paragraph separators (line
 /// breaks to YAML 1.1 and some editors), and the bidirectional overrides and isolates that
 /// make text display in another order than it is read ("Trojan Source").
-fn unsafe_char(c: char) -> bool {
+pub fn unsafe_char(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

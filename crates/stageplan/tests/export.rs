@@ -371,7 +371,7 @@ proptest::proptest! {
         options.model = given.then(|| model.clone());
         options.image = Some(image.clone());
         let benign_options = ExportOptions { model: given.then(|| "m".into()), image: Some("i".into()), ..options.clone() };
-        let control = |s: &str| s.chars().any(char::is_control);
+        let control = |s: &str| s.chars().any(stageplan::quote::unsafe_char);
         if control(&image) || (given && control(&model)) {
             // An option is refused, naming it, rather than printed raw.
             let refused = export(&plan, Target::LlamaCpp, &options);

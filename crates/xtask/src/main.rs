@@ -542,8 +542,10 @@ fn fuzz_dictionary(target: &str) -> Option<PathBuf> {
 fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> {
     if target == "export_text" {
         // Name, model, image and host, separated by zero bytes.
-        let seeds =
-            ["Llama 3.1 70B\0/models/llama.gguf\0registry.example.com/stage:1\010.0.0.1:50052", "x\nrm -rf ~ #\0$(id)"];
+        let seeds = [
+            "Llama 3.1 70B\0/models/llama.gguf\0registry.example.com/stage:1\x0010.0.0.1:50052",
+            "x\nrm -rf ~ #\0$(id)",
+        ];
         for (i, seed) in seeds.iter().enumerate() {
             std::fs::write(corpus.join(format!("seed-{i}")), seed).map_err(|e| e.to_string())?;
         }

@@ -272,12 +272,12 @@ impl<'p> Layout<'p> {
         }
         for (option, value) in [("model", &options.model), ("image", &options.image)] {
             if let Some(value) = value
-                && (value.is_empty() || value.chars().any(char::is_control))
+                && (value.is_empty() || value.chars().any(crate::quote::unsafe_char))
             {
                 return Err(ExportError::Option {
                     option,
                     value: crate::quote::line(value).into_owned(),
-                    problem: "is empty or holds a control character; give a path, name or id without one",
+                    problem: "is empty or holds a control, line-separator or bidirectional character; give a path, name or id without one",
                 });
             }
         }

@@ -18,6 +18,7 @@ const KEEP_ARRAY_ITEMS: u64 = 4096;
 const KEEP_VALUES_TOTAL: u64 = 1 << 16;
 /// Arrays inside arrays inside …: deeper than this is refused.
 const MAX_DEPTH: usize = 8;
+use crate::limits::MAX_GGUF_HEADER_BYTES;
 /// ggml's `GGML_MAX_DIMS`.
 const MAX_DIMS: u32 = 4;
 
@@ -138,6 +139,14 @@ pub fn parse(prefix: &[u8], file_len: Option<u64>) -> Result<Parse<GgufHeader>, 
     let mut budget = KEEP_VALUES_TOTAL;
     match header(&mut Cursor::new(prefix, file_len), file_len, &mut budget) {
         Ok(h) => Ok(Parse::Done(h)),
+        // A header past the limit is refused before anyone reads that much of the file.
+        Err(Fault::Short(short)) if short.needed > MAX_GGUF_HEADER_BYTES => Err(ImportError::Malformed {
+            offset: prefix.len() as u64,
+            message: format!(
+                "the header goes on past {} MiB; real GGUF headers (vocabulary included) are a few tens of MiB",
+                MAX_GGUF_HEADER_BYTES >> 20
+            ),
+        }),
         Err(Fault::Short(short)) => Ok(Parse::NeedMore(short.needed)),
         Err(Fault::Bad { offset, message }) => Err(ImportError::Malformed { offset, message }),
     }

@@ -113,7 +113,7 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
     let mut seen = vec![false; parts.len()];
     for part in parts {
         let number = part.get("split.no").and_then(gguf::Value::as_u64).unwrap_or(0);
-        match seen.get_mut(number as usize) {
+        match usize::try_from(number).ok().and_then(|n| seen.get_mut(n)) {
             Some(s) if !*s => *s = true,
             _ => return Err(ImportError::Model(format!("split part number {number} is repeated or out of range"))),
         }

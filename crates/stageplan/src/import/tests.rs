@@ -179,6 +179,37 @@ fn a_layer_index_past_the_limit_is_an_error_naming_the_tensor() {
     assert!(error.contains("model.layers.4294967295") && error.contains("at most 10000 layers"), "{error}");
 }
 
+/// Head counts and sizes from GGUF metadata are unbounded: the cost model's products of them
+/// saturate (debug builds once panicked on `head_count × key_length`).
+#[test]
+fn huge_gguf_hyperparameters_cost_no_overflow() {
+    let bytes = gguf::Builder::new(3, 2, 3)
+        .kv_str("general.architecture", "llama")
+        .string("llama.attention.head_count")
+        .u32(10)
+        .u64(1 << 32)
+        .string("llama.attention.key_length")
+        .u32(10)
+        .u64(1 << 32)
+        .tensor("token_embd.weight", &[32, 10], 0, 0)
+        .tensor("blk.0.attn_q.weight", &[32, 32], 8, 32 * 10 * 4)
+        .padded(32 * 10 * 4 + 32 * 34);
+    let Parse::Done(header) = gguf::parse(&bytes, Some(bytes.len() as u64)).unwrap() else { panic!("complete") };
+    let model = gguf_model("t", &[header]).unwrap();
+    let scenario = crate::Scenario::from_json(r#"{"model": {"preset": "llama-3.2-1b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#).unwrap();
+    let problem = scenario.problem_with_model(model).unwrap();
+    let plan = crate::plan(&problem);
+    assert!(!plan.feasible, "a KV cache of 2^64 bytes per token fits nowhere");
+}
+
+/// A header that claims a 1 GiB string is refused before the caller reads that much.
+#[test]
+fn a_header_past_the_limit_is_refused_not_read() {
+    let bytes = gguf::Builder::new(3, 0, 1).u64(1 << 30).padded(64);
+    let error = gguf::parse(&bytes, Some(u64::MAX)).unwrap_err().to_string();
+    assert!(error.contains("past 256 MiB"), "{error}");
+}
+
 /// 150,000 metadata keys (a 3.8 MB header) were checked for duplicates pairwise: 48 s.
 /// Parsing is linear now; `cargo bench -p stageplan --bench import` times it.
 #[test]

@@ -295,8 +295,9 @@ impl HfConfig {
                 // Gemma 2 alternates: even layers slide, odd layers see everything.
                 "gemma2" => window.filter(|_| i % 2 == 0),
                 t if t.starts_with("gemma3") => {
-                    let pattern = self.sliding_window_pattern.unwrap_or(6).max(1) as usize;
-                    window.filter(|_| (i + 1) % pattern != 0)
+                    // In u64: on 32-bit wasm a pattern of 2^32 would become 0 as `usize`.
+                    let pattern = self.sliding_window_pattern.unwrap_or(6).max(1);
+                    window.filter(|_| !(i as u64 + 1).is_multiple_of(pattern))
                 }
                 _ => window,
             })

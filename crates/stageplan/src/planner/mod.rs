@@ -376,7 +376,9 @@ fn overflow_summary(plan: &Plan) -> String {
         .stages
         .iter()
         .filter(|s| s.memory.headroom < 0)
-        .map(|s| format!("`{}` over by {}", s.node, format_bytes(-s.memory.headroom as f64)))
+        .map(|s| {
+            format!("`{}` over by {}", s.node, format_bytes(s.memory.total.saturating_sub(s.memory.budget) as f64))
+        })
         .collect();
     match over.len() {
         0 => "no stages".to_owned(),

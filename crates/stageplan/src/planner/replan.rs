@@ -121,7 +121,7 @@ pub fn current_from_json(text: &str) -> Result<Vec<CurrentStage>, ReplanError> {
                 .get("layers")
                 .and_then(|l| l.as_array())
                 .filter(|l| l.len() == 2)
-                .and_then(|l| Some([l[0].as_u64()? as usize, l[1].as_u64()? as usize]))
+                .and_then(|l| Some([usize::try_from(l[0].as_u64()?).ok()?, usize::try_from(l[1].as_u64()?).ok()?]))
                 .ok_or_else(|| ReplanError::Json(format!("`stages[{i}].layers` is not `[start, end]`")))?;
             Ok(CurrentStage { node: node.to_owned(), layers })
         })

@@ -657,7 +657,8 @@ pub fn check_invariants(snapshot: &Snapshot) -> Result<(), Violation> {
     let mut holders: BTreeMap<(&str, u32), &str> = BTreeMap::new();
     for (key, (assignment, _)) in &snapshot.assignments {
         let Some((node, _)) = snapshot.nodes.get(&assignment.node) else { continue };
-        *used.entry(&node.name).or_default() += assignment.memory;
+        let total = used.entry(&node.name).or_default();
+        *total = total.saturating_add(assignment.memory);
         for &gpu in &assignment.gpus {
             if gpu >= node.gpus {
                 return Err(Violation::GpuMissing { key: key.clone(), node: node.name.clone(), gpu });
