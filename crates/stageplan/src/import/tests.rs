@@ -196,7 +196,10 @@ fn huge_gguf_hyperparameters_cost_no_overflow() {
         .padded(32 * 10 * 4 + 32 * 34);
     let Parse::Done(header) = gguf::parse(&bytes, Some(bytes.len() as u64)).unwrap() else { panic!("complete") };
     let model = gguf_model("t", &[header]).unwrap();
-    let scenario = crate::Scenario::from_json(r#"{"model": {"preset": "llama-3.2-1b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#).unwrap();
+    let scenario = crate::Scenario::from_json(
+        r#"{"model": {"preset": "llama-3.2-1b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#,
+    )
+    .unwrap();
     let problem = scenario.problem_with_model(model).unwrap();
     let plan = crate::plan(&problem);
     assert!(!plan.feasible, "a KV cache of 2^64 bytes per token fits nowhere");
