@@ -64,6 +64,11 @@ pub(crate) fn path_at(text: &str, line: usize, column: usize, end_kind: End) -> 
         End::Syntax => end = end.saturating_sub(1),
         _ => {}
     }
+    // A column can land inside a multi-byte character; the scan slices `text`, so end on a
+    // character boundary (the scenario fuzz target found this one).
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
     let bytes = &text.as_bytes()[..end];
     let mut stack: Vec<Frame> = Vec::new();
     // Whether the scan ended inside a string.

@@ -232,6 +232,10 @@ fn many_metadata_keys_parse_and_duplicates_are_still_found() {
 /// Inputs the fuzzers found; each once crashed or over-allocated.
 #[test]
 fn fuzz_regressions_are_errors() {
+    // A JSON error's column inside a two-byte character: the error path was sliced there.
+    let text = include_bytes!("../../../../tests/fixtures/fuzz-regressions/scenario-column-inside-a-character.json");
+    let error = crate::Scenario::from_json(&String::from_utf8_lossy(text)).unwrap_err().to_string();
+    assert!(error.contains("model.config"), "{error}");
     // `llama.block_count` claimed billions of layers and sized per-layer vectors.
     let bytes = include_bytes!("../../../../tests/fixtures/fuzz-regressions/gguf-block-count-oom.bin");
     if let Ok(Parse::Done(header)) = gguf::parse(bytes, Some(bytes.len() as u64)) {
