@@ -9,10 +9,10 @@
 //!
 //! | where | function | guarantee |
 //! |---|---|---|
-//! | a shell word | [`shell`] | one POSIX word whose value is exactly the input |
-//! | a line of a comment, a terminal, an error | [`line`] | no line break, escape or control character survives |
-//! | terminal output of several lines | [`terminal`] | as [`line`], keeping `\n` (and tabs) |
-//! | a YAML scalar | [`yaml`] | a scalar that reads back as exactly the input string |
+//! | a shell word | [`shell()`] | one POSIX word whose value is exactly the input |
+//! | a line of a comment, a terminal, an error | [`line()`] | no line break, escape or control character survives |
+//! | terminal output of several lines | [`terminal()`] | as [`line()`], keeping `\n` (and tabs) |
+//! | a YAML scalar | [`yaml()`] | a scalar that reads back as exactly the input string |
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -63,7 +63,7 @@ pub fn line(text: &str) -> Cow<'_, str> {
     escape(text, |_| false)
 }
 
-/// Several lines of output for a terminal, or a JSON document: as [`line`], but `\n` and
+/// Several lines of output for a terminal, or a JSON document: as [`line()`], but `\n` and
 /// tabs stay.
 pub fn terminal(text: &str) -> Cow<'_, str> {
     escape(text, |c| matches!(c, '\n' | '\t'))
