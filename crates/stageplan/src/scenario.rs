@@ -305,13 +305,13 @@ pub const DEFAULT_LINK: Link = Link { bandwidth: 1.25e9, latency: 0.5e-3 };
 
 /// Links between every pair of nodes (symmetric): the default, and the pairs the scenario
 /// names. Memory grows with the pairs given, not with nodes × nodes, so a cluster of
-/// thousands of machines on one default link costs nothing here.
+/// a thousand machines on one default link costs nothing here.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Links {
     pub default: Link,
-    /// The pairs with their own link, keyed `(lower index, higher index)`.
+    /// The pairs with their own link, keyed `(lower index, higher index)`, sorted by key.
     #[serde(skip)]
-    pairs: std::collections::BTreeMap<(usize, usize), Link>,
+    pairs: Vec<((usize, usize), Link)>,
     /// `pairs` as a row-major `n × n` table for the planner's inner loops, when `n` is small.
     #[serde(skip)]
     dense: Vec<Option<Link>>,
@@ -324,19 +324,40 @@ const DENSE_LINKS: usize = 128;
 impl Links {
     /// Every pair on `default`.
     pub fn uniform(n: usize, default: Link) -> Links {
-        Links { default, pairs: std::collections::BTreeMap::new(), dense: Vec::new(), n }
+        Links { default, pairs: Vec::new(), dense: Vec::new(), n }
+    }
+
+    /// `default`, and `pairs` (in order: a later link for the same pair replaces an earlier
+    /// one), sorted once.
+    pub fn with_pairs(n: usize, default: Link, pairs: impl IntoIterator<Item = (usize, usize, Link)>) -> Links {
+        let mut keyed: Vec<((usize, usize), Link)> =
+            pairs.into_iter().map(|(a, b, l)| ((a.min(b), a.max(b)), l)).collect();
+        // Stable: equal keys keep their order, and the last of each run wins.
+        keyed.sort_by_key(|&(key, _)| key);
+        let mut pairs: Vec<((usize, usize), Link)> = Vec::with_capacity(keyed.len());
+        for (key, link) in keyed {
+            match pairs.last_mut() {
+                Some(last) if last.0 == key => last.1 = link,
+                _ => pairs.push((key, link)),
+            }
+        }
+        let mut links = Links { default, pairs, dense: Vec::new(), n };
+        if n <= DENSE_LINKS && !links.pairs.is_empty() {
+            links.dense = vec![None; n * n];
+            for &((a, b), link) in &links.pairs {
+                if a < n && b < n {
+                    links.dense[a * n + b] = Some(link);
+                    links.dense[b * n + a] = Some(link);
+                }
+            }
+        }
+        links
     }
 
     /// Sets the link between `a` and `b`, both ways.
     pub fn set(&mut self, a: usize, b: usize, link: Link) {
-        self.pairs.insert((a.min(b), a.max(b)), link);
-        if self.n <= DENSE_LINKS && a < self.n && b < self.n {
-            if self.dense.is_empty() {
-                self.dense = vec![None; self.n * self.n];
-            }
-            self.dense[a * self.n + b] = Some(link);
-            self.dense[b * self.n + a] = Some(link);
-        }
+        let pairs = std::mem::take(&mut self.pairs).into_iter().map(|((x, y), l)| (x, y, l));
+        *self = Links::with_pairs(self.n, self.default, pairs.chain([(a, b, link)]));
     }
 
     /// The link from `a` to `b`.
@@ -347,23 +368,19 @@ impl Links {
         if !self.dense.is_empty() {
             return self.dense.get(a * self.n + b).copied().flatten().unwrap_or(self.default);
         }
-        self.pairs.get(&(a.min(b), a.max(b))).copied().unwrap_or(self.default)
+        let key = (a.min(b), a.max(b));
+        self.pairs.binary_search_by_key(&key, |&(k, _)| k).map_or(self.default, |at| self.pairs[at].1)
     }
 
     /// The same links with one more node, joined to all others by the default link.
     pub fn extended(&self) -> Links {
-        let mut out = Links::uniform(self.n + 1, self.default);
-        for (&(a, b), &link) in &self.pairs {
-            out.set(a, b, link);
-        }
-        out
+        Links::with_pairs(self.n + 1, self.default, self.pairs.iter().map(|&((a, b), l)| (a, b, l)))
     }
 
     /// The links among `indices` only, renumbered in that order.
     pub fn subset(&self, indices: &[usize]) -> Links {
-        let mut out = Links::uniform(indices.len(), self.default);
         if self.pairs.is_empty() {
-            return out;
+            return Links::uniform(indices.len(), self.default);
         }
         // Where each old node lands, so the work is linear in nodes and pairs.
         let mut position = vec![None; self.n];
@@ -372,12 +389,11 @@ impl Links {
                 *slot = Some(new);
             }
         }
-        for (&(x, y), &link) in &self.pairs {
-            if let (Some(Some(a)), Some(Some(b))) = (position.get(x), position.get(y)) {
-                out.set(*a, *b, link);
-            }
-        }
-        out
+        let kept = self.pairs.iter().filter_map(|&((x, y), link)| match (position.get(x), position.get(y)) {
+            (Some(Some(a)), Some(Some(b))) => Some((*a, *b, link)),
+            _ => None,
+        });
+        Links::with_pairs(indices.len(), self.default, kept)
     }
 
     /// True when every pair uses the default link.
@@ -488,7 +504,8 @@ impl Scenario {
             }
         }
         let mut nodes: Vec<Node> = Vec::with_capacity(total);
-        let mut names: std::collections::HashSet<String> = std::collections::HashSet::with_capacity(total);
+        // Which spec each node came from, to name the field of a repeated name.
+        let mut spec_of: Vec<usize> = Vec::with_capacity(total);
         for (i, spec) in self.nodes.iter().enumerate() {
             let at = |field: &str| format!("nodes[{i}].{field}");
             let name = spec.name.trim();
@@ -557,12 +574,7 @@ impl Scenario {
             let count = spec.count.unwrap_or(1);
             for k in 1..=count {
                 let name = if spec.count.is_some() { format!("{name}-{k}") } else { name.to_owned() };
-                if !names.insert(name.clone()) {
-                    return Err(ScenarioError::field(
-                        at("name"),
-                        format!("`{name}` is used twice; give every node a unique name"),
-                    ));
-                }
+                spec_of.push(i);
                 nodes.push(Node {
                     name,
                     device: spec.device.clone(),
@@ -574,6 +586,17 @@ impl Scenario {
                     efficiency,
                 });
             }
+        }
+        // Repeated names, in O(n log n): sorted by name then position, the second of two
+        // equal neighbours is a repeat; report the one that comes first in the file.
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name).then(a.cmp(&b)));
+        let repeat = order.windows(2).filter(|w| nodes[w[0]].name == nodes[w[1]].name).map(|w| w[1]).min();
+        if let Some(k) = repeat {
+            return Err(ScenarioError::field(
+                format!("nodes[{}].name", spec_of[k]),
+                format!("`{}` is used twice; give every node a unique name", nodes[k].name),
+            ));
         }
         Ok(nodes)
     }
@@ -592,14 +615,15 @@ impl Scenario {
                 ),
             ));
         }
-        let mut links = Links::uniform(nodes.len(), default);
-        let index_of: std::collections::HashMap<&str, usize> =
-            nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let mut pairs = Vec::with_capacity(self.links.pairs.len());
+        // Names sorted once, each pair's names found by binary search.
+        let mut by_name: Vec<(&str, usize)> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        by_name.sort_unstable();
         for (i, pair) in self.links.pairs.iter().enumerate() {
             let at = format!("links.pairs[{i}]");
             let link = check_link(pair.bandwidth, pair.latency, &at)?;
             let index = |name: &str| {
-                index_of.get(name).copied().ok_or_else(|| {
+                by_name.binary_search_by(|(n, _)| (*n).cmp(name)).map(|at| by_name[at].1).map_err(|_| {
                     ScenarioError::field(
                         format!("{at}.between"),
                         format!("names `{name}`, which is not a node; use a name from `nodes`"),
@@ -613,9 +637,9 @@ impl Scenario {
                     "names the same node twice; a link joins two nodes",
                 ));
             }
-            links.set(a, b, link);
+            pairs.push((a, b, link));
         }
-        Ok(links)
+        Ok(Links::with_pairs(nodes.len(), default, pairs))
     }
 
     fn check_stages(&self, nodes: &[Node], layers: usize) -> Result<Option<Vec<Placement>>, ScenarioError> {
