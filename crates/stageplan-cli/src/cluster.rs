@@ -178,12 +178,12 @@ pub fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
 /// stage binding under its name at once (a quarantined deployment's bindings are otherwise
 /// kept: the loop never releases what it cannot read).
 pub fn undeploy(store: &str, name: &str) -> Result<String, Failure> {
-    must_exist(store)?;
-    let mut store = open(store)?;
     // A `/` would make `assignments/NAME/` the prefix of another deployment's replica.
     if name.is_empty() || name.contains('/') {
         return Err(Failure(format!("`{}` cannot be a deployment's name: it is empty or holds `/`", line(name))));
     }
+    must_exist(store)?;
+    let mut store = open(store)?;
     let key = format!("{DEPLOYMENTS}{name}");
     let prefix = format!("{ASSIGNMENTS}{name}/");
     let deployed = store.list(DEPLOYMENTS)?;
