@@ -304,101 +304,67 @@ impl Link {
 pub const DEFAULT_LINK: Link = Link { bandwidth: 1.25e9, latency: 0.5e-3 };
 
 /// Links between every pair of nodes (symmetric): the default, and the pairs the scenario
-/// names. Memory grows with the pairs given, not with nodes × nodes, so a cluster of
-/// a thousand machines on one default link costs nothing here.
+/// names. The `n × n` table exists only when some pair has its own link ([`MAX_NODES`]
+/// bounds it at a million entries); a cluster on one default link holds none.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Links {
     pub default: Link,
-    /// The pairs with their own link, keyed `(lower index, higher index)`, sorted by key.
-    #[serde(skip)]
-    pairs: Vec<((usize, usize), Link)>,
-    /// `pairs` as a row-major `n × n` table for the planner's inner loops, when `n` is small.
-    #[serde(skip)]
-    dense: Vec<Option<Link>>,
+    /// Row-major `n × n`, empty when every pair is on the default; `None` means the default.
+    overrides: Vec<Option<Link>>,
     n: usize,
 }
-
-/// Most nodes whose per-pair links are also kept as a table (`n²` entries).
-const DENSE_LINKS: usize = 128;
 
 impl Links {
     /// Every pair on `default`.
     pub fn uniform(n: usize, default: Link) -> Links {
-        Links { default, pairs: Vec::new(), dense: Vec::new(), n }
-    }
-
-    /// `default`, and `pairs` (in order: a later link for the same pair replaces an earlier
-    /// one), sorted once.
-    pub fn with_pairs(n: usize, default: Link, pairs: impl IntoIterator<Item = (usize, usize, Link)>) -> Links {
-        let mut keyed: Vec<((usize, usize), Link)> =
-            pairs.into_iter().map(|(a, b, l)| ((a.min(b), a.max(b)), l)).collect();
-        // Stable: equal keys keep their order, and the last of each run wins.
-        keyed.sort_by_key(|&(key, _)| key);
-        let mut pairs: Vec<((usize, usize), Link)> = Vec::with_capacity(keyed.len());
-        for (key, link) in keyed {
-            match pairs.last_mut() {
-                Some(last) if last.0 == key => last.1 = link,
-                _ => pairs.push((key, link)),
-            }
-        }
-        let mut links = Links { default, pairs, dense: Vec::new(), n };
-        if n <= DENSE_LINKS && !links.pairs.is_empty() {
-            links.dense = vec![None; n * n];
-            for &((a, b), link) in &links.pairs {
-                if a < n && b < n {
-                    links.dense[a * n + b] = Some(link);
-                    links.dense[b * n + a] = Some(link);
-                }
-            }
-        }
-        links
+        Links { default, overrides: Vec::new(), n }
     }
 
     /// Sets the link between `a` and `b`, both ways.
     pub fn set(&mut self, a: usize, b: usize, link: Link) {
-        let pairs = std::mem::take(&mut self.pairs).into_iter().map(|((x, y), l)| (x, y, l));
-        *self = Links::with_pairs(self.n, self.default, pairs.chain([(a, b, link)]));
+        if a >= self.n || b >= self.n {
+            return;
+        }
+        if self.overrides.is_empty() {
+            self.overrides = vec![None; self.n * self.n];
+        }
+        self.overrides[a * self.n + b] = Some(link);
+        self.overrides[b * self.n + a] = Some(link);
     }
 
     /// The link from `a` to `b`.
     pub fn get(&self, a: usize, b: usize) -> Link {
-        if self.pairs.is_empty() {
-            return self.default;
-        }
-        if !self.dense.is_empty() {
-            return self.dense.get(a * self.n + b).copied().flatten().unwrap_or(self.default);
-        }
-        let key = (a.min(b), a.max(b));
-        self.pairs.binary_search_by_key(&key, |&(k, _)| k).map_or(self.default, |at| self.pairs[at].1)
+        self.overrides.get(a * self.n + b).copied().flatten().unwrap_or(self.default)
     }
 
     /// The same links with one more node, joined to all others by the default link.
     pub fn extended(&self) -> Links {
-        Links::with_pairs(self.n + 1, self.default, self.pairs.iter().map(|&((a, b), l)| (a, b, l)))
+        self.subset(&(0..=self.n).collect::<Vec<_>>())
     }
 
-    /// The links among `indices` only, renumbered in that order.
+    /// The links among `indices` only, renumbered in that order (an index past the nodes is
+    /// a new node on the default link).
     pub fn subset(&self, indices: &[usize]) -> Links {
-        if self.pairs.is_empty() {
-            return Links::uniform(indices.len(), self.default);
+        let mut out = Links::uniform(indices.len(), self.default);
+        if self.overrides.is_empty() {
+            return out;
         }
-        // Where each old node lands, so the work is linear in nodes and pairs.
-        let mut position = vec![None; self.n];
-        for (new, &old) in indices.iter().enumerate() {
-            if let Some(slot) = position.get_mut(old) {
-                *slot = Some(new);
+        for (a, &x) in indices.iter().enumerate() {
+            for (b, &y) in indices.iter().enumerate() {
+                if x < self.n
+                    && y < self.n
+                    && let Some(link) = self.overrides[x * self.n + y]
+                {
+                    out.set(a, b, link);
+                }
             }
         }
-        let kept = self.pairs.iter().filter_map(|&((x, y), link)| match (position.get(x), position.get(y)) {
-            (Some(Some(a)), Some(Some(b))) => Some((*a, *b, link)),
-            _ => None,
-        });
-        Links::with_pairs(indices.len(), self.default, kept)
+        out
     }
 
     /// True when every pair uses the default link.
     pub fn is_uniform(&self) -> bool {
-        self.pairs.is_empty()
+        self.overrides.iter().all(Option::is_none)
     }
 }
 
@@ -587,16 +553,15 @@ impl Scenario {
                 });
             }
         }
-        // Repeated names, in O(n log n): sorted by name then position, the second of two
-        // equal neighbours is a repeat; report the one that comes first in the file.
-        let mut order: Vec<usize> = (0..nodes.len()).collect();
-        order.sort_by(|&a, &b| nodes[a].name.cmp(&nodes[b].name).then(a.cmp(&b)));
-        let repeat = order.windows(2).filter(|w| nodes[w[0]].name == nodes[w[1]].name).map(|w| w[1]).min();
-        if let Some(k) = repeat {
-            return Err(ScenarioError::field(
-                format!("nodes[{}].name", spec_of[k]),
-                format!("`{}` is used twice; give every node a unique name", nodes[k].name),
-            ));
+        // Repeated names: pairwise, which [`MAX_NODES`] bounds at half a million string
+        // comparisons (a sort would cost the web page's download more than it saves here).
+        for k in 1..nodes.len() {
+            if nodes[..k].iter().any(|n| n.name == nodes[k].name) {
+                return Err(ScenarioError::field(
+                    format!("nodes[{}].name", spec_of[k]),
+                    format!("`{}` is used twice; give every node a unique name", nodes[k].name),
+                ));
+            }
         }
         Ok(nodes)
     }
@@ -615,7 +580,7 @@ impl Scenario {
                 ),
             ));
         }
-        let mut pairs = Vec::with_capacity(self.links.pairs.len());
+        let mut links = Links::uniform(nodes.len(), default);
         // Names sorted once, each pair's names found by binary search.
         let mut by_name: Vec<(&str, usize)> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
         by_name.sort_unstable();
@@ -637,9 +602,9 @@ impl Scenario {
                     "names the same node twice; a link joins two nodes",
                 ));
             }
-            pairs.push((a, b, link));
+            links.set(a, b, link);
         }
-        Ok(Links::with_pairs(nodes.len(), default, pairs))
+        Ok(links)
     }
 
     fn check_stages(&self, nodes: &[Node], layers: usize) -> Result<Option<Vec<Placement>>, ScenarioError> {
