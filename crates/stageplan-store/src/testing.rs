@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use stageplan::reconcile::{
-    Controller, Deployment, Event, NoMetrics, Node, Placement, StageRequest, Store, StoreError,
-};
+use stageplan::reconcile::{Controller, Deployment, Event, NoMetrics, Node, StageRequest, Store, StoreError};
 
 use crate::EtcdStore;
 
@@ -31,17 +29,7 @@ pub fn fill_sample(store: &mut impl Store) -> Result<(), StoreError> {
         ("embed", 2, vec![stage([0, 24], 8, 0)]),
     ];
     for (name, replicas, stages) in deployments {
-        let deployment = Deployment {
-            name: name.into(),
-            model: String::new(),
-            replicas,
-            min_replicas: None,
-            max_replicas: None,
-            placement: Placement::BinPack,
-            stages,
-            autoscale: None,
-            last_scaled_ms: None,
-        };
+        let deployment = Deployment::new(name, replicas, stages);
         controller.handle(store, Event::DeploymentChanged(deployment), &NoMetrics)?;
     }
     controller.pass(store, 0, &NoMetrics)?;

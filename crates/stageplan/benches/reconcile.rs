@@ -14,22 +14,12 @@
 //!   `percentageOfNodesToScore: 100`), without a store: what the index saves.
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use stageplan::reconcile::{Controller, Deployment, Event, MemoryStore, NoMetrics, Node, Placement, StageRequest};
+use stageplan::reconcile::{Controller, Deployment, Event, MemoryStore, NoMetrics, Node, StageRequest};
 
 const GIB: u64 = 1 << 30;
 
 fn deployment(name: String, replicas: u32, stages: Vec<StageRequest>) -> Deployment {
-    Deployment {
-        name,
-        model: String::new(),
-        replicas,
-        min_replicas: None,
-        max_replicas: None,
-        placement: Placement::BinPack,
-        stages,
-        autoscale: None,
-        last_scaled_ms: None,
-    }
+    Deployment::new(name, replicas, stages)
 }
 
 fn fleet() -> (Vec<Node>, Vec<Deployment>) {

@@ -166,28 +166,35 @@ fn valid_name(field: &'static str, name: &str) -> Result<(), SpecError> {
 }
 
 impl Deployment {
-    /// A deployment of `replicas` copies of `plan`'s pipeline, each stage taking the memory
-    /// the plan counts for it (without the node's own reserve) and `gpus_per_stage` GPUs.
-    pub fn from_plan(name: &str, plan: &Plan, replicas: u32, gpus_per_stage: u32) -> Deployment {
+    /// `replicas` fixed copies of `stages`, bin-packed, without autoscaling.
+    pub fn new(name: impl Into<String>, replicas: u32, stages: Vec<StageRequest>) -> Deployment {
         Deployment {
-            name: name.to_owned(),
-            model: format!("{} {}", plan.model.name, plan.model.weights).trim().to_owned(),
+            name: name.into(),
+            model: String::new(),
             replicas,
             min_replicas: None,
             max_replicas: None,
             placement: Placement::BinPack,
-            stages: plan
-                .stages
-                .iter()
-                .map(|s| StageRequest {
-                    layers: s.layers,
-                    memory: s.memory.total.saturating_sub(s.memory.reserve),
-                    gpus: gpus_per_stage,
-                })
-                .collect(),
+            stages,
             autoscale: None,
             last_scaled_ms: None,
         }
+    }
+
+    /// A deployment of `replicas` copies of `plan`'s pipeline, each stage taking the memory
+    /// the plan counts for it (without the node's own reserve) and `gpus_per_stage` GPUs.
+    pub fn from_plan(name: &str, plan: &Plan, replicas: u32, gpus_per_stage: u32) -> Deployment {
+        let stages = plan
+            .stages
+            .iter()
+            .map(|s| StageRequest {
+                layers: s.layers,
+                memory: s.memory.total.saturating_sub(s.memory.reserve),
+                gpus: gpus_per_stage,
+            })
+            .collect();
+        let model = format!("{} {}", plan.model.name, plan.model.weights).trim().to_owned();
+        Deployment { model, ..Deployment::new(name, replicas, stages) }
     }
 
     /// The replica bounds autoscaling keeps to, within [`MAX_REPLICAS`].

@@ -11,21 +11,12 @@ fn node(name: &str, gib: u64, gpus: u32) -> Node {
 }
 
 fn deployment(name: &str, replicas: u32, stages: &[(u64, u32)]) -> Deployment {
-    Deployment {
-        name: name.into(),
-        model: String::new(),
-        replicas,
-        min_replicas: None,
-        max_replicas: None,
-        placement: Placement::BinPack,
-        stages: stages
-            .iter()
-            .enumerate()
-            .map(|(i, &(gib, gpus))| StageRequest { layers: [i, i + 1], memory: gib * GIB, gpus })
-            .collect(),
-        autoscale: None,
-        last_scaled_ms: None,
-    }
+    let stages = stages
+        .iter()
+        .enumerate()
+        .map(|(i, &(gib, gpus))| StageRequest { layers: [i, i + 1], memory: gib * GIB, gpus })
+        .collect();
+    Deployment::new(name, replicas, stages)
 }
 
 struct World {
