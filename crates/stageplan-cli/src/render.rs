@@ -88,13 +88,31 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
         );
         out.push('\n');
         if plan.feasible {
+            let batch = plan.workload.batch;
             let _ = writeln!(
                 out,
-                "throughput {} tok/s with the pipeline full · {} tok/s for one stream · latency {} per token",
+                "throughput {} tok/s for {} sequence{}{} · {} per token",
                 sig3(plan.tokens_per_s),
-                sig3(plan.stream_tokens_per_s),
-                plan.latency_s.map_or_else(|| "–".to_owned(), format_seconds)
+                group_digits(batch),
+                if batch == 1 { "" } else { "s" },
+                if plan.micro_batches > 1 {
+                    format!(" in {} micro-batches", plan.micro_batches)
+                } else {
+                    String::new()
+                },
+                format_seconds(batch as f64 / plan.tokens_per_s),
             );
+            if let Some(full) =
+                plan.pipeline_full.as_ref().filter(|f| f.tokens_per_s > plan.tokens_per_s * (1.0 + 1e-9))
+            {
+                let _ = writeln!(
+                    out,
+                    "with the pipeline full: {} tok/s, with {} sequences in flight ({})",
+                    sig3(full.tokens_per_s),
+                    group_digits(full.sequences),
+                    if full.kv_fits { "their KV cache fits" } else { "their KV cache does not fit this split" },
+                );
+            }
             let _ = writeln!(
                 out,
                 "prefill {} tok/s · longest context that fits this split: {}",

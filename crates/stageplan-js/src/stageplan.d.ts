@@ -114,16 +114,29 @@ export interface Plan {
   workload: PlannedWorkload;
   feasible: boolean;
   stages: Stage[];
+  /** What the workload's `batch` sequences reach: `batch ÷ cycle`. */
   tokens_per_s: number;
+  /** Groups the sequences go through the pipeline in; stage times are for one group. */
+  micro_batches: number;
   latency_s: number | null;
   stream_tokens_per_s: number;
   prefill_tokens_per_s: number;
+  /** The same split kept full: more sequences in flight than the workload has. */
+  pipeline_full: PipelineFull | null;
   bottleneck: number | null;
   max_context: number | null;
   left_out: LeftOut[];
   search: Search;
   baselines?: Baseline[];
   diagnostics: Diagnostic[];
+}
+
+export interface PipelineFull {
+  /** Sequences in flight it needs: `batch` per stage. */
+  sequences: number;
+  tokens_per_s: number;
+  /** Every stage also holds those sequences' KV cache. */
+  kv_fits: boolean;
 }
 
 export interface PlannedModel {

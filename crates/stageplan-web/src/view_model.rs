@@ -109,15 +109,30 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         })
         .collect();
     let (headline, details) = if plan.feasible {
+        let batch = plan.workload.batch;
+        let full = plan.pipeline_full.as_ref().filter(|f| f.tokens_per_s > plan.tokens_per_s * (1.0 + 1e-9)).map(|f| {
+            format!(
+                " · pipeline full: {} tok/s with {} sequences in flight{}",
+                sig3(f.tokens_per_s),
+                f.sequences,
+                if f.kv_fits { "" } else { " (their KV cache does not fit)" }
+            )
+        });
         (
             format!(
                 "{} tok/s · {} per token",
                 sig3(plan.tokens_per_s),
-                plan.latency_s.map_or_else(|| "–".into(), format_seconds)
+                format_seconds(batch as f64 / plan.tokens_per_s)
             ),
             format!(
-                "{} tok/s for one stream · prefill {} tok/s · longest context {}",
-                sig3(plan.stream_tokens_per_s),
+                "{batch} sequence{}{}{} · prefill {} tok/s · longest context {}",
+                if batch == 1 { "" } else { "s" },
+                if plan.micro_batches > 1 {
+                    format!(" in {} micro-batches", plan.micro_batches)
+                } else {
+                    String::new()
+                },
+                full.unwrap_or_default(),
                 sig3(plan.prefill_tokens_per_s),
                 plan.max_context.map_or_else(|| "–".into(), |c| c.to_string())
             ),

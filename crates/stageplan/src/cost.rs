@@ -25,9 +25,21 @@
 //! **Prefill time per prompt token** is the same roofline with weights read once per chunk of
 //! `C` tokens, attention over `T/2` tokens on average, and the hop's latency spread over `C`.
 //!
-//! **Pipeline**: tokens/s = `B / max stage time` (the pipeline kept full, one step in flight
-//! per stage, as pipeline-parallel serving runs it); per-token latency = the sum of stage times
-//! (one sequence's token through every stage and back).
+//! **Pipeline**: a token of one sequence passes every stage before that sequence's next token
+//! can start, so a pipeline is busy only when several groups of sequences are in flight. The
+//! workload's `B` sequences may go as `k` micro-batches of `b = B/k` (`1 ≤ k ≤ min(B, S)` for
+//! `S` stages); the stage times `t_s(b)` are those of a step of `b` sequences. Each sequence
+//! gets one token per *cycle*, and a cycle lasts as long as a micro-batch's trip through every
+//! stage or as long as the busiest stage needs for all `k` micro-batches, whichever is longer:
+//!
+//! `cycle(k) = max(Σ_s t_s(B/k), k · max_s t_s(B/k))`, tokens/s = `B / min_k cycle(k)`.
+//!
+//! With one sequence that is `1 / Σ_s t_s(1)`: one stream's speed. (Fractional micro-batches
+//! keep `t_s(b) / b` non-increasing in `b`, so no `k` beyond the stage count helps.) *With the
+//! pipeline full* — `S` micro-batches of `B`, which needs `S·B` sequences and their KV cache —
+//! the rate is `B / max_s t_s(B)`, reported apart as a figure the workload does not reach.
+
+use std::sync::Arc;
 
 use crate::model::{Model, Place};
 use crate::scenario::{Links, Node, Problem, Workload};
@@ -80,6 +92,14 @@ fn saturate(x: u128) -> u64 {
 /// `x` clamped into `i64`.
 pub(crate) fn clamp_i64(x: i128) -> i64 {
     i64::try_from(x).unwrap_or(if x < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// How the workload's sequences go through a pipeline: in `micro_batches` groups, each
+/// sequence getting one token per `cycle_s`.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub micro_batches: u64,
+    pub cycle_s: f64,
 }
 
 /// Memory of a stage by part, in bytes.
@@ -149,8 +169,22 @@ pub struct CostModel {
     /// "fits". In `u128` no sum of 100,000 `u64` values can overflow.
     weights: Vec<u128>,
     kv: Vec<u128>,
+    /// Per decode step of `step` sequences: bytes read and FLOPs, prefix sums.
     read: Vec<f64>,
     flops: Vec<f64>,
+    /// The parts `read` and `flops` are made of, so a step of any size is one pass away:
+    /// dense weights, expert weights (scaled by the fraction of experts a step touches),
+    /// and per sequence its KV cache read and its FLOPs.
+    dense_read: Vec<f64>,
+    expert_read: Vec<f64>,
+    kv_read_per_sequence: Vec<f64>,
+    flops_per_sequence: Vec<f64>,
+    /// For MoE models, the fraction of experts one token routes to.
+    active_fraction: Option<f64>,
+    /// Sequences the workload holds KV cache for (`workload.batch`).
+    batch: u64,
+    /// Sequences decoded together in one step: `batch` or a micro-batch `batch / k`.
+    step: f64,
     prefill_read: Vec<f64>,
     prefill_flops: Vec<f64>,
     embed: Extra,
@@ -159,8 +193,11 @@ pub struct CostModel {
     shared_single: u64,
     workspace: u64,
     logits_workspace: u64,
-    activation_bytes: f64,
+    /// Bytes of one embedding row, of one token's activations, and the head's FLOPs per token.
+    embedding_row: f64,
     token_activation_bytes: f64,
+    head_flops_per_token: f64,
+    activation_bytes: f64,
     token_bytes: f64,
     prefill_chunk: f64,
     /// Per layer: KV bytes held per token of context (all sequences), and the layer's window.
@@ -169,7 +206,9 @@ pub struct CostModel {
     pub(crate) nodes: Vec<NodeRates>,
     reserves: Vec<u64>,
     budgets: Vec<u64>,
-    links: Links,
+    /// Shared: the dense per-pair table may be large, and every micro-batch size and subset
+    /// of the same cluster reads the same links.
+    links: Arc<Links>,
 }
 
 impl CostModel {
@@ -181,15 +220,14 @@ impl CostModel {
     /// The cost model of a model and workload on nodes joined by links.
     pub fn build(model: &Model, workload: &Workload, nodes: &[Node], links: &Links) -> CostModel {
         let arch = &model.arch;
-        let batch = workload.batch as f64;
         let context = workload.context;
         let chunk = workload.prefill_chunk as f64;
-        let (touched, touched_prefill, active_fraction) = match &arch.moe {
+        let (touched_prefill, active_fraction) = match &arch.moe {
             Some(moe) => {
                 let p = moe.active as f64 / moe.experts as f64;
-                (1.0 - (1.0 - p).powf(batch), 1.0 - (1.0 - p).powf(chunk), p)
+                (1.0 - (1.0 - p).powf(chunk), Some(p))
             }
-            None => (1.0, 1.0, 1.0),
+            None => (1.0, None),
         };
         // In f64: head counts and sizes may come from a GGUF's metadata, unbounded.
         let attention = 4.0 * arch.num_heads as f64 * arch.head_dim as f64;
@@ -200,8 +238,10 @@ impl CostModel {
         let mut windows = Vec::with_capacity(n);
         let mut weights = vec![0u128; n + 1];
         let mut kv = vec![0u128; n + 1];
-        let mut read = vec![0.0; n + 1];
-        let mut flops = vec![0.0; n + 1];
+        let mut dense_read = vec![0.0; n + 1];
+        let mut expert_read = vec![0.0; n + 1];
+        let mut kv_read_per_sequence = vec![0.0; n + 1];
+        let mut flops_per_sequence = vec![0.0; n + 1];
         let mut prefill_read = vec![0.0; n + 1];
         let mut prefill_flops = vec![0.0; n + 1];
         for (i, layer) in layers.iter().enumerate() {
@@ -209,8 +249,8 @@ impl CostModel {
             let tokens = window.map_or(context, |w| w.min(context));
             let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0));
             let dense = (layer.bytes - layer.expert_bytes) as f64;
-            let active_params =
-                (layer.params - layer.expert_params) as f64 + layer.expert_params as f64 * active_fraction;
+            let active_params = (layer.params - layer.expert_params) as f64
+                + layer.expert_params as f64 * active_fraction.unwrap_or(1.0);
             // Saturating: sizes from model files are untrusted, and a saturated total simply
             // does not fit anywhere.
             let kv_held = workload.batch.saturating_mul(tokens).saturating_mul(kv_per_token);
@@ -218,8 +258,10 @@ impl CostModel {
             windows.push(window);
             weights[i + 1] = weights[i] + u128::from(layer.bytes);
             kv[i + 1] = kv[i] + u128::from(kv_held);
-            read[i + 1] = read[i] + dense + layer.expert_bytes as f64 * touched + kv_held as f64;
-            flops[i + 1] = flops[i] + batch * (2.0 * active_params + attention * tokens as f64);
+            dense_read[i + 1] = dense_read[i] + dense;
+            expert_read[i + 1] = expert_read[i] + layer.expert_bytes as f64;
+            kv_read_per_sequence[i + 1] = kv_read_per_sequence[i] + tokens as f64 * kv_per_token as f64;
+            flops_per_sequence[i + 1] = flops_per_sequence[i] + 2.0 * active_params + attention * tokens as f64;
             prefill_read[i + 1] =
                 prefill_read[i] + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk + kv_per_token as f64;
             prefill_flops[i + 1] = prefill_flops[i] + 2.0 * active_params + attention * tokens as f64 / 2.0;
@@ -230,7 +272,7 @@ impl CostModel {
         let row = model.embedding_row_bytes();
         let embed = Extra {
             held: model.bytes_at(Place::Embedding),
-            read: batch * row,
+            read: 0.0,
             flops: 0.0,
             prefill_read: row,
             prefill_flops: 0.0,
@@ -239,7 +281,7 @@ impl CostModel {
         let head = Extra {
             held: head_bytes,
             read: head_bytes as f64,
-            flops: batch * 2.0 * vocab * hidden,
+            flops: 0.0,
             prefill_read: head_bytes as f64 / chunk,
             prefill_flops: 2.0 * vocab * hidden,
         };
@@ -270,12 +312,19 @@ impl CostModel {
                 capacity: clamp_i64(i128::from(node.memory) - i128::from(node.reserve) - i128::from(workspace)),
             })
             .collect();
-        CostModel {
+        let mut cost = CostModel {
             layers: n,
             weights,
             kv,
-            read,
-            flops,
+            read: Vec::new(),
+            flops: Vec::new(),
+            dense_read,
+            expert_read,
+            kv_read_per_sequence,
+            flops_per_sequence,
+            active_fraction,
+            batch: workload.batch,
+            step: 0.0,
             prefill_read,
             prefill_flops,
             embed,
@@ -283,17 +332,89 @@ impl CostModel {
             shared_single,
             workspace,
             logits_workspace,
-            activation_bytes: batch * hidden * ACTIVATION_BYTES,
+            embedding_row: row,
             token_activation_bytes: hidden * ACTIVATION_BYTES,
-            token_bytes: batch * TOKEN_BYTES,
+            head_flops_per_token: 2.0 * vocab * hidden,
+            activation_bytes: 0.0,
+            token_bytes: 0.0,
             prefill_chunk: chunk,
             kv_per_context_token,
             windows,
             nodes: node_rates,
             reserves: nodes.iter().map(|n| n.reserve).collect(),
             budgets: nodes.iter().map(|n| n.memory).collect(),
-            links: links.clone(),
+            links: Arc::new(links.clone()),
+        };
+        cost.set_step(workload.batch as f64);
+        cost
+    }
+
+    /// Makes each decode step one of `sequences` sequences (the memory still holds the KV
+    /// cache of all `batch`): per layer, `read = dense + experts × touched + sequences × KV`
+    /// and `flops = sequences × per-sequence FLOPs`.
+    fn set_step(&mut self, sequences: f64) {
+        let touched = self.active_fraction.map_or(1.0, |p| 1.0 - (1.0 - p).powf(sequences));
+        self.step = sequences;
+        self.read = (0..=self.layers)
+            .map(|i| self.dense_read[i] + self.expert_read[i] * touched + sequences * self.kv_read_per_sequence[i])
+            .collect();
+        self.flops = self.flops_per_sequence.iter().map(|f| sequences * f).collect();
+        self.embed.read = sequences * self.embedding_row;
+        self.head.flops = sequences * self.head_flops_per_token;
+        self.activation_bytes = sequences * self.token_activation_bytes;
+        self.token_bytes = sequences * TOKEN_BYTES;
+    }
+
+    /// The same cluster and memory with the workload's sequences decoded as `micro_batches`
+    /// equal groups: each step is one of `batch / micro_batches` sequences.
+    pub fn micro_batched(&self, micro_batches: u64) -> CostModel {
+        let mut out = self.clone();
+        out.set_step(self.batch as f64 / micro_batches.max(1) as f64);
+        out
+    }
+
+    /// Sequences the workload decodes (and holds KV cache for).
+    pub fn batch(&self) -> u64 {
+        self.batch
+    }
+
+    /// Sequences in one decode step of this cost model.
+    pub fn step_sequences(&self) -> f64 {
+        self.step
+    }
+
+    /// The schedule of `stages` that serves the workload's sequences fastest: the number of
+    /// micro-batches `k` (at most one per stage) and the cycle in which every sequence gets
+    /// one token, `max(Σ t_s, k · max t_s)` with stage times for `batch / k` sequences.
+    /// `self` must be the cost model of whole-batch steps.
+    pub fn best_schedule(&self, stages: &[(usize, usize, usize)]) -> Schedule {
+        let times = self.stage_times(stages);
+        let mut best = Schedule { micro_batches: 1, cycle_s: times.iter().sum() };
+        let most = self.batch.min(stages.len() as u64);
+        for k in 2..=most {
+            let cycle_s = self.micro_batched(k).cycle_s(stages, k);
+            if cycle_s < best.cycle_s {
+                best = Schedule { micro_batches: k, cycle_s };
+            }
         }
+        best
+    }
+
+    /// `max(Σ t_s, k · max t_s)` with this cost model's step: the cycle of `k` micro-batches.
+    pub fn cycle_s(&self, stages: &[(usize, usize, usize)], k: u64) -> f64 {
+        let times = self.stage_times(stages);
+        let sum: f64 = times.iter().sum();
+        let max = times.iter().copied().fold(0.0, f64::max);
+        sum.max(k as f64 * max)
+    }
+
+    /// True when `node` can hold `[start, end)` with the KV cache of `sequences` sequences
+    /// instead of the workload's `batch`.
+    pub fn fits_sequences(&self, node: usize, start: usize, end: usize, sequences: u64) -> bool {
+        let kv = self.kv[end] - self.kv[start];
+        let scaled = kv / u128::from(self.batch.max(1)) * u128::from(sequences);
+        let held = u128::from(self.held(start, end)) - kv.min(u128::from(self.held(start, end))) + scaled;
+        i64::try_from(saturate(held)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
     /// Number of layers.
@@ -363,7 +484,7 @@ impl CostModel {
     /// The same cost model with every pair on `link`.
     pub(crate) fn with_links(&self, link: crate::scenario::Link) -> CostModel {
         let mut out = self.clone();
-        out.links = Links::uniform(self.nodes.len(), link);
+        out.links = Arc::new(Links::uniform(self.nodes.len(), link));
         out
     }
 
@@ -374,7 +495,7 @@ impl CostModel {
         out.nodes = indices.iter().map(|&k| self.nodes[k]).collect();
         out.reserves = indices.iter().map(|&k| self.reserves[k]).collect();
         out.budgets = indices.iter().map(|&k| self.budgets[k]).collect();
-        out.links = self.links.subset(&indices);
+        out.links = Arc::new(self.links.subset(&indices));
         out
     }
 

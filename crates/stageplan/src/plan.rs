@@ -24,15 +24,27 @@ pub struct Plan {
     pub feasible: bool,
     /// Stages in pipeline order. Empty when no plan fits.
     pub stages: Vec<Stage>,
-    /// Tokens per second with the pipeline kept full: `batch ÷ slowest stage`. 0 when no plan fits.
+    /// Tokens per second the workload's `batch` sequences reach: `batch ÷ cycle`, where each
+    /// sequence gets one token per cycle of `micro_batches` groups through the pipeline
+    /// (see [`crate::cost`]). With one sequence, one stream's speed. 0 when no plan fits.
     pub tokens_per_s: f64,
-    /// One sequence's time per token: the sum of stages and hops. `null` when no plan fits.
+    /// Groups the sequences go through the pipeline in: the count that serves them fastest
+    /// (throughput objective), or 1 (latency). Stage times are for steps of
+    /// `batch ÷ micro_batches` sequences.
+    #[serde(default = "one")]
+    pub micro_batches: u64,
+    /// One step's trip through every stage and back: the sum of stage times. With one
+    /// micro-batch, each sequence's time per token. `null` when no plan fits.
     pub latency_s: Option<f64>,
     /// Tokens per second of sequences that go through the pipeline one step at a time
     /// (no overlap): `batch ÷ latency`. What one interactive stream sees.
     pub stream_tokens_per_s: f64,
     /// Prompt tokens per second during prefill, pipelined by chunks.
     pub prefill_tokens_per_s: f64,
+    /// The same split with the pipeline kept full: more sequences in flight than the workload
+    /// has. `null` when no plan fits.
+    #[serde(default)]
+    pub pipeline_full: Option<PipelineFull>,
     /// Index of the slowest stage.
     pub bottleneck: Option<usize>,
     /// The longest context every stage still fits at this split; `null` when it does not fit
@@ -47,6 +59,21 @@ pub struct Plan {
     pub baselines: Vec<Baseline>,
     /// Notes, warnings and errors, each with a fix where there is one.
     pub diagnostics: Vec<Diagnostic>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// The pipeline kept full: one group of the workload's `batch` sequences in every stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PipelineFull {
+    /// Sequences in flight it needs: `batch` per stage.
+    pub sequences: u64,
+    /// `batch ÷ slowest stage`, with steps of `batch` sequences.
+    pub tokens_per_s: f64,
+    /// Every stage also holds the KV cache of `sequences` sequences.
+    pub kv_fits: bool,
 }
 
 /// The model a plan is for.
@@ -89,7 +116,8 @@ pub struct Stage {
     pub head: bool,
     pub memory: MemoryBreakdown,
     pub time: TimeBreakdown,
-    /// Time of one decode step in this stage, hop included, in seconds.
+    /// Time of one decode step in this stage (`batch ÷ micro_batches` sequences), hop
+    /// included, in seconds.
     pub time_s: f64,
 }
 

@@ -1,24 +1,20 @@
-# stageplan · llama-3.1-70b q4_k_m · 4 stages · layers 32/14/1/33 on gamer, mac, old-laptop, desk
+# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 38/42 on gamer, desk
 # --tensor-split gives each device its blocks (+1 on the last for the output layer) of the 81 slots;
 # llama.cpp then places exactly the plan's layers on each device, in --device order.
 
 # 1. On each machine below, serve its device to the host (llama.cpp's rpc-server).
 #    One device per rpc-server keeps the RPC device numbers in --rpc order.
-#    on mac:
-rpc-server --host 0.0.0.0 --port 50052
-#    on old-laptop:
-rpc-server --host 0.0.0.0 --port 50052
 #    on desk:
 CUDA_VISIBLE_DEVICES=0 rpc-server --host 0.0.0.0 --port 50052
 
 # 2. On gamer:
 llama-server \
   --model llama-3.1-70b-q4_k_m.gguf \
-  --rpc mac:50052,old-laptop:50052,desk:50052 \
-  --device CUDA0,RPC0,RPC1,RPC2 \
+  --rpc desk:50052 \
+  --device CUDA0,RPC0 \
   --n-gpu-layers 81 \
   --fit off \
-  --tensor-split 32,14,1,34 \
+  --tensor-split 38,43 \
   --ctx-size 8192 \
   --parallel 1 \
   --cache-type-k f16 \

@@ -1,8 +1,8 @@
-# stageplan · llama-3.1-70b q4_k_m · 4 stages · layers 32/14/1/33 on gamer, mac, old-laptop, desk
-# Megatron-LM arguments: one pipeline stage per machine, in this order: gamer, mac, old-laptop, desk.
+# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 38/42 on gamer, desk
+# Megatron-LM arguments: one pipeline stage per machine, in this order: gamer, desk.
 # Add them to your launch: torchrun … pretrain_gpt.py "${STAGEPLAN_PIPELINE_ARGS[@]}" …
 STAGEPLAN_PIPELINE_ARGS=(
   --num-layers 80
-  --pipeline-model-parallel-size 4
-  --pipeline-model-parallel-layout "Et*32|t*14|t|t*33L"
+  --pipeline-model-parallel-size 2
+  --pipeline-model-parallel-layout "Et*38|t*42L"
 )

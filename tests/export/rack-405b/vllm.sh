@@ -1,11 +1,9 @@
-# stageplan · llama-3.1-405b fp8 · 6 stages · layers 14/35/35/14/14/14 on a100-1, h200-1, h200-2, a100-2, a100-3, a100-4
-# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: rank 0 = a100-1 (layers 0–14), rank 1 = h200-1 (layers 14–49), rank 2 = h200-2 (layers 49–84), rank 3 = a100-2 (layers 84–98), rank 4 = a100-3 (layers 98–112), rank 5 = a100-4 (layers 112–126).
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 17/35/17/14/9/34 on a100-1, h200-1, a100-2, a100-3, a100-4, h200-2
+# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: rank 0 = a100-1 (layers 0–17), rank 1 = h200-1 (layers 17–52), rank 2 = a100-2 (layers 52–69), rank 3 = a100-3 (layers 69–83), rank 4 = a100-4 (layers 83–92), rank 5 = h200-2 (layers 92–126).
 
 # 1. A Ray cluster: on a100-1,
 ray start --head --port 6379
 #    on h200-1:
-ray start --address a100-1:6379
-#    on h200-2:
 ray start --address a100-1:6379
 #    on a100-2:
 ray start --address a100-1:6379
@@ -13,9 +11,11 @@ ray start --address a100-1:6379
 ray start --address a100-1:6379
 #    on a100-4:
 ray start --address a100-1:6379
+#    on h200-2:
+ray start --address a100-1:6379
 
 # 2. On a100-1:
-VLLM_PP_LAYER_PARTITION=14,35,35,14,14,14 vllm serve meta-llama/Llama-3.1-405B \
+VLLM_PP_LAYER_PARTITION=17,35,17,14,9,34 vllm serve meta-llama/Llama-3.1-405B \
   --pipeline-parallel-size 6 \
   --tensor-parallel-size 1 \
   --distributed-executor-backend ray \

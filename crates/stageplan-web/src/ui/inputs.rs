@@ -148,7 +148,7 @@ pub fn ModelPanel(
                 </label>
             </div>
             <div class="tabs" role="radiogroup" aria-label="objective">
-                {[(Objective::Throughput, "Throughput (pipeline full)"), (Objective::Latency, "Latency (one stream)")]
+                {[(Objective::Throughput, "Throughput (all sequences)"), (Objective::Latency, "Latency (one step's trip)")]
                     .into_iter()
                     .map(|(value, label)| view! {
                         <label class="tab" class:active=move || state.with(|s| s.objective == value)>

@@ -25,12 +25,28 @@ pub fn plan_count(nodes: usize, layers: usize) -> Option<u64> {
 /// The best assignment over every ordered subset and split, by `objective`, among those that
 /// use `required` if given; ties keep the first found. `None` when nothing fits.
 ///
-/// A depth-first walk that keeps the running sum and maximum of closed stages, so each of
-/// the (many) complete plans costs O(1); ranges that do not fit are not extended, since a
-/// longer range on the same node holds more.
+/// A depth-first walk that keeps the running sum and maximum of closed stages — for the
+/// throughput objective one pair per micro-batch count, each on its own step size — so each
+/// of the (many) complete plans costs O(micro-batch counts); ranges that do not fit are not
+/// extended, since a longer range on the same node holds more.
 pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usize>) -> Option<(f64, Assignment)> {
-    let mut walk =
-        Walk { cost, objective, required, used: vec![false; cost.node_count()], stages: Vec::new(), best: None };
+    let counts = match objective {
+        Objective::Throughput => cost.batch().min(cost.node_count() as u64).max(1) as usize,
+        Objective::Latency => 1,
+    };
+    let costs: Vec<CostModel> =
+        (1..=counts as u64).map(|k| if k == 1 { cost.clone() } else { cost.micro_batched(k) }).collect();
+    let depth = cost.node_count() + 1;
+    let mut walk = Walk {
+        costs,
+        objective,
+        required,
+        used: vec![false; cost.node_count()],
+        stages: Vec::new(),
+        sums: vec![0.0; depth * counts],
+        maxes: vec![0.0; depth * counts],
+        best: None,
+    };
     for first in 0..cost.node_count() {
         walk.used[first] = true;
         for end in 1..=cost.layers() {
@@ -38,7 +54,7 @@ pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usiz
                 break;
             }
             walk.stages.push((first, 0, end));
-            walk.extend(0.0, 0.0);
+            walk.extend();
             walk.stages.pop();
         }
         walk.used[first] = false;
@@ -46,49 +62,64 @@ pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usiz
     walk.best
 }
 
-struct Walk<'a> {
-    cost: &'a CostModel,
+struct Walk {
+    /// `costs[k - 1]`: stage times for steps of `batch / k` sequences.
+    costs: Vec<CostModel>,
     objective: Objective,
     required: Option<usize>,
     used: Vec<bool>,
     /// The last stage is open: its hop depends on who comes next.
     stages: Assignment,
+    /// `[d × counts + k − 1]`: sum and maximum of the first `d` stages' times, `k` micro-batches.
+    sums: Vec<f64>,
+    maxes: Vec<f64>,
     best: Option<(f64, Assignment)>,
 }
 
-impl Walk<'_> {
-    fn extend(&mut self, sum: f64, max: f64) {
-        let cost = self.cost;
-        let l = cost.layers();
-        let (k, a, b) = *self.stages.last().expect("a stage is open");
+impl Walk {
+    fn extend(&mut self) {
+        let counts = self.costs.len();
+        let l = self.costs[0].layers();
+        let closed = self.stages.len() - 1;
+        let (k, a, b) = self.stages[closed];
+        let at = closed * counts;
         if b == l {
             if self.required.is_some_and(|r| !self.used[r]) {
                 return;
             }
-            let send = if self.stages.len() == 1 { 0.0 } else { cost.return_s(k, self.stages[0].0) };
-            let t = cost.roofline_s(k, a, b) + send;
-            let v = match self.objective {
-                Objective::Throughput => max.max(t),
-                Objective::Latency => sum + t,
-            };
+            let mut v = f64::INFINITY;
+            // At most one micro-batch per stage.
+            for (c, cost) in self.costs.iter().enumerate().take(closed + 1) {
+                let send = if closed == 0 { 0.0 } else { cost.return_s(k, self.stages[0].0) };
+                let t = cost.roofline_s(k, a, b) + send;
+                let cycle = match self.objective {
+                    Objective::Throughput => (self.sums[at + c] + t).max((c + 1) as f64 * self.maxes[at + c].max(t)),
+                    Objective::Latency => self.sums[at + c] + t,
+                };
+                v = v.min(cycle);
+            }
             if self.best.as_ref().is_none_or(|best| v < best.0) {
                 self.best = Some((v, self.stages.clone()));
             }
             return;
         }
-        let compute = cost.roofline_s(k, a, b);
         for next in 0..self.used.len() {
             if self.used[next] {
                 continue;
             }
-            let t = compute + cost.hop_s(k, next);
+            for c in 0..counts {
+                let cost = &self.costs[c];
+                let t = cost.roofline_s(k, a, b) + cost.hop_s(k, next);
+                self.sums[at + counts + c] = self.sums[at + c] + t;
+                self.maxes[at + counts + c] = self.maxes[at + c].max(t);
+            }
             self.used[next] = true;
             for end in b + 1..=l {
-                if !cost.fits(next, b, end) {
+                if !self.costs[0].fits(next, b, end) {
                     break;
                 }
                 self.stages.push((next, b, end));
-                self.extend(sum + t, max.max(t));
+                self.extend();
                 self.stages.pop();
             }
             self.used[next] = false;

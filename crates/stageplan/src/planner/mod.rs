@@ -11,10 +11,10 @@ mod fixes;
 pub mod replan;
 mod search;
 
-use crate::cost::CostModel;
+use crate::cost::{CostModel, Schedule};
 use crate::plan::{
-    Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, Plan, PlannedModel, PlannedWorkload,
-    Search, Stage, TimeBreakdown,
+    Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan, PlannedModel,
+    PlannedWorkload, Search, Stage, TimeBreakdown,
 };
 use crate::scenario::{Objective, Policy, Problem};
 use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
@@ -164,6 +164,19 @@ pub(crate) fn evaluate(
 ) -> Plan {
     let count = stages.len();
     let batch = problem.workload.batch as f64;
+    // The throughput objective runs the workload's sequences in the micro-batches that serve
+    // them fastest; the latency objective steps them all together.
+    let schedule = match objective {
+        Objective::Throughput if !stages.is_empty() => cost.best_schedule(stages),
+        _ => Schedule { micro_batches: 1, cycle_s: cost.stage_times(stages).iter().sum() },
+    };
+    let micro;
+    let step_cost = if schedule.micro_batches > 1 {
+        micro = cost.micro_batched(schedule.micro_batches);
+        &micro
+    } else {
+        cost
+    };
     let mut out = Vec::with_capacity(count);
     for (s, &(node, start, end)) in stages.iter().enumerate() {
         let next = if count == 1 {
@@ -173,7 +186,7 @@ pub(crate) fn evaluate(
         } else {
             Some(stages[s + 1].0)
         };
-        let time = cost.time(node, start, end, next);
+        let time = step_cost.time(node, start, end, next);
         let memory = cost.memory(node, start, end);
         let budget = cost.budget(node);
         let total = memory.total();
@@ -206,10 +219,18 @@ pub(crate) fn evaluate(
     let feasible = !stages.is_empty() && stages.iter().all(|&(k, a, b)| cost.fits(k, a, b));
     let bottleneck =
         out.iter().enumerate().max_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s).then(b.0.cmp(&a.0))).map(|(i, _)| i);
-    let slowest = bottleneck.map_or(0.0, |b| out[b].time_s);
     let latency: f64 = out.iter().map(|s| s.time_s).sum();
     let prefill = out.iter().map(|s| s.time.prefill_s).fold(0.0, f64::max);
     let has_stages = !out.is_empty();
+    let pipeline_full = (has_stages && feasible).then(|| {
+        let slowest = cost.stage_times(stages).into_iter().fold(0.0, f64::max);
+        let sequences = problem.workload.batch.saturating_mul(count as u64);
+        PipelineFull {
+            sequences,
+            tokens_per_s: batch / slowest,
+            kv_fits: stages.iter().all(|&(k, a, b)| cost.fits_sequences(k, a, b, sequences)),
+        }
+    });
     Plan {
         policy,
         objective,
@@ -225,7 +246,9 @@ pub(crate) fn evaluate(
             kv: problem.workload.kv.name().to_owned(),
         },
         feasible,
-        tokens_per_s: if has_stages && feasible { batch / slowest } else { 0.0 },
+        tokens_per_s: if has_stages && feasible { batch / schedule.cycle_s } else { 0.0 },
+        micro_batches: schedule.micro_batches,
+        pipeline_full,
         latency_s: (has_stages && feasible).then_some(latency),
         stream_tokens_per_s: if has_stages && feasible { batch / latency } else { 0.0 },
         prefill_tokens_per_s: if has_stages && feasible { 1.0 / prefill } else { 0.0 },

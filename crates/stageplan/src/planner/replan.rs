@@ -6,12 +6,11 @@
 //! 1. keeps the current plan when it still fits and the best plan is less than `hysteresis`
 //!    better (no move for a small gain, so small metric changes never make plans oscillate);
 //! 2. otherwise looks, among plans within `tolerance` of the best, for the one that moves
-//!    the fewest bytes. For the throughput objective this is exact: a subset dynamic program
-//!    over (nodes used, layers covered) whose stages must each stay within the slowest-stage
-//!    bound `(1 + tolerance) × best`, minimising bytes moved (a sum over layers, so each
-//!    step is a sliding-window minimum). For latency it keeps the latency-optimal plan's
-//!    stage-time bound as the constraint and checks the result's latency against the same
-//!    tolerance, falling back to the optimal plan.
+//!    the fewest bytes: a subset dynamic program over (nodes used, layers covered) whose
+//!    stages must each stay within the best plan's slowest stage times `1 + tolerance`,
+//!    minimising bytes moved (a sum over layers, so each step is a sliding-window minimum).
+//!    The plan it finds is checked against the objective (the workload's cycle, or the sum
+//!    of stages) within the same tolerance, falling back to the optimal plan.
 //!
 //! A lost node's layers are always re-placed: its stages are no longer valid, so the current
 //! plan is never kept. Moves are weights (and the embedding or head when the first or last
@@ -205,12 +204,10 @@ pub fn replan(problem: &Problem, current: &[CurrentStage], options: ReplanOption
         ),
         _ => {
             let bound = best_seconds * (1.0 + options.tolerance);
-            let stage_bound = match objective {
-                Objective::Throughput => bound,
-                Objective::Latency => {
-                    cost.stage_times(&best_stages).iter().copied().fold(0.0, f64::max) * (1.0 + options.tolerance)
-                }
-            };
+            // The best plan's slowest stage (whole-batch steps), with the tolerance, bounds
+            // every stage of the plans searched; each is then checked on the objective.
+            let stage_bound =
+                cost.stage_times(&best_stages).iter().copied().fold(0.0, f64::max) * (1.0 + options.tolerance);
             let mover = Mover { cost: &cost, owner: &owner, old_first, old_last, model: problem };
             let cheapest =
                 mover.least_moves(stage_bound).filter(|a| value(&cost, a, objective).is_some_and(|v| v <= bound));
@@ -325,18 +322,18 @@ pub(crate) fn moves(
 }
 
 /// The least-moving plan search.
-struct Mover<'a> {
-    cost: &'a CostModel,
-    owner: &'a [Option<usize>],
-    old_first: Option<usize>,
-    old_last: Option<usize>,
-    model: &'a Problem,
+pub(crate) struct Mover<'a> {
+    pub(crate) cost: &'a CostModel,
+    pub(crate) owner: &'a [Option<usize>],
+    pub(crate) old_first: Option<usize>,
+    pub(crate) old_last: Option<usize>,
+    pub(crate) model: &'a Problem,
 }
 
 impl Mover<'_> {
     /// The plan that moves the fewest bytes with every stage (hop included) within `tau`:
     /// a subset DP over (nodes used, layers covered) with all nodes alike in its state.
-    fn least_moves(&self, tau: f64) -> Option<Assignment> {
+    pub(crate) fn least_moves(&self, tau: f64) -> Option<Assignment> {
         let cost = self.cost;
         let l = cost.layers();
         let nodes: Vec<usize> = (0..cost.node_count()).filter(|&k| cost.nodes[k].capacity >= 0).collect();

@@ -1,5 +1,19 @@
-//! The `optimal` policy: the node subset, order and contiguous split that minimise the
-//! slowest stage (throughput) or the sum of stages (latency).
+//! The `optimal` policy: the node subset, order and contiguous split that serve the workload
+//! fastest (throughput) or take each token through the pipeline soonest (latency).
+//!
+//! Two searches do the work, and the objectives are built from them:
+//!
+//! - **Least sum** of stage times (and hops): the latency objective, and one micro-batch.
+//! - **Least slowest stage**: a pipeline kept full, and the bound on each micro-batch count.
+//!
+//! *Throughput* is what the workload's `B` sequences reach: for `k` micro-batches the cycle
+//! is `max(Σ t_s, k · max t_s)` with stage times for `B/k` sequences (see [`crate::cost`]);
+//! `k = 1` is the least sum. For `k ≥ 2` the least cycle is found by a search over a
+//! threshold `τ` on the slowest stage, with the least sum under it: with `L*(τ)` the least
+//! sum among plans whose stages all stay within `τ` (non-increasing in `τ`), the least cycle
+//! is `min over τ of max(L*(τ), k·τ)`. Bisection finds the crossing of the two; every probe's
+//! plan is a candidate, and `k` times the highest threshold shown to be too low is a bound no
+//! plan beats.
 //!
 //! **Exact search over subsets and orders.** A pipeline is a sequence of nodes, each taking
 //! the layers after the previous one. Which nodes came before matters only through the set of
@@ -9,17 +23,18 @@
 //! sequencing problems*, 1962). Nodes with identical figures are interchangeable, so only one
 //! representative subset per multiset is visited.
 //!
-//! - *Throughput* (min–max) uses parametric search (N. Megiddo, *Combinatorial optimization
-//!   with rational objective functions*, 1979): for a threshold `τ`, "can every stage stay
-//!   within `τ`?" is answered by the subset DP where each node reaches as far as it can (a
-//!   farther prefix is never worse). A feasible answer lowers the upper bound to the plan's
-//!   actual slowest stage; an infeasible one raises the lower bound to the smallest stage
-//!   time at which any reachable stage could grow. Both bounds are stage times that occur in
-//!   some plan, so the search ends on the exact optimum.
-//! - *Latency* (min–sum) is a shortest path over the same states. When a node's time is
-//!   linear in its layers (it is memory-bound on every layer, or compute-bound on every one —
-//!   the usual case), the best predecessor for each end layer is a sliding-window minimum
-//!   over the starts that fit in memory, so each (subset, node) step costs `O(L)`.
+//! - *Least slowest stage* (min–max) uses parametric search (N. Megiddo, *Combinatorial
+//!   optimization with rational objective functions*, 1979): for a threshold `τ`, "can every
+//!   stage stay within `τ`?" is answered by the subset DP where each node reaches as far as
+//!   it can (a farther prefix is never worse). A feasible answer lowers the upper bound to the
+//!   plan's actual slowest stage; an infeasible one raises the lower bound to the smallest
+//!   stage time at which any reachable stage could grow. Both bounds are stage times that
+//!   occur in some plan, so the search ends on the exact optimum.
+//! - *Least sum* (min–sum) is a shortest path over the same states, optionally with every
+//!   stage capped at a threshold. When a node's time is linear in its layers (it is
+//!   memory-bound on every layer, or compute-bound on every one — the usual case), the best
+//!   predecessor for each end layer is a sliding-window minimum over the starts that fit in
+//!   memory and under the cap, so each (subset, node) step costs `O(L)`.
 //!
 //! Uniform links (one default for every pair, the common case) need no order information in
 //! the state. Per-pair links make hops depend on neighbours, so the state also carries the
@@ -46,7 +61,8 @@ pub(crate) type Assignment = Vec<(usize, usize, usize)>;
 /// What the search found.
 #[derive(Clone, Debug)]
 pub(crate) struct Found {
-    /// The best plan and its objective value (seconds: slowest stage, or sum).
+    /// The best plan and its objective value in seconds: the cycle in which each of the
+    /// workload's sequences gets a token (throughput), or the sum of stages (latency).
     pub best: Option<(f64, Assignment)>,
     /// True when `best` is proven optimal.
     pub exact: bool,
@@ -54,6 +70,15 @@ pub(crate) struct Found {
     pub bound: Option<f64>,
     /// What was searched, in words.
     pub detail: String,
+}
+
+/// What the two underlying searches minimise over one cost model.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Goal {
+    /// The slowest stage: the pipeline kept full.
+    Slowest,
+    /// The sum of stages: one micro-batch's trip.
+    Sum,
 }
 
 /// Limits on the exact search, in DP cells touched; above them the heuristic runs.
@@ -65,73 +90,199 @@ pub(crate) fn value(cost: &CostModel, stages: &[(usize, usize, usize)], objectiv
     if stages.is_empty() || stages.iter().any(|&(k, a, b)| !cost.fits(k, a, b)) {
         return None;
     }
-    let times = cost.stage_times(stages);
     Some(match objective {
-        Objective::Throughput => times.iter().copied().fold(0.0, f64::max),
-        Objective::Latency => times.iter().sum(),
+        Objective::Throughput => cost.best_schedule(stages).cycle_s,
+        Objective::Latency => cost.stage_times(stages).iter().sum(),
     })
+}
+
+/// The nodes a search may use: allowed, with room for something after reserve and workspace.
+fn usable(cost: &CostModel, allowed: &[bool]) -> Vec<usize> {
+    (0..cost.node_count()).filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0).collect()
 }
 
 /// The best plan using only `allowed` nodes and, if given, certainly using `required`.
 pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], required: Option<usize>) -> Found {
-    let nodes: Vec<usize> = (0..cost.node_count()).filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0).collect();
+    let nodes = usable(cost, allowed);
     if nodes.is_empty() || cost.layers() == 0 || required.is_some_and(|r| !nodes.contains(&r)) {
         return Found { best: None, exact: true, bound: None, detail: "no usable node".to_owned() };
     }
-    let space = Space::new(cost, &nodes, required);
-    let uniform = cost.uniform_links();
-    let l = cost.layers() as f64;
-    let m = nodes.len() as f64;
-    let masks = space.canonical_masks();
-    let (work, cells) = match (objective, uniform) {
-        (Objective::Throughput, true) => (masks * m * 64.0 + m * l * 64.0, masks),
-        (Objective::Throughput, false) => (m * masks * m * m * 64.0 + m * m * l * 64.0, m * masks * m),
-        (Objective::Latency, true) => (masks * m * l * 2.0, masks * (l + 1.0)),
-        (Objective::Latency, false) => (m * masks * m * m * l, masks * m * (l + 1.0)),
-    };
-    if nodes.len() <= 24 && work <= EXACT_WORK_LIMIT && cells <= EXACT_CELL_LIMIT {
-        let best = match (objective, uniform) {
-            (Objective::Throughput, true) => {
-                // A plan along the fastest-first order seeds the upper bound.
-                let floor = lower_bound(cost, objective, &nodes).unwrap_or(0.0);
-                let seed = fixed_order(cost, objective, &speed_order(cost, &nodes), required);
-                parametric(floor, seed, |tau| space.feasible(tau, true))
-            }
-            (Objective::Throughput, false) => {
-                // Relax every link to the best one (uniform): its optimum bounds ours from below,
-                // and its plan, on the real links, from above.
-                let relaxed = cost.with_links(cost.best_link());
-                let mut floor = lower_bound(cost, objective, &nodes).unwrap_or(0.0);
-                let mut seed = None;
-                let inner = Space::new(&relaxed, &nodes, required);
-                if let Some((value, stages)) = parametric(floor, None, |tau| inner.feasible(tau, true)) {
-                    floor = floor.max(value);
-                    seed = Some((cost.stage_times(&stages).iter().copied().fold(0.0, f64::max), stages));
-                }
-                parametric(floor, seed, |tau| space.feasible(tau, false))
-            }
-            (Objective::Latency, true) => space.min_sum_uniform(),
-            (Objective::Latency, false) => space.min_sum_pairwise(),
-        };
-        let visited = if uniform { masks } else { masks * m };
-        let detail = format!(
-            "exact: every ordered subset of {} node{} ({} states{})",
-            nodes.len(),
-            if nodes.len() == 1 { "" } else { "s" },
-            group_digits(visited as u64),
-            if space.classes < nodes.len() { ", identical nodes merged" } else { "" },
-        );
-        let bound = best.as_ref().map(|b| b.0);
-        Found { best, exact: true, bound, detail }
-    } else {
-        heuristic(cost, objective, &nodes, required)
+    match objective {
+        Objective::Latency => optimal_goal(cost, Goal::Sum, &nodes, required),
+        Objective::Throughput => optimal_cycle(cost, &nodes, required),
     }
+}
+
+/// Would the exact subset search for `goal` stay within its limits?
+fn exact_fits(cost: &CostModel, goal: Goal, space: &Space) -> bool {
+    let l = cost.layers() as f64;
+    let m = space.nodes.len() as f64;
+    let masks = space.canonical_masks();
+    let (work, cells) = match (goal, cost.uniform_links()) {
+        (Goal::Slowest, true) => (masks * m * 64.0 + m * l * 64.0, masks),
+        (Goal::Slowest, false) => (m * masks * m * m * 64.0 + m * m * l * 64.0, m * masks * m),
+        (Goal::Sum, true) => (masks * m * l * 2.0, masks * (l + 1.0)),
+        (Goal::Sum, false) => (m * masks * m * m * l, masks * m * (l + 1.0)),
+    };
+    space.nodes.len() <= 24 && work <= EXACT_WORK_LIMIT && cells <= EXACT_CELL_LIMIT
+}
+
+/// In words, what the exact search visited.
+fn exact_detail(cost: &CostModel, space: &Space) -> String {
+    let m = space.nodes.len();
+    let masks = space.canonical_masks();
+    let visited = if cost.uniform_links() { masks } else { masks * m as f64 };
+    format!(
+        "exact: every ordered subset of {} node{} ({} states{})",
+        m,
+        if m == 1 { "" } else { "s" },
+        group_digits(visited as u64),
+        if space.classes < m { ", identical nodes merged" } else { "" },
+    )
+}
+
+/// The least slowest stage or least sum over `nodes` (all usable), exact when small enough.
+pub(crate) fn optimal_goal(cost: &CostModel, goal: Goal, nodes: &[usize], required: Option<usize>) -> Found {
+    let space = Space::new(cost, nodes, required);
+    if !exact_fits(cost, goal, &space) {
+        return heuristic(cost, goal, nodes, required);
+    }
+    let uniform = cost.uniform_links();
+    let best = match (goal, uniform) {
+        (Goal::Slowest, true) => {
+            // A plan along the fastest-first order seeds the upper bound.
+            let floor = lower_bound(cost, goal, nodes).unwrap_or(0.0);
+            let seed = fixed_order(cost, goal, &speed_order(cost, nodes), required);
+            parametric(floor, seed, |tau| space.feasible(tau, true))
+        }
+        (Goal::Slowest, false) => {
+            // Relax every link to the best one (uniform): its optimum bounds ours from below,
+            // and its plan, on the real links, from above.
+            let relaxed = cost.with_links(cost.best_link());
+            let mut floor = lower_bound(cost, goal, nodes).unwrap_or(0.0);
+            let mut seed = None;
+            let inner = Space::new(&relaxed, nodes, required);
+            if let Some((value, stages)) = parametric(floor, None, |tau| inner.feasible(tau, true)) {
+                floor = floor.max(value);
+                seed = Some((cost.stage_times(&stages).iter().copied().fold(0.0, f64::max), stages));
+            }
+            parametric(floor, seed, |tau| space.feasible(tau, false))
+        }
+        (Goal::Sum, true) => space.min_sum_uniform(f64::INFINITY),
+        (Goal::Sum, false) => space.min_sum_pairwise(f64::INFINITY),
+    };
+    let bound = best.as_ref().map(|b| b.0);
+    Found { best, exact: true, bound, detail: exact_detail(cost, &space) }
+}
+
+/// Throughput the workload reaches: the least cycle over every micro-batch count.
+fn optimal_cycle(cost: &CostModel, nodes: &[usize], required: Option<usize>) -> Found {
+    // One micro-batch: the cycle is the sum of stage times.
+    let mut found = optimal_goal(cost, Goal::Sum, nodes, required);
+    let most = cost.batch().min(nodes.len() as u64);
+    for k in 2..=most {
+        let micro = cost.micro_batched(k);
+        let incumbent = found.best.as_ref().map_or(f64::INFINITY, |b| b.0);
+        // No k-cycle is shorter than the least sum, nor than k times the least slowest stage.
+        let floor = match (lower_bound(&micro, Goal::Sum, nodes), lower_bound(&micro, Goal::Slowest, nodes)) {
+            (Some(sum), Some(slowest)) => sum.max(k as f64 * slowest),
+            _ => continue, // nothing fits
+        };
+        if floor >= incumbent {
+            found.bound = found.bound.map(|b| b.min(floor));
+            continue;
+        }
+        let searched = least_cycle(&micro, k, nodes, required);
+        found.exact &= searched.exact;
+        found.bound = match (found.bound, searched.bound) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some((v, stages)) = searched.best
+            && v < incumbent
+        {
+            found.best = Some((v, stages));
+        }
+    }
+    if let (Some(bound), Some((v, _))) = (found.bound, &found.best) {
+        found.bound = Some(bound.min(*v));
+    }
+    if most > 1 {
+        found.detail = format!("{}; 1 to {most} micro-batches", found.detail);
+    }
+    found
+}
+
+/// The least `max(Σ t_s, k · max t_s)` on `micro` (stage times of one micro-batch): a
+/// bisection on the slowest-stage cap `τ`, each probe the least sum with every stage ≤ `τ`.
+fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usize>) -> Found {
+    let k = k as f64;
+    let space = Space::new(micro, nodes, required);
+    let exact = exact_fits(micro, Goal::Sum, &space);
+    // Large clusters: the least sum along the order the unconstrained heuristic found best,
+    // and the heuristic's least-slowest plan, as candidates.
+    let order = (!exact).then(|| {
+        let found = heuristic(micro, Goal::Sum, nodes, required);
+        found.best.map_or_else(|| speed_order(micro, nodes), |(_, stages)| order_of(micro, &stages, nodes))
+    });
+    let least_sum = |cap: f64| match &order {
+        None if micro.uniform_links() => space.min_sum_uniform(cap),
+        None => space.min_sum_pairwise(cap),
+        Some(order) => fixed_order_min_sum(micro, order, required, cap),
+    };
+    let sum_and_max = |stages: &Assignment| {
+        let times = micro.stage_times(stages);
+        (times.iter().sum::<f64>(), times.iter().copied().fold(0.0, f64::max))
+    };
+    let Some((_, free)) = least_sum(f64::INFINITY) else {
+        return Found { best: None, exact, bound: None, detail: String::new() };
+    };
+    let (least, slowest) = sum_and_max(&free);
+    let mut best = (least.max(k * slowest), free);
+    if !exact && let Some((_, stages)) = heuristic(micro, Goal::Slowest, nodes, required).best {
+        let (sum, max) = sum_and_max(&stages);
+        if sum.max(k * max) < best.0 {
+            best = (sum.max(k * max), stages);
+        }
+    }
+    // Below `lo` every cap leaves sums above k·cap; at `hi` some plan's cycle is k·hi.
+    let (mut lo, mut hi) = (least / k, slowest);
+    for _ in 0..100 {
+        if k * lo >= best.0 * (1.0 - 1e-12) || hi - lo <= hi * 1e-12 {
+            break;
+        }
+        let tau = lo + (hi - lo) / 2.0;
+        match least_sum(tau) {
+            None => lo = tau,
+            Some((_, stages)) => {
+                let (sum, max) = sum_and_max(&stages);
+                if sum.max(k * max) < best.0 {
+                    best = (sum.max(k * max), stages);
+                }
+                if sum <= k * tau { hi = max.max(sum / k) } else { lo = tau }
+            }
+        }
+    }
+    let bound = if exact {
+        Some(best.0.min(k * lo))
+    } else {
+        lower_bound(micro, Goal::Sum, nodes).zip(lower_bound(micro, Goal::Slowest, nodes)).map(|(s, m)| s.max(k * m))
+    };
+    Found { best: Some(best), exact, bound, detail: String::new() }
+}
+
+/// The nodes of `stages` first, in pipeline order, then the other `nodes` fastest first.
+fn order_of(cost: &CostModel, stages: &[(usize, usize, usize)], nodes: &[usize]) -> Vec<usize> {
+    let mut order: Vec<usize> = stages.iter().map(|s| s.0).collect();
+    let rest: Vec<usize> = speed_order(cost, nodes).into_iter().filter(|k| !order.contains(k)).collect();
+    order.extend(rest);
+    order
 }
 
 /// Does any plan fit in memory with the `allowed` nodes? Exact for clusters the subset
 /// search covers; a largest-memory-first fill above that.
 pub(crate) fn any_fit(cost: &CostModel, allowed: &[bool]) -> bool {
-    let nodes: Vec<usize> = (0..cost.node_count()).filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0).collect();
+    let nodes = usable(cost, allowed);
     if nodes.is_empty() || cost.layers() == 0 {
         return false;
     }
@@ -502,12 +653,13 @@ impl<'a> Space<'a> {
     }
 
     /// Min–sum over subsets with uniform links: `best[mask][j]` is the least time of closed
-    /// stages (each paying the hop) that cover `[0, j)` with the nodes in `mask`.
+    /// stages (each paying the hop, each within `cap`) that cover `[0, j)` with the nodes in
+    /// `mask`.
     ///
     /// Branch and bound: a plan from a fixed node order gives an upper bound; a state whose
     /// cost plus a lower bound on the rest (each layer at its fastest node, per roofline
     /// term) reaches it cannot lead to a better plan and is not extended.
-    fn min_sum_uniform(&self) -> Option<(f64, Assignment)> {
+    fn min_sum_uniform(&self, cap: f64) -> Option<(f64, Assignment)> {
         let cost = self.cost;
         let l = cost.layers();
         let m = self.nodes.len();
@@ -517,12 +669,12 @@ impl<'a> Space<'a> {
         let width = l + 1;
         let rest = self.rest_lower_bounds();
         let mut incumbent =
-            fixed_order_min_sum(cost, &speed_order(cost, &self.nodes), self.required.map(|r| self.nodes[r]));
+            fixed_order_min_sum(cost, &speed_order(cost, &self.nodes), self.required.map(|r| self.nodes[r]), cap);
         let bound = |incumbent: &Option<(f64, Assignment)>| incumbent.as_ref().map_or(f64::INFINITY, |b| b.0);
         let mut best = vec![f64::INFINITY; full * width];
         let mut from = vec![(0u32, 0u8); full * width];
         best[0] = 0.0;
-        let finals: Vec<FinalCosts> = self.nodes.iter().map(|&k| FinalCosts::new(cost, k, ret)).collect();
+        let finals: Vec<FinalCosts> = self.nodes.iter().map(|&k| FinalCosts::new(cost, k, ret, cap)).collect();
         let mut answer: Option<(f64, usize, usize, usize)> = None; // (value, mask, node pos, start)
         let mut scratch = Vec::with_capacity(width);
         let mut row = vec![f64::INFINITY; width];
@@ -561,7 +713,7 @@ impl<'a> Space<'a> {
                 // Or close a stage [j, e) on node i and pass on.
                 let limit = bound(&incumbent).min(answer.map_or(f64::INFINITY, |a| a.0));
                 scratch.clear();
-                relax(cost, self.nodes[i], self.regimes[i], &row, mask == 0, hop, &mut scratch);
+                relax(cost, self.nodes[i], self.regimes[i], &row, mask == 0, Closing::new(hop, cap), &mut scratch);
                 for &(e, value, j) in &scratch {
                     let cell = done * width + e;
                     if value < best[cell] && value + rest[e] < limit {
@@ -607,98 +759,80 @@ impl<'a> Space<'a> {
         rest
     }
 
-    /// Min–sum with per-pair links: also track the first node (it receives the tokens) and
-    /// the last (its hop depends on who follows).
-    fn min_sum_pairwise(&self) -> Option<(f64, Assignment)> {
+    /// Min–sum with per-pair links: a stage's hop depends on who follows, so the state is the
+    /// open stage. `open[(mask, p)][s]` is the least time of the closed stages before node
+    /// `p`'s stage starting at `s` (`mask` holds `p`); closing it at `e` with `k` next pays
+    /// `roofline(p, s, e) + hop(p, k)`, within `cap`. The first node `f` is fixed per pass:
+    /// the last stage sends the sampled tokens back to it.
+    fn min_sum_pairwise(&self, cap: f64) -> Option<(f64, Assignment)> {
         let cost = self.cost;
         let l = cost.layers();
         let m = self.nodes.len();
         let full = 1usize << m;
         let width = l + 1;
         let mut answer: Option<(f64, Assignment)> = None;
-        // closed[(mask * m + last) * width + j]: stages closed up to j, `last`'s hop not yet paid.
-        let mut closed = vec![f64::INFINITY; full * m * width];
+        let mut open = vec![f64::INFINITY; full * m * width];
+        // from[cell of (mask, k, e)] = (s, p): `p`'s stage [s, e) closed before `k`'s opened.
         let mut from = vec![(0u32, 0u8); full * m * width];
-        let mut incoming = vec![f64::INFINITY; width];
-        let mut incoming_from = vec![0u8; width];
+        let mut row = vec![f64::INFINITY; width];
         let mut scratch = Vec::with_capacity(width);
         for f in 0..m {
             let finals: Vec<FinalCosts> =
-                self.nodes.iter().map(|&k| FinalCosts::new(cost, k, cost.return_s(k, self.nodes[f]))).collect();
-            closed.iter_mut().for_each(|v| *v = f64::INFINITY);
-            // The first stage, on f, covering [0, e).
-            scratch.clear();
-            let mut start_row = vec![f64::INFINITY; width];
-            start_row[0] = 0.0;
-            relax(cost, self.nodes[f], self.regimes[f], &start_row, true, 0.0, &mut scratch);
-            for &(e, value, _) in &scratch {
-                let cell = ((1 << f) * m + f) * width + e;
-                closed[cell] = value;
-                from[cell] = (0, f as u8);
-            }
-            if self.has_required(1 << f) && finals[f].single.is_finite() {
-                let candidate = finals[f].single;
-                if candidate < answer.as_ref().map_or(f64::INFINITY, |a| a.0) {
-                    answer = Some((candidate, vec![(self.nodes[f], 0, l)]));
-                }
-            }
+                self.nodes.iter().map(|&k| FinalCosts::new(cost, k, cost.return_s(k, self.nodes[f]), cap)).collect();
+            open.fill(f64::INFINITY);
+            open[((1 << f) * m + f) * width] = 0.0;
             for mask in 0..full {
                 if mask & (1 << f) == 0 {
                     continue;
                 }
-                for k in 0..m {
-                    if mask & (1 << k) != 0 {
+                for p in 0..m {
+                    if mask & (1 << p) == 0 {
                         continue;
                     }
-                    // Best way to arrive at k's start j: over every last node p, pay p → k.
-                    let mut any = false;
-                    for j in 0..width {
-                        incoming[j] = f64::INFINITY;
-                        for p in 0..m {
-                            let v = closed[(mask * m + p) * width + j];
-                            if v.is_finite() {
-                                let total = v + cost.hop_s(self.nodes[p], self.nodes[k]);
-                                if total < incoming[j] {
-                                    incoming[j] = total;
-                                    incoming_from[j] = p as u8;
-                                    any = true;
-                                }
-                            }
-                        }
-                    }
-                    if !any {
+                    let state = (mask * m + p) * width;
+                    row.copy_from_slice(&open[state..state + width]);
+                    if !row.iter().any(|v| v.is_finite()) {
                         continue;
                     }
-                    let done = mask | (1 << k);
-                    if self.has_required(done) {
-                        for j in finals[k].fits_from.max(1)..l {
-                            if incoming[j].is_finite() {
-                                let total = incoming[j] + finals[k].with_return[j];
-                                if total < answer.as_ref().map_or(f64::INFINITY, |a| a.0) {
-                                    let mut stages = vec![(self.nodes[k], j, l)];
-                                    let (mut at, mut last, mut end) = (mask, incoming_from[j] as usize, j);
-                                    loop {
-                                        let (start, prev) = from[(at * m + last) * width + end];
-                                        stages.push((self.nodes[last], start as usize, end));
-                                        if at == 1 << f {
-                                            break;
-                                        }
-                                        at &= !(1 << last);
-                                        (last, end) = (prev as usize, start as usize);
-                                    }
-                                    stages.reverse();
-                                    answer = Some((total, stages));
-                                }
+                    let first = mask == 1 << f;
+                    let best = answer.as_ref().map_or(f64::INFINITY, |a| a.0);
+                    // Close the pipeline: `p` takes [s, L).
+                    if self.has_required(mask) {
+                        let finish = if first {
+                            Some((finals[p].single, 0)).filter(|(t, _)| t.is_finite())
+                        } else {
+                            (finals[p].fits_from.max(1)..l)
+                                .map(|s| (row[s] + finals[p].with_return[s], s))
+                                .filter(|(t, _)| t.is_finite())
+                                .min_by(|x, y| x.0.total_cmp(&y.0))
+                        };
+                        if let Some((total, s)) = finish.filter(|(t, _)| *t < best) {
+                            let mut stages = vec![(self.nodes[p], s, l)];
+                            let (mut at, mut last, mut begin) = (mask, p, s);
+                            while at != 1 << f {
+                                let (start, prev) = from[(at * m + last) * width + begin];
+                                at &= !(1 << last);
+                                (last, begin) = (prev as usize, start as usize);
+                                stages.push((self.nodes[last], begin, stages[stages.len() - 1].1));
                             }
+                            stages.reverse();
+                            answer = Some((total, stages));
                         }
                     }
-                    scratch.clear();
-                    relax(cost, self.nodes[k], self.regimes[k], &incoming, false, 0.0, &mut scratch);
-                    for &(e, value, j) in &scratch {
-                        let cell = (done * m + k) * width + e;
-                        if value < closed[cell] {
-                            closed[cell] = value;
-                            from[cell] = (j as u32, incoming_from[j]);
+                    // Or close [s, e) and pass to `k`.
+                    for k in 0..m {
+                        if mask & (1 << k) != 0 {
+                            continue;
+                        }
+                        let hop = cost.hop_s(self.nodes[p], self.nodes[k]);
+                        scratch.clear();
+                        relax(cost, self.nodes[p], self.regimes[p], &row, first, Closing::new(hop, cap), &mut scratch);
+                        let to = ((mask | (1 << k)) * m + k) * width;
+                        for &(e, value, s) in &scratch {
+                            if value < open[to + e] {
+                                open[to + e] = value;
+                                from[to + e] = (s as u32, p as u8);
+                            }
                         }
                     }
                 }
@@ -710,8 +844,23 @@ impl<'a> Space<'a> {
     }
 }
 
+/// What closing a stage adds to its roofline (the hop to the next stage) and the most its
+/// roofline may take (a cap on stage time, less that hop).
+#[derive(Copy, Clone)]
+struct Closing {
+    hop: f64,
+    limit: f64,
+}
+
+impl Closing {
+    fn new(hop: f64, cap: f64) -> Closing {
+        Closing { hop, limit: cap - hop }
+    }
+}
+
 /// For node `k` and arrival costs `row[j]` (stages before it cover `[0, j)`), the least
-/// `row[j] + roofline(k, j, e) + hop` for every end `e < L`, as `(e, value, argmin j)`.
+/// `row[j] + roofline(k, j, e) + hop` for every end `e < L`, as `(e, value, argmin j)`,
+/// among stages whose roofline is at most `limit` (a cap on stage time, less the hop).
 /// `first` marks the first stage (start 0 only).
 fn relax(
     cost: &CostModel,
@@ -719,7 +868,7 @@ fn relax(
     regime: Option<Regime>,
     row: &[f64],
     first: bool,
-    hop: f64,
+    Closing { hop, limit }: Closing,
     out: &mut Vec<(usize, f64, usize)>,
 ) {
     let l = cost.layers();
@@ -728,14 +877,19 @@ fn relax(
             if !cost.fits(k, 0, e) {
                 break;
             }
-            out.push((e, row[0] + cost.roofline_s(k, 0, e) + hop, 0));
+            let roofline = cost.roofline_s(k, 0, e);
+            if roofline > limit {
+                break;
+            }
+            out.push((e, row[0] + roofline + hop, 0));
         }
         return;
     }
     match regime {
         Some(regime) => {
             // roofline(k, j, e) = P[e] - P[j] for 1 <= j < e < L: a sliding-window minimum
-            // of row[j] - P[j] over the starts j that fit with end e.
+            // of row[j] - P[j] over the starts j that fit with end e, in memory and under the
+            // cap (both hold from some start on, and that start only grows with e).
             let mut window: VecDeque<(usize, f64)> = VecDeque::new();
             let mut lo = 1usize;
             let mut next_j = 1usize;
@@ -750,7 +904,7 @@ fn relax(
                     }
                     next_j += 1;
                 }
-                while lo < e && !cost.fits(k, lo, e) {
+                while lo < e && (!cost.fits(k, lo, e) || cost.roofline_s(k, lo, e) > limit) {
                     lo += 1;
                 }
                 while window.front().is_some_and(|&(j, _)| j < lo) {
@@ -769,8 +923,12 @@ fn relax(
                     if !cost.fits(k, j, e) {
                         break;
                     }
+                    let roofline = cost.roofline_s(k, j, e);
+                    if roofline > limit {
+                        break;
+                    }
                     if row[j].is_finite() {
-                        let v = row[j] + cost.roofline_s(k, j, e) + hop;
+                        let v = row[j] + roofline + hop;
                         if best.is_none_or(|(b, _)| v < b) {
                             best = Some((v, j));
                         }
@@ -932,7 +1090,8 @@ impl<'f> ReachTable<'f> {
     }
 }
 
-/// Last-stage costs of one node for every start (∞ where memory does not fit).
+/// Last-stage costs of one node for every start (∞ where memory does not fit or the stage
+/// is over the cap).
 struct FinalCosts {
     with_return: Vec<f64>,
     fits_from: usize,
@@ -940,12 +1099,14 @@ struct FinalCosts {
 }
 
 impl FinalCosts {
-    fn new(cost: &CostModel, k: usize, ret: f64) -> FinalCosts {
+    fn new(cost: &CostModel, k: usize, ret: f64, cap: f64) -> FinalCosts {
         let l = cost.layers();
         let fits_from = (1..l).find(|&j| cost.fits(k, j, l)).unwrap_or(l);
-        let with_return =
-            (0..l).map(|j| if j >= fits_from { cost.roofline_s(k, j, l) + ret } else { f64::INFINITY }).collect();
-        let single = if cost.fits(k, 0, l) { cost.roofline_s(k, 0, l) } else { f64::INFINITY };
+        let within = |t: f64| if t <= cap { t } else { f64::INFINITY };
+        let with_return = (0..l)
+            .map(|j| if j >= fits_from { within(cost.roofline_s(k, j, l) + ret) } else { f64::INFINITY })
+            .collect();
+        let single = if cost.fits(k, 0, l) { within(cost.roofline_s(k, 0, l)) } else { f64::INFINITY };
         FinalCosts { with_return, fits_from, single }
     }
 }
@@ -961,7 +1122,7 @@ fn speed_order(cost: &CostModel, nodes: &[usize]) -> Vec<usize> {
     order
 }
 
-pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize], required: Option<usize>) -> Found {
+pub(crate) fn heuristic(cost: &CostModel, goal: Goal, nodes: &[usize], required: Option<usize>) -> Found {
     let speed_order = speed_order(cost, nodes);
     let memory_order = {
         let mut order = nodes.to_vec();
@@ -981,7 +1142,7 @@ pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize],
     let mut evaluated = 0usize;
     for order in &orders {
         evaluated += 1;
-        if let Some(found) = fixed_order(cost, objective, order, required)
+        if let Some(found) = fixed_order(cost, goal, order, required)
             && best.as_ref().is_none_or(|b| found.0 < b.0)
         {
             best = Some(found);
@@ -1002,7 +1163,7 @@ pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize],
             let mut order = best_order.clone();
             order.swap(i - 1, i);
             evaluated += 1;
-            if let Some(found) = fixed_order(cost, objective, &order, required)
+            if let Some(found) = fixed_order(cost, goal, &order, required)
                 && best.as_ref().is_some_and(|b| found.0 < b.0 * (1.0 - 1e-12))
             {
                 best = Some(found);
@@ -1011,7 +1172,7 @@ pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize],
             }
         }
     }
-    let bound = lower_bound(cost, objective, nodes);
+    let bound = lower_bound(cost, goal, nodes);
     let detail = format!(
         "heuristic: {} node orders searched exactly each (too many nodes for the exact search over subsets)",
         group_digits(evaluated as u64)
@@ -1020,15 +1181,10 @@ pub(crate) fn heuristic(cost: &CostModel, objective: Objective, nodes: &[usize],
 }
 
 /// The best plan for one node order, any node may be skipped: exact for that order.
-fn fixed_order(
-    cost: &CostModel,
-    objective: Objective,
-    order: &[usize],
-    required: Option<usize>,
-) -> Option<(f64, Assignment)> {
-    match objective {
-        Objective::Throughput => parametric(0.0, None, |tau| fixed_order_feasible(cost, order, tau, required)),
-        Objective::Latency => fixed_order_min_sum(cost, order, required),
+fn fixed_order(cost: &CostModel, goal: Goal, order: &[usize], required: Option<usize>) -> Option<(f64, Assignment)> {
+    match goal {
+        Goal::Slowest => parametric(0.0, None, |tau| fixed_order_feasible(cost, order, tau, required)),
+        Goal::Sum => fixed_order_min_sum(cost, order, required, f64::INFINITY),
     }
 }
 
@@ -1072,9 +1228,15 @@ fn fixed_order_feasible(cost: &CostModel, order: &[usize], tau: f64, required: O
     Probe::Infeasible(next_event)
 }
 
-/// Min–sum along a fixed order, any node skipped except `required`: `cost[j]` is the least
+/// Min–sum along a fixed order, any node skipped except `required`, every stage within
+/// `cap` (with per-pair links, judged with the default link's hop): `cost[j]` is the least
 /// time of stages covering `[0, j)` with the nodes so far (the last one's hop not yet paid).
-fn fixed_order_min_sum(cost: &CostModel, order: &[usize], required: Option<usize>) -> Option<(f64, Assignment)> {
+fn fixed_order_min_sum(
+    cost: &CostModel,
+    order: &[usize],
+    required: Option<usize>,
+    cap: f64,
+) -> Option<(f64, Assignment)> {
     const NONE: u32 = u32::MAX;
     let l = cost.layers();
     let width = l + 1;
@@ -1108,8 +1270,9 @@ fn fixed_order_min_sum(cost: &CostModel, order: &[usize], required: Option<usize
             for j in 0..l {
                 if incoming[j].is_finite() && cost.fits(k, j, l) {
                     let ret = if j == 0 { 0.0 } else { cost.return_s(k, order[first[j] as usize]) };
-                    let total = incoming[j] + cost.roofline_s(k, j, l) + ret;
-                    if total < answer.map_or(f64::INFINITY, |a| a.0) {
+                    let last_stage = cost.roofline_s(k, j, l) + ret;
+                    let total = incoming[j] + last_stage;
+                    if last_stage <= cap && total < answer.map_or(f64::INFINITY, |a| a.0) {
                         answer = Some((total, pos, j));
                     }
                 }
@@ -1124,7 +1287,9 @@ fn fixed_order_min_sum(cost: &CostModel, order: &[usize], required: Option<usize
         let regime = cost.linear_regime(k);
         for first_stage in [true, false] {
             scratch.clear();
-            relax(cost, k, regime, &incoming, first_stage, 0.0, &mut scratch);
+            // The hop is paid on arrival at the next node; the cap assumes the default link's.
+            let closing = Closing { hop: 0.0, limit: cap - cost.uniform_hop_s() };
+            relax(cost, k, regime, &incoming, first_stage, closing, &mut scratch);
             for &(e, v, j) in &scratch {
                 if v < next_value[e] {
                     next_value[e] = v;
@@ -1158,13 +1323,13 @@ fn fixed_order_min_sum(cost: &CostModel, order: &[usize], required: Option<usize
 
 /// A bound no plan beats, in seconds (the slowest stage's or the sum's).
 ///
-/// Throughput: the least `τ` at which the nodes together could hold every layer if each took
+/// Slowest stage: the least `τ` at which the nodes together could hold every layer if each took
 /// at most as many layers as fit in `τ` (counting the lightest layers, for each roofline term
 /// apart) and in its memory; and at least the slowest single layer on its best node.
-/// Latency: each roofline term alone, with layers spread fractionally over the nodes, the
+/// Sum: each roofline term alone, with layers spread fractionally over the nodes, the
 /// densest work on the fastest node, memory filled like a knapsack (a rearrangement argument
 /// makes that greedy fill optimal for the relaxation).
-pub(crate) fn lower_bound(cost: &CostModel, objective: Objective, nodes: &[usize]) -> Option<f64> {
+pub(crate) fn lower_bound(cost: &CostModel, goal: Goal, nodes: &[usize]) -> Option<f64> {
     let l = cost.layers();
     if l == 0 || nodes.is_empty() {
         return None;
@@ -1175,8 +1340,8 @@ pub(crate) fn lower_bound(cost: &CostModel, objective: Objective, nodes: &[usize
         if term == 0 { r.inv_bandwidth } else { r.inv_compute }
     };
     let pick = |w: &(f64, f64, u64), term: usize| if term == 0 { w.0 } else { w.1 };
-    match objective {
-        Objective::Throughput => {
+    match goal {
+        Goal::Slowest => {
             let mut single = 0.0f64;
             for i in 0..l {
                 let best = nodes
@@ -1224,7 +1389,7 @@ pub(crate) fn lower_bound(cost: &CostModel, objective: Objective, nodes: &[usize
             }
             Some(single.max(lo))
         }
-        Objective::Latency => {
+        Goal::Sum => {
             let fluid = |term: usize| -> f64 {
                 let mut layers: Vec<(f64, f64)> = work.iter().map(|w| (pick(w, term), w.2 as f64)).collect();
                 layers.sort_by(|a, b| (b.0 / b.1.max(1.0)).total_cmp(&(a.0 / a.1.max(1.0))));
