@@ -464,30 +464,6 @@ impl CostModel {
         i64::try_from(held.saturating_add(kv)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
-    /// The fastest link any pair has: the least latency and the most bandwidth (each may come
-    /// from a different pair). Every real hop takes at least as long over it.
-    pub(crate) fn best_link(&self) -> crate::scenario::Link {
-        let n = self.nodes.len();
-        let mut best = self.links.default;
-        for a in 0..n {
-            for b in 0..n {
-                if a != b {
-                    let link = self.links.get(a, b);
-                    best.latency = best.latency.min(link.latency);
-                    best.bandwidth = best.bandwidth.max(link.bandwidth);
-                }
-            }
-        }
-        best
-    }
-
-    /// The same cost model with every pair on `link`.
-    pub(crate) fn with_links(&self, link: crate::scenario::Link) -> CostModel {
-        let mut out = self.clone();
-        out.links = Arc::new(Links::uniform(self.nodes.len(), link));
-        out
-    }
-
     /// The same model and workload on the nodes marked in `keep`, renumbered in order.
     pub(crate) fn subset(&self, keep: &[bool]) -> CostModel {
         let indices: Vec<usize> = (0..self.nodes.len()).filter(|&k| keep[k]).collect();

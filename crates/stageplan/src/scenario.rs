@@ -196,10 +196,11 @@ pub struct StageSpec {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Objective {
-    /// Tokens per second of the pipeline kept full: minimise the slowest stage.
+    /// Tokens per second of the workload's sequences, in the best number of micro-batches:
+    /// minimise the cycle in which each gets a token.
     #[default]
     Throughput,
-    /// Time per token of one sequence: minimise the sum of stages and hops.
+    /// All sequences stepping together: minimise the sum of stages and hops.
     Latency,
 }
 

@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::search::{self, Assignment, NodeFacts, ReachTable, value};
+use super::search::{self, Assignment, value};
 use super::{evaluate, plan_with};
 use crate::cost::CostModel;
 use crate::model::Place;
@@ -322,6 +322,38 @@ pub(crate) fn moves(
 }
 
 /// The least-moving plan search.
+/// For one node under a stage-time bound: how far a middle stage starting at each layer can
+/// reach, and from which start a last stage fits.
+struct ReachTable {
+    /// `reach[j]`: the largest `e < L` with `[j, e)` within the bound and memory; `j` if none.
+    reach: Vec<u32>,
+    /// Smallest start `j ≥ 1` from which `[j, L)` is within the bound as a last stage.
+    final_from: usize,
+    /// The whole model alone on this node is within the bound.
+    single_ok: bool,
+}
+
+impl ReachTable {
+    fn new(cost: &CostModel, k: usize, tau: f64, hop: f64, ret: f64) -> ReachTable {
+        let l = cost.layers();
+        let within = |j: usize, e: usize, send: f64| cost.fits(k, j, e) && cost.roofline_s(k, j, e) + send <= tau;
+        // Two pointers: a stage that fits stays fitting when its start moves up.
+        let mut p = 0usize;
+        let reach = (0..l)
+            .map(|j| {
+                p = p.max(j);
+                while p + 1 < l && within(j, p + 1, hop) {
+                    p += 1;
+                }
+                p as u32
+            })
+            .collect();
+        // Last stages shrink as the start grows: the first start within the bound.
+        let final_from = (1..l).find(|&j| within(j, l, ret)).unwrap_or(usize::MAX);
+        ReachTable { reach, final_from, single_ok: within(0, l, 0.0) }
+    }
+}
+
 pub(crate) struct Mover<'a> {
     pub(crate) cost: &'a CostModel,
     pub(crate) owner: &'a [Option<usize>],
@@ -354,9 +386,7 @@ impl Mover<'_> {
         let layer_bytes: Vec<u64> = self.model.model.layers().iter().map(|layer| layer.bytes).collect();
         let embed = self.model.model.bytes_at(Place::Embedding);
         let head = self.model.model.head_bytes();
-        let facts: Vec<NodeFacts> = nodes.iter().map(|&k| NodeFacts::new(cost, k)).collect();
-        let tables: Vec<ReachTable<'_>> =
-            nodes.iter().zip(&facts).map(|(&k, f)| ReachTable::new(cost, k, f, tau, hop, ret)).collect();
+        let tables: Vec<ReachTable> = nodes.iter().map(|&k| ReachTable::new(cost, k, tau, hop, ret)).collect();
         // moved[i][j]: bytes moved if node i took layers [0, j).
         let moved: Vec<Vec<u64>> = nodes
             .iter()

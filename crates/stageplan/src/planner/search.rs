@@ -1,10 +1,8 @@
 //! The `optimal` policy: the node subset, order and contiguous split that serve the workload
 //! fastest (throughput) or take each token through the pipeline soonest (latency).
 //!
-//! Two searches do the work, and the objectives are built from them:
-//!
-//! - **Least sum** of stage times (and hops): the latency objective, and one micro-batch.
-//! - **Least slowest stage**: a pipeline kept full, and the bound on each micro-batch count.
+//! One search does the work: the **least sum** of stage times (and hops), optionally with every
+//! stage capped at a threshold. The latency objective is the least sum with whole-batch steps.
 //!
 //! *Throughput* is what the workload's `B` sequences reach: for `k` micro-batches the cycle
 //! is `max(Σ t_s, k · max t_s)` with stage times for `B/k` sequences (see [`crate::cost`]);
@@ -21,24 +19,18 @@
 //! layers covered) is exact over every ordered subset, in `O(2^n)` states rather than `n!`
 //! orders (the Held–Karp idea, M. Held and R. M. Karp, *A dynamic programming approach to
 //! sequencing problems*, 1962). Nodes with identical figures are interchangeable, so only one
-//! representative subset per multiset is visited.
-//!
-//! - *Least slowest stage* (min–max) uses parametric search (N. Megiddo, *Combinatorial
-//!   optimization with rational objective functions*, 1979): for a threshold `τ`, "can every
-//!   stage stay within `τ`?" is answered by the subset DP where each node reaches as far as
-//!   it can (a farther prefix is never worse). A feasible answer lowers the upper bound to the
-//!   plan's actual slowest stage; an infeasible one raises the lower bound to the smallest
-//!   stage time at which any reachable stage could grow. Both bounds are stage times that
-//!   occur in some plan, so the search ends on the exact optimum.
-//! - *Least sum* (min–sum) is a shortest path over the same states, optionally with every
-//!   stage capped at a threshold. When a node's time is linear in its layers (it is
-//!   memory-bound on every layer, or compute-bound on every one — the usual case), the best
-//!   predecessor for each end layer is a sliding-window minimum over the starts that fit in
-//!   memory and under the cap, so each (subset, node) step costs `O(L)`.
+//! representative subset per multiset is visited. The least sum is a shortest path over these
+//! states. When a node's time is linear in its layers (it is memory-bound on every layer, or
+//! compute-bound on every one — the usual case), the best predecessor for each end layer is a
+//! sliding-window minimum over the starts that fit in memory and under the cap, so each
+//! (subset, node) step costs `O(L)`.
 //!
 //! Uniform links (one default for every pair, the common case) need no order information in
 //! the state. Per-pair links make hops depend on neighbours, so the state also carries the
-//! last node and the first (whose link receives the sampled token).
+//! open stage's node and the first (whose link receives the sampled token).
+//!
+//! Whether *anything* fits (for the fixes when nothing does) is the same subset DP where each
+//! node reaches as far as memory lets it (a farther prefix is never worse).
 //!
 //! **Heuristic for large clusters.** When the exact state space is too large, the same
 //! machinery runs on fixed node orders (fastest first, and variations), where it is exact
@@ -72,15 +64,6 @@ pub(crate) struct Found {
     pub detail: String,
 }
 
-/// What the two underlying searches minimise over one cost model.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Goal {
-    /// The slowest stage: the pipeline kept full.
-    Slowest,
-    /// The sum of stages: one micro-batch's trip.
-    Sum,
-}
-
 /// Limits on the exact search, in DP cells touched; above them the heuristic runs.
 const EXACT_WORK_LIMIT: f64 = 4e8;
 const EXACT_CELL_LIMIT: f64 = 1.2e7;
@@ -108,21 +91,20 @@ pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], 
         return Found { best: None, exact: true, bound: None, detail: "no usable node".to_owned() };
     }
     match objective {
-        Objective::Latency => optimal_goal(cost, Goal::Sum, &nodes, required),
+        Objective::Latency => least_sum(cost, &nodes, required),
         Objective::Throughput => optimal_cycle(cost, &nodes, required),
     }
 }
 
-/// Would the exact subset search for `goal` stay within its limits?
-fn exact_fits(cost: &CostModel, goal: Goal, space: &Space) -> bool {
+/// Would the exact subset search stay within its limits?
+fn exact_fits(cost: &CostModel, space: &Space) -> bool {
     let l = cost.layers() as f64;
     let m = space.nodes.len() as f64;
     let masks = space.canonical_masks();
-    let (work, cells) = match (goal, cost.uniform_links()) {
-        (Goal::Slowest, true) => (masks * m * 64.0 + m * l * 64.0, masks),
-        (Goal::Slowest, false) => (m * masks * m * m * 64.0 + m * m * l * 64.0, m * masks * m),
-        (Goal::Sum, true) => (masks * m * l * 2.0, masks * (l + 1.0)),
-        (Goal::Sum, false) => (m * masks * m * m * l, masks * m * (l + 1.0)),
+    let (work, cells) = if cost.uniform_links() {
+        (masks * m * l * 2.0, masks * (l + 1.0))
+    } else {
+        (m * masks * m * m * l, masks * m * (l + 1.0))
     };
     space.nodes.len() <= 24 && work <= EXACT_WORK_LIMIT && cells <= EXACT_CELL_LIMIT
 }
@@ -141,36 +123,14 @@ fn exact_detail(cost: &CostModel, space: &Space) -> String {
     )
 }
 
-/// The least slowest stage or least sum over `nodes` (all usable), exact when small enough.
-pub(crate) fn optimal_goal(cost: &CostModel, goal: Goal, nodes: &[usize], required: Option<usize>) -> Found {
+/// The least sum of stage times over `nodes` (all usable), exact when small enough.
+pub(crate) fn least_sum(cost: &CostModel, nodes: &[usize], required: Option<usize>) -> Found {
     let space = Space::new(cost, nodes, required);
-    if !exact_fits(cost, goal, &space) {
-        return heuristic(cost, goal, nodes, required);
+    if !exact_fits(cost, &space) {
+        return heuristic(cost, nodes, required);
     }
-    let uniform = cost.uniform_links();
-    let best = match (goal, uniform) {
-        (Goal::Slowest, true) => {
-            // A plan along the fastest-first order seeds the upper bound.
-            let floor = lower_bound(cost, goal, nodes).unwrap_or(0.0);
-            let seed = fixed_order(cost, goal, &speed_order(cost, nodes), required);
-            parametric(floor, seed, |tau| space.feasible(tau, true))
-        }
-        (Goal::Slowest, false) => {
-            // Relax every link to the best one (uniform): its optimum bounds ours from below,
-            // and its plan, on the real links, from above.
-            let relaxed = cost.with_links(cost.best_link());
-            let mut floor = lower_bound(cost, goal, nodes).unwrap_or(0.0);
-            let mut seed = None;
-            let inner = Space::new(&relaxed, nodes, required);
-            if let Some((value, stages)) = parametric(floor, None, |tau| inner.feasible(tau, true)) {
-                floor = floor.max(value);
-                seed = Some((cost.stage_times(&stages).iter().copied().fold(0.0, f64::max), stages));
-            }
-            parametric(floor, seed, |tau| space.feasible(tau, false))
-        }
-        (Goal::Sum, true) => space.min_sum_uniform(f64::INFINITY),
-        (Goal::Sum, false) => space.min_sum_pairwise(f64::INFINITY),
-    };
+    let best =
+        if cost.uniform_links() { space.min_sum_uniform(f64::INFINITY) } else { space.min_sum_pairwise(f64::INFINITY) };
     let bound = best.as_ref().map(|b| b.0);
     Found { best, exact: true, bound, detail: exact_detail(cost, &space) }
 }
@@ -178,16 +138,13 @@ pub(crate) fn optimal_goal(cost: &CostModel, goal: Goal, nodes: &[usize], requir
 /// Throughput the workload reaches: the least cycle over every micro-batch count.
 fn optimal_cycle(cost: &CostModel, nodes: &[usize], required: Option<usize>) -> Found {
     // One micro-batch: the cycle is the sum of stage times.
-    let mut found = optimal_goal(cost, Goal::Sum, nodes, required);
+    let mut found = least_sum(cost, nodes, required);
     let most = cost.batch().min(nodes.len() as u64);
     for k in 2..=most {
         let micro = cost.micro_batched(k);
         let incumbent = found.best.as_ref().map_or(f64::INFINITY, |b| b.0);
-        // No k-cycle is shorter than the least sum, nor than k times the least slowest stage.
-        let floor = match (lower_bound(&micro, Goal::Sum, nodes), lower_bound(&micro, Goal::Slowest, nodes)) {
-            (Some(sum), Some(slowest)) => sum.max(k as f64 * slowest),
-            _ => continue, // nothing fits
-        };
+        // No k-cycle is shorter than the least sum.
+        let Some(floor) = lower_bound(&micro, nodes) else { continue };
         if floor >= incumbent {
             found.bound = found.bound.map(|b| b.min(floor));
             continue;
@@ -218,17 +175,13 @@ fn optimal_cycle(cost: &CostModel, nodes: &[usize], required: Option<usize>) -> 
 fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usize>) -> Found {
     let k = k as f64;
     let space = Space::new(micro, nodes, required);
-    let exact = exact_fits(micro, Goal::Sum, &space);
-    // Large clusters: the least sum along the order the unconstrained heuristic found best,
-    // and the heuristic's least-slowest plan, as candidates.
-    let order = (!exact).then(|| {
-        let found = heuristic(micro, Goal::Sum, nodes, required);
-        found.best.map_or_else(|| speed_order(micro, nodes), |(_, stages)| order_of(micro, &stages, nodes))
-    });
-    let least_sum = |cap: f64| match &order {
-        None if micro.uniform_links() => space.min_sum_uniform(cap),
-        None => space.min_sum_pairwise(cap),
-        Some(order) => fixed_order_min_sum(micro, order, required, cap),
+    let exact = exact_fits(micro, &space);
+    // Large clusters: the least sum along the fastest-first order.
+    let order = speed_order(micro, nodes);
+    let least_sum = |cap: f64| match (exact, micro.uniform_links()) {
+        (true, true) => space.min_sum_uniform(cap),
+        (true, false) => space.min_sum_pairwise(cap),
+        (false, _) => fixed_order_min_sum(micro, &order, required, cap),
     };
     let sum_and_max = |stages: &Assignment| {
         let times = micro.stage_times(stages);
@@ -239,12 +192,6 @@ fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usiz
     };
     let (least, slowest) = sum_and_max(&free);
     let mut best = (least.max(k * slowest), free);
-    if !exact && let Some((_, stages)) = heuristic(micro, Goal::Slowest, nodes, required).best {
-        let (sum, max) = sum_and_max(&stages);
-        if sum.max(k * max) < best.0 {
-            best = (sum.max(k * max), stages);
-        }
-    }
     // Below `lo` every cap leaves sums above k·cap; at `hi` some plan's cycle is k·hi.
     let (mut lo, mut hi) = (least / k, slowest);
     for _ in 0..100 {
@@ -263,37 +210,74 @@ fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usiz
             }
         }
     }
-    let bound = if exact {
-        Some(best.0.min(k * lo))
-    } else {
-        lower_bound(micro, Goal::Sum, nodes).zip(lower_bound(micro, Goal::Slowest, nodes)).map(|(s, m)| s.max(k * m))
-    };
+    let bound = if exact { Some(best.0.min(k * lo)) } else { lower_bound(micro, nodes) };
     Found { best: Some(best), exact, bound, detail: String::new() }
 }
 
-/// The nodes of `stages` first, in pipeline order, then the other `nodes` fastest first.
-fn order_of(cost: &CostModel, stages: &[(usize, usize, usize)], nodes: &[usize]) -> Vec<usize> {
-    let mut order: Vec<usize> = stages.iter().map(|s| s.0).collect();
-    let rest: Vec<usize> = speed_order(cost, nodes).into_iter().filter(|k| !order.contains(k)).collect();
-    order.extend(rest);
-    order
-}
-
-/// Does any plan fit in memory with the `allowed` nodes? Exact for clusters the subset
-/// search covers; a largest-memory-first fill above that.
+/// Does any plan fit in memory with the `allowed` nodes? For up to 16 nodes, exactly: a
+/// subset DP where each node takes as many layers as its memory holds (a farther covered
+/// prefix is never worse, whatever the links). Above that, a largest-memory-first fill.
 pub(crate) fn any_fit(cost: &CostModel, allowed: &[bool]) -> bool {
-    let nodes = usable(cost, allowed);
-    if nodes.is_empty() || cost.layers() == 0 {
+    let mut nodes = usable(cost, allowed);
+    let l = cost.layers();
+    if nodes.is_empty() || l == 0 {
         return false;
     }
-    if nodes.len() <= 16 {
-        let space = Space::new(cost, &nodes, None);
-        matches!(space.feasible(f64::INFINITY, cost.uniform_links()), Probe::Feasible(..))
-    } else {
-        let mut order = nodes;
-        order.sort_by(|&a, &b| cost.nodes[b].capacity.cmp(&cost.nodes[a].capacity).then(a.cmp(&b)));
-        matches!(fixed_order_feasible(cost, &order, f64::INFINITY, None), Probe::Feasible(..))
+    // The farthest end `e < L` such that `[j, e)` fits on `k` (`j` when none does).
+    let reach = |k: usize, j: usize| {
+        let mut e = j;
+        while e + 1 < l && cost.fits(k, j, e + 1) {
+            e += 1;
+        }
+        e
+    };
+    if nodes.len() > 16 {
+        nodes.sort_by(|&a, &b| cost.nodes[b].capacity.cmp(&cost.nodes[a].capacity).then(a.cmp(&b)));
+        let mut j = 0;
+        for k in nodes {
+            if cost.fits(k, j, l) {
+                return true;
+            }
+            j = reach(k, j);
+        }
+        return false;
     }
+    let m = nodes.len();
+    // reaches[i][j]: `reach(nodes[i], j)`, by two pointers (the reach never falls as j grows).
+    let reaches: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|&k| {
+            let mut e = 0;
+            (0..l)
+                .map(|j| {
+                    e = e.max(j);
+                    while e + 1 < l && cost.fits(k, j, e + 1) {
+                        e += 1;
+                    }
+                    e
+                })
+                .collect()
+        })
+        .collect();
+    let mut reached: Vec<Option<usize>> = vec![None; 1 << m];
+    reached[0] = Some(0);
+    for mask in 0..1usize << m {
+        let Some(j) = reached[mask] else { continue };
+        for (i, &k) in nodes.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                continue;
+            }
+            if cost.fits(k, j, l) {
+                return true;
+            }
+            let e = reaches[i][j];
+            if e > j {
+                let done = mask | (1 << i);
+                reached[done] = reached[done].max(Some(e));
+            }
+        }
+    }
+    false
 }
 
 /// Thousands separated by commas: `109601` → `109,601`.
@@ -309,56 +293,7 @@ pub fn group_digits(n: u64) -> String {
     out
 }
 
-/// Outcome of one threshold test.
-pub(crate) enum Probe {
-    /// A plan whose slowest stage is at most the threshold, and that stage time.
-    Feasible(f64, Assignment),
-    /// No plan within the threshold; nothing changes below this larger threshold.
-    Infeasible(f64),
-}
-
-/// Min–max by parametric search over thresholds, snapping both bounds to stage times that
-/// occur, so it ends on the exact optimum. `probe` must be monotone in the threshold.
-///
-/// `floor` is a threshold known to be infeasible or optimal (a lower bound); 0 will do.
-/// `seed` is a plan already known (from a cheaper search), if any.
-fn parametric(
-    floor: f64,
-    seed: Option<(f64, Assignment)>,
-    mut probe: impl FnMut(f64) -> Probe,
-) -> Option<(f64, Assignment)> {
-    let (mut hi, mut best) = match seed {
-        Some(plan) => plan,
-        None => match probe(f64::INFINITY) {
-            Probe::Feasible(value, plan) => (value, plan),
-            Probe::Infeasible(_) => return None,
-        },
-    };
-    let mut lo = floor.min(hi);
-    // After a miss at a midpoint, `lo` has snapped to a stage time that occurs: test it.
-    let mut test_lo = false;
-    for _ in 0..400 {
-        if lo >= hi || hi - lo <= hi * 1e-15 {
-            break;
-        }
-        let tau = if test_lo { lo } else { lo + (hi - lo) / 2.0 };
-        match probe(tau) {
-            Probe::Feasible(value, plan) => {
-                hi = value;
-                best = plan;
-                test_lo = false;
-            }
-            Probe::Infeasible(next) => {
-                lo = lo.max(next);
-                // Once the bracket is narrow the snapped bound is likely the optimum.
-                test_lo = !test_lo && hi - lo <= 0.02 * hi;
-            }
-        }
-    }
-    Some((hi, best))
-}
-
-/// The nodes a search may use, their equivalence classes, and cached per-node facts.
+/// The nodes a search may use, their equivalence classes, and each node's regime.
 pub(crate) struct Space<'a> {
     cost: &'a CostModel,
     /// Node indices into the cost model.
@@ -370,7 +305,6 @@ pub(crate) struct Space<'a> {
     /// Position of the required node.
     required: Option<usize>,
     regimes: Vec<Option<Regime>>,
-    facts: Vec<NodeFacts>,
 }
 
 impl<'a> Space<'a> {
@@ -395,8 +329,7 @@ impl<'a> Space<'a> {
             twin_before[i] = twin;
         }
         let regimes = nodes.iter().map(|&k| cost.linear_regime(k)).collect();
-        let facts = nodes.iter().map(|&k| NodeFacts::new(cost, k)).collect();
-        Space { cost, nodes: nodes.to_vec(), twin_before, classes, required: required_pos, regimes, facts }
+        Space { cost, nodes: nodes.to_vec(), twin_before, classes, required: required_pos, regimes }
     }
 
     /// Number of subsets that keep identical nodes in index order.
@@ -427,229 +360,6 @@ impl<'a> Space<'a> {
     #[inline]
     fn has_required(&self, mask: usize) -> bool {
         self.required.is_none_or(|r| mask & (1 << r) != 0)
-    }
-
-    /// Can every stage stay within `tau`? The subset DP.
-    ///
-    /// With uniform links a farther covered prefix is never worse (a later node whose range
-    /// it swallows can be dropped at no cost), so one number per subset suffices. With a
-    /// required node, or per-pair links, dropping is not free, so every reachable position
-    /// is kept as a set.
-    pub(crate) fn feasible(&self, tau: f64, uniform: bool) -> Probe {
-        match (uniform, self.required) {
-            (true, None) => self.feasible_uniform(tau),
-            (true, Some(_)) => self.feasible_prefix_sets(tau),
-            (false, _) => self.feasible_pairwise(tau),
-        }
-    }
-
-    fn feasible_uniform(&self, tau: f64) -> Probe {
-        let cost = self.cost;
-        let l = cost.layers();
-        let m = self.nodes.len();
-        let hop = cost.uniform_hop_s();
-        let ret = cost.uniform_return_s();
-        let tables: Vec<ReachTable> =
-            (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
-
-        let full = 1usize << m;
-        let mut reach = vec![-1i32; full];
-        let mut parent = vec![(0usize, 0u8); full];
-        reach[0] = 0;
-        let mut next_event = f64::INFINITY;
-        for mask in 0..full {
-            let j = reach[mask];
-            if j < 0 {
-                continue;
-            }
-            let j = j as usize;
-            for i in 0..m {
-                if !self.may_join(mask, i) {
-                    continue;
-                }
-                let table = &tables[i];
-                let done = mask | (1 << i);
-                // Finish here: node i takes [j, L) as the last stage.
-                let finishes = if mask == 0 { table.single_ok } else { j >= table.final_from };
-                if finishes && self.has_required(done) {
-                    let mut stages = vec![(self.nodes[i], j, l)];
-                    let mut at = mask;
-                    while at != 0 {
-                        let (prev, pos) = parent[at];
-                        stages.push((self.nodes[pos as usize], reach[prev] as usize, reach[at] as usize));
-                        at = prev;
-                    }
-                    stages.reverse();
-                    let times = cost.stage_times(&stages);
-                    return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
-                }
-                next_event = next_event.min(if mask == 0 { table.single_event() } else { table.final_event(j) });
-                // Or take as much as fits within tau and pass on.
-                let e = table.reach[j];
-                next_event = next_event.min(table.mid_event[j]);
-                if e > j as u32 && (e as i32) > reach[done] {
-                    reach[done] = e as i32;
-                    parent[done] = (mask, i as u8);
-                }
-            }
-        }
-        Probe::Infeasible(next_event)
-    }
-
-    /// Uniform links, any constraint: `prefixes[mask]` holds every `j` such that the nodes in
-    /// `mask` can cover `[0, j)` with closed stages within `tau`.
-    fn feasible_prefix_sets(&self, tau: f64) -> Probe {
-        let cost = self.cost;
-        let l = cost.layers();
-        let m = self.nodes.len();
-        let hop = cost.uniform_hop_s();
-        let ret = cost.uniform_return_s();
-        let tables: Vec<ReachTable> =
-            (0..m).map(|i| ReachTable::new(cost, self.nodes[i], &self.facts[i], tau, hop, ret)).collect();
-        let full = 1usize << m;
-        let mut sets = Sets::new(full, l + 1);
-        sets.insert(0, 0);
-        let mut next_event = f64::INFINITY;
-        for mask in 0..full {
-            let Some(highest) = sets.max(mask) else { continue };
-            for i in 0..m {
-                if !self.may_join(mask, i) {
-                    continue;
-                }
-                let table = &tables[i];
-                let done = mask | (1 << i);
-                if self.has_required(done) {
-                    let finishes = if mask == 0 { table.single_ok } else { highest >= table.final_from };
-                    if finishes {
-                        let j = if mask == 0 { 0 } else { highest };
-                        let mut stages = vec![(self.nodes[i], j, l)];
-                        let (mut at, mut end) = (mask, j);
-                        while at != 0 {
-                            // Some node in `at` closed a stage ending at `end` from a prefix of `at` without it.
-                            let (pos, begin) = (0..m)
-                                .filter(|&q| at & (1 << q) != 0)
-                                .find_map(|q| {
-                                    sets.iter(at & !(1 << q))
-                                        .find(|&s| s < end && tables[q].reach[s] as usize >= end)
-                                        .map(|s| (q, s))
-                                })
-                                .expect("every reached prefix has a predecessor");
-                            stages.push((self.nodes[pos], begin, end));
-                            (at, end) = (at & !(1 << pos), begin);
-                        }
-                        stages.reverse();
-                        let times = cost.stage_times(&stages);
-                        return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
-                    }
-                    next_event = next_event.min(if mask == 0 {
-                        table.single_event()
-                    } else {
-                        sets.iter(mask).map(|j| table.final_event(j)).fold(f64::INFINITY, f64::min)
-                    });
-                }
-                let mut filled_to = 0usize;
-                for s in sets.iter(mask).collect::<Vec<_>>() {
-                    next_event = next_event.min(table.mid_event[s]);
-                    let reach = table.reach.get(s).map_or(s, |&r| r as usize);
-                    let from = (s + 1).max(filled_to + 1);
-                    if reach >= from {
-                        sets.fill(done, from, reach);
-                        filled_to = reach;
-                    }
-                }
-            }
-        }
-        Probe::Infeasible(next_event)
-    }
-
-    /// Per-pair links: a stage's hop depends on who follows, so the open stage's node is part
-    /// of the state, and the first node (which receives the sampled tokens) too. `starts` of
-    /// `(mask, last)` holds every start of `last`'s open stage reachable within `tau`.
-    fn feasible_pairwise(&self, tau: f64) -> Probe {
-        let cost = self.cost;
-        let l = cost.layers();
-        let m = self.nodes.len();
-        // tables[p][k]: the node at position p passing to position k.
-        let tables: Vec<Vec<ReachTable>> = (0..m)
-            .map(|p| {
-                (0..m)
-                    .map(|k| {
-                        let (a, b) = (self.nodes[p], self.nodes[k]);
-                        ReachTable::new(cost, a, &self.facts[p], tau, cost.hop_s(a, b), cost.return_s(a, b))
-                    })
-                    .collect()
-            })
-            .collect();
-        let full = 1usize << m;
-        let mut next_event = f64::INFINITY;
-        let mut starts = Sets::new(full * m, l);
-        let mut scratch = Vec::with_capacity(l);
-        for f in 0..m {
-            starts.clear();
-            starts.insert((1 << f) * m + f, 0);
-            for mask in 0..full {
-                if mask & (1 << f) == 0 {
-                    continue;
-                }
-                for p in 0..m {
-                    let state = mask * m + p;
-                    let Some(highest) = starts.max(state) else { continue };
-                    // `p` closes the pipeline with [s, L) and sends the tokens back to `f`.
-                    let table = &tables[p][f];
-                    if self.has_required(mask) {
-                        let single = mask == 1 << f;
-                        let finishes = if single { table.single_ok } else { highest >= table.final_from };
-                        if finishes {
-                            let s = if single { 0 } else { highest };
-                            let mut stages = vec![(self.nodes[p], s, l)];
-                            let (mut at, mut last, mut begin) = (mask, p, s);
-                            while at != 1 << f {
-                                let before = at & !(1 << last);
-                                let (q, s_q) = (0..m)
-                                    .filter(|&q| before & (1 << q) != 0)
-                                    .find_map(|q| {
-                                        starts
-                                            .iter(before * m + q)
-                                            .find(|&s_q| s_q < begin && tables[q][last].reach[s_q] as usize >= begin)
-                                            .map(|s_q| (q, s_q))
-                                    })
-                                    .expect("every reached start has a predecessor");
-                                stages.push((self.nodes[q], s_q, begin));
-                                (at, last, begin) = (before, q, s_q);
-                            }
-                            stages.reverse();
-                            let times = cost.stage_times(&stages);
-                            return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
-                        }
-                        next_event = next_event.min(if single {
-                            table.single_event()
-                        } else {
-                            starts.iter(state).map(|s| table.final_event(s)).fold(f64::INFINITY, f64::min)
-                        });
-                    }
-                    scratch.clear();
-                    scratch.extend(starts.iter(state));
-                    for k in 0..m {
-                        if mask & (1 << k) != 0 {
-                            continue;
-                        }
-                        let table = &tables[p][k];
-                        let to = (mask | (1 << k)) * m + k;
-                        let mut filled_to = 0usize;
-                        for &s in &scratch {
-                            next_event = next_event.min(table.mid_event[s]);
-                            let reach = table.reach[s] as usize;
-                            let from = (s + 1).max(filled_to + 1);
-                            if reach >= from {
-                                starts.fill(to, from, reach);
-                                filled_to = reach;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Probe::Infeasible(next_event)
     }
 
     /// Min–sum over subsets with uniform links: `best[mask][j]` is the least time of closed
@@ -942,154 +652,6 @@ fn relax(
     }
 }
 
-/// Many small sets of positions `0..size`, as bitsets in one buffer.
-struct Sets {
-    words: usize,
-    bits: Vec<u64>,
-}
-
-impl Sets {
-    fn new(count: usize, size: usize) -> Sets {
-        let words = size.div_ceil(64).max(1);
-        Sets { words, bits: vec![0; count * words] }
-    }
-
-    fn clear(&mut self) {
-        self.bits.iter_mut().for_each(|w| *w = 0);
-    }
-
-    fn insert(&mut self, set: usize, at: usize) {
-        self.bits[set * self.words + at / 64] |= 1 << (at % 64);
-    }
-
-    /// Inserts every position in `lo..=hi`.
-    fn fill(&mut self, set: usize, lo: usize, hi: usize) {
-        let base = set * self.words;
-        let (first, last) = (lo / 64, hi / 64);
-        for w in first..=last {
-            let from = if w == first { lo % 64 } else { 0 };
-            let to = if w == last { hi % 64 } else { 63 };
-            let mask = (u64::MAX >> (63 - to)) & (u64::MAX << from);
-            self.bits[base + w] |= mask;
-        }
-    }
-
-    fn max(&self, set: usize) -> Option<usize> {
-        let words = &self.bits[set * self.words..(set + 1) * self.words];
-        words.iter().rposition(|&w| w != 0).map(|w| w * 64 + 63 - words[w].leading_zeros() as usize)
-    }
-
-    /// Positions in increasing order.
-    fn iter(&self, set: usize) -> impl Iterator<Item = usize> + '_ {
-        self.bits[set * self.words..(set + 1) * self.words].iter().enumerate().flat_map(|(w, &word)| {
-            let mut word = word;
-            std::iter::from_fn(move || {
-                if word == 0 {
-                    return None;
-                }
-                let bit = word.trailing_zeros() as usize;
-                word &= word - 1;
-                Some(w * 64 + bit)
-            })
-        })
-    }
-}
-
-/// What does not depend on the threshold, per node: how far memory lets a middle stage reach
-/// from each start, and last-stage times.
-pub(crate) struct NodeFacts {
-    /// `memory_reach[j]`: the largest `e < L` with `[j, e)` fitting in memory; `j` if none.
-    memory_reach: Vec<u32>,
-    /// `roofline(k, j, L)` for each start `j`.
-    final_roofline: Vec<f64>,
-    /// Smallest start `j >= 1` from which `[j, L)` fits; `L` if none.
-    final_fits_from: usize,
-    /// The whole model alone on this node, if it fits.
-    single: Option<f64>,
-}
-
-impl NodeFacts {
-    pub(crate) fn new(cost: &CostModel, k: usize) -> NodeFacts {
-        let l = cost.layers();
-        let mut memory_reach = vec![0u32; l];
-        let mut p = 0usize;
-        for (j, reach) in memory_reach.iter_mut().enumerate() {
-            p = p.max(j);
-            while p < l - 1 && cost.fits(k, j, p + 1) {
-                p += 1;
-            }
-            *reach = p as u32;
-        }
-        let final_fits_from = (1..l).find(|&j| cost.fits(k, j, l)).unwrap_or(l);
-        NodeFacts {
-            memory_reach,
-            final_roofline: (0..l).map(|j| cost.roofline_s(k, j, l)).collect(),
-            final_fits_from,
-            single: cost.fits(k, 0, l).then(|| cost.roofline_s(k, 0, l)),
-        }
-    }
-}
-
-/// For one node at one threshold: how far a middle stage starting at each layer can reach,
-/// and from which start a last stage fits.
-pub(crate) struct ReachTable<'f> {
-    facts: &'f NodeFacts,
-    /// `reach[j]`: the largest `e < L` with `[j, e)` within the threshold and memory; `j` if none.
-    pub(crate) reach: Vec<u32>,
-    /// `mid_event[j]`: the threshold at which `reach[j]` would grow (∞ if memory blocks it).
-    mid_event: Vec<f64>,
-    /// Smallest start from which `[start, L)` is within the threshold as a last stage.
-    pub(crate) final_from: usize,
-    ret: f64,
-    pub(crate) single_ok: bool,
-}
-
-impl<'f> ReachTable<'f> {
-    pub(crate) fn new(
-        cost: &CostModel,
-        k: usize,
-        facts: &'f NodeFacts,
-        tau: f64,
-        hop: f64,
-        ret: f64,
-    ) -> ReachTable<'f> {
-        let l = cost.layers();
-        let mut reach = vec![0u32; l];
-        let mut mid_event = vec![f64::INFINITY; l];
-        let mut p = 0usize;
-        for j in 0..l {
-            let limit = facts.memory_reach[j] as usize;
-            p = p.max(j);
-            while p < limit && cost.roofline_s(k, j, p + 1) + hop <= tau {
-                p += 1;
-            }
-            reach[j] = p as u32;
-            if p < limit {
-                mid_event[j] = cost.roofline_s(k, j, p + 1) + hop;
-            }
-        }
-        // Last-stage times fall as the start grows: the first start within tau.
-        let from = facts.final_fits_from;
-        let final_from = if from >= l {
-            usize::MAX
-        } else {
-            let offset = facts.final_roofline[from..].partition_point(|&t| t + ret > tau);
-            if from + offset < l { from + offset } else { usize::MAX }
-        };
-        ReachTable { facts, reach, mid_event, final_from, ret, single_ok: facts.single.is_some_and(|t| t <= tau) }
-    }
-
-    /// The threshold at which a last stage from `j` would fit in time (∞ if memory blocks it).
-    fn final_event(&self, j: usize) -> f64 {
-        if j >= self.facts.final_fits_from && j > 0 { self.facts.final_roofline[j] + self.ret } else { f64::INFINITY }
-    }
-
-    /// The threshold at which the whole model alone on this node would fit in time.
-    fn single_event(&self) -> f64 {
-        self.facts.single.unwrap_or(f64::INFINITY)
-    }
-}
-
 /// Last-stage costs of one node for every start (∞ where memory does not fit or the stage
 /// is over the cap).
 struct FinalCosts {
@@ -1122,7 +684,7 @@ fn speed_order(cost: &CostModel, nodes: &[usize]) -> Vec<usize> {
     order
 }
 
-pub(crate) fn heuristic(cost: &CostModel, goal: Goal, nodes: &[usize], required: Option<usize>) -> Found {
+pub(crate) fn heuristic(cost: &CostModel, nodes: &[usize], required: Option<usize>) -> Found {
     let speed_order = speed_order(cost, nodes);
     let memory_order = {
         let mut order = nodes.to_vec();
@@ -1142,7 +704,7 @@ pub(crate) fn heuristic(cost: &CostModel, goal: Goal, nodes: &[usize], required:
     let mut evaluated = 0usize;
     for order in &orders {
         evaluated += 1;
-        if let Some(found) = fixed_order(cost, goal, order, required)
+        if let Some(found) = fixed_order_min_sum(cost, order, required, f64::INFINITY)
             && best.as_ref().is_none_or(|b| found.0 < b.0)
         {
             best = Some(found);
@@ -1163,7 +725,7 @@ pub(crate) fn heuristic(cost: &CostModel, goal: Goal, nodes: &[usize], required:
             let mut order = best_order.clone();
             order.swap(i - 1, i);
             evaluated += 1;
-            if let Some(found) = fixed_order(cost, goal, &order, required)
+            if let Some(found) = fixed_order_min_sum(cost, &order, required, f64::INFINITY)
                 && best.as_ref().is_some_and(|b| found.0 < b.0 * (1.0 - 1e-12))
             {
                 best = Some(found);
@@ -1172,60 +734,12 @@ pub(crate) fn heuristic(cost: &CostModel, goal: Goal, nodes: &[usize], required:
             }
         }
     }
-    let bound = lower_bound(cost, goal, nodes);
+    let bound = lower_bound(cost, nodes);
     let detail = format!(
         "heuristic: {} node orders searched exactly each (too many nodes for the exact search over subsets)",
         group_digits(evaluated as u64)
     );
     Found { best, exact: false, bound, detail }
-}
-
-/// The best plan for one node order, any node may be skipped: exact for that order.
-fn fixed_order(cost: &CostModel, goal: Goal, order: &[usize], required: Option<usize>) -> Option<(f64, Assignment)> {
-    match goal {
-        Goal::Slowest => parametric(0.0, None, |tau| fixed_order_feasible(cost, order, tau, required)),
-        Goal::Sum => fixed_order_min_sum(cost, order, required, f64::INFINITY),
-    }
-}
-
-/// Greedy farthest reach along the order: exact for a fixed order with uniform links. With
-/// per-pair links the hop to the next node in the order is assumed; the plan found is then
-/// evaluated exactly.
-fn fixed_order_feasible(cost: &CostModel, order: &[usize], tau: f64, required: Option<usize>) -> Probe {
-    let l = cost.layers();
-    let mut stages: Assignment = Vec::new();
-    let mut j = 0usize;
-    let mut next_event = f64::INFINITY;
-    let mut used_required = required.is_none();
-    for (pos, &k) in order.iter().enumerate() {
-        let is_required = required == Some(k);
-        let ret = stages.first().map_or(0.0, |s| cost.return_s(k, s.0));
-        if (used_required || is_required) && cost.fits(k, j, l) {
-            let t = cost.roofline_s(k, j, l) + ret;
-            if t <= tau {
-                stages.push((k, j, l));
-                let times = cost.stage_times(&stages);
-                return Probe::Feasible(times.iter().copied().fold(0.0, f64::max), stages);
-            }
-            next_event = next_event.min(t);
-        }
-        let hop = order.get(pos + 1).map_or(cost.uniform_hop_s(), |&next| cost.hop_s(k, next));
-        let mut e = j;
-        while e < l - 1 && cost.fits(k, j, e + 1) && cost.roofline_s(k, j, e + 1) + hop <= tau {
-            e += 1;
-        }
-        if e < l - 1 && cost.fits(k, j, e + 1) {
-            next_event = next_event.min(cost.roofline_s(k, j, e + 1) + hop);
-        }
-        if e > j {
-            stages.push((k, j, e));
-            used_required |= is_required;
-            j = e;
-        } else if is_required {
-            break; // the required node cannot be skipped
-        }
-    }
-    Probe::Infeasible(next_event)
 }
 
 /// Min–sum along a fixed order, any node skipped except `required`, every stage within
@@ -1321,101 +835,42 @@ fn fixed_order_min_sum(
     Some((total, stages))
 }
 
-/// A bound no plan beats, in seconds (the slowest stage's or the sum's).
-///
-/// Slowest stage: the least `τ` at which the nodes together could hold every layer if each took
-/// at most as many layers as fit in `τ` (counting the lightest layers, for each roofline term
-/// apart) and in its memory; and at least the slowest single layer on its best node.
-/// Sum: each roofline term alone, with layers spread fractionally over the nodes, the
-/// densest work on the fastest node, memory filled like a knapsack (a rearrangement argument
-/// makes that greedy fill optimal for the relaxation).
-pub(crate) fn lower_bound(cost: &CostModel, goal: Goal, nodes: &[usize]) -> Option<f64> {
+/// A bound no plan's sum of stage times beats, in seconds: each roofline term alone, with
+/// layers spread fractionally over the nodes, the densest work on the fastest node, memory
+/// filled like a knapsack (a rearrangement argument makes that greedy fill optimal for the
+/// relaxation).
+pub(crate) fn lower_bound(cost: &CostModel, nodes: &[usize]) -> Option<f64> {
     let l = cost.layers();
     if l == 0 || nodes.is_empty() {
         return None;
     }
     let work: Vec<(f64, f64, u64)> = (0..l).map(|i| cost.layer_work(i)).collect();
-    let rates = |k: usize, term: usize| {
-        let r = &cost.nodes[k];
-        if term == 0 { r.inv_bandwidth } else { r.inv_compute }
+    let fluid = |term: usize| -> f64 {
+        let rate = |k: usize| if term == 0 { cost.nodes[k].inv_bandwidth } else { cost.nodes[k].inv_compute };
+        let mut layers: Vec<(f64, f64)> =
+            work.iter().map(|w| (if term == 0 { w.0 } else { w.1 }, w.2 as f64)).collect();
+        layers.sort_by(|a, b| (b.0 / b.1.max(1.0)).total_cmp(&(a.0 / a.1.max(1.0))));
+        let mut fast: Vec<(f64, f64)> =
+            nodes.iter().map(|&k| (rate(k), cost.nodes[k].capacity.max(0) as f64)).collect();
+        fast.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut total = 0.0;
+        let mut node = 0usize;
+        let mut room = fast[0].1;
+        for (amount, held) in layers {
+            let mut left = 1.0f64;
+            while left > 1e-12 {
+                let Some(&(rate, _)) = fast.get(node) else { return total };
+                let take = if held <= 0.0 { left } else { left.min(room / held) };
+                total += take * amount * rate;
+                room -= take * held;
+                left -= take;
+                if left > 1e-12 {
+                    node += 1;
+                    room = fast.get(node).map_or(0.0, |f| f.1);
+                }
+            }
+        }
+        total
     };
-    let pick = |w: &(f64, f64, u64), term: usize| if term == 0 { w.0 } else { w.1 };
-    match goal {
-        Goal::Slowest => {
-            let mut single = 0.0f64;
-            for i in 0..l {
-                let best = nodes
-                    .iter()
-                    .filter(|&&k| cost.fits(k, i, i + 1))
-                    .map(|&k| cost.roofline_s(k, i, i + 1))
-                    .fold(f64::INFINITY, f64::min);
-                single = single.max(best);
-            }
-            if single.is_infinite() {
-                return None;
-            }
-            let prefix = |mut v: Vec<f64>| {
-                v.sort_by(f64::total_cmp);
-                let mut sums = Vec::with_capacity(v.len() + 1);
-                sums.push(0.0);
-                for x in v {
-                    sums.push(sums.last().copied().unwrap_or(0.0) + x);
-                }
-                sums
-            };
-            let read = prefix(work.iter().map(|w| w.0).collect());
-            let flops = prefix(work.iter().map(|w| w.1).collect());
-            let held = prefix(work.iter().map(|w| w.2 as f64).collect());
-            let upto = |sums: &Vec<f64>, limit: f64| sums.partition_point(|&s| s <= limit).saturating_sub(1);
-            let count = |tau: f64| -> usize {
-                nodes
-                    .iter()
-                    .map(|&k| {
-                        let cap = cost.nodes[k].capacity as f64;
-                        upto(&read, tau / rates(k, 0)).min(upto(&flops, tau / rates(k, 1))).min(upto(&held, cap))
-                    })
-                    .sum()
-            };
-            let (mut lo, mut hi) = (0.0f64, single);
-            while count(hi) < l {
-                hi *= 2.0;
-                if !hi.is_finite() || hi > 1e12 {
-                    return Some(single);
-                }
-            }
-            for _ in 0..100 {
-                let mid = (lo + hi) / 2.0;
-                if count(mid) >= l { hi = mid } else { lo = mid }
-            }
-            Some(single.max(lo))
-        }
-        Goal::Sum => {
-            let fluid = |term: usize| -> f64 {
-                let mut layers: Vec<(f64, f64)> = work.iter().map(|w| (pick(w, term), w.2 as f64)).collect();
-                layers.sort_by(|a, b| (b.0 / b.1.max(1.0)).total_cmp(&(a.0 / a.1.max(1.0))));
-                let mut fast: Vec<(f64, f64)> =
-                    nodes.iter().map(|&k| (rates(k, term), cost.nodes[k].capacity.max(0) as f64)).collect();
-                fast.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let mut total = 0.0;
-                let mut node = 0usize;
-                let mut room = fast[0].1;
-                for (amount, held) in layers {
-                    let mut left = 1.0f64;
-                    while left > 1e-12 {
-                        let Some(&(rate, _)) = fast.get(node) else { return total };
-                        let take = if held <= 0.0 { left } else { left.min(room / held) };
-                        total += take * amount * rate;
-                        room -= take * held;
-                        left -= take;
-                        if left > 1e-12 {
-                            node += 1;
-                            room = fast.get(node).map_or(0.0, |f| f.1);
-                        }
-                    }
-                }
-                total
-            };
-            Some(fluid(0).max(fluid(1)))
-        }
-    }
+    Some(fluid(0).max(fluid(1)))
 }
