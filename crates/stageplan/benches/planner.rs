@@ -5,7 +5,8 @@
 //! - `experts-2000x256`: 2,000 placement units on 256 nodes of 8 kinds — expert-level
 //!   placement (target: under a second).
 //!
-//! `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
+//! `home-70b-8/bare-throughput-8-sequences` plans the same cluster for eight sequences: the
+//! throughput search then tries every micro-batch count. `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
 //!
 //! Each is timed for the `optimal` search alone (`bare`), the full report (`plan`: with
 //! baselines, left-out explanations and longest context), and the baseline policies, on the
@@ -34,7 +35,10 @@ fn bench(c: &mut Criterion) {
         )
         .expect("pairs parse");
     });
+    // Eight sequences: every micro-batch count from 1 to 8, each a bisection of capped searches.
+    let eight = problem(HOME, |s| s.workload.batch = 8);
     group.bench_function("bare-throughput", |b| b.iter(|| stageplan::plan_bare(&throughput)));
+    group.bench_function("bare-throughput-8-sequences", |b| b.iter(|| stageplan::plan_bare(&eight)));
     group.bench_function("bare-latency", |b| b.iter(|| stageplan::plan_bare(&latency)));
     group.bench_function("bare-throughput-pair-links", |b| b.iter(|| stageplan::plan_bare(&pairwise)));
     group.bench_function("plan-throughput", |b| b.iter(|| stageplan::plan(&throughput)));

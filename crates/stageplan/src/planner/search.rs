@@ -149,7 +149,7 @@ fn optimal_cycle(cost: &CostModel, nodes: &[usize], required: Option<usize>) -> 
             found.bound = found.bound.map(|b| b.min(floor));
             continue;
         }
-        let searched = least_cycle(&micro, k, nodes, required);
+        let searched = least_cycle(&micro, k, nodes, required, incumbent);
         found.exact &= searched.exact;
         found.bound = match (found.bound, searched.bound) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -172,7 +172,9 @@ fn optimal_cycle(cost: &CostModel, nodes: &[usize], required: Option<usize>) -> 
 
 /// The least `max(Σ t_s, k · max t_s)` on `micro` (stage times of one micro-batch): a
 /// bisection on the slowest-stage cap `τ`, each probe the least sum with every stage ≤ `τ`.
-fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usize>) -> Found {
+/// Only plans faster than `incumbent` (seconds) matter: a plan under it has every stage
+/// under `incumbent / k`, so one probe there tells whether this `k` can win at all.
+fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usize>, incumbent: f64) -> Found {
     let k = k as f64;
     let space = Space::new(micro, nodes, required);
     let exact = exact_fits(micro, &space);
@@ -194,6 +196,18 @@ fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usiz
     let mut best = (least.max(k * slowest), free);
     // Below `lo` every cap leaves sums above k·cap; at `hi` some plan's cycle is k·hi.
     let (mut lo, mut hi) = (least / k, slowest);
+    if k * hi > incumbent && incumbent < best.0 {
+        let tau = incumbent / k;
+        match least_sum(tau) {
+            Some((_, stages)) if sum_and_max(&stages).0 < incumbent => {
+                let (sum, max) = sum_and_max(&stages);
+                best = (sum.max(k * max), stages);
+                hi = max.max(sum / k);
+            }
+            // No plan of this many micro-batches beats the incumbent.
+            _ => return Found { best: None, exact, bound: Some(incumbent), detail: String::new() },
+        }
+    }
     for _ in 0..100 {
         if k * lo >= best.0 * (1.0 - 1e-12) || hi - lo <= hi * 1e-12 {
             break;
@@ -600,6 +614,7 @@ fn relax(
             // roofline(k, j, e) = P[e] - P[j] for 1 <= j < e < L: a sliding-window minimum
             // of row[j] - P[j] over the starts j that fit with end e, in memory and under the
             // cap (both hold from some start on, and that start only grows with e).
+            let capped = limit < f64::INFINITY;
             let mut window: VecDeque<(usize, f64)> = VecDeque::new();
             let mut lo = 1usize;
             let mut next_j = 1usize;
@@ -614,7 +629,7 @@ fn relax(
                     }
                     next_j += 1;
                 }
-                while lo < e && (!cost.fits(k, lo, e) || cost.roofline_s(k, lo, e) > limit) {
+                while lo < e && (!cost.fits(k, lo, e) || (capped && cost.roofline_s(k, lo, e) > limit)) {
                     lo += 1;
                 }
                 while window.front().is_some_and(|&(j, _)| j < lo) {
