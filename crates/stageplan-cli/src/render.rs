@@ -91,8 +91,13 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
             let batch = plan.workload.batch;
             let _ = writeln!(
                 out,
-                "throughput {} tok/s for {} sequence{}{} · {} per token",
+                "throughput {} tok/s{} for {} sequence{}{} · {} per token",
                 sig3(plan.tokens_per_s),
+                plan.accuracy.as_ref().map_or_else(String::new, |a| format!(
+                    " (±{:.0}%, {})",
+                    a.typical_error * 100.0,
+                    a.class
+                )),
                 group_digits(batch),
                 if batch == 1 { "" } else { "s" },
                 if plan.micro_batches > 1 {

@@ -110,6 +110,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
             compute: p.compute_f32.median,
             reserve: 0,
             efficiency: Efficiency::default(),
+            backend: stageplan::calibration::Backend::Peak,
         })
         .collect();
     let links = Links::uniform(nodes.len(), Link { bandwidth: 1e9, latency: 0.0 });

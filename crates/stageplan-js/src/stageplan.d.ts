@@ -98,6 +98,8 @@ export interface NodeSpec {
   /** This many identical machines, named `name-1` … `name-N`. */
   count?: number;
   efficiency?: { bandwidth?: number; compute?: number };
+  /** llama.cpp backend for the fitted speed terms; `peak` plans with the figures as given. */
+  backend?: "cuda" | "metal" | "rocm" | "vulkan" | "cpu" | "peak";
   probe?: Record<string, string | number>;
 }
 
@@ -123,12 +125,21 @@ export interface Plan {
   prefill_tokens_per_s: number;
   /** The same split kept full: more sequences in flight than the workload has. */
   pipeline_full: PipelineFull | null;
+  /** The calibration's typical error for the stages' backends; absent with spec-sheet peaks. */
+  accuracy?: Accuracy;
   bottleneck: number | null;
   max_context: number | null;
   left_out: LeftOut[];
   search: Search;
   baselines?: Baseline[];
   diagnostics: Diagnostic[];
+}
+
+export interface Accuracy {
+  typical_error: number;
+  /** e.g. `llama.cpp CUDA` */
+  class: string;
+  tokens_per_s_range: [number, number];
 }
 
 export interface PipelineFull {

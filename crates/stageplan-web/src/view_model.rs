@@ -120,8 +120,13 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         });
         (
             format!(
-                "{} tok/s · {} per token",
+                "{} tok/s{} · {} per token",
                 sig3(plan.tokens_per_s),
+                plan.accuracy.as_ref().map_or_else(String::new, |a| format!(
+                    " (±{:.0}%, {})",
+                    a.typical_error * 100.0,
+                    a.class
+                )),
                 format_seconds(batch as f64 / plan.tokens_per_s)
             ),
             format!(

@@ -126,6 +126,8 @@ pub struct TimeParts {
     pub memory_s: f64,
     /// FLOPs ÷ compute.
     pub compute_s: f64,
+    /// The backend's fixed cost per layer per step (kernel launches, small ops).
+    pub overhead_s: f64,
     /// The hop to the next stage (or back to the first).
     pub send_s: f64,
     /// Prefill time per prompt token.
@@ -133,9 +135,9 @@ pub struct TimeParts {
 }
 
 impl TimeParts {
-    /// The stage's time per decode step: roofline plus send.
+    /// The stage's time per decode step: roofline, per-layer cost and send.
     pub fn total(&self) -> f64 {
-        self.memory_s.max(self.compute_s) + self.send_s
+        self.memory_s.max(self.compute_s) + self.overhead_s + self.send_s
     }
 }
 
@@ -153,6 +155,8 @@ struct Extra {
 pub(crate) struct NodeRates {
     pub inv_bandwidth: f64,
     pub inv_compute: f64,
+    /// Seconds every layer adds to a decode step (the backend's fitted `τ`).
+    pub per_layer_s: f64,
     /// Memory left for layers, embedding and head after reserve and workspace (may be < 0).
     pub capacity: i64,
 }
@@ -306,10 +310,14 @@ impl CostModel {
 
         let node_rates = nodes
             .iter()
-            .map(|node| NodeRates {
-                inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth),
-                inv_compute: 1.0 / (node.compute * node.efficiency.compute),
-                capacity: clamp_i64(i128::from(node.memory) - i128::from(node.reserve) - i128::from(workspace)),
+            .map(|node| {
+                let (reached, per_layer_s) = crate::calibration::FITTED.speed(node.backend, &model.weights);
+                NodeRates {
+                    inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
+                    inv_compute: 1.0 / (node.compute * node.efficiency.compute),
+                    per_layer_s,
+                    capacity: clamp_i64(i128::from(node.memory) - i128::from(node.reserve) - i128::from(workspace)),
+                }
             })
             .collect();
         let mut cost = CostModel {
@@ -503,12 +511,13 @@ impl CostModel {
         self.budgets[node]
     }
 
-    /// The roofline time of one decode step of `[start, end)` on `node`, without the hop.
+    /// The roofline time of one decode step of `[start, end)` on `node`, with the backend's
+    /// per-layer cost and without the hop.
     #[inline]
     pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
         let (read, flops) = self.step_work(start, end);
         let rates = &self.nodes[node];
-        (read * rates.inv_bandwidth).max(flops * rates.inv_compute)
+        (read * rates.inv_bandwidth).max(flops * rates.inv_compute) + (end - start) as f64 * rates.per_layer_s
     }
 
     #[inline]
@@ -574,11 +583,16 @@ impl CostModel {
             }
             _ => 0.0,
         };
+        let per_layer = (end - start) as f64 * rates.per_layer_s;
         TimeParts {
             memory_s: read * rates.inv_bandwidth,
             compute_s: flops * rates.inv_compute,
+            overhead_s: per_layer,
             send_s,
-            prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute) + prefill_send,
+            // The per-layer cost is paid once per chunk of prompt tokens.
+            prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
+                + per_layer / self.prefill_chunk
+                + prefill_send,
         }
     }
 
@@ -626,10 +640,12 @@ impl CostModel {
     /// The prefix sum a linear regime's time follows, times the node's rate.
     #[inline]
     pub(crate) fn linear_prefix(&self, node: usize, regime: Regime, at: usize) -> f64 {
-        match regime {
-            Regime::Memory => self.read[at] * self.nodes[node].inv_bandwidth,
-            Regime::Compute => self.flops[at] * self.nodes[node].inv_compute,
-        }
+        let rates = &self.nodes[node];
+        at as f64 * rates.per_layer_s
+            + match regime {
+                Regime::Memory => self.read[at] * rates.inv_bandwidth,
+                Regime::Compute => self.flops[at] * rates.inv_compute,
+            }
     }
 
     /// Layer `l` alone: (bytes read, FLOPs) per decode step and bytes held.
@@ -705,10 +721,30 @@ mod tests {
         );
         let gpu = c.time(0, 0, c.layers(), None);
         assert!(gpu.memory_s > gpu.compute_s);
-        assert_eq!(gpu.total(), gpu.memory_s);
+        assert_eq!(gpu.total(), gpu.memory_s + gpu.overhead_s);
         let cpu = c.time(1, 0, c.layers(), None);
         assert!(cpu.compute_s > cpu.memory_s);
-        assert_eq!(c.roofline_s(1, 0, c.layers()), cpu.compute_s);
+        assert_eq!(c.roofline_s(1, 0, c.layers()), cpu.compute_s + cpu.overhead_s);
+    }
+
+    #[test]
+    fn fitted_terms_apply_on_top_of_the_peaks() {
+        let json = |backend: &str| {
+            format!(
+                r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}},
+                    "nodes": [{{"name": "gpu", "device": "rtx-4090", "backend": "{backend}"}}]}}"#
+            )
+        };
+        let (peak, cuda) = (cost(&json("peak")), cost(&json("cuda")));
+        let (p, c) = (peak.time(0, 0, 32, None), cuda.time(0, 0, 32, None));
+        let terms = crate::calibration::FITTED.backend(crate::calibration::Backend::Cuda).unwrap();
+        // Bandwidth reached: the backend's fraction for F16 times the k-quant multiplier.
+        let reached = terms.bandwidth * crate::calibration::FITTED.kquant;
+        assert!((c.memory_s * reached / p.memory_s - 1.0).abs() < 1e-12);
+        assert_eq!((p.overhead_s, c.overhead_s), (0.0, 32.0 * terms.per_layer_s));
+        // A node's own efficiency multiplies the fitted fraction.
+        let own = cost(&json("cuda").replace(r#""backend""#, r#""efficiency": {"bandwidth": 0.5}, "backend""#));
+        assert!((own.time(0, 0, 32, None).memory_s / c.memory_s - 2.0).abs() < 1e-12);
     }
 
     #[test]

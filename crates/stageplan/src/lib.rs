@@ -11,6 +11,7 @@
 //!
 //! - [`model`]: tensors, weight formats, parameter counts.
 //! - [`cost`]: the cost model and its formulas.
+//! - [`calibration`]: speed terms fitted to published llama.cpp measurements.
 //! - [`planner`]: the `optimal` search and the baselines.
 //! - [`mod@plan`]: the result and its JSON contract.
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
@@ -22,6 +23,7 @@
 //! - [`quote`]: text from input made safe for shells, YAML, comments and terminals.
 
 pub mod balance;
+pub mod calibration;
 pub mod cost;
 pub mod error;
 pub mod export;

@@ -45,6 +45,10 @@ pub struct Plan {
     /// has. `null` when no plan fits.
     #[serde(default)]
     pub pipeline_full: Option<PipelineFull>,
+    /// How sure the speed figures are: the calibration's typical error for the backends the
+    /// stages run. `null` when no plan fits or a stage plans with spec-sheet peaks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<Accuracy>,
     /// Index of the slowest stage.
     pub bottleneck: Option<usize>,
     /// The longest context every stage still fits at this split; `null` when it does not fit
@@ -59,6 +63,19 @@ pub struct Plan {
     pub baselines: Vec<Baseline>,
     /// Notes, warnings and errors, each with a fix where there is one.
     pub diagnostics: Vec<Diagnostic>,
+}
+
+/// The calibration's word on a plan's speed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    /// Median |predicted ÷ measured − 1| of published llama.cpp decode figures on this class,
+    /// each predicted with its source left out of the fit.
+    pub typical_error: f64,
+    /// The class it is for: the stages' backend with the largest typical error
+    /// (`llama.cpp CUDA`, …).
+    pub class: String,
+    /// `tokens_per_s` within the typical error: `[÷ (1 + e), ÷ (1 − e)]`.
+    pub tokens_per_s_range: [f64; 2],
 }
 
 fn one() -> u64 {
@@ -143,6 +160,9 @@ pub struct TimeBreakdown {
     pub memory_s: f64,
     /// FLOPs ÷ compute.
     pub compute_s: f64,
+    /// The backend's fixed cost per layer, for this stage's layers.
+    #[serde(default)]
+    pub overhead_s: f64,
     /// Sending activations to the next stage (or tokens back to the first).
     pub send_s: f64,
     /// Which roofline term decides the stage.

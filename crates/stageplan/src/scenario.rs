@@ -19,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::calibration::Backend;
 use crate::cost::Efficiency;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
@@ -134,6 +135,12 @@ pub struct NodeSpec {
     /// given); `stageplan run-sharded` fits them from measured stage times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub efficiency: Option<Efficiency>,
+    /// The llama.cpp backend it runs (`cuda`, `metal`, `rocm`, `vulkan`, `cpu`), which
+    /// selects the fitted speed terms ([`crate::calibration`]); `peak` plans with the
+    /// figures as given. Default: the preset's (NVIDIA `cuda`, AMD `rocm`, Apple `metal`,
+    /// CPU `cpu`), else by `kind`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
     /// Where measured figures came from (`stageplan probe`); informational.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeProvenance>,
@@ -281,8 +288,10 @@ pub struct Node {
     pub compute: f64,
     /// Bytes kept by the runtime.
     pub reserve: u64,
-    /// Fractions of bandwidth and compute reached.
+    /// Fractions of bandwidth and compute reached, on top of the backend's fitted terms.
     pub efficiency: Efficiency,
+    /// Selects the fitted speed terms.
+    pub backend: Backend,
 }
 
 /// A link's figures.
@@ -538,6 +547,7 @@ impl Scenario {
                     ));
                 }
             }
+            let backend = spec.backend.unwrap_or_else(|| Backend::of_device(preset.map(|p| p.name), kind));
             let count = spec.count.unwrap_or(1);
             for k in 1..=count {
                 let name = if spec.count.is_some() { format!("{name}-{k}") } else { name.to_owned() };
@@ -551,6 +561,7 @@ impl Scenario {
                     compute,
                     reserve: reserve as u64,
                     efficiency,
+                    backend,
                 });
             }
         }

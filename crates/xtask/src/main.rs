@@ -21,6 +21,8 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod calibrate;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Some("serve") => serve(args.get(1).and_then(|p| p.parse().ok()).unwrap_or(8080)),
         Some("plan") => plan(args.get(1).map_or(EXAMPLE, String::as_str)),
         Some("bench") => bench(),
+        Some("calibrate") => calibrate::calibrate(&root()),
         Some("gpu") => gpu(),
         Some("embed") => {
             web_tools().and_then(|()| build_embed()).map(|out| println!("embed package: {}", out.display()))
@@ -59,7 +62,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test | serve [PORT] | plan [SCENARIO] | bench | fuzz [SECONDS] | gpu | embed"
+                "usage: cargo xtask test | serve [PORT] | plan [SCENARIO] | bench | calibrate | fuzz [SECONDS] | gpu | embed"
             );
             return ExitCode::from(2);
         }

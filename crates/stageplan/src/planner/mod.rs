@@ -13,8 +13,8 @@ mod search;
 
 use crate::cost::{CostModel, Schedule};
 use crate::plan::{
-    Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan, PlannedModel,
-    PlannedWorkload, Search, Stage, TimeBreakdown,
+    Accuracy, Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan,
+    PlannedModel, PlannedWorkload, Search, Stage, TimeBreakdown,
 };
 use crate::scenario::{Objective, Policy, Problem};
 use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
@@ -210,6 +210,7 @@ pub(crate) fn evaluate(
             time: TimeBreakdown {
                 memory_s: time.memory_s,
                 compute_s: time.compute_s,
+                overhead_s: time.overhead_s,
                 send_s: time.send_s,
                 bound: if time.memory_s >= time.compute_s { Bound::Memory } else { Bound::Compute },
                 prefill_s: time.prefill_s,
@@ -246,6 +247,7 @@ pub(crate) fn evaluate(
             kv: problem.workload.kv.name().to_owned(),
         },
         feasible,
+        accuracy: if has_stages && feasible { accuracy(problem, stages, batch / schedule.cycle_s) } else { None },
         tokens_per_s: if has_stages && feasible { batch / schedule.cycle_s } else { 0.0 },
         micro_batches: schedule.micro_batches,
         pipeline_full,
@@ -265,6 +267,25 @@ pub(crate) fn evaluate(
         baselines: Vec::new(),
         diagnostics: Vec::new(),
     }
+}
+
+/// The calibration's typical error for the least certain backend among the stages' nodes;
+/// `None` when a stage plans with spec-sheet peaks.
+fn accuracy(problem: &Problem, stages: &[(usize, usize, usize)], tokens_per_s: f64) -> Option<Accuracy> {
+    let mut worst: Option<&crate::calibration::BackendTerms> = None;
+    for &(k, _, _) in stages {
+        let terms = crate::calibration::FITTED.backend(problem.nodes[k].backend)?;
+        if worst.is_none_or(|w| terms.typical_error > w.typical_error) {
+            worst = Some(terms);
+        }
+    }
+    let worst = worst?;
+    let e = worst.typical_error;
+    Some(Accuracy {
+        typical_error: e,
+        class: format!("llama.cpp {}", worst.backend.title()),
+        tokens_per_s_range: [tokens_per_s / (1.0 + e), tokens_per_s / (1.0 - e).max(0.05)],
+    })
 }
 
 /// The longest context at which every stage of this split still fits, capped at the model's
