@@ -75,6 +75,26 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Fit a machine's scenario node to its own llama-bench results (`llama-bench -o json`):
+    /// the efficiency on top of the backend's fitted terms that predicts them.
+    Calibrate {
+        /// llama-bench's JSON or JSONL output.
+        results: PathBuf,
+        /// The machine's device preset, for its peak figures.
+        #[arg(long)]
+        device: Option<String>,
+        /// Peak memory bandwidth without a preset (e.g. `1008 GB/s`).
+        #[arg(long)]
+        bandwidth: Option<String>,
+        /// Peak FP16 compute without a preset (e.g. `165 TFLOPS`).
+        #[arg(long)]
+        compute: Option<String>,
+        /// The model preset with the tested model's shape (default: the nearest parameter count).
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Measure this machine's GPU adapters: bandwidth, f32/f16 matmul, memory; print a ready node.
     Probe {
         /// Only this adapter (see the list); all by default.
@@ -293,6 +313,9 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
         }
         Command::Model { model, weights, kv, format } => model_command(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets(format),
+        Command::Calibrate { results, device, bandwidth, compute, model, format } => {
+            calibrate(&results, device, bandwidth, compute, model.as_deref(), format)
+        }
         Command::Reconcile { store, interval, passes, id, lease, metrics } => {
             let options = cluster::LoopOptions {
                 interval: cluster::duration("--interval", &interval)?,
@@ -445,6 +468,69 @@ fn load_problem(path: &Path, scenario: Scenario) -> Result<stageplan::Problem, F
         }
         None => scenario.problem()?,
     })
+}
+
+/// `stageplan calibrate`: the node that predicts a machine's llama-bench decode tests.
+fn calibrate(
+    results: &Path,
+    device: Option<String>,
+    bandwidth: Option<String>,
+    compute: Option<String>,
+    model: Option<&str>,
+    format: Format,
+) -> Result<Outcome, Failure> {
+    use stageplan::calibration::bench;
+    let node = match (device, bandwidth, compute) {
+        (Some(device), None, None) => serde_json::json!({ "device": device }),
+        (None, Some(bandwidth), Some(compute)) => serde_json::json!({ "bandwidth": bandwidth, "compute": compute }),
+        _ => {
+            return Err(Failure(
+                "give the machine's peak figures: `--device PRESET`, or `--bandwidth` and `--compute`".to_owned(),
+            ));
+        }
+    };
+    let model = model.map(ModelPreset::find).transpose()?;
+    let tests = bench::parse(&read(results)?)
+        .map_err(|e| Failure(format!("{}: {e}", stageplan::quote::line(&results.display().to_string()))))?;
+    let fit = bench::fit_node(&tests, &node, model).map_err(Failure)?;
+    let mut ready = node.clone();
+    ready["name"] = "this-machine".into();
+    ready["backend"] = fit.backend.name().into();
+    ready["efficiency"] = serde_json::json!({ "bandwidth": (fit.efficiency * 1000.0).round() / 1000.0 });
+    let stdout = match format {
+        Format::Json => {
+            let tests: Vec<serde_json::Value> = fit
+                .tests
+                .iter()
+                .map(|t| {
+                    serde_json::json!({"model": t.model, "weights": t.weights, "measured_tokens_per_s": t.measured,
+                        "fitted_tokens_per_s": t.fitted, "node_tokens_per_s": t.with_node})
+                })
+                .collect();
+            format!("{:#}\n", serde_json::json!({ "node": ready, "tests": tests }))
+        }
+        Format::Table => {
+            let mut out = format!(
+                "{} decode test{} on llama.cpp {}:\n\n  model            weights   measured   predicted (fitted terms)   with this node\n",
+                fit.tests.len(),
+                if fit.tests.len() == 1 { "" } else { "s" },
+                fit.backend.title()
+            );
+            for t in &fit.tests {
+                out.push_str(&format!(
+                    "  {:<16} {:<9} {:>8} {:>12} ({:+.0}%) {:>16}\n",
+                    t.model,
+                    t.weights,
+                    stageplan::planner::sig3(t.measured),
+                    stageplan::planner::sig3(t.fitted),
+                    (t.fitted / t.measured - 1.0) * 100.0,
+                    stageplan::planner::sig3(t.with_node)
+                ));
+            }
+            format!("{out}\nthe node, for a scenario's `nodes`:\n{ready}\n")
+        }
+    };
+    Ok(Outcome::ok(stageplan::quote::terminal(&stdout).into_owned()))
 }
 
 fn model_command(name: &str, weights: Option<&str>, kv: &str, format: Format) -> Result<Outcome, Failure> {

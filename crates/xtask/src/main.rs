@@ -39,8 +39,8 @@ const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
 /// Chromium with its driver for the browser tests, and etcd for the state-store tests.
 const APT_PACKAGES: [&str; 5] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server"];
-const FUZZ_TARGETS: [&str; 7] =
-    ["gguf_header", "safetensors_header", "scenario", "replan", "export", "export_text", "redb_store"];
+const FUZZ_TARGETS: [&str; 8] =
+    ["gguf_header", "safetensors_header", "scenario", "replan", "export", "export_text", "redb_store", "llama_bench"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS_IN_TEST: u64 = 20;
 
@@ -567,8 +567,11 @@ fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> 
         return std::fs::write(corpus.join("seed-0"), bytes).map_err(|e| e.to_string());
     }
     let mut files: Vec<PathBuf> = Vec::new();
-    let mut stack =
-        vec![if matches!(target, "scenario" | "replan") { root().join("tests") } else { seeds.to_path_buf() }];
+    let mut stack = vec![if matches!(target, "scenario" | "replan" | "llama_bench") {
+        root().join("tests")
+    } else {
+        seeds.to_path_buf()
+    }];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?.flatten() {
             let path = entry.path();
@@ -585,6 +588,7 @@ fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(), String> 
             "gguf_header" => name.ends_with(".gguf"),
             "safetensors_header" => name.ends_with(".safetensors") || name.ends_with(".index.json"),
             "replan" => name == "current.json",
+            "llama_bench" => name == "results.json",
             _ => name.ends_with(".json") && p.to_string_lossy().contains("scenarios"),
         }
     };

@@ -31,8 +31,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     // Four fields separated by a zero byte: name, model, image, host.
     let mut parts = text.split('\0');
-    let (name, model, image, host) =
-        (parts.next().unwrap_or(""), parts.next(), parts.next(), parts.next());
+    let (name, model, image, host) = (parts.next().unwrap_or(""), parts.next(), parts.next(), parts.next());
     let mut plan = plan().clone();
     plan.model.name = name.to_owned();
     let mut options = ExportOptions::default();
@@ -43,11 +42,13 @@ fuzz_target!(|data: &[u8]| {
     }
     for target in Target::ALL {
         let Ok(exported) = export(&plan, target, &options) else { continue };
-        assert!(!exported.text.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{target}: a control character");
+        assert!(
+            !exported.text.chars().any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{target}: a control character"
+        );
         match target {
             Target::LlamaCpp | Target::Vllm | Target::Megatron => {
-                let commands: Vec<&str> =
-                    exported.text.lines().filter(|l| !l.trim_start().starts_with('#')).collect();
+                let commands: Vec<&str> = exported.text.lines().filter(|l| !l.trim_start().starts_with('#')).collect();
                 let words = shlex::split(&commands.join("\n")).expect("one valid shell text");
                 if let Some(model) = &options.model
                     && target != Target::Megatron
@@ -62,8 +63,12 @@ fuzz_target!(|data: &[u8]| {
             Target::Kubernetes => {
                 let docs = yaml_rust2::YamlLoader::load_from_str(&exported.text).expect("valid YAML");
                 if let Some(image) = &options.image {
-                    let deployment = docs.iter().find(|d| d["kind"].as_str() == Some("Deployment")).expect("a Deployment");
-                    assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["image"].as_str(), Some(image.as_str()));
+                    let deployment =
+                        docs.iter().find(|d| d["kind"].as_str() == Some("Deployment")).expect("a Deployment");
+                    assert_eq!(
+                        deployment["spec"]["template"]["spec"]["containers"][0]["image"].as_str(),
+                        Some(image.as_str())
+                    );
                 }
             }
             Target::Exo => {

@@ -159,6 +159,7 @@ impl Fitted {
     }
 }
 
+pub mod bench;
 pub mod fit;
 pub mod table;
 

@@ -1,0 +1,317 @@
+//! A user's own measurements: llama-bench results (`llama-bench -o json` or `-o jsonl`) turned
+//! into the scenario node that predicts them.
+//!
+//! Each decode test (`n_gen > 0`, no prompt) is a measured time per token for a model of
+//! `model_size` bytes and `model_n_params` parameters. The model's shape comes from the
+//! preset with the nearest parameter count (or the one given); the cost model predicts the
+//! test with the backend's fitted terms, and the node's `efficiency.bandwidth` is what
+//! makes prediction and measurement agree (the median over the tests). Fields are those
+//! llama.cpp's `tools/llama-bench/llama-bench.cpp` prints (`test::get_fields`).
+
+use serde::Deserialize;
+
+use super::Backend;
+
+/// One llama-bench test, with the fields this reads.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct BenchTest {
+    #[serde(default)]
+    pub backends: String,
+    #[serde(default)]
+    pub gpu_info: String,
+    #[serde(default)]
+    pub cpu_info: String,
+    #[serde(default)]
+    pub model_type: String,
+    pub model_size: u64,
+    pub model_n_params: u64,
+    #[serde(default)]
+    pub n_threads: u64,
+    pub n_prompt: u64,
+    pub n_gen: u64,
+    #[serde(default)]
+    pub n_depth: u64,
+    /// Tokens per second, averaged over the repetitions.
+    pub avg_ts: f64,
+}
+
+/// What is wrong with a results file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BenchError {
+    #[error("not llama-bench JSON or JSONL ({0}); run `llama-bench -o json > results.json`")]
+    Format(String),
+    #[error("no decode test (`n_gen` > 0 with `n_prompt` 0); run llama-bench with `-n 128` (its default)")]
+    NoDecode,
+    #[error("test {index}: `{field}` is {value}; {fix}")]
+    Field { index: usize, field: &'static str, value: String, fix: &'static str },
+}
+
+/// At most this many tests are read: llama-bench writes one per parameter combination.
+pub const MAX_TESTS: usize = 10_000;
+
+/// The tests in llama-bench's JSON (an array) or JSONL (one object per line) output.
+pub fn parse(text: &str) -> Result<Vec<BenchTest>, BenchError> {
+    let text = text.trim_start_matches('\u{feff}').trim();
+    let tests: Vec<BenchTest> = if text.starts_with('[') {
+        serde_json::from_str(text).map_err(|e| BenchError::Format(e.to_string()))?
+    } else {
+        let mut tests = Vec::new();
+        for (n, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+            if n >= MAX_TESTS {
+                break;
+            }
+            tests.push(serde_json::from_str(line).map_err(|e| BenchError::Format(format!("line {}: {e}", n + 1)))?);
+        }
+        tests
+    };
+    if tests.len() > MAX_TESTS {
+        return Err(BenchError::Format(format!("{} tests; at most {MAX_TESTS} are read", tests.len())));
+    }
+    for (index, t) in tests.iter().enumerate() {
+        let bad = |field, value: String, fix| Err(BenchError::Field { index, field, value, fix });
+        if !(t.avg_ts.is_finite() && t.avg_ts > 0.0) {
+            return bad("avg_ts", t.avg_ts.to_string(), "a measured rate is a positive number");
+        }
+        if t.model_size == 0 || t.model_n_params == 0 {
+            return bad("model_size", t.model_size.to_string(), "the model's bytes and parameters must be known");
+        }
+    }
+    Ok(tests)
+}
+
+/// The decode tests: a generated-token rate with no prompt in the same test.
+pub fn decode_tests(tests: &[BenchTest]) -> Vec<&BenchTest> {
+    tests.iter().filter(|t| t.n_gen > 0 && t.n_prompt == 0).collect()
+}
+
+/// The backend a test ran on, from llama-bench's `backends` field (`CUDA`, `Metal`,
+/// `ROCm`/`HIP`, `Vulkan`, `CPU`, or several joined by commas: the first GPU one wins).
+pub fn backend_of(test: &BenchTest) -> Backend {
+    let b = test.backends.to_ascii_lowercase();
+    if b.contains("cuda") {
+        Backend::Cuda
+    } else if b.contains("metal") || b.contains("mtl") {
+        Backend::Metal
+    } else if b.contains("rocm") || b.contains("hip") {
+        Backend::Rocm
+    } else if b.contains("vulkan") {
+        Backend::Vulkan
+    } else {
+        Backend::Cpu
+    }
+}
+
+/// The model preset with the parameter count nearest `params` (within 15%), for the shape.
+pub fn nearest_preset(params: u64) -> Option<&'static crate::presets::ModelPreset> {
+    crate::presets::MODELS
+        .iter()
+        .map(|p| (p, (p.published_params / params as f64).ln().abs()))
+        .filter(|(_, d)| *d < 0.15f64.ln_1p())
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(p, _)| p)
+}
+
+/// The weight format llama.cpp's `model_type` names (`llama 8B Q4_K - Medium` → `q4_k_m`),
+/// else the one whose bits per weight are nearest `model_size ÷ model_n_params`.
+pub fn weights_of(test: &BenchTest) -> String {
+    let named = test.model_type.split_whitespace().skip(2).collect::<Vec<_>>().join(" ").to_ascii_lowercase();
+    let named = named
+        .replace(" - medium", "_m")
+        .replace(" - small", "_s")
+        .replace(" - large", "_l")
+        .split(" - ")
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("all ")
+        .to_owned();
+    if named.parse::<crate::WeightFormat>().is_ok() {
+        return named;
+    }
+    let bits = test.model_size as f64 * 8.0 / test.model_n_params as f64;
+    [
+        ("f16", 16.0),
+        ("q8_0", 8.5),
+        ("q6_k", 6.56),
+        ("q5_k_m", 5.7),
+        ("q4_k_m", 4.85),
+        ("q4_0", 4.5),
+        ("q3_k_m", 3.9),
+        ("q2_k", 3.0),
+    ]
+    .into_iter()
+    .min_by(|a, b| (a.1 - bits).abs().total_cmp(&(b.1 - bits).abs()))
+    .map_or_else(|| "f16".to_owned(), |(name, _)| name.to_owned())
+}
+
+/// A decode test against the cost model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    pub model: String,
+    pub weights: String,
+    pub measured: f64,
+    /// Tokens/s predicted with the backend's fitted terms.
+    pub fitted: f64,
+    /// Tokens/s predicted with the node's fitted efficiency too.
+    pub with_node: f64,
+}
+
+/// The node that predicts a machine's llama-bench decode tests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeFit {
+    pub backend: Backend,
+    /// `efficiency.bandwidth` on top of the backend's fitted terms.
+    pub efficiency: f64,
+    pub tests: Vec<Checked>,
+}
+
+/// Fits `efficiency.bandwidth` of a node with `node` figures (a scenario node's JSON
+/// object: `device`, or `bandwidth` and `compute`) to the decode tests.
+///
+/// # Errors
+/// No decode test, or no model shape for one (`model` names a preset to use).
+pub fn fit_node(
+    tests: &[BenchTest],
+    node: &serde_json::Value,
+    model: Option<&'static crate::presets::ModelPreset>,
+) -> Result<NodeFit, String> {
+    let decode = decode_tests(tests);
+    let first = decode.first().ok_or_else(|| BenchError::NoDecode.to_string())?;
+    let backend = backend_of(first);
+    let predict = |test: &BenchTest, efficiency: f64| -> Result<(f64, f64, f64, String), String> {
+        let preset = model.or_else(|| nearest_preset(test.model_n_params)).ok_or_else(|| {
+            format!(
+                "no model preset has about {:.2} B parameters like `{}`; give `--model PRESET` for its shape",
+                test.model_n_params as f64 / 1e9,
+                crate::quote::line(&test.model_type)
+            )
+        })?;
+        let mut node = node.clone();
+        node["name"] = "this".into();
+        node["backend"] = backend.name().into();
+        node["memory"] = "4 TiB".into();
+        node["reserve"] = 0.into();
+        node["efficiency"] = serde_json::json!({"bandwidth": efficiency});
+        let scenario = serde_json::json!({
+            "model": {"preset": preset.name, "weights": weights_of(test)},
+            "workload": {"context": (test.n_depth + test.n_gen).max(1), "batch": 1},
+            "nodes": [node],
+        });
+        let problem =
+            crate::Scenario::from_json(&scenario.to_string()).and_then(|s| s.problem()).map_err(|e| e.to_string())?;
+        let plan = crate::plan(&problem);
+        let stage = plan.stages.first().ok_or("the model does not fit 4 TiB")?;
+        Ok((stage.time_s, stage.time.memory_s, stage.time.overhead_s + stage.time.send_s, preset.name.to_owned()))
+    };
+    // Each test's efficiency: the memory term that makes the prediction equal the measurement.
+    let mut solved = Vec::new();
+    for test in &decode {
+        let (_, memory_s, overhead_s, _) = predict(test, 1.0)?;
+        let left = 1.0 / test.avg_ts - overhead_s;
+        solved.push(if left > 0.0 { memory_s / left } else { 1.5 });
+    }
+    let efficiency = super::fit::quantile(&solved, 0.5).clamp(0.05, 1.5);
+    let mut checked = Vec::new();
+    for test in &decode {
+        let (fitted, _, _, name) = predict(test, 1.0)?;
+        let (with_node, _, _, _) = predict(test, efficiency)?;
+        checked.push(Checked {
+            model: name,
+            weights: weights_of(test),
+            measured: test.avg_ts,
+            fitted: 1.0 / fitted,
+            with_node: 1.0 / with_node,
+        });
+    }
+    Ok(NodeFit { backend, efficiency, tests: checked })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shaped as llama.cpp's `json_printer` and `jsonl_printer` write it.
+    const JSON: &str = r#"[
+  {
+    "build_commit": "8e672efe",
+    "build_number": 1550,
+    "cpu_info": "AMD Ryzen 9 7950X 16-Core Processor",
+    "gpu_info": "NVIDIA GeForce RTX 4090",
+    "backends": "CUDA",
+    "model_filename": "models/llama-3.1-8b-q4_k_m.gguf",
+    "model_type": "llama 8B Q4_K - Medium",
+    "model_size": 4920734720,
+    "model_n_params": 8030261248,
+    "n_batch": 2048,
+    "n_ubatch": 512,
+    "n_threads": 16,
+    "type_k": "f16",
+    "type_v": "f16",
+    "n_gpu_layers": 99,
+    "n_prompt": 512,
+    "n_gen": 0,
+    "n_depth": 0,
+    "test_time": "2025-01-01T00:00:00Z",
+    "avg_ns": 51000000,
+    "stddev_ns": 100000,
+    "avg_ts": 10039.2,
+    "stddev_ts": 20.1,
+    "samples_ns": [ 51000000 ],
+    "samples_ts": [ 10039.2 ]
+  },
+  {
+    "build_commit": "8e672efe", "build_number": 1550, "cpu_info": "AMD Ryzen 9 7950X 16-Core Processor",
+    "gpu_info": "NVIDIA GeForce RTX 4090", "backends": "CUDA", "model_filename": "m.gguf",
+    "model_type": "llama 8B Q4_K - Medium", "model_size": 4920734720, "model_n_params": 8030261248,
+    "n_threads": 16, "n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 127.7, "stddev_ts": 0.3,
+    "samples_ns": [ 1002000000 ], "samples_ts": [ 127.7 ]
+  }
+]"#;
+
+    #[test]
+    fn reads_json_and_jsonl_and_picks_decode_tests() {
+        let tests = parse(JSON).unwrap();
+        assert_eq!(tests.len(), 2);
+        let decode = decode_tests(&tests);
+        assert_eq!((decode.len(), decode[0].avg_ts), (1, 127.7));
+        assert_eq!(backend_of(decode[0]), Backend::Cuda);
+        let jsonl: String = tests
+            .iter()
+            .map(|t| {
+                format!(
+                    "{{\"backends\": {:?}, \"model_size\": {}, \"model_n_params\": {}, \"n_prompt\": {}, \"n_gen\": {}, \"avg_ts\": {}}}\n",
+                    t.backends, t.model_size, t.model_n_params, t.n_prompt, t.n_gen, t.avg_ts
+                )
+            })
+            .collect();
+        assert_eq!(decode_tests(&parse(&jsonl).unwrap()).len(), 1);
+        assert_eq!(nearest_preset(8_030_261_248).map(|p| p.name), Some("llama-3.1-8b"));
+        assert!(nearest_preset(100_000).is_none());
+        assert_eq!(weights_of(decode[0]), "q4_k_m");
+    }
+
+    #[test]
+    fn the_fitted_node_predicts_the_measurement() {
+        let tests = parse(JSON).unwrap();
+        let fit = fit_node(&tests, &serde_json::json!({"device": "rtx-4090"}), None).unwrap();
+        assert_eq!(fit.tests.len(), 1);
+        let t = &fit.tests[0];
+        assert!((t.with_node / t.measured - 1.0).abs() < 1e-6, "{fit:?}");
+        assert!(fit.efficiency > 0.5 && fit.efficiency < 1.5, "{fit:?}");
+    }
+
+    #[test]
+    fn foreign_and_hostile_files_are_one_line_errors() {
+        for (text, want) in [
+            ("{\"a\": 1}", "not llama-bench"),
+            ("hello", "not llama-bench"),
+            ("[{\"model_size\": 1, \"model_n_params\": 1, \"n_prompt\": 0, \"n_gen\": 1, \"avg_ts\": -1}]", "avg_ts"),
+            (
+                "[{\"model_size\": 0, \"model_n_params\": 1, \"n_prompt\": 0, \"n_gen\": 1, \"avg_ts\": 1}]",
+                "model_size",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(want) && !e.contains('\n'), "{e}");
+        }
+    }
+}
