@@ -467,16 +467,25 @@ impl<'a> Space<'a> {
     }
 
     /// `rest[j]`: no plan covers `[j, L)` faster than this — each layer on the node fastest
-    /// for it, counting one roofline term at a time (a stage's time is at least either sum).
+    /// for it, counting one roofline term (and the per-layer cost) at a time: a stage's
+    /// time is at least either sum.
     fn rest_lower_bounds(&self) -> Vec<f64> {
         let cost = self.cost;
         let l = cost.layers();
         let mut rest = vec![0.0; l + 1];
         let (mut read, mut compute) = (0.0f64, 0.0f64);
         for j in (0..l).rev() {
+            // A stage takes at least its layers' memory (or compute) terms plus their
+            // per-layer cost, each layer on the node that makes that cheapest.
             let (bytes, flops, _) = cost.layer_work(j);
-            read += self.nodes.iter().map(|&k| bytes * cost.nodes[k].inv_bandwidth).fold(f64::INFINITY, f64::min);
-            compute += self.nodes.iter().map(|&k| flops * cost.nodes[k].inv_compute).fold(f64::INFINITY, f64::min);
+            let least = |term: &dyn Fn(&crate::cost::NodeRates) -> f64| {
+                self.nodes
+                    .iter()
+                    .map(|&k| term(&cost.nodes[k]) + cost.nodes[k].per_layer_s)
+                    .fold(f64::INFINITY, f64::min)
+            };
+            read += least(&|r| bytes * r.inv_bandwidth);
+            compute += least(&|r| flops * r.inv_compute);
             // A hair under, so rounding never prunes a state that ties the incumbent's rival.
             rest[j] = read.max(compute) * (1.0 - 1e-9);
         }
@@ -853,7 +862,7 @@ fn fixed_order_min_sum(
 /// A bound no plan's sum of stage times beats, in seconds: each roofline term alone, with
 /// layers spread fractionally over the nodes, the densest work on the fastest node, memory
 /// filled like a knapsack (a rearrangement argument makes that greedy fill optimal for the
-/// relaxation).
+/// relaxation), plus every layer's least per-layer cost.
 pub(crate) fn lower_bound(cost: &CostModel, nodes: &[usize]) -> Option<f64> {
     let l = cost.layers();
     if l == 0 || nodes.is_empty() {
@@ -887,5 +896,7 @@ pub(crate) fn lower_bound(cost: &CostModel, nodes: &[usize]) -> Option<f64> {
         }
         total
     };
-    Some(fluid(0).max(fluid(1)))
+    // Every layer also pays some node's per-layer cost.
+    let per_layer = nodes.iter().map(|&k| cost.nodes[k].per_layer_s).fold(f64::INFINITY, f64::min);
+    Some(fluid(0).max(fluid(1)) + l as f64 * per_layer)
 }
