@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         Some("plan") => plan(args.get(1).map_or(EXAMPLE, String::as_str)),
         Some("bench") => bench(),
         Some("calibrate") => calibrate::calibrate(&root()),
+        Some("quality") => quality().map(|table| println!("{table}")),
         Some("gpu") => gpu(),
         Some("embed") => {
             web_tools().and_then(|()| build_embed()).map(|out| println!("embed package: {}", out.display()))
@@ -62,7 +63,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test | serve [PORT] | plan [SCENARIO] | bench | calibrate | fuzz [SECONDS] | gpu | embed"
+                "usage: cargo xtask test | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | fuzz [SECONDS] | gpu | embed"
             );
             return ExitCode::from(2);
         }
