@@ -111,6 +111,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
             reserve: 0,
             efficiency: Efficiency::default(),
             backend: stageplan::calibration::Backend::Peak,
+            threads: None,
         })
         .collect();
     let links = Links::uniform(nodes.len(), Link { bandwidth: 1e9, latency: 0.0 });

@@ -100,6 +100,8 @@ export interface NodeSpec {
   efficiency?: { bandwidth?: number; compute?: number };
   /** llama.cpp backend for the fitted speed terms; `peak` plans with the figures as given. */
   backend?: "cuda" | "metal" | "rocm" | "vulkan" | "cpu" | "peak";
+  /** A CPU node's llama.cpp threads (`-t`). */
+  threads?: number;
   probe?: Record<string, string | number>;
 }
 
@@ -194,6 +196,8 @@ export interface MemoryBreakdown {
 export interface TimeBreakdown {
   memory_s: number;
   compute_s: number;
+  /** The backend's fitted cost per layer, for this stage's layers. */
+  overhead_s: number;
   send_s: number;
   bound: "memory" | "compute";
   prefill_s: number;

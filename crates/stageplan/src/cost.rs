@@ -311,7 +311,8 @@ impl CostModel {
         let node_rates = nodes
             .iter()
             .map(|node| {
-                let (reached, per_layer_s) = crate::calibration::FITTED.speed(node.backend, &model.weights);
+                let (reached, per_layer_s) =
+                    crate::calibration::FITTED.speed(node.backend, &model.weights, node.bandwidth, node.threads);
                 NodeRates {
                     inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
                     inv_compute: 1.0 / (node.compute * node.efficiency.compute),
@@ -745,6 +746,18 @@ mod tests {
         // A node's own efficiency multiplies the fitted fraction.
         let own = cost(&json("cuda").replace(r#""backend""#, r#""efficiency": {"bandwidth": 0.5}, "backend""#));
         assert!((own.time(0, 0, 32, None).memory_s / c.memory_s - 2.0).abs() < 1e-12);
+        // A CPU node with one thread reaches one thread's worth of bandwidth.
+        let cpu = |threads: &str| {
+            cost(&format!(
+                r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "f16"}},
+                    "nodes": [{{"name": "box", "device": "cpu-epyc-12ch-ddr5"{threads}}}]}}"#
+            ))
+            .time(0, 0, 32, None)
+            .memory_s
+        };
+        let fitted = &crate::calibration::FITTED;
+        let one_thread = fitted.thread_bandwidth / fitted.backend(crate::calibration::Backend::Cpu).unwrap().bandwidth;
+        assert!((cpu(r#", "threads": 1"#) / cpu("") * one_thread / 460.8e9 - 1.0).abs() < 1e-9);
     }
 
     #[test]

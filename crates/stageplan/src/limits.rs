@@ -46,3 +46,6 @@ pub const MAX_GGUF_HEADER_BYTES: u64 = 256 << 20;
 /// Parts of a split GGUF set (`name-00001-of-NNNNN.gguf`): five digits, as llama.cpp's
 /// `gguf-split` writes them.
 pub const MAX_SPLIT_PARTS: u32 = 99_999;
+
+/// CPU threads a node may name (the largest servers have a few hundred hardware threads).
+pub const MAX_THREADS: u32 = 4096;

@@ -24,6 +24,7 @@ use crate::cost::Efficiency;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
     MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
+    MAX_THREADS,
 };
 use crate::model::{HfConfig, Model, WeightFormat};
 use crate::presets::{DeviceKind, DevicePreset, ModelPreset};
@@ -141,6 +142,10 @@ pub struct NodeSpec {
     /// CPU `cpu`), else by `kind`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
+    /// CPU threads llama.cpp runs with (`-t`): on a CPU node, decode reaches at most this
+    /// many threads' worth of bandwidth. Default: as many as help.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
     /// Where measured figures came from (`stageplan probe`); informational.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeProvenance>,
@@ -292,6 +297,8 @@ pub struct Node {
     pub efficiency: Efficiency,
     /// Selects the fitted speed terms.
     pub backend: Backend,
+    /// CPU threads, when given.
+    pub threads: Option<u32>,
 }
 
 /// A link's figures.
@@ -548,6 +555,14 @@ impl Scenario {
                 }
             }
             let backend = spec.backend.unwrap_or_else(|| Backend::of_device(preset.map(|p| p.name), kind));
+            if let Some(threads) = spec.threads
+                && !(1..=MAX_THREADS).contains(&threads)
+            {
+                return Err(ScenarioError::field(
+                    at("threads"),
+                    format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
+                ));
+            }
             let count = spec.count.unwrap_or(1);
             for k in 1..=count {
                 let name = if spec.count.is_some() { format!("{name}-{k}") } else { name.to_owned() };
@@ -562,6 +577,7 @@ impl Scenario {
                     reserve: reserve as u64,
                     efficiency,
                     backend,
+                    threads: spec.threads,
                 });
             }
         }

@@ -11,7 +11,7 @@ use stageplan::calibration::fit::{self, Sample, Terms};
 use stageplan::calibration::table::{TableFiles, decode_samples};
 
 /// Where the fit starts: the peaks, with a small per-layer cost.
-const START: Terms = Terms { bandwidth: [0.8; 5], per_layer_s: [5e-5; 5], weights: [1.0; 3] };
+const START: Terms = Terms { bandwidth: [0.8; 5], per_layer_s: [5e-5; 5], weights: [1.0; 3], thread_bandwidth: 1e10 };
 
 pub fn calibrate(root: &Path) -> Result<(), String> {
     let dir = root.join("tests/calibration");
@@ -85,11 +85,21 @@ pub fn calibrate(root: &Path) -> Result<(), String> {
     }
     let _ = write!(
         out,
-        "    ],\n    q8: {:.4},\n    legacy: {:.4},\n    kquant: {:.4},\n    provenance: {:?},\n}};\n",
-        fitted.q8, fitted.legacy, fitted.kquant, fitted.provenance
+        "    ],\n    q8: {:.4},\n    legacy: {:.4},\n    kquant: {:.4},\n    thread_bandwidth: {:.4e},\n    provenance: {:?},\n}};\n",
+        fitted.q8, fitted.legacy, fitted.kquant, fitted.thread_bandwidth, fitted.provenance
     );
     let target = root.join("crates/stageplan/src/calibration/fitted.rs");
     std::fs::write(&target, out).map_err(|e| format!("{}: {e}", target.display()))?;
+    // As `cargo fmt` would leave it, so the formatting check passes on a fresh fit.
+    let formatted = std::process::Command::new("rustfmt")
+        .args(["--edition", "2024", "--config-path"])
+        .arg(root.join("rustfmt.toml"))
+        .arg(&target)
+        .status()
+        .map_err(|e| format!("rustfmt: {e}"))?;
+    if !formatted.success() {
+        return Err(format!("rustfmt failed on {}", target.display()));
+    }
     println!("\nwrote {}", target.display());
     Ok(())
 }

@@ -191,6 +191,9 @@ pub fn fit_node(
         node["memory"] = "4 TiB".into();
         node["reserve"] = 0.into();
         node["efficiency"] = serde_json::json!({"bandwidth": efficiency});
+        if backend == Backend::Cpu && test.n_threads > 0 {
+            node["threads"] = test.n_threads.min(u64::from(crate::limits::MAX_THREADS)).into();
+        }
         let scenario = serde_json::json!({
             "model": {"preset": preset.name, "weights": weights_of(test)},
             "workload": {"context": (test.n_depth + test.n_gen).max(1), "batch": 1},

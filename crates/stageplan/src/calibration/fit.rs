@@ -22,6 +22,9 @@ pub struct Stage {
 pub struct Sample {
     pub backend: Backend,
     pub weights: WeightClass,
+    /// The device's peak bandwidth (bytes/s) and, on a CPU, the threads it ran with.
+    pub bandwidth: f64,
+    pub threads: Option<f64>,
     pub stages: Vec<Stage>,
     /// Measured seconds per token.
     pub measured_s: f64,
@@ -36,11 +39,14 @@ pub struct Terms {
     pub bandwidth: [f64; 5],
     pub per_layer_s: [f64; 5],
     pub weights: [f64; 3],
+    /// Bytes of F16 weights one CPU thread decodes per second (`β`).
+    pub thread_bandwidth: f64,
 }
 
 impl Terms {
     /// Peaks: what the cost model predicted before calibration.
-    pub const PEAK: Terms = Terms { bandwidth: [1.0; 5], per_layer_s: [0.0; 5], weights: [1.0; 3] };
+    pub const PEAK: Terms =
+        Terms { bandwidth: [1.0; 5], per_layer_s: [0.0; 5], weights: [1.0; 3], thread_bandwidth: f64::INFINITY };
 
     /// The terms in `fitted`.
     pub fn of(fitted: &Fitted) -> Terms {
@@ -48,6 +54,7 @@ impl Terms {
             bandwidth: fitted.backends.map(|t| t.bandwidth),
             per_layer_s: fitted.backends.map(|t| t.per_layer_s),
             weights: [fitted.q8, fitted.legacy, fitted.kquant],
+            thread_bandwidth: fitted.thread_bandwidth,
         }
     }
 
@@ -67,7 +74,14 @@ impl Terms {
             WeightClass::Legacy => self.weights[1],
             WeightClass::KQuant => self.weights[2],
         };
-        sample.stages.iter().map(|s| (s.memory_s / (eta * mu)).max(s.compute_s) + s.layers * tau + s.send_s).sum()
+        // On a CPU, as much bandwidth as the threads can use.
+        let reached = match sample.threads {
+            Some(threads) if sample.backend == Backend::Cpu => {
+                eta.min(threads * self.thread_bandwidth / sample.bandwidth)
+            }
+            _ => eta,
+        };
+        sample.stages.iter().map(|s| (s.memory_s / (reached * mu)).max(s.compute_s) + s.layers * tau + s.send_s).sum()
     }
 
     /// `|predicted ÷ measured − 1|` in tokens/s.
@@ -79,6 +93,7 @@ impl Terms {
         let mut v: Vec<f64> = self.bandwidth.iter().map(|x| x.ln()).collect();
         v.extend(self.per_layer_s.iter().map(|x| x.max(1e-9).ln()));
         v.extend(self.weights.iter().map(|x| x.ln()));
+        v.push(self.thread_bandwidth.min(1e15).ln());
         v
     }
 
@@ -88,6 +103,7 @@ impl Terms {
             bandwidth: [e(0), e(1), e(2), e(3), e(4)],
             per_layer_s: [e(5), e(6), e(7), e(8), e(9)],
             weights: [e(10), e(11), e(12)],
+            thread_bandwidth: e(13),
         }
     }
 }
@@ -168,7 +184,14 @@ pub fn fitted(terms: Terms, samples: &[Sample], cross_validated: &[f64], provena
             rows: errors.len(),
         }
     });
-    Fitted { backends, q8: terms.weights[0], legacy: terms.weights[1], kquant: terms.weights[2], provenance }
+    Fitted {
+        backends,
+        q8: terms.weights[0],
+        legacy: terms.weights[1],
+        kquant: terms.weights[2],
+        thread_bandwidth: terms.thread_bandwidth,
+        provenance,
+    }
 }
 
 #[cfg(test)]
@@ -179,6 +202,8 @@ mod tests {
         let mut s = Sample {
             backend,
             weights: WeightClass::Float,
+            bandwidth: 1e11,
+            threads: None,
             stages: vec![Stage { memory_s, compute_s: 0.0, layers, send_s: 0.0 }],
             measured_s: 1.0,
             source: source.into(),
@@ -193,6 +218,7 @@ mod tests {
             bandwidth: [0.8, 0.7, 0.9, 0.6, 0.5],
             per_layer_s: [5e-5, 1e-4, 7e-5, 3e-5, 2e-4],
             weights: [1.0; 3],
+            thread_bandwidth: 1e10,
         };
         let mut samples = Vec::new();
         for (i, &b) in Backend::FITTED.iter().enumerate() {
@@ -200,11 +226,19 @@ mod tests {
                 samples.push(sample(b, m, l, &truth, &format!("s{}", (i + j) % 3)));
             }
         }
+        // CPU runs on 2 threads (bound by them) and on 64 (bound by memory).
+        for (j, threads) in [2.0, 64.0, 3.0, 48.0].into_iter().enumerate() {
+            let mut s = sample(Backend::Cpu, 0.01, 32.0, &truth, &format!("s{}", j % 3));
+            s.threads = Some(threads);
+            s.measured_s = truth.predict(&s);
+            samples.push(s);
+        }
         let refs: Vec<&Sample> = samples.iter().collect();
-        let got = fit(&refs, Terms { per_layer_s: [1e-5; 5], ..Terms::PEAK });
+        let got = fit(&refs, Terms { per_layer_s: [1e-5; 5], thread_bandwidth: 5e9, ..Terms::PEAK });
         for (a, b) in got.bandwidth.iter().zip(truth.bandwidth) {
             assert!((a / b - 1.0).abs() < 0.01, "{got:?}");
         }
+        assert!((got.thread_bandwidth / truth.thread_bandwidth - 1.0).abs() < 0.01, "{got:?}");
         assert!(leave_one_source_out(&samples, got).iter().all(|&e| e < 0.02));
     }
 

@@ -11,7 +11,8 @@
 //!  + layers · τ_backend`
 //!
 //! `η` (bandwidth reached on F16 weights), `τ` (seconds per layer per token) and `μ` (weight
-//! storage relative to F16) are fitted by `cargo xtask calibrate` to the table under
+//! storage relative to F16) are fitted, and on a CPU running `threads` threads `η` is at most
+//! `threads · β ÷ peak` (`β`: what one thread decodes per second). They are fitted by `cargo xtask calibrate` to the table under
 //! `tests/calibration/` — least squares on the log of predicted ÷ measured tokens/s — and
 //! written to `fitted.rs`, with each backend's typical error when its source is left out of
 //! the fit. A node's `backend` selects them (from its preset, else its kind); `"peak"` turns
@@ -129,6 +130,9 @@ pub struct Fitted {
     pub q8: f64,
     pub legacy: f64,
     pub kquant: f64,
+    /// Bytes of F16 weights one CPU thread decodes per second (`β`): a CPU node with
+    /// `threads` reaches at most `threads · β` of its bandwidth.
+    pub thread_bandwidth: f64,
     /// What the terms were fitted to, in words.
     pub provenance: &'static str,
 }
@@ -149,13 +153,15 @@ impl Fitted {
         }
     }
 
-    /// The multiplier on a node's bandwidth and its per-layer seconds, for `backend` and
-    /// weights stored as `weights`.
-    pub fn speed(&self, backend: Backend, weights: &str) -> (f64, f64) {
-        match self.backend(backend) {
-            Some(t) => (t.bandwidth * self.weights(WeightClass::of(weights)), t.per_layer_s),
-            None => (1.0, 0.0),
-        }
+    /// The multiplier on a node's bandwidth and its per-layer seconds, for `backend`, weights
+    /// stored as `weights`, a peak `bandwidth` (bytes/s) and, on a CPU, the threads it runs.
+    pub fn speed(&self, backend: Backend, weights: &str, bandwidth: f64, threads: Option<u32>) -> (f64, f64) {
+        let Some(t) = self.backend(backend) else { return (1.0, 0.0) };
+        let reached = match threads {
+            Some(n) if backend == Backend::Cpu => t.bandwidth.min(f64::from(n) * self.thread_bandwidth / bandwidth),
+            _ => t.bandwidth,
+        };
+        (reached * self.weights(WeightClass::of(weights)), t.per_layer_s)
     }
 }
 
@@ -216,6 +222,8 @@ mod tests {
         let sample = fit::Sample {
             backend: Backend::Cuda,
             weights: WeightClass::KQuant,
+            bandwidth: 1008e9,
+            threads: None,
             stages: at_peak
                 .stages
                 .iter()

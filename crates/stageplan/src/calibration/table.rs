@@ -60,6 +60,7 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
                 "bandwidth": format!("{bandwidth} GB/s"), "compute": format!("{tflops} TFLOPS")})
         })
         .collect();
+    let threads: Option<f64> = row.get("threads").parse().ok().filter(|_| row.get("backend") == "CPU");
     let scenario = serde_json::json!({
         "model": spec, "workload": {"context": context.max(1), "batch": 1}, "nodes": nodes,
         "links": {"default": {"bandwidth": "1 TB/s", "latency": "0 s"}},
@@ -83,6 +84,8 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
     Ok(Sample {
         backend,
         weights: WeightClass::of(row.get("weights")),
+        bandwidth: bandwidth * 1e9,
+        threads,
         stages: plan
             .stages
             .iter()

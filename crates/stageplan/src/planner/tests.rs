@@ -127,6 +127,7 @@ impl Instance {
                 // Half the nodes with llama.cpp's fitted per-layer cost: the searches must be
                 // exact with it as without.
                 backend: if i % 2 == 0 { crate::calibration::Backend::Peak } else { crate::calibration::Backend::Cuda },
+                threads: None,
             })
             .collect();
         let mut links = Links::uniform(nodes.len(), Link { bandwidth: self.link.0, latency: self.link.1 });
