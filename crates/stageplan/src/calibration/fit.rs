@@ -17,6 +17,18 @@ pub struct Stage {
     pub send_s: f64,
 }
 
+impl From<&crate::plan::Stage> for Stage {
+    /// A planned stage's terms; plan with `backend: peak` for the terms at peaks.
+    fn from(stage: &crate::plan::Stage) -> Stage {
+        Stage {
+            memory_s: stage.time.memory_s,
+            compute_s: stage.time.compute_s,
+            layers: (stage.layers[1] - stage.layers[0]) as f64,
+            send_s: stage.time.send_s,
+        }
+    }
+}
+
 /// A measured decode rate and the cost model's terms for it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {

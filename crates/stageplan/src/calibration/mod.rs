@@ -224,16 +224,7 @@ mod tests {
             weights: WeightClass::KQuant,
             bandwidth: 1008e9,
             threads: None,
-            stages: at_peak
-                .stages
-                .iter()
-                .map(|s| fit::Stage {
-                    memory_s: s.time.memory_s,
-                    compute_s: s.time.compute_s,
-                    layers: (s.layers[1] - s.layers[0]) as f64,
-                    send_s: s.time.send_s,
-                })
-                .collect(),
+            stages: at_peak.stages.iter().map(fit::Stage::from).collect(),
             measured_s: 1.0,
             source: String::new(),
         };

@@ -86,16 +86,7 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
         weights: WeightClass::of(row.get("weights")),
         bandwidth: bandwidth * 1e9,
         threads,
-        stages: plan
-            .stages
-            .iter()
-            .map(|s| Stage {
-                memory_s: s.time.memory_s,
-                compute_s: s.time.compute_s,
-                layers: (s.layers[1] - s.layers[0]) as f64,
-                send_s: s.time.send_s,
-            })
-            .collect(),
+        stages: plan.stages.iter().map(Stage::from).collect(),
         measured_s: 1.0 / measured,
         source: row.get("source").split(" (").next().unwrap_or_default().to_owned(),
     })
