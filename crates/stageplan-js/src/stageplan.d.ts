@@ -99,7 +99,7 @@ export interface NodeSpec {
   count?: number;
   efficiency?: { bandwidth?: number; compute?: number };
   /** llama.cpp backend for the fitted speed terms; `peak` plans with the figures as given. */
-  backend?: "cuda" | "metal" | "rocm" | "vulkan" | "cpu" | "peak";
+  backend?: Backend;
   /** A CPU node's llama.cpp threads (`-t`). */
   threads?: number;
   probe?: Record<string, string | number>;
@@ -293,7 +293,12 @@ export interface DevicePreset {
   bandwidth: number;
   compute: number;
   reserve: number;
+  /** The llama.cpp backend it runs, which selects the fitted speed terms. */
+  backend: Backend;
 }
+
+/** llama.cpp backends with fitted speed terms, and `peak` for the figures as given. */
+export type Backend = "cuda" | "metal" | "rocm" | "vulkan" | "cpu" | "peak";
 
 export interface ReplanOptions {
   /** Accept plans this much slower than the best when they move less (default 0.03). */

@@ -9,6 +9,7 @@
 
 use serde::Serialize;
 
+use crate::calibration::Backend;
 use crate::error::{ModelError, closest};
 use crate::model::{HfConfig, Model, WeightFormat};
 
@@ -135,6 +136,8 @@ pub struct DevicePreset {
     /// Memory the runtime and the OS keep: CUDA/ROCm context and workspaces on a GPU, the
     /// part of unified memory macOS does not give the GPU, the OS on a CPU box.
     pub reserve: f64,
+    /// The llama.cpp backend it runs: NVIDIA CUDA, AMD ROCm, Apple Metal, CPU.
+    pub backend: Backend,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -157,7 +160,19 @@ const fn gpu(
         bandwidth: bandwidth_gb_s * GB_S,
         compute: tflops * TFLOPS,
         reserve: GIB,
+        backend: Backend::Cuda,
     }
+}
+
+/// An AMD data-centre GPU: as [`gpu`], on ROCm.
+const fn amd(
+    name: &'static str,
+    title: &'static str,
+    memory_mib: f64,
+    bandwidth_gb_s: f64,
+    tflops: f64,
+) -> DevicePreset {
+    DevicePreset { backend: Backend::Rocm, ..gpu(name, title, memory_mib, bandwidth_gb_s, tflops) }
 }
 
 const fn apple(
@@ -177,6 +192,7 @@ const fn apple(
         // macOS' default GPU working-set limit (`recommendedMaxWorkingSetSize`) is about
         // three quarters of unified memory.
         reserve: memory_gib * GIB / 4.0,
+        backend: Backend::Metal,
     }
 }
 
@@ -196,6 +212,7 @@ const fn cpu(
         bandwidth: bandwidth_gb_s * GB_S,
         compute: tflops * TFLOPS,
         reserve: reserve_gib * GIB,
+        backend: Backend::Cpu,
     }
 }
 
@@ -213,7 +230,7 @@ pub const DEVICES: &[DevicePreset] = &[
     gpu("a100-80gb", "NVIDIA A100 80 GB SXM", 81920.0, 2039.0, 312.0),
     gpu("h100", "NVIDIA H100 80 GB SXM", 81559.0, 3350.0, 989.0),
     gpu("h200", "NVIDIA H200 141 GB SXM", 143771.0, 4800.0, 989.0),
-    gpu("mi300x", "AMD Instinct MI300X 192 GB", 196608.0, 5300.0, 1307.0),
+    amd("mi300x", "AMD Instinct MI300X 192 GB", 196608.0, 5300.0, 1307.0),
     apple("m1-16gb", "Apple M1, 16 GB", 16.0, 68.25, 2.6),
     apple("m1-pro-32gb", "Apple M1 Pro, 32 GB", 32.0, 200.0, 5.2),
     apple("m1-max-64gb", "Apple M1 Max, 64 GB", 64.0, 400.0, 10.4),

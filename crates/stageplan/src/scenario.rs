@@ -554,7 +554,7 @@ impl Scenario {
                     ));
                 }
             }
-            let backend = spec.backend.unwrap_or_else(|| Backend::of_device(preset.map(|p| p.name), kind));
+            let backend = spec.backend.or(preset.map(|p| p.backend)).unwrap_or_else(|| Backend::of_kind(kind));
             if let Some(threads) = spec.threads
                 && !(1..=MAX_THREADS).contains(&threads)
             {

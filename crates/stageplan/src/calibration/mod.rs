@@ -65,13 +65,13 @@ impl Backend {
         }
     }
 
-    /// The backend a device preset runs, or a kind of device without one.
-    pub fn of_device(preset: Option<&str>, kind: Option<crate::presets::DeviceKind>) -> Backend {
+    /// The backend of a node without a preset, by its kind: Apple silicon runs Metal, a CPU
+    /// box the CPU backend, any other GPU CUDA.
+    pub fn of_kind(kind: Option<crate::presets::DeviceKind>) -> Backend {
         use crate::presets::DeviceKind;
-        match (preset, kind) {
-            (Some(name), _) if name.starts_with("mi") => Backend::Rocm,
-            (_, Some(DeviceKind::Unified)) => Backend::Metal,
-            (_, Some(DeviceKind::Cpu)) => Backend::Cpu,
+        match kind {
+            Some(DeviceKind::Unified) => Backend::Metal,
+            Some(DeviceKind::Cpu) => Backend::Cpu,
             _ => Backend::Cuda,
         }
     }
@@ -232,8 +232,12 @@ mod tests {
             crate::plan(&crate::Scenario::from_json(&json.replace("peak", "cuda")).unwrap().problem().unwrap());
         let predicted = Terms::of(&FITTED).predict(&sample);
         assert!((fitted.latency_s.unwrap() / predicted - 1.0).abs() < 1e-12, "{fitted:?} vs {predicted}");
-        assert_eq!(Backend::of_device(Some("rtx-4090"), None), Backend::Cuda);
-        assert_eq!(Backend::of_device(Some("mi300x"), None), Backend::Rocm);
+        let backend = |device: &str| crate::presets::DevicePreset::find(device).unwrap().backend;
+        assert_eq!(
+            (backend("rtx-4090"), backend("mi300x"), backend("m2-max-96gb")),
+            (Backend::Cuda, Backend::Rocm, Backend::Metal)
+        );
+        assert_eq!(Backend::of_kind(Some(crate::presets::DeviceKind::Cpu)), Backend::Cpu);
     }
 
     /// The configs the table names have the parameter counts their model cards publish.
