@@ -502,6 +502,31 @@ fn large_clusters_use_the_heuristic_and_report_a_gap() {
 }
 
 #[test]
+fn large_clusters_with_several_sequences_search_micro_batches_heuristically() {
+    let mut problem = scenario(
+        r#"{"model": {"preset": "llama-3.1-405b", "weights": "q4_k_m"}, "workload": {"batch": 6},
+            "nodes": [{"name": "a", "device": "rtx-4090", "count": 20}, {"name": "b", "device": "rtx-3090", "count": 20},
+                      {"name": "m", "device": "m2-ultra-192gb", "count": 4}]}"#,
+    );
+    let six = plan(&problem);
+    assert_well_formed(&six, 126);
+    assert_eq!(six.search.method, "heuristic");
+    let bound = six.search.bound.expect("a bound");
+    assert!(bound >= six.tokens_per_s * (1.0 - 1e-9), "bound {bound} under the plan's {}", six.tokens_per_s);
+    // Never worse than stepping all six together on the plan the latency search finds.
+    problem.objective = Objective::Latency;
+    let together = plan(&problem);
+    assert!(
+        six.tokens_per_s >= together.tokens_per_s * (1.0 - 1e-9),
+        "{} < {}",
+        six.tokens_per_s,
+        together.tokens_per_s
+    );
+    // The pipeline-full figure needs a group of six per stage.
+    assert_eq!(six.pipeline_full.as_ref().unwrap().sequences, 6 * six.stages.len() as u64);
+}
+
+#[test]
 fn identical_nodes_are_merged_in_the_exact_search() {
     let problem = scenario(
         r#"{"model": {"preset": "llama-3.1-70b", "weights": "q8_0"},
