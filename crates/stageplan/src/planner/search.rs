@@ -204,8 +204,11 @@ fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usiz
                 best = (sum.max(k * max), stages);
                 hi = max.max(sum / k);
             }
-            // No plan of this many micro-batches beats the incumbent.
-            _ => return Found { best: None, exact, bound: Some(incumbent), detail: String::new() },
+            // No plan of this many micro-batches beats the incumbent (proven when exact).
+            _ => {
+                let bound = if exact { Some(incumbent) } else { lower_bound(micro, nodes) };
+                return Found { best: None, exact, bound, detail: String::new() };
+            }
         }
     }
     for _ in 0..100 {
