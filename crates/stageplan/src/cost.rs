@@ -387,11 +387,6 @@ impl CostModel {
         self.batch
     }
 
-    /// Sequences in one decode step of this cost model.
-    pub fn step_sequences(&self) -> f64 {
-        self.step
-    }
-
     /// The schedule of `stages` that serves the workload's sequences fastest: the number of
     /// micro-batches `k` (at most one per stage) and the cycle in which every sequence gets
     /// one token, `max(Σ t_s, k · max t_s)` with stage times for `batch / k` sequences.

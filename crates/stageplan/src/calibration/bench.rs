@@ -206,16 +206,18 @@ pub fn fit_node(
         Ok((stage.time_s, stage.time.memory_s, stage.time.overhead_s + stage.time.send_s, preset.name.to_owned()))
     };
     // Each test's efficiency: the memory term that makes the prediction equal the measurement.
-    let mut solved = Vec::new();
-    for test in &decode {
-        let (_, memory_s, overhead_s, _) = predict(test, 1.0)?;
-        let left = 1.0 / test.avg_ts - overhead_s;
-        solved.push(if left > 0.0 { memory_s / left } else { 1.5 });
-    }
+    let at_fitted = decode.iter().map(|test| predict(test, 1.0)).collect::<Result<Vec<_>, _>>()?;
+    let solved: Vec<f64> = decode
+        .iter()
+        .zip(&at_fitted)
+        .map(|(test, (_, memory_s, overhead_s, _))| {
+            let left = 1.0 / test.avg_ts - overhead_s;
+            if left > 0.0 { memory_s / left } else { 1.5 }
+        })
+        .collect();
     let efficiency = super::fit::quantile(&solved, 0.5).clamp(0.05, 1.5);
     let mut checked = Vec::new();
-    for test in &decode {
-        let (fitted, _, _, name) = predict(test, 1.0)?;
+    for (test, (fitted, _, _, name)) in decode.iter().zip(at_fitted) {
         let (with_node, _, _, _) = predict(test, efficiency)?;
         checked.push(Checked {
             model: name,

@@ -43,14 +43,13 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
     // No published compute peak: decode at one sequence is bound by bandwidth anyway.
     let tflops: f64 = device.get("peak_fp16_tflops").parse().unwrap_or(1e6);
     let model = models.iter().find(|m| m.get("model") == row.get("model")).ok_or("model not in models.csv")?;
-    let spec = match model.get("config").strip_prefix("preset:") {
+    let mut spec = match model.get("config").strip_prefix("preset:") {
         Some(preset) => serde_json::json!({"preset": preset}),
         None => {
             let text = configs.iter().find(|(name, _)| *name == model.get("config")).ok_or("config file missing")?.1;
             serde_json::json!({"config": serde_json::from_str::<serde_json::Value>(text).map_err(|e| e.to_string())?})
         }
     };
-    let mut spec = spec;
     spec["weights"] = row.get("weights").to_ascii_lowercase().into();
     let count: usize = row.get("device_count").parse().map_err(|_| "bad device_count")?;
     let context: u64 = row.get("context").parse().unwrap_or(128);
