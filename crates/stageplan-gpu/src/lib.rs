@@ -98,6 +98,9 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
         kv: TensorType::F16,
         workspace: Some(0),
         prefill_chunk: 1,
+        flash_attention: true,
+        // The sharded MLP runs in stageplan's own kernels: no engine pads its KV cells.
+        engine: stageplan::engine::Engine::Generic,
     };
     let nodes: Vec<Node> = probes
         .iter()

@@ -45,6 +45,8 @@ export interface Scenario {
   links?: LinksSpec;
   objective?: Objective;
   policy?: Policy;
+  /** The engine that runs the plan: its memory layout, and the exports' default. */
+  engine?: Engine;
   /** The stages of a `manual` plan, in pipeline order. */
   stages?: { node: string; layers: [number, number] }[];
 }
@@ -83,7 +85,12 @@ export interface WorkloadSpec {
   kv?: string;
   workspace?: Quantity | "auto";
   prefill_chunk?: number;
+  /** llama.cpp's `--flash-attn on` (default true); a quantized KV cache needs it. */
+  flash_attention?: boolean;
 }
+
+/** `llama.cpp` (default): its compute, input-copy and host buffers; `vllm`: 90% of each GPU. */
+export type Engine = 'llama.cpp' | 'vllm' | 'generic';
 
 export interface NodeSpec {
   name: string;
@@ -115,6 +122,8 @@ export interface Plan {
   policy: Policy;
   objective: Objective;
   model: PlannedModel;
+  /** The engine whose memory layout the stages hold. */
+  engine: Engine;
   workload: PlannedWorkload;
   feasible: boolean;
   stages: Stage[];
@@ -159,12 +168,17 @@ export interface PlannedModel {
   layers: number;
   /** Routed experts per MoE layer; `null` for a dense model. */
   experts: number | null;
+  /** The model file the scenario named; exports load it unless told otherwise. */
+  file?: string;
 }
 
 export interface PlannedWorkload {
   context: number;
   batch: number;
   kv: string;
+  /** Prompt tokens per prefill step (`--ubatch-size`). */
+  prefill_chunk: number;
+  flash_attention: boolean;
 }
 
 export type DeviceKind = 'gpu' | 'unified' | 'cpu';
@@ -173,6 +187,8 @@ export interface Stage {
   node: string;
   /** Recorded when the scenario or the node's preset says. */
   kind?: DeviceKind;
+  /** CPU threads the scenario gives the node; exports pass them on. */
+  threads?: number;
   /** `[start, end)` */
   layers: [number, number];
   embedding: boolean;

@@ -41,6 +41,7 @@
 
 use std::sync::Arc;
 
+use crate::engine::{self, Buffers, Dims, Engine, Shape};
 use crate::model::{Model, Place};
 use crate::scenario::{Links, Node, Problem, Workload};
 
@@ -81,6 +82,22 @@ impl Efficiency {
         let memory = samples.iter().filter(|((m, c), _)| m >= c).map(|((m, _), t)| m / t).collect();
         let compute = samples.iter().filter(|((m, c), _)| c > m).map(|((_, c), t)| c / t).collect();
         Efficiency { bandwidth: median(memory), compute: median(compute) }
+    }
+}
+
+/// `memory × fraction` in bytes (the fraction an engine claims).
+fn usable_memory(memory: u64, fraction: f64) -> i128 {
+    if fraction >= 1.0 { i128::from(memory) } else { (memory as f64 * fraction) as i128 }
+}
+
+/// KV cells per sequence of a layer with `window` at `context`, as `engine` (with its
+/// prefill chunk) allocates them.
+fn kv_cells(engine: Engine, chunk: u64, context: u64, window: Option<u64>) -> u64 {
+    match (engine, window) {
+        (Engine::LlamaCpp, Some(w)) => engine::llama_cpp_window_cells(context, w, chunk),
+        (Engine::LlamaCpp, None) => engine::llama_cpp_context(context),
+        (_, Some(w)) => w.min(context),
+        (_, None) => context,
     }
 }
 
@@ -195,8 +212,13 @@ pub struct CostModel {
     head: Extra,
     /// Bytes the last stage need not hold when it is also the first (a tied head).
     shared_single: u64,
-    workspace: u64,
-    logits_workspace: u64,
+    /// The engine's buffers per stage role (or the scenario's explicit workspace).
+    buffers: Buffers,
+    /// The engine, and how it runs the workload: what sizes the KV cells and the buffers.
+    engine: Engine,
+    shape: Shape,
+    /// What recomputes `buffers` at another context (`None`: an explicit workspace).
+    dims: Option<Dims>,
     /// Bytes of one embedding row, of one token's activations, and the head's FLOPs per token.
     embedding_row: f64,
     token_activation_bytes: f64,
@@ -257,7 +279,8 @@ impl CostModel {
                 + layer.expert_params as f64 * active_fraction.unwrap_or(1.0);
             // Saturating: sizes from model files are untrusted, and a saturated total simply
             // does not fit anywhere.
-            let kv_held = workload.batch.saturating_mul(tokens).saturating_mul(kv_per_token);
+            let cells = kv_cells(workload.engine, workload.prefill_chunk, context, window);
+            let kv_held = workload.batch.saturating_mul(cells).saturating_mul(kv_per_token);
             kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
             windows.push(window);
             weights[i + 1] = weights[i] + u128::from(layer.bytes);
@@ -291,22 +314,21 @@ impl CostModel {
         };
         let shared_single = if model.head_shares_embedding { embed.held } else { 0 };
 
-        let ffn = match &arch.moe {
-            Some(moe) => {
-                moe.expert_intermediate.saturating_mul(moe.active).saturating_add(moe.shared_intermediate.unwrap_or(0))
-            }
-            None => arch.intermediate_size,
-        }
-        .max(arch.intermediate_size);
-        let (workspace, logits_workspace) = match workload.workspace {
-            Some(bytes) => (bytes, 0),
+        let shape = Shape {
+            context,
+            batch: workload.batch,
+            prefill_chunk: workload.prefill_chunk,
+            flash_attention: workload.flash_attention,
+        };
+        let (buffers, dims) = match workload.workspace {
+            Some(bytes) => (Buffers { stage: bytes, ..Buffers::default() }, None),
             None => {
-                let c = workload.prefill_chunk.min(context.max(1));
-                // Saturating: `hidden_size` and the rest may come from a file's header.
-                let activations = arch.hidden_size.saturating_add(ffn).saturating_mul(8);
-                (c.saturating_mul(activations), c.saturating_mul(arch.vocab_size).saturating_mul(4))
+                let dims = Dims::of(model);
+                (engine::buffers(workload.engine, &dims, shape), Some(dims))
             }
         };
+        let workspace = buffers.stage;
+        let usable = workload.engine.usable_fraction();
 
         let node_rates = nodes
             .iter()
@@ -317,7 +339,9 @@ impl CostModel {
                     inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
                     inv_compute: 1.0 / (node.compute * node.efficiency.compute),
                     per_layer_s,
-                    capacity: clamp_i64(i128::from(node.memory) - i128::from(node.reserve) - i128::from(workspace)),
+                    capacity: clamp_i64(
+                        usable_memory(node.memory, usable) - i128::from(node.reserve) - i128::from(workspace),
+                    ),
                 }
             })
             .collect();
@@ -339,8 +363,10 @@ impl CostModel {
             embed,
             head,
             shared_single,
-            workspace,
-            logits_workspace,
+            buffers,
+            engine: workload.engine,
+            shape,
+            dims,
             embedding_row: row,
             token_activation_bytes: hidden * ACTIVATION_BYTES,
             head_flops_per_token: 2.0 * vocab * hidden,
@@ -441,16 +467,20 @@ impl CostModel {
         // In u128, saturated once at the end: a sum that saturated early and then had the
         // shared copy subtracted would undercount.
         let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
-        if start == 0 {
+        let (first, last) = (start == 0, end == self.layers);
+        if first {
             held += u128::from(self.embed.held);
         }
-        if end == self.layers {
-            held += u128::from(self.head.held) + u128::from(self.logits_workspace);
-            if start == 0 {
+        if last {
+            held += u128::from(self.head.held);
+            if first {
                 // `held` includes the embedding, which is at least the shared copy.
                 held -= u128::from(self.shared_single);
             }
         }
+        // The buffers beyond every stage's own (which the capacity already left out).
+        held += u128::from(self.buffers.of(first, last));
+        held -= u128::from(self.buffers.stage.min(self.buffers.of(first, last)));
         saturate(held)
     }
 
@@ -462,10 +492,21 @@ impl CostModel {
     /// True when `node` can hold `[start, end)` with the KV cache sized for `context` tokens.
     pub fn fits_at_context(&self, node: usize, start: usize, end: usize, context: u64) -> bool {
         let kv: u64 = (start..end)
-            .map(|l| self.kv_per_context_token[l].saturating_mul(self.windows[l].map_or(context, |w| w.min(context))))
+            .map(|l| self.kv_per_context_token[l].saturating_mul(self.kv_cells(context, self.windows[l])))
             .fold(0u64, u64::saturating_add);
         let held = self.held(start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
-        i64::try_from(held.saturating_add(kv)).is_ok_and(|held| held <= self.nodes[node].capacity)
+        // The engine's buffers grow with the context too (the attention mask, and without
+        // flash attention the KQ matrix).
+        let (first, last) = (start == 0, end == self.layers);
+        let grown = match &self.dims {
+            Some(dims) => {
+                i128::from(engine::buffers(self.engine, dims, Shape { context, ..self.shape }).of(first, last))
+                    - i128::from(self.buffers.of(first, last))
+            }
+            None => 0,
+        };
+        let held = i128::from(held.saturating_add(kv)) + grown;
+        held <= i128::from(self.nodes[node].capacity)
     }
 
     /// The same model and workload on the nodes marked in `keep`, renumbered in order.
@@ -497,7 +538,7 @@ impl CostModel {
             weights: saturate(self.weights[end] - self.weights[start]),
             kv: saturate(self.kv[end] - self.kv[start]),
             embed_head,
-            workspace: self.workspace.saturating_add(if last { self.logits_workspace } else { 0 }),
+            workspace: self.buffers.of(first, last),
             reserve: self.reserves[node],
         }
     }
@@ -656,16 +697,23 @@ impl CostModel {
     /// Bytes the model needs spread over `stages` nodes, at the least: everything once, the
     /// head copy when tied and split, and one workspace per stage.
     pub(crate) fn minimum_total(&self, stages: usize) -> u64 {
-        let mut total = self.held(0, self.layers).saturating_add(self.workspace.saturating_mul(stages as u64));
+        let mut total = self.held(0, self.layers).saturating_add(self.buffers.stage.saturating_mul(stages as u64));
         if stages > 1 {
-            total = total.saturating_add(self.shared_single);
+            total = total.saturating_add(self.shared_single).saturating_add(self.buffers.single_saving);
         }
         total
     }
 
-    /// The workspace each stage keeps (plus logits on the last).
+    /// The engine's buffers every stage keeps (more on the first and last).
     pub(crate) fn workspace(&self) -> u64 {
-        self.workspace
+        self.buffers.stage
+    }
+
+    /// KV cells a layer with `window` holds per sequence at `context`: the engine's rounding
+    /// (llama.cpp allocates whole blocks of 256 cells; a sliding window keeps one
+    /// micro-batch more).
+    fn kv_cells(&self, context: u64, window: Option<u64>) -> u64 {
+        kv_cells(self.engine, self.shape.prefill_chunk, context, window)
     }
 }
 

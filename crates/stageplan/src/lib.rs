@@ -25,6 +25,7 @@
 pub mod balance;
 pub mod calibration;
 pub mod cost;
+pub mod engine;
 pub mod error;
 pub mod export;
 pub mod import;

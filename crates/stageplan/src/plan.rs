@@ -17,6 +17,10 @@ pub struct Plan {
     /// The model planned, so a plan file stands on its own (exports read it).
     #[serde(default)]
     pub model: PlannedModel,
+    /// The engine whose memory layout the stages hold; exports print its commands by
+    /// default. Plans from before engines were modelled read as `llama.cpp`.
+    #[serde(default)]
+    pub engine: crate::engine::Engine,
     /// The workload planned for: context, sequences, KV-cache format.
     #[serde(default)]
     pub workload: PlannedWorkload,
@@ -103,6 +107,9 @@ pub struct PlannedModel {
     pub layers: usize,
     /// Routed experts per MoE layer; `null` for a dense model.
     pub experts: Option<u64>,
+    /// The model file the scenario named, which exports load unless told otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// The workload a plan is for.
@@ -115,6 +122,20 @@ pub struct PlannedWorkload {
     pub batch: u64,
     /// KV-cache format (`f16`, `q8_0`, …).
     pub kv: String,
+    /// Prompt tokens per prefill step (llama.cpp's `--ubatch-size`); 512 when absent.
+    #[serde(default = "default_chunk")]
+    pub prefill_chunk: u64,
+    /// Flash attention on (llama.cpp's `--flash-attn`); on when absent.
+    #[serde(default = "yes")]
+    pub flash_attention: bool,
+}
+
+fn default_chunk() -> u64 {
+    512
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One pipeline stage.
@@ -125,6 +146,9 @@ pub struct Stage {
     /// exports name devices and request GPUs by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<crate::presets::DeviceKind>,
+    /// CPU threads the scenario gives the node; exports pass them to the engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
     /// `[start, end)`.
     pub layers: [usize; 2],
     /// Holds the token embedding (first stage).

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::calibration::Backend;
 use crate::cost::Efficiency;
+use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
     MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
@@ -45,6 +46,10 @@ pub struct Scenario {
     pub objective: Objective,
     #[serde(default)]
     pub policy: Policy,
+    /// The engine that will run the plan (`llama.cpp`, `vllm`, `generic`): its memory
+    /// layout, and what exports print by default.
+    #[serde(default)]
+    pub engine: Engine,
     /// The stages of a `manual` plan, in pipeline order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<Vec<StageSpec>>,
@@ -84,11 +89,21 @@ pub struct WorkloadSpec {
     pub workspace: Option<Workspace>,
     /// Prompt tokens processed per step during prefill (llama.cpp's `n_ubatch`).
     pub prefill_chunk: u64,
+    /// Attention through the fused flash-attention kernel (llama.cpp's `--flash-attn on`):
+    /// no KQ matrix in the compute buffers; a quantized V cache needs it.
+    pub flash_attention: bool,
 }
 
 impl Default for WorkloadSpec {
     fn default() -> Self {
-        WorkloadSpec { context: 4096, batch: 1, kv: "f16".to_owned(), workspace: None, prefill_chunk: 512 }
+        WorkloadSpec {
+            context: 4096,
+            batch: 1,
+            kv: "f16".to_owned(),
+            workspace: None,
+            prefill_chunk: 512,
+            flash_attention: true,
+        }
     }
 }
 
@@ -266,14 +281,25 @@ pub struct Workload {
     pub context: u64,
     pub batch: u64,
     pub kv: TensorType,
-    /// Explicit workspace bytes per stage, or `None` for the estimate.
+    /// Explicit workspace bytes per stage, or `None` for the engine's buffers.
     pub workspace: Option<u64>,
     pub prefill_chunk: u64,
+    pub flash_attention: bool,
+    /// The engine whose buffers the stages hold (the scenario's `engine`).
+    pub engine: Engine,
 }
 
 impl Default for Workload {
     fn default() -> Self {
-        Workload { context: 4096, batch: 1, kv: TensorType::F16, workspace: None, prefill_chunk: 512 }
+        Workload {
+            context: 4096,
+            batch: 1,
+            kv: TensorType::F16,
+            workspace: None,
+            prefill_chunk: 512,
+            flash_attention: true,
+            engine: Engine::LlamaCpp,
+        }
     }
 }
 
@@ -399,6 +425,8 @@ pub struct Problem {
     pub policy: Policy,
     /// Manual stages as (node index, start, end).
     pub manual: Option<Vec<Placement>>,
+    /// The model file the scenario names (`model.file`), for exports to load.
+    pub file: Option<String>,
 }
 
 impl Scenario {
@@ -443,8 +471,8 @@ impl Scenario {
     /// # Errors
     /// The first problem found, naming its field.
     pub fn problem_with_model(&self, model: Model) -> Result<Problem, ScenarioError> {
-        self.model.file()?;
-        let workload = self.workload.check()?;
+        let file = self.model.file()?.map(str::to_owned);
+        let workload = Workload { engine: self.engine, ..self.workload.check()? };
         let nodes = self.check_nodes()?;
         let cells = nodes.len().saturating_mul(model.num_layers());
         if cells > MAX_NODE_LAYERS {
@@ -459,7 +487,7 @@ impl Scenario {
         }
         let links = self.check_links(&nodes)?;
         let manual = self.check_stages(&nodes, model.num_layers())?;
-        Ok(Problem { model, workload, nodes, links, objective: self.objective, policy: self.policy, manual })
+        Ok(Problem { model, workload, nodes, links, objective: self.objective, policy: self.policy, manual, file })
     }
 
     fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
@@ -824,7 +852,24 @@ impl WorkloadSpec {
             Some(Workspace::Size(bytes)) => Some(bytes.get() as u64),
             Some(Workspace::Auto(_)) | None => None,
         };
-        Ok(Workload { context: self.context, batch: self.batch, kv, workspace, prefill_chunk: self.prefill_chunk })
+        if !self.flash_attention && kv.is_quantized() {
+            return Err(ScenarioError::field(
+                "workload.flash_attention",
+                format!(
+                    "is false with a `{}` KV cache; llama.cpp needs flash attention for a quantized V cache: set it true or use `kv` f16",
+                    self.kv
+                ),
+            ));
+        }
+        Ok(Workload {
+            context: self.context,
+            batch: self.batch,
+            kv,
+            workspace,
+            prefill_chunk: self.prefill_chunk,
+            flash_attention: self.flash_attention,
+            engine: Engine::default(),
+        })
     }
 }
 

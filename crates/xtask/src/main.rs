@@ -37,8 +37,25 @@ const NIGHTLY: &str = "nightly-2026-05-19";
 /// Must equal the `wasm-bindgen` version in Cargo.lock.
 const WASM_BINDGEN: &str = "0.2.130";
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
-/// Chromium with its driver for the browser tests, and etcd for the state-store tests.
-const APT_PACKAGES: [&str; 5] = ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server"];
+/// Chromium with its driver for the browser tests, etcd for the state-store tests, and a
+/// C++ toolchain with cmake for llama.cpp.
+const APT_PACKAGES: [&str; 7] =
+    ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server", "cmake", "build-essential"];
+/// llama.cpp for the engine tests: the source the `llama-cpp-python` sdist on PyPI vendors
+/// (llama.cpp 0c1e57098, ggml 0.25.3, RPC protocol 7), pinned by version and hash.
+const LLAMA_CPP_PYTHON: &str = "0.3.36";
+const LLAMA_CPP_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
+/// What the tests run: the server, the RPC server, the quantizer, the benchmark.
+const LLAMA_CPP_TARGETS: [&str; 4] = ["llama-server", "ggml-rpc-server", "llama-quantize", "llama-bench"];
+const LLAMA_CPP_CMAKE: [&str; 7] = [
+    "-DGGML_RPC=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+];
 const FUZZ_TARGETS: [&str; 8] =
     ["gguf_header", "safetensors_header", "scenario", "replan", "export", "export_text", "redb_store", "llama_bench"];
 /// Seconds each fuzz target runs in `cargo xtask test`.
@@ -395,6 +412,51 @@ fn respond(mut stream: std::net::TcpStream, dist: &Path) {
     let _ = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(&body));
 }
 
+/// llama.cpp built from the pinned sdist's vendored source, once per machine (about six
+/// minutes on two cores): returns its `bin` directory.
+fn llama_cpp(python: &Path) -> Result<PathBuf, String> {
+    let dir = cache().join("llama.cpp").join(LLAMA_CPP_PYTHON);
+    let build = dir.join("build");
+    let bin = build.join("bin");
+    let recipe = format!("{LLAMA_CPP_SHA256}\n{}\n{}\n", LLAMA_CPP_CMAKE.join(" "), LLAMA_CPP_TARGETS.join(" "));
+    let stamp = build.join("stageplan-recipe");
+    let built = LLAMA_CPP_TARGETS.iter().all(|t| bin.join(t).exists());
+    if built && std::fs::read_to_string(&stamp).is_ok_and(|have| have == recipe) {
+        return Ok(bin);
+    }
+    let archive = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"));
+    let hash = |path: &Path| {
+        output("sha256sum", &[&path.to_string_lossy()]).and_then(|s| s.split_whitespace().next().map(str::to_owned))
+    };
+    if hash(&archive).as_deref() != Some(LLAMA_CPP_SHA256) {
+        let mut download = Command::new(python);
+        download
+            .args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-binary"])
+            .args(["llama-cpp-python", "--no-deps", &format!("llama-cpp-python=={LLAMA_CPP_PYTHON}"), "-d"])
+            .arg(&dir);
+        step("download llama.cpp's source (llama-cpp-python sdist)", download)?;
+        let got = hash(&archive);
+        if got.as_deref() != Some(LLAMA_CPP_SHA256) {
+            return Err(format!("{}: sha256 {got:?}, expected {LLAMA_CPP_SHA256}", archive.display()));
+        }
+    }
+    let source = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}"));
+    if !source.join("vendor/llama.cpp/CMakeLists.txt").exists() {
+        let mut unpack = Command::new("tar");
+        unpack.arg("-xzf").arg(&archive).arg("-C").arg(&dir);
+        step("unpack llama.cpp", unpack)?;
+    }
+    let mut configure = Command::new("cmake");
+    configure.arg("-S").arg(source.join("vendor/llama.cpp")).arg("-B").arg(&build).args(LLAMA_CPP_CMAKE);
+    step("configure llama.cpp", configure)?;
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get()).to_string();
+    let mut compile = Command::new("cmake");
+    compile.arg("--build").arg(&build).args(["-j", &jobs, "--target"]).args(LLAMA_CPP_TARGETS);
+    step("build llama.cpp (once per machine)", compile)?;
+    std::fs::write(&stamp, recipe).map_err(|e| e.to_string())?;
+    Ok(bin)
+}
+
 /// A virtual environment with the pinned packages of `tests/fixtures/requirements.txt`.
 fn python_env() -> Result<PathBuf, String> {
     let venv = cache().join("python");
@@ -418,6 +480,7 @@ fn python_env() -> Result<PathBuf, String> {
 fn test() -> Result<(), String> {
     let started = Instant::now();
     let python = setup()?;
+    let llama_cpp = llama_cpp(&python)?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     step("formatting", fmt)?;
@@ -432,10 +495,11 @@ fn test() -> Result<(), String> {
     tests
         .args(["test", "--workspace", "--locked"])
         .env("STAGEPLAN_PYTHON", &python)
+        .env("STAGEPLAN_LLAMA_CPP", &llama_cpp)
         // The GPU tests must see lavapipe through Vulkan and llvmpipe through GL.
         .env("STAGEPLAN_EXPECT_LAVAPIPE", "1");
     quiet_mesa(&mut tests);
-    step("unit, property, import, GPU (lavapipe) and CLI tests", tests)?;
+    step("unit, property, import, GPU (lavapipe), CLI and llama.cpp tests", tests)?;
     let mut browser = cargo();
     browser.args(["test", "--package", "stageplan-gpu", "--target", WASM_TARGET, "--locked"]);
     browser_env(&mut browser);

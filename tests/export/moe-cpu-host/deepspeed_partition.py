@@ -1,11 +1,11 @@
-# stageplan · mixtral-8x7b q4_k_m · 3 stages · layers 12/2/18 on old-gpu, box, mac
+# stageplan · mixtral-8x7b q4_k_m · 3 stages · layers 2/12/18 on box, old-gpu, mac
 # DeepSpeed pipeline stages as PipelineModule boundaries. BLOCK_PARTS counts transformer
 # blocks; set BLOCK_OFFSET to the number of layer specs before the first block (1 for an
 # embedding spec). Layer specs after the last block (norm, head) join the last stage.
 from deepspeed.pipe import PipelineModule
 
-BLOCK_PARTS = [0, 12, 14, 32]
-STAGE_NODES = ["old-gpu", "box", "mac"]
+BLOCK_PARTS = [0, 2, 14, 32]
+STAGE_NODES = ["box", "old-gpu", "mac"]
 BLOCK_OFFSET = 1
 
 class StageplanPipelineModule(PipelineModule):

@@ -1,5 +1,7 @@
-//! llama.cpp: `rpc-server` on every other machine, then `llama-server` with the devices in
-//! pipeline order and a `--tensor-split` that reproduces the plan's layer counts.
+//! llama.cpp: `ggml-rpc-server` on every other machine, then `llama-server` with the
+//! devices in pipeline order and a `--tensor-split` that reproduces the plan's layer counts.
+//! The plan's memory is llama.cpp's ([`crate::engine`]): the first stage's machine runs
+//! `llama-server`, so `--main` must name it.
 //!
 //! How llama.cpp splits (`llama_model::load_tensors`): with `-ngl` at least `N + 1` there are
 //! `N + 1` slots — the `N` blocks and the output layer (final norm and head) — and slot `i`
@@ -16,8 +18,16 @@ use std::fmt::Write;
 use super::{DeviceKind, ExportError, Layout};
 use crate::quote::shell;
 
-/// The port `rpc-server` listens on by default.
+/// The port `ggml-rpc-server` listens on by default.
 const RPC_PORT: u16 = 50052;
+
+/// The RPC server's binary (`tools/rpc/CMakeLists.txt`); builds before llama.cpp PR #25045
+/// (June 2026) call it `rpc-server`.
+const RPC_SERVER: &str = "ggml-rpc-server";
+
+/// llama.cpp's default `--ubatch-size` and `--batch-size`.
+const UBATCH: u64 = 512;
+const BATCH: u64 = 2048;
 
 /// `--tensor-split` shares for blocks `counts` (in device order): each device's block count,
 /// and one more on the last device for the output layer.
@@ -75,6 +85,14 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         });
     }
     let main = layout.main();
+    let first = layout.stages[0].0;
+    if main != first {
+        return Err(ExportError::Option {
+            option: "main",
+            value: main.to_owned(),
+            problem: "does not hold the first stage; llama.cpp keeps the token embedding and its host buffers on the machine running llama-server, which this plan puts on the first stage: drop `--main`, or re-plan with that machine first",
+        });
+    }
     let mut notes = Vec::new();
     // The host's own device: its GPU, or, on a CPU-only host, an rpc-server on itself.
     let local_device = |node: &str| match layout.kind(node) {
@@ -91,17 +109,23 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             devices.push(device.to_owned());
             continue;
         }
-        let endpoint = if node == main { format!("127.0.0.1:{RPC_PORT}") } else { layout.host_port(node, RPC_PORT) };
+        let endpoint = layout.host_port(node, RPC_PORT);
+        let endpoint = if node == main {
+            format!("127.0.0.1:{}", endpoint.rsplit_once(':').map_or("50052", |(_, p)| p))
+        } else {
+            endpoint
+        };
         // RPC devices are numbered in `--rpc` order.
         devices.push(format!("RPC{}", rpc.len()));
         rpc.push((node.to_owned(), endpoint));
     }
     let shares = tensor_split(&layout.counts());
-    let model = layout.options.model.clone().unwrap_or_else(|| {
+    let given = layout.options.model.clone().or_else(|| plan.model.file.clone());
+    let model = given.clone().unwrap_or_else(|| {
         let weights = if plan.model.weights.is_empty() { "bf16" } else { &plan.model.weights };
         format!("{}-{weights}.gguf", layout.placeholder())
     });
-    if layout.options.model.is_none() {
+    if given.is_none() {
         notes.push(format!("`{model}` stands for the model file; give its path with `--model`."));
     }
     let workload = &plan.workload;
@@ -119,9 +143,18 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             "The plan keeps each layer's experts with the layer, so no `--override-tensor` is needed.".to_owned(),
         );
     }
-    notes.push(
-        "llama.cpp keeps the token embedding in the host's RAM (the plan counted it on the first stage).".to_owned(),
-    );
+    if plan.engine != crate::engine::Engine::LlamaCpp {
+        notes.push(format!(
+            "The plan holds {}'s buffers, not llama.cpp's: re-plan with `\"engine\": \"llama.cpp\"` for memory that matches these commands.",
+            plan.engine.name()
+        ));
+    }
+    notes.push(format!(
+        "{main} runs llama-server: the plan counts its token embedding, input copies and logits there, beside its layers."
+    ));
+    notes.push(format!(
+        "`{RPC_SERVER}` is the RPC server's name in llama.cpp builds from June 2026 on; older builds call it `rpc-server`."
+    ));
     if devices.iter().any(|d| d == "CUDA0") {
         notes.push(format!(
             "`CUDA0` is {main}'s first CUDA GPU; a ROCm or Vulkan build names it `ROCm0` or `Vulkan0` (see `llama-server --list-devices`)."
@@ -149,8 +182,14 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             let port = endpoint.rsplit_once(':').map_or("50052", |(_, p)| p);
             let host = if endpoint.starts_with("127.0.0.1:") { "127.0.0.1" } else { "0.0.0.0" };
             let only_one = if layout.kind(node) == DeviceKind::Gpu { "CUDA_VISIBLE_DEVICES=0 " } else { "" };
+            // A CPU's rpc-server uses half the cores unless told; the plan counts them all.
+            let threads = match (layout.kind(node), layout.threads(node)) {
+                (DeviceKind::Cpu, Some(n)) => format!(" --threads {n}"),
+                (DeviceKind::Cpu, None) => " --threads \"$(nproc)\"".to_owned(),
+                _ => String::new(),
+            };
             let _ = writeln!(out, "#    on {node}:");
-            let _ = writeln!(out, "{only_one}rpc-server --host {host} --port {port}");
+            let _ = writeln!(out, "{only_one}{RPC_SERVER} --host {host} --port {port}{threads}");
         }
         out.push('\n');
         step += 1;
@@ -169,9 +208,12 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     args.extend(["--tensor-split".into(), shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
     args.extend(["--ctx-size".into(), context.to_string(), "--parallel".into(), workload.batch.max(1).to_string()]);
     args.extend(["--cache-type-k".into(), kv.clone(), "--cache-type-v".into(), kv.clone()]);
-    if kv.starts_with('q') || kv.starts_with("iq") {
-        // A quantized V cache needs flash attention.
-        args.extend(["--flash-attn".into(), "on".into()]);
+    // Explicit: `auto` may resolve either way, and the compute buffers differ.
+    let flash = workload.flash_attention || kv.starts_with('q') || kv.starts_with("iq");
+    args.extend(["--flash-attn".into(), if flash { "on" } else { "off" }.into()]);
+    if workload.prefill_chunk != UBATCH {
+        let chunk = workload.prefill_chunk.min(i32::MAX as u64);
+        args.extend(["--ubatch-size".into(), chunk.to_string(), "--batch-size".into(), chunk.max(BATCH).to_string()]);
     }
     // One flag and its value per line, for reading.
     let mut line = args[0].clone();

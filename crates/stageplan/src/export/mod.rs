@@ -321,6 +321,11 @@ impl<'p> Layout<'p> {
         }
     }
 
+    /// The CPU threads the plan gives `node`, if any.
+    fn threads(&self, node: &str) -> Option<u32> {
+        self.plan.stages.iter().find(|s| s.node == node).and_then(|s| s.threads)
+    }
+
     fn kind(&self, node: &str) -> DeviceKind {
         self.options.kinds.get(node).copied().unwrap_or_default()
     }

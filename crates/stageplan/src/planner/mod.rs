@@ -193,6 +193,7 @@ pub(crate) fn evaluate(
         out.push(Stage {
             node: problem.nodes[node].name.clone(),
             kind: problem.nodes[node].kind,
+            threads: problem.nodes[node].threads,
             layers: [start, end],
             embedding: start == 0,
             head: end == cost.layers(),
@@ -240,11 +241,15 @@ pub(crate) fn evaluate(
             weights: problem.model.weights.clone(),
             layers: problem.model.num_layers(),
             experts: problem.model.arch.moe.as_ref().map(|m| m.experts),
+            file: problem.file.clone(),
         },
+        engine: problem.workload.engine,
         workload: PlannedWorkload {
             context: problem.workload.context,
             batch: problem.workload.batch,
             kv: problem.workload.kv.name().to_owned(),
+            prefill_chunk: problem.workload.prefill_chunk,
+            flash_attention: problem.workload.flash_attention,
         },
         feasible,
         accuracy: if has_stages && feasible { accuracy(problem, stages, batch / schedule.cycle_s) } else { None },
@@ -341,7 +346,7 @@ fn left_out(
                 node: name.clone(),
                 reason: format!(
                     "`{name}` left out: its reserve and workspace ({}) exceed its memory ({})",
-                    format_bytes((node.reserve + cost.workspace()) as f64),
+                    format_bytes(node.reserve.saturating_add(cost.workspace()) as f64),
                     format_bytes(node.memory as f64)
                 ),
                 with_node: None,

@@ -143,11 +143,12 @@ impl Instance {
                 batch: self.batch,
                 kv: TensorType::F16,
                 workspace: Some(MB),
-                prefill_chunk: 512,
+                ..Workload::default()
             },
             nodes,
             links,
             objective,
+            file: None,
             policy: Policy::Optimal,
             manual: None,
         }

@@ -1,0 +1,330 @@
+//! Plans checked against llama.cpp running here: plan → export → the printed commands run
+//! verbatim on 127.0.0.1 → llama.cpp's own log of what each device allocated.
+//!
+//! Needs llama.cpp's binaries in `STAGEPLAN_LLAMA_CPP` (`cargo xtask test` builds them from
+//! the pinned source) and the reference GGUF writer in `STAGEPLAN_PYTHON`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One end-to-end case: a model, a workload, and machines whose memory forces a split.
+struct Case {
+    name: &'static str,
+    /// `write_gguf.py` arguments.
+    model: &'static [&'static str],
+    /// `llama-quantize` type, or none for F16.
+    quantize: Option<&'static str>,
+    workload: &'static str,
+    /// Memory of each machine, in MiB.
+    memory: &'static [u32],
+}
+
+const CASES: [Case; 4] = [
+    Case {
+        name: "f16-2-machines",
+        model: &["--layers", "8"],
+        quantize: None,
+        workload: r#"{"context": 2048, "batch": 1, "kv": "f16"}"#,
+        memory: &[75, 75],
+    },
+    Case {
+        name: "q8_0-kv-q8_0-3-machines-tied",
+        model: &["--layers", "12", "--tied"],
+        quantize: Some("Q8_0"),
+        workload: r#"{"context": 2048, "batch": 1, "kv": "q8_0"}"#,
+        memory: &[65, 65, 65],
+    },
+    Case {
+        name: "f16-batch-2-no-flash-attention",
+        model: &["--layers", "8", "--hidden", "512", "--heads", "8", "--head-dim", "128", "--kv-heads", "2"],
+        quantize: None,
+        workload: r#"{"context": 1024, "batch": 2, "kv": "f16", "flash_attention": false}"#,
+        memory: &[90, 90],
+    },
+    Case {
+        name: "f16-3-machines-uneven",
+        model: &["--layers", "10", "--vocab", "16384"],
+        quantize: None,
+        workload: r#"{"context": 3072, "batch": 1, "kv": "f16"}"#,
+        memory: &[90, 70, 110],
+    },
+];
+
+#[test]
+fn llama_cpp_allocates_what_the_plan_says() {
+    let Some(bin) = std::env::var_os("STAGEPLAN_LLAMA_CPP").map(PathBuf::from) else {
+        eprintln!("skipped: set STAGEPLAN_LLAMA_CPP to llama.cpp's bin directory (cargo xtask test does)");
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("stageplan-engine-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let mut report = String::from("| case | stage | planned MiB | allocated MiB | weights+KV planned / allocated | tok/s |\n");
+    for case in &CASES {
+        run_case(case, &bin, &work, &mut report);
+    }
+    eprintln!("{report}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
+    let dir = work.join(case.name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let f16 = dir.join("model-f16.gguf");
+    let status = Command::new(python())
+        .arg(repo().join("tests/engine/write_gguf.py"))
+        .arg(&f16)
+        .args(case.model)
+        .status()
+        .expect("the GGUF writer runs");
+    assert!(status.success(), "{}: write_gguf.py failed", case.name);
+    let model = match case.quantize {
+        None => f16,
+        Some(ty) => {
+            let out = dir.join(format!("model-{ty}.gguf"));
+            let status = Command::new(bin.join("llama-quantize"))
+                .arg(&f16)
+                .arg(&out)
+                .arg(ty)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("llama-quantize runs");
+            assert!(status.success(), "{}: llama-quantize failed", case.name);
+            out
+        }
+    };
+
+    let names: Vec<String> = (0..case.memory.len()).map(|i| format!("m{i}")).collect();
+    let nodes: Vec<String> = names
+        .iter()
+        .zip(case.memory)
+        .map(|(name, mib)| {
+            format!(
+                r#"{{"name": "{name}", "kind": "cpu", "memory": "{mib} MiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "0.2 TFLOPS", "threads": 1}}"#
+            )
+        })
+        .collect();
+    let scenario = format!(
+        r#"{{"model": {{"file": {}}}, "workload": {}, "objective": "latency", "nodes": [{}]}}"#,
+        serde_json::to_string(&model.to_string_lossy()).unwrap(),
+        case.workload,
+        nodes.join(", ")
+    );
+    let scenario_path = dir.join("scenario.json");
+    std::fs::write(&scenario_path, scenario).unwrap();
+    let plan_out = stageplan(&["plan", &scenario_path.to_string_lossy(), "--format", "json"]);
+    let plan: Value = serde_json::from_str(&plan_out).unwrap();
+    assert_eq!(plan["feasible"], true, "{}: the plan does not fit: {plan_out}", case.name);
+    let stages = plan["stages"].as_array().unwrap();
+    assert!(stages.len() >= 2, "{}: the machines' memory should force a split, got {}", case.name, stages.len());
+    let plan_path = dir.join("plan.json");
+    std::fs::write(&plan_path, &plan_out).unwrap();
+
+    let ports: Vec<u16> = stages.iter().map(|_| free_port()).collect();
+    let mut args = vec!["export".to_owned(), plan_path.to_string_lossy().into_owned(), "--to".into(), "llama.cpp".into()];
+    for (stage, port) in stages.iter().zip(&ports) {
+        args.push("--host".into());
+        args.push(format!("{}=127.0.0.1:{port}", stage["node"].as_str().unwrap()));
+    }
+    let script = stageplan(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let commands = commands(&script);
+    let (rpc, server): (Vec<&String>, Vec<&String>) = commands.iter().partition(|c| !c.contains("llama-server"));
+    assert_eq!(rpc.len(), stages.len(), "{}: one rpc-server per machine:\n{script}", case.name);
+    assert_eq!(server.len(), 1, "{}: one llama-server:\n{script}", case.name);
+
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut children = Processes(Vec::new());
+    for command in &rpc {
+        children.0.push(
+            Command::new("bash")
+                .args(["-c", &format!("exec {command}")])
+                .env("PATH", &path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the rpc-server starts"),
+        );
+    }
+    for port in &ports {
+        wait_for(|| TcpStream::connect(("127.0.0.1", *port)).is_ok(), &format!("{}: rpc-server on {port}", case.name));
+    }
+    let http = free_port();
+    let log = dir.join("llama-server.log");
+    children.0.push(
+        Command::new("bash")
+            .args(["-c", &format!("exec {}", server[0])])
+            .env("PATH", &path)
+            .env("LLAMA_ARG_PORT", http.to_string())
+            .env("LLAMA_ARG_LOG_VERBOSITY", "5")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
+            .spawn()
+            .expect("llama-server starts"),
+    );
+    wait_for(
+        || request(http, "GET /health HTTP/1.0\r\n\r\n").is_some_and(|r| r.contains("\"ok\"")),
+        &format!("{}: llama-server health (log: {})", case.name, log.display()),
+    );
+    let body = r#"{"prompt": "hello world", "n_predict": 8, "temperature": 0}"#;
+    let response = request(
+        http,
+        &format!("POST /completion HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
+    )
+    .expect("llama-server answers");
+    let json: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!(json["tokens_predicted"], 8, "{}: tokens are generated: {json}", case.name);
+    let speed = json["timings"]["predicted_per_second"].as_f64().unwrap_or(0.0);
+    drop(children);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let allocated = allocations(&text, &ports);
+    // Layers land where the plan puts them: llama.cpp numbers RPC devices in `--rpc` order.
+    for (s, stage) in stages.iter().enumerate() {
+        let [start, end] = [stage["layers"][0].as_u64().unwrap(), stage["layers"][1].as_u64().unwrap()];
+        for layer in start..end {
+            let line = format!("layer {layer:>3} assigned to device RPC{s},");
+            assert!(text.contains(&line), "{}: layer {layer} is not on stage {s}'s device RPC{s}", case.name);
+        }
+    }
+    for (s, stage) in stages.iter().enumerate() {
+        let memory = &stage["memory"];
+        let mib = |v: &Value| v.as_u64().unwrap() as f64 / 1048576.0;
+        let planned_total = mib(&memory["total"]) - mib(&memory["reserve"]);
+        let planned_held = mib(&memory["weights"]) + mib(&memory["kv"]) + mib(&memory["embed_head"]);
+        let got = &allocated[s];
+        let node = stage["node"].as_str().unwrap();
+        assert!(
+            (got.held / planned_held - 1.0).abs() <= 0.02,
+            "{}: stage {s} ({node}): weights+KV planned {planned_held:.2} MiB, llama.cpp allocated {:.2} MiB",
+            case.name,
+            got.held
+        );
+        assert!(
+            got.total <= planned_total + 0.01,
+            "{}: stage {s} ({node}) allocated {:.2} MiB, more than the plan's {planned_total:.2} MiB",
+            case.name,
+            got.total
+        );
+        assert!(
+            got.total >= 0.9 * planned_total,
+            "{}: stage {s} ({node}) allocated {:.2} MiB, under 90% of the plan's {planned_total:.2} MiB",
+            case.name,
+            got.total
+        );
+        report.push_str(&format!(
+            "| {} | {s} | {planned_total:.2} | {:.2} | {planned_held:.2} / {:.2} | {} |\n",
+            case.name,
+            got.total,
+            got.held,
+            if s == 0 { format!("{speed:.1}") } else { String::new() }
+        ));
+    }
+}
+
+/// What llama.cpp's log says one stage's machine allocated, in MiB.
+#[derive(Default, Clone, Debug)]
+struct Allocated {
+    /// Model and KV buffers.
+    held: f64,
+    /// Every buffer: model, KV, compute, output.
+    total: f64,
+}
+
+/// Buffers per stage: `RPC0[127.0.0.1:PORT]` by port; the host's (`CPU`, `CPU_Mapped`) on
+/// the first stage, whose machine runs llama-server.
+fn allocations(log: &str, ports: &[u16]) -> Vec<Allocated> {
+    let mut out = vec![Allocated::default(); ports.len()];
+    for line in log.lines() {
+        let Some((head, value)) = line.split_once(" buffer size =") else { continue };
+        let mib: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
+        let mut words = head.split_whitespace().rev();
+        let kind = words.next().unwrap();
+        let name = words.next().unwrap();
+        let stage = match name.split_once('[') {
+            Some((_, endpoint)) => {
+                let port: u16 = endpoint.trim_end_matches(']').rsplit_once(':').unwrap().1.parse().unwrap();
+                ports.iter().position(|&p| p == port).expect("a buffer on a planned machine")
+            }
+            None => 0,
+        };
+        out[stage].total += mib;
+        if kind == "model" || kind == "KV" {
+            out[stage].held += mib;
+        }
+    }
+    out
+}
+
+/// The script's commands: comments dropped, continued lines joined.
+fn commands(script: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in script.lines() {
+        let line = line.trim();
+        if current.is_empty() && (line.is_empty() || line.starts_with('#')) {
+            continue;
+        }
+        match line.strip_suffix('\\') {
+            Some(part) => current.push_str(part),
+            None => {
+                current.push_str(line);
+                out.push(std::mem::take(&mut current));
+            }
+        }
+    }
+    out
+}
+
+/// Child processes killed when dropped, so a failing case leaves no server behind.
+struct Processes(Vec<Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < Duration::from_secs(120), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One HTTP/1.0 exchange with 127.0.0.1:`port`; the whole response.
+fn request(port: u16, text: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
+    stream.write_all(text.as_bytes()).ok()?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn stageplan(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_stageplan")).args(args).output().expect("stageplan runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "stageplan {args:?}: {stderr}{stdout}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn python() -> String {
+    std::env::var("STAGEPLAN_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}

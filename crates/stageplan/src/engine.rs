@@ -1,0 +1,224 @@
+//! What the inference engine allocates besides weights and KV cache, per stage.
+//!
+//! **llama.cpp** (derived from its source, `docs/llama-cpp-memory.md`, and checked against
+//! its logs by `tests/engine`): `llama-server` runs on the first stage's machine with every
+//! layer offloaded (`-ngl N+1`) and `--parallel B`. Its scheduler reserves, per device, a
+//! compute buffer for the worst-case micro-batch of `T = ⌈min(context·B, ubatch)⌉_B` tokens
+//! (rounded up to a multiple of `B`) over `K` KV cells per sequence (context rounded up to
+//! 256). With more than one device it pipelines, keeping `C = 4` copies of every graph input
+//! each device receives; with one device, `C = 1`. In f32 bytes, with `m` = 2 (flash
+//! attention's f16 mask) or 4:
+//!
+//! ```text
+//! inputs = 4·E·T + m·K·T + 4·T + 8·T + 8·T·(FA ? 1 : E_v)   hidden state, mask, positions, KV rows
+//! attn   = FA ? 4·T·(E + 2·H·D) : 4·T·(E + K·H + H·D)       the residual, then Q or KQ·V
+//! ffn    = 4·T·(E + 3·F)                                     residual, up, gate, their product
+//! out    = 4·n·(V + 2·E)  on the last device, n = min(T, B) outputs
+//! slack  = 4·T·(E + H·D)                                     allocator holes (measured)
+//! device = C·inputs + max(attn, ffn [, out]) + slack  (+ C·4·n on the last: output row ids)
+//! ```
+//!
+//! plus 1 MiB for alignment ([`LLAMA_CPP_ALIGNMENT_SLACK`]).
+//!
+//! The host (the first stage's machine) also keeps the CPU backend's buffer — `C` copies of
+//! the token ids, the embedding input and the other inputs, plus the looked-up embeddings —
+//! and the logits buffer for `B` outputs, `4·V·B`. Activations are freed layer by layer, so
+//! the peaks are one layer's, not a sum. `E_v` is one layer's V width, `F` the MLP width
+//! (for MoE the routed experts' width times the experts used, plus the shared expert).
+//!
+//! **vLLM** takes `--gpu-memory-utilization` (0.9, as exported) of each GPU and profiles its
+//! activations over `max_num_batched_tokens`; the stage keeps the estimate below for one
+//! prefill chunk and the 10% it leaves unclaimed.
+//!
+//! **Generic** (no engine): `C × (2·hidden + 2·ffn) × 4` bytes per stage for a prefill chunk
+//! of `C` tokens, plus `C × vocab × 4` for logits on the last.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Model;
+
+/// The engine a plan is for: how it lays out memory, and what exports print by default.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Engine {
+    #[default]
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+    #[serde(rename = "vllm")]
+    Vllm,
+    /// Activation buffers only, as a generic estimate (the model before engine profiles).
+    #[serde(rename = "generic")]
+    Generic,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 3] = [Engine::LlamaCpp, Engine::Vllm, Engine::Generic];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::LlamaCpp => "llama.cpp",
+            Engine::Vllm => "vllm",
+            Engine::Generic => "generic",
+        }
+    }
+
+    /// The fraction of each node's memory the engine may use.
+    pub fn usable_fraction(self) -> f64 {
+        match self {
+            Engine::Vllm => VLLM_GPU_MEMORY_UTILIZATION,
+            Engine::LlamaCpp | Engine::Generic => 1.0,
+        }
+    }
+}
+
+/// `--gpu-memory-utilization` as the vLLM export passes it (vLLM's default).
+pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+
+/// llama.cpp rounds the context of each sequence up to this many KV cells.
+pub const LLAMA_CPP_CONTEXT_PAD: u64 = 256;
+
+/// Graph-input copies llama.cpp's scheduler keeps when it pipelines (`GGML_SCHED_MAX_COPIES`).
+pub const LLAMA_CPP_PIPELINE_COPIES: u64 = 4;
+
+/// Room for llama.cpp's per-tensor alignment and the buffers' rounding, per stage: the
+/// formulas count tensor bytes, the allocator rounds each tensor up.
+pub const LLAMA_CPP_ALIGNMENT_SLACK: u64 = 1 << 20;
+
+/// Engine buffers of a stage by its role in the pipeline, in bytes.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Buffers {
+    /// Every stage of a multi-stage pipeline.
+    pub stage: u64,
+    /// More on the last stage (logits).
+    pub last: u64,
+    /// More on the first stage (the engine's host-side buffers).
+    pub first: u64,
+    /// Less when one stage is the whole pipeline (no pipeline copies).
+    pub single_saving: u64,
+}
+
+impl Buffers {
+    /// The buffers of stage `[first, last]` roles.
+    pub fn of(&self, first: bool, last: bool) -> u64 {
+        let mut bytes = self.stage;
+        if first {
+            bytes = bytes.saturating_add(self.first);
+        }
+        if last {
+            bytes = bytes.saturating_add(self.last);
+        }
+        if first && last {
+            bytes = bytes.saturating_sub(self.single_saving);
+        }
+        bytes
+    }
+}
+
+/// What the engine needs to size its buffers.
+#[derive(Copy, Clone, Debug)]
+pub struct Shape {
+    pub context: u64,
+    pub batch: u64,
+    pub prefill_chunk: u64,
+    pub flash_attention: bool,
+}
+
+/// The context llama.cpp allocates KV cells for, per sequence.
+pub fn llama_cpp_context(context: u64) -> u64 {
+    context.div_ceil(LLAMA_CPP_CONTEXT_PAD).saturating_mul(LLAMA_CPP_CONTEXT_PAD)
+}
+
+/// KV cells a sliding-window layer keeps in llama.cpp, per sequence: the window plus one
+/// micro-batch, rounded to 256, at most the full context.
+pub fn llama_cpp_window_cells(context: u64, window: u64, ubatch: u64) -> u64 {
+    llama_cpp_context(window.saturating_add(ubatch)).min(llama_cpp_context(context))
+}
+
+/// The model's widths the buffers depend on, as `f64` (they may come from a file's header).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Dims {
+    hidden: f64,
+    vocab: f64,
+    heads: f64,
+    head_dim: f64,
+    /// The widest layer's V row (`kv_heads × head_dim`).
+    v_width: f64,
+    /// The MLP's width a token goes through (for MoE: the experts used plus the shared one).
+    mlp: f64,
+    /// Routed experts per MoE layer, 0 for a dense model.
+    experts: f64,
+}
+
+impl Dims {
+    pub fn of(model: &Model) -> Dims {
+        let arch = &model.arch;
+        let mlp = match &arch.moe {
+            Some(moe) => moe
+                .expert_intermediate
+                .saturating_mul(moe.active)
+                .saturating_add(moe.shared_intermediate.unwrap_or(0))
+                .max(arch.intermediate_size),
+            None => arch.intermediate_size,
+        };
+        Dims {
+            hidden: arch.hidden_size as f64,
+            vocab: arch.vocab_size as f64,
+            heads: arch.num_heads as f64,
+            head_dim: arch.head_dim as f64,
+            v_width: (arch.kv_elements.iter().copied().max().unwrap_or(0) / 2) as f64,
+            mlp: mlp as f64,
+            experts: arch.moe.as_ref().map_or(0, |moe| moe.experts) as f64,
+        }
+    }
+}
+
+/// The engine's buffers for a model of `dims` run as `shape`.
+pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
+    let Dims { hidden, vocab, heads, head_dim, v_width, mlp, experts } = *dims;
+    match engine {
+        Engine::Generic | Engine::Vllm => {
+            let c = shape.prefill_chunk.min(shape.context.max(1)) as f64;
+            Buffers { stage: bytes(c * (hidden + mlp) * 8.0), last: bytes(c * vocab * 4.0), first: 0, single_saving: 0 }
+        }
+        Engine::LlamaCpp => {
+            let b = shape.batch.max(1);
+            let cells = llama_cpp_context(shape.context);
+            let tokens = cells.saturating_mul(b).min(shape.prefill_chunk.max(1)).div_ceil(b).saturating_mul(b);
+            let (t, k, s) = (tokens as f64, cells as f64, b as f64);
+            let outputs = t.min(s);
+            let fa = shape.flash_attention;
+            let mask = if fa { 2.0 } else { 4.0 };
+            let rows = 8.0 * t + 8.0 * t * if fa { 1.0 } else { v_width };
+            // What a device receives each micro-batch: the hidden state, mask, positions,
+            // and the KV rows to write.
+            let inputs = 4.0 * hidden * t + mask * k * t + 4.0 * t + rows;
+            let attention = if fa {
+                4.0 * t * (hidden + 2.0 * heads * head_dim)
+            } else {
+                4.0 * t * (hidden + k * heads + heads * head_dim)
+            };
+            // MoE: the router's logits, one per expert, ride along with the experts' MLPs.
+            let mlp = 4.0 * t * (hidden + 3.0 * mlp + experts);
+            let logits = 4.0 * outputs * (vocab + 2.0 * hidden);
+            let copies = LLAMA_CPP_PIPELINE_COPIES as f64;
+            // Measured beyond the live tensors (ggml-alloc's best fit leaves holes when
+            // tensor sizes differ): one token's hidden state and attention width, at most.
+            let slack = 4.0 * t * (hidden + heads * head_dim);
+            let peak = attention.max(mlp) + slack;
+            // The host: token ids, the embedding input (allocated though unused), the other
+            // inputs, and the looked-up embeddings; plus the logits of `B` outputs.
+            let host_inputs = 4.0 * t + 4.0 * hidden * t + 4.0 * t + mask * k * t + rows + 4.0 * outputs;
+            let host = copies * host_inputs + 4.0 * hidden * t + 4.0 * vocab * s;
+            Buffers {
+                stage: bytes(copies * inputs + peak).saturating_add(LLAMA_CPP_ALIGNMENT_SLACK),
+                last: bytes(copies * 4.0 * outputs + peak.max(logits) - peak),
+                first: bytes(host),
+                single_saving: bytes((copies - 1.0) * (inputs + 4.0 * outputs + host_inputs)),
+            }
+        }
+    }
+}
+
+/// `x` bytes, rounded up; 0 for NaN, `u64::MAX` past it.
+fn bytes(x: f64) -> u64 {
+    x.ceil() as u64
+}

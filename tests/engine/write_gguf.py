@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Writes a small Llama GGUF with random weights that llama.cpp loads and generates from.
+
+    python3 tests/engine/write_gguf.py OUT.gguf --layers 8 --hidden 512 --heads 8 \
+        --kv-heads 4 --ffn 1408 --vocab 4096 [--tied]
+
+F16 weights (llama-quantize makes the quantized ones), a SentencePiece-style vocabulary
+with the 256 byte tokens llama.cpp's tokenizer falls back to, and the hyperparameters the
+llama architecture requires. Uses `gguf` (gguf-py, llama.cpp's own writer).
+"""
+import argparse
+
+import numpy as np
+from gguf import GGUFWriter, LlamaFileType, TokenType
+
+
+def vocabulary(size):
+    """<unk>, <s>, </s>, the 256 byte tokens, then distinct pieces up to `size`."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    pieces = ["\u2581"] + [c for c in letters] + ["\u2581" + c for c in letters]
+    i = 0
+    while len(pieces) + len(tokens) < size:
+        a, b = divmod(i, 26)
+        pieces.append("\u2581" + letters[a % 26] + letters[b] + ("" if a < 26 else str(a // 26)))
+        i += 1
+    pieces = pieces[: size - len(tokens)]
+    tokens += pieces
+    types += [TokenType.NORMAL] * len(pieces)
+    scores = [0.0] * 259 + [-float(k) for k in range(len(pieces))]
+    assert len(tokens) == size, (len(tokens), size)
+    return tokens, scores, types
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--head-dim", type=int, default=0, help="default: hidden / heads")
+    p.add_argument("--ffn", type=int, default=1408)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--context", type=int, default=8192)
+    p.add_argument("--tied", action="store_true")
+    p.add_argument("--name", default="stageplan-test")
+    a = p.parse_args()
+
+    rng = np.random.default_rng(11)
+    head_dim = a.head_dim or a.hidden // a.heads
+
+    def weight(*shape):
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
+
+    def norm(n):
+        return np.ones(n, dtype=np.float32)
+
+    w = GGUFWriter(a.out, "llama")
+    w.add_name(a.name)
+    w.add_file_type(LlamaFileType.MOSTLY_F16)
+    w.add_block_count(a.layers)
+    w.add_context_length(a.context)
+    w.add_embedding_length(a.hidden)
+    w.add_feed_forward_length(a.ffn)
+    w.add_head_count(a.heads)
+    w.add_head_count_kv(a.kv_heads)
+    w.add_rope_dimension_count(head_dim)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(a.vocab)
+    tokens, scores, types = vocabulary(a.vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+
+    w.add_tensor("token_embd.weight", weight(a.vocab, a.hidden))
+    for i in range(a.layers):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(a.hidden))
+        w.add_tensor(f"blk.{i}.attn_q.weight", weight(a.heads * head_dim, a.hidden))
+        w.add_tensor(f"blk.{i}.attn_k.weight", weight(a.kv_heads * head_dim, a.hidden))
+        w.add_tensor(f"blk.{i}.attn_v.weight", weight(a.kv_heads * head_dim, a.hidden))
+        w.add_tensor(f"blk.{i}.attn_output.weight", weight(a.hidden, a.heads * head_dim))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(a.hidden))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", weight(a.ffn, a.hidden))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", weight(a.ffn, a.hidden))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", weight(a.hidden, a.ffn))
+    w.add_tensor("output_norm.weight", norm(a.hidden))
+    if not a.tied:
+        w.add_tensor("output.weight", weight(a.vocab, a.hidden))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()
