@@ -63,7 +63,8 @@ fn llama_cpp_allocates_what_the_plan_says() {
     };
     let work = std::env::temp_dir().join(format!("stageplan-engine-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
-    let mut report = String::from("| case | stage | planned MiB | allocated MiB | weights+KV planned / allocated | tok/s |\n");
+    let mut report =
+        String::from("| case | stage | planned MiB | allocated MiB | weights+KV planned / allocated | tok/s |\n");
     for case in &CASES {
         run_case(case, &bin, &work, &mut report);
     }
@@ -126,7 +127,8 @@ fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
     std::fs::write(&plan_path, &plan_out).unwrap();
 
     let ports: Vec<u16> = stages.iter().map(|_| free_port()).collect();
-    let mut args = vec!["export".to_owned(), plan_path.to_string_lossy().into_owned(), "--to".into(), "llama.cpp".into()];
+    let mut args =
+        vec!["export".to_owned(), plan_path.to_string_lossy().into_owned(), "--to".into(), "llama.cpp".into()];
     for (stage, port) in stages.iter().zip(&ports) {
         args.push("--host".into());
         args.push(format!("{}=127.0.0.1:{port}", stage["node"].as_str().unwrap()));
@@ -173,7 +175,10 @@ fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
     let body = r#"{"prompt": "hello world", "n_predict": 8, "temperature": 0}"#;
     let response = request(
         http,
-        &format!("POST /completion HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
+        &format!(
+            "POST /completion HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
     )
     .expect("llama-server answers");
     let json: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();

@@ -222,3 +222,61 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
 fn bytes(x: f64) -> u64 {
     x.ceil() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> Model {
+        crate::scenario::Scenario::from_json(
+            r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#,
+        )
+        .unwrap()
+        .problem()
+        .unwrap()
+        .model
+    }
+
+    #[test]
+    fn llama_cpp_rounds_each_sequence_to_whole_blocks_of_cells() {
+        assert_eq!(llama_cpp_context(1), 256);
+        assert_eq!(llama_cpp_context(8192), 8192);
+        assert_eq!(llama_cpp_context(8193), 8448);
+        assert_eq!(llama_cpp_context(u64::MAX), u64::MAX, "saturates: fits nowhere");
+        // A 4,096-token window keeps one micro-batch more, rounded; never past the context.
+        assert_eq!(llama_cpp_window_cells(32768, 4096, 512), 4608);
+        assert_eq!(llama_cpp_window_cells(1000, 4096, 512), 1024);
+    }
+
+    #[test]
+    fn llama_cpp_buffers_follow_the_worked_example() {
+        // docs/llama-cpp-memory.md §2.6: Llama 3.1 8B, `-c 8192 -np 1 -ub 512 -fa on`, two
+        // devices: 4 copies of ≈16 MiB of inputs and the 92 MiB MLP peak, ≈156 MiB.
+        let dims = Dims::of(&model());
+        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true };
+        let b = buffers(Engine::LlamaCpp, &dims, shape);
+        let mib = |x: u64| x as f64 / 1048576.0;
+        // 64 MiB of input copies, 92 MiB of MLP, 16 MiB of slack, 1 MiB of alignment.
+        assert!((mib(b.stage) - 173.04).abs() < 0.01, "{}", mib(b.stage));
+        // Without flash attention the 512-token KQ matrix over 8,192 cells dominates.
+        let off = buffers(Engine::LlamaCpp, &dims, Shape { flash_attention: false, ..shape });
+        assert!(mib(off.stage) > 600.0, "{}", mib(off.stage));
+        // One stage: no pipeline copies, on the device or the host.
+        assert_eq!(b.of(true, true), b.stage + b.first + b.last - b.single_saving);
+        assert!(b.of(true, true) < b.of(true, false));
+        // A longer context grows the mask copies: 4 × 2 bytes × 512 × 8,192 more cells.
+        let long = buffers(Engine::LlamaCpp, &dims, Shape { context: 16384, ..shape });
+        assert_eq!(long.stage - b.stage, 4 * 2 * 512 * 8192);
+    }
+
+    #[test]
+    fn vllm_claims_its_share_and_generic_keeps_the_old_estimate() {
+        assert_eq!(Engine::Vllm.usable_fraction(), 0.9);
+        let dims = Dims::of(&model());
+        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true };
+        let g = buffers(Engine::Generic, &dims, shape);
+        assert_eq!(g.stage, 512 * (4096 + 14336) * 8);
+        assert_eq!(g.last, 512 * 128_256 * 4);
+        assert_eq!((g.first, g.single_saving), (0, 0));
+    }
+}
