@@ -2,7 +2,9 @@
 //! verbatim on 127.0.0.1 → llama.cpp's own log of what each device allocated.
 //!
 //! Needs llama.cpp's binaries in `STAGEPLAN_LLAMA_CPP` (`cargo xtask test` builds them from
-//! the pinned source) and the reference GGUF writer in `STAGEPLAN_PYTHON`.
+//! the pinned source) and the reference GGUF writer in `STAGEPLAN_PYTHON`. With
+//! `--nocapture` it prints the planned-vs-allocated table `BENCHMARKS.md` records.
+#![allow(clippy::print_stderr)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
