@@ -88,6 +88,24 @@ fn addresses_keep_their_ports_and_ipv6_brackets() {
 }
 
 #[test]
+fn llama_cpp_runs_on_the_first_stage_and_serves_every_machine_on_its_port() {
+    let (plan, options) = planned(HOME);
+    let [first, second] = [plan.stages[0].node.clone(), plan.stages[1].node.clone()];
+    // llama.cpp keeps the host's buffers where llama-server runs: the plan put them first.
+    let elsewhere = ExportOptions { main: Some(second.clone()), ..options.clone() };
+    let error = export(&plan, Target::LlamaCpp, &elsewhere).unwrap_err().to_string();
+    assert!(error.starts_with(&format!("`main` `{second}` does not hold the first stage")), "{error}");
+    // Each rpc-server listens on the port `--host` gives (the end-to-end test covers the
+    // main machine's own), under its current name.
+    let hosts = [(first, "127.0.0.1:50070".to_owned()), (second, "127.0.0.1:50071".to_owned())];
+    let ported = ExportOptions { hosts: hosts.into(), ..options };
+    let text = export(&plan, Target::LlamaCpp, &ported).unwrap().text;
+    assert!(text.contains("ggml-rpc-server --host 127.0.0.1 --port 50071"), "{text}");
+    assert!(text.contains("--rpc 127.0.0.1:50071"), "{text}");
+    assert!(text.contains("--flash-attn on"), "{text}");
+}
+
+#[test]
 fn llama_cpp_refuses_more_devices_than_it_takes() {
     let (mut plan, options) = planned(HOME);
     let template = plan.stages[0].clone();
