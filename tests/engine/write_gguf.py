@@ -2,11 +2,13 @@
 """Writes a small Llama GGUF with random weights that llama.cpp loads and generates from.
 
     python3 tests/engine/write_gguf.py OUT.gguf --layers 8 --hidden 512 --heads 8 \
-        --kv-heads 4 --ffn 1408 --vocab 4096 [--tied]
+        --kv-heads 4 --ffn 1408 --vocab 4096 [--tied] [--experts 4 --experts-used 2]
 
 F16 weights (llama-quantize makes the quantized ones), a SentencePiece-style vocabulary
 with the 256 byte tokens llama.cpp's tokenizer falls back to, and the hyperparameters the
-llama architecture requires. Uses `gguf` (gguf-py, llama.cpp's own writer).
+llama architecture requires. With `--experts`, each layer's MLP is a Mixtral-style mixture
+(llama.cpp's llama architecture with `expert_count`: a router `ffn_gate_inp` and stacked
+`ffn_{gate,up,down}_exps`, each expert `--ffn` wide). Uses `gguf` (gguf-py, llama.cpp's own writer).
 """
 import argparse
 
@@ -45,6 +47,8 @@ def main():
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--context", type=int, default=8192)
     p.add_argument("--tied", action="store_true")
+    p.add_argument("--experts", type=int, default=0, help="routed experts per layer; 0: a dense MLP")
+    p.add_argument("--experts-used", type=int, default=2)
     p.add_argument("--name", default="stageplan-test")
     a = p.parse_args()
 
@@ -72,6 +76,9 @@ def main():
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(a.vocab)
+    if a.experts:
+        w.add_expert_count(a.experts)
+        w.add_expert_used_count(a.experts_used)
     tokens, scores, types = vocabulary(a.vocab)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -90,9 +97,16 @@ def main():
         w.add_tensor(f"blk.{i}.attn_v.weight", weight(a.kv_heads * head_dim, a.hidden))
         w.add_tensor(f"blk.{i}.attn_output.weight", weight(a.hidden, a.heads * head_dim))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(a.hidden))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", weight(a.ffn, a.hidden))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", weight(a.ffn, a.hidden))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", weight(a.hidden, a.ffn))
+        if a.experts:
+            # numpy shapes are ggml's reversed: ggml's {n_embd, n_ff, n_expert}.
+            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", weight(a.experts, a.hidden).astype(np.float32))
+            w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", weight(a.experts, a.ffn, a.hidden))
+            w.add_tensor(f"blk.{i}.ffn_up_exps.weight", weight(a.experts, a.ffn, a.hidden))
+            w.add_tensor(f"blk.{i}.ffn_down_exps.weight", weight(a.experts, a.hidden, a.ffn))
+        else:
+            w.add_tensor(f"blk.{i}.ffn_gate.weight", weight(a.ffn, a.hidden))
+            w.add_tensor(f"blk.{i}.ffn_up.weight", weight(a.ffn, a.hidden))
+            w.add_tensor(f"blk.{i}.ffn_down.weight", weight(a.hidden, a.ffn))
     w.add_tensor("output_norm.weight", norm(a.hidden))
     if not a.tied:
         w.add_tensor("output.weight", weight(a.vocab, a.hidden))

@@ -95,11 +95,22 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// Measure this machine's GPU adapters: bandwidth, f32/f16 matmul, memory; print a ready node.
+    /// Measure this machine's GPU adapters (bandwidth, f32/f16 matmul, memory), or with
+    /// `--cpu` its CPU as llama.cpp's CPU backend uses it; print a ready node.
     Probe {
         /// Only this adapter (see the list); all by default.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["cpu", "threads"])]
         adapter: Option<usize>,
+        /// Measure the CPU instead: memory read bandwidth and matmul rate with `--threads`.
+        /// The default on a machine whose only adapters are software renderers.
+        #[arg(long)]
+        cpu: bool,
+        /// Measure the GPU adapters even when they are all software renderers.
+        #[arg(long, conflicts_with_all = ["cpu", "threads"])]
+        gpu: bool,
+        /// CPU threads to measure with, as llama.cpp's `-t` (default: every logical core).
+        #[arg(long)]
+        threads: Option<usize>,
         /// Small sizes: a few seconds even on a software adapter.
         #[arg(long)]
         quick: bool,
@@ -131,9 +142,10 @@ enum Command {
     Export {
         /// A plan (`stageplan plan --format json` output) or a scenario, which is planned first.
         plan_or_scenario: PathBuf,
-        /// The engine: llama.cpp, vllm, exo, kubernetes (k8s), deepspeed, megatron.
+        /// The engine: llama.cpp, vllm, exo, kubernetes (k8s), deepspeed, megatron. Default:
+        /// the engine the plan was made for (its `engine`).
         #[arg(long)]
-        to: String,
+        to: Option<String>,
         /// A node's network address, `NODE=HOST[:PORT]`; defaults to the node's name.
         #[arg(long = "host", value_name = "NODE=ADDR")]
         hosts: Vec<String>,
@@ -357,11 +369,14 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
             }))
         }
         Command::Export { plan_or_scenario, to, hosts, main, model, image, format } => {
-            let target: stageplan::export::Target = to.parse().map_err(|e| Failure(format!("`--to`: {e}")))?;
+            let target = to.map(|to| to.parse::<Target>().map_err(|e| Failure(format!("`--to`: {e}")))).transpose()?;
             let request = ExportRequest { hosts, main, model, image };
             export(&plan_or_scenario, target, request, format)
         }
-        Command::Probe { adapter, quick, memory_cap, format } => {
+        Command::Probe { adapter, cpu, gpu: gpus, threads, quick, memory_cap, format } => {
+            if cpu || threads.is_some() || (adapter.is_none() && !gpus && !gpu::has_hardware_adapter()) {
+                return probe_cpu(threads, quick, format);
+            }
             let mut options =
                 if quick { stageplan_gpu::ProbeOptions::quick() } else { stageplan_gpu::ProbeOptions::default() };
             options.memory_cap = memory_cap
@@ -393,6 +408,21 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
             Ok(Outcome::ok(gpu::run_sharded(&problem, &options)?))
         }
     }
+}
+
+/// `stageplan probe --cpu`.
+fn probe_cpu(threads: Option<usize>, quick: bool, format: Format) -> Result<Outcome, Failure> {
+    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let options =
+        if quick { stageplan_cpu::CpuOptions::quick(threads) } else { stageplan_cpu::CpuOptions::new(threads) };
+    let probe = stageplan_cpu::probe(&options, &mut |step| eprintln!("probing the CPU: {step}"))
+        .map_err(|e| Failure(e.to_string()))?;
+    Ok(Outcome::ok(match format {
+        Format::Json => {
+            serde_json::to_string_pretty(&serde_json::json!({"cpu": probe, "nodes": [probe.node("this-cpu")]}))? + "\n"
+        }
+        Format::Table => gpu::render_cpu_probe(&probe),
+    }))
 }
 
 fn read(path: &Path) -> Result<String, Failure> {
@@ -599,7 +629,13 @@ struct ExportRequest {
     image: Option<String>,
 }
 
-fn export(path: &Path, target: Target, request: ExportRequest, format: ExportFormat) -> Result<Outcome, Failure> {
+/// Exports to `target`, or to the plan's own engine.
+fn export(
+    path: &Path,
+    target: Option<Target>,
+    request: ExportRequest,
+    format: ExportFormat,
+) -> Result<Outcome, Failure> {
     let text = read(path)?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Failure(format!("`{}` is not valid JSON ({e}); give a plan or a scenario", path.display())))?;
@@ -621,6 +657,11 @@ fn export(path: &Path, target: Target, request: ExportRequest, format: ExportFor
             code: ExitCode::from(1),
         });
     }
+    let Some(target) = target.or_else(|| Target::of_engine(plan.engine)) else {
+        return Err(Failure(
+            "`--to` is needed: the plan's engine is `generic`; give `--to llama.cpp`, vllm, exo, kubernetes, deepspeed or megatron".into(),
+        ));
+    };
     for host in &request.hosts {
         let (node, address) =
             host.split_once('=').filter(|(n, a)| !n.trim().is_empty() && !a.trim().is_empty()).ok_or_else(|| {

@@ -1,4 +1,4 @@
-//! `stageplan probe` and `stageplan run-sharded`: the local GPU, measured and put to work.
+//! `stageplan probe` and `stageplan run-sharded`: the local GPU (or CPU), measured and put to work.
 
 use std::fmt::Write;
 
@@ -10,6 +10,12 @@ use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
 
 use crate::commands::Failure;
+
+/// Whether wgpu sees an adapter that is not a software renderer (llvmpipe, SwiftShader):
+/// without one, `stageplan probe` measures the CPU.
+pub fn has_hardware_adapter() -> bool {
+    pollster::block_on(Gpu::new().adapters()).iter().any(|a| !a.software)
+}
 
 /// Probes the chosen adapters (all by default) and describes them.
 pub fn probe(
@@ -81,6 +87,33 @@ pub fn render_probe(adapters: &[stageplan_gpu::AdapterSummary], probes: &[Probe]
         let node = serde_json::to_string(&p.node("this-device")).unwrap_or_default();
         let _ = writeln!(out, "  as a node     {node}");
     }
+    out
+}
+
+/// The CPU probe as text, ending with its node.
+pub fn render_cpu_probe(p: &stageplan_cpu::CpuProbe) -> String {
+    let mut out =
+        format!("measured {} ({} logical cores) with {} threads\n", p.cpu, p.logical_cores, p.options.threads);
+    let _ = writeln!(
+        out,
+        "  read bandwidth  {} (spread {:.0}%)",
+        format_bandwidth(p.bandwidth.median),
+        p.bandwidth.spread * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "  f32 matmul      {} (spread {:.0}%; a portable kernel, a lower bound on llama.cpp's)",
+        format_compute(p.compute.median),
+        p.compute.spread * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "  memory          {} ({} available now)",
+        format_bytes(p.memory_total as f64),
+        format_bytes(p.memory_available as f64)
+    );
+    let node = serde_json::to_string(&p.node("this-cpu")).unwrap_or_default();
+    let _ = writeln!(out, "  as a node       {node}");
     out
 }
 

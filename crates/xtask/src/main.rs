@@ -677,7 +677,7 @@ fn gpu() -> Result<(), String> {
     step("kernels checked against the CPU on every adapter", tests)?;
     let stageplan = target_dir().join("release/stageplan");
     let mut probe = Command::new(&stageplan);
-    probe.arg("probe");
+    probe.args(["probe", "--gpu"]);
     quiet_mesa(&mut probe);
     step("probe every adapter", probe)?;
     let mut kernels = cargo();

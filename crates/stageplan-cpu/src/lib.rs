@@ -1,0 +1,293 @@
+//! This machine's CPU measured as llama.cpp's CPU backend uses it —
+//! the memory read bandwidth and matmul rate that `threads` threads reach together — and
+//! printed as a ready scenario node.
+//!
+//! Decode on a CPU streams every weight once per token, so the figure that matters is how
+//! fast the threads llama.cpp runs with (`-t`) read a buffer far larger than the caches;
+//! the matmul rate bounds prefill. Both are medians of repeated runs, with their spread.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::Instant;
+
+use serde::Serialize;
+use stageplan::calibration::Backend;
+use stageplan::presets::DeviceKind;
+use stageplan::scenario::{NodeSpec, ProbeProvenance};
+use stageplan::units::{Bandwidth, Bytes, Compute, format_bytes};
+
+/// Why the CPU could not be measured, with the fix.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CpuError {
+    #[error("`--threads` is {0}; give 1 to {MAX_THREADS}: the threads llama.cpp will run with (`-t`)")]
+    Threads(usize),
+    #[error("the CPU probe reads {needed} but only {available} is available; close programs or use `--quick`")]
+    Memory { needed: String, available: String },
+    #[error("{0}; give the node's memory by hand")]
+    MemInfo(String),
+}
+
+/// More threads than any machine llama.cpp runs on.
+pub const MAX_THREADS: usize = 4096;
+
+/// Sizes of the measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuOptions {
+    /// Threads that read and multiply together (llama.cpp's `-t`).
+    pub threads: usize,
+    /// Bytes read per run: well past the last-level cache.
+    pub read_bytes: usize,
+    /// Each thread multiplies two `n × n` f32 matrices per run.
+    pub matmul_n: usize,
+    pub repetitions: usize,
+}
+
+impl CpuOptions {
+    /// Most CPUs: 512 MiB read, 256² matmuls, 7 runs (a few seconds).
+    pub fn new(threads: usize) -> CpuOptions {
+        CpuOptions { threads, read_bytes: 512 << 20, matmul_n: 256, repetitions: 7 }
+    }
+
+    /// Under a second: 64 MiB read, 128² matmuls, 5 runs.
+    pub fn quick(threads: usize) -> CpuOptions {
+        CpuOptions { threads, read_bytes: 64 << 20, matmul_n: 128, repetitions: 5 }
+    }
+}
+
+/// A rate measured over repeated runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rate {
+    /// Bytes/s or FLOP/s.
+    pub median: f64,
+    /// `(max − min) / median`.
+    pub spread: f64,
+}
+
+impl Rate {
+    fn of(work: f64, seconds: &[f64]) -> Rate {
+        let mut rates: Vec<f64> = seconds.iter().map(|s| work / s.max(1e-9)).collect();
+        rates.sort_by(f64::total_cmp);
+        let median = rates[rates.len() / 2];
+        Rate { median, spread: (rates[rates.len() - 1] - rates[0]) / median }
+    }
+}
+
+/// What the CPU probe measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuProbe {
+    /// `/proc/cpuinfo`'s model name.
+    pub cpu: String,
+    pub logical_cores: usize,
+    pub bandwidth: Rate,
+    /// f32 multiply-adds, two FLOPs each, with a portable kernel: a lower bound on what
+    /// llama.cpp's SIMD kernels reach.
+    pub compute: Rate,
+    /// `MemTotal` and `MemAvailable` from `/proc/meminfo`.
+    pub memory_total: u64,
+    pub memory_available: u64,
+    pub options: CpuOptions,
+}
+
+/// Measures the CPU with `options`; `progress` hears each step's name.
+///
+/// # Errors
+/// A thread count out of range, too little free memory for the read buffer, or no
+/// `/proc/meminfo`.
+pub fn probe(options: &CpuOptions, progress: &mut dyn FnMut(&str)) -> Result<CpuProbe, CpuError> {
+    let logical_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if options.threads == 0 || options.threads > MAX_THREADS {
+        return Err(CpuError::Threads(options.threads));
+    }
+    let (memory_total, memory_available) = meminfo()?;
+    // The read buffer must fit beside what is running: refuse rather than swap.
+    if options.read_bytes as u64 > memory_available / 2 {
+        return Err(CpuError::Memory {
+            needed: format_bytes(options.read_bytes as f64),
+            available: format_bytes(memory_available as f64),
+        });
+    }
+    progress("memory read bandwidth");
+    let bandwidth = read_bandwidth(options);
+    progress("f32 matmul");
+    let compute = matmul_rate(options);
+    Ok(CpuProbe {
+        cpu: cpu_name(),
+        logical_cores,
+        bandwidth,
+        compute,
+        memory_total,
+        memory_available,
+        options: options.clone(),
+    })
+}
+
+/// Every thread sums its share of one large buffer; bytes read over the slowest thread's time.
+fn read_bandwidth(options: &CpuOptions) -> Rate {
+    let words = options.read_bytes / 8;
+    // Written once so every page is resident before the timed runs.
+    let buffer: Vec<u64> = (0..words as u64).collect();
+    let share = words.div_ceil(options.threads);
+    let mut seconds = Vec::with_capacity(options.repetitions);
+    for _ in 0..=options.repetitions {
+        let barrier = Barrier::new(options.threads + 1);
+        let started = std::thread::scope(|scope| {
+            for chunk in buffer.chunks(share) {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    black_box(sum(chunk));
+                });
+            }
+            for _ in buffer.chunks(share).count()..options.threads {
+                scope.spawn(|| barrier.wait());
+            }
+            barrier.wait();
+            Instant::now()
+        });
+        seconds.push(started.elapsed().as_secs_f64());
+    }
+    // The first run warms the threads and the TLB; it is not counted.
+    Rate::of((words * 8) as f64, &seconds[1..])
+}
+
+/// Eight independent lanes, so the loads are not serialised on one accumulator.
+fn sum(words: &[u64]) -> u64 {
+    let mut lanes = [0u64; 8];
+    let mut blocks = words.chunks_exact(8);
+    for block in &mut blocks {
+        for (lane, w) in lanes.iter_mut().zip(block) {
+            *lane = lane.wrapping_add(*w);
+        }
+    }
+    let tail: u64 = blocks.remainder().iter().fold(0, |a, w| a.wrapping_add(*w));
+    lanes.iter().fold(tail, |a, l| a.wrapping_add(*l))
+}
+
+/// Every thread multiplies its own `n × n` matrices (cache-resident): FLOPs over wall time.
+fn matmul_rate(options: &CpuOptions) -> Rate {
+    let n = options.matmul_n;
+    let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.5).collect();
+    let mut seconds = Vec::with_capacity(options.repetitions);
+    for _ in 0..=options.repetitions {
+        let barrier = Barrier::new(options.threads + 1);
+        let started = std::thread::scope(|scope| {
+            for _ in 0..options.threads {
+                let (a, b, barrier) = (&a, &b, &barrier);
+                scope.spawn(move || {
+                    let mut c = vec![0f32; n * n];
+                    barrier.wait();
+                    matmul(a, b, &mut c, n);
+                    black_box(c);
+                });
+            }
+            barrier.wait();
+            Instant::now()
+        });
+        seconds.push(started.elapsed().as_secs_f64());
+    }
+    Rate::of(2.0 * (n * n * n * options.threads) as f64, &seconds[1..])
+}
+
+/// `c += a · b`, row by row: the inner loop is a contiguous multiply-add the compiler
+/// vectorises.
+fn matmul(a: &[f32], b: &[f32], c: &mut [f32], n: usize) {
+    for (a_row, c_row) in a.chunks_exact(n).zip(c.chunks_exact_mut(n)) {
+        for (&x, b_row) in a_row.iter().zip(b.chunks_exact(n)) {
+            for (c, &y) in c_row.iter_mut().zip(b_row) {
+                *c += x * y;
+            }
+        }
+    }
+}
+
+fn meminfo() -> Result<(u64, u64), CpuError> {
+    let text =
+        std::fs::read_to_string("/proc/meminfo").map_err(|e| CpuError::MemInfo(format!("/proc/meminfo: {e}")))?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib.saturating_mul(1024))
+    };
+    match (field("MemTotal"), field("MemAvailable")) {
+        (Some(total), Some(available)) => Ok((total, available.min(total))),
+        _ => Err(CpuError::MemInfo("/proc/meminfo has no MemTotal or MemAvailable".into())),
+    }
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|line| Some(line.strip_prefix("model name")?.split_once(':')?.1.trim().to_owned()))
+        })
+        .unwrap_or_else(|| "CPU".to_owned())
+}
+
+impl CpuProbe {
+    /// The scenario node: the measured figures, memory with what is in use now as its
+    /// reserve, and the threads measured with, which the llama.cpp export passes as `-t`.
+    pub fn node(&self, name: &str) -> NodeSpec {
+        let o = &self.options;
+        NodeSpec {
+            name: name.to_owned(),
+            kind: Some(DeviceKind::Cpu),
+            backend: Some(Backend::Cpu),
+            memory: Bytes::new(self.memory_total as f64).ok(),
+            reserve: Bytes::new(self.memory_total.saturating_sub(self.memory_available) as f64).ok(),
+            bandwidth: Bandwidth::new(self.bandwidth.median).ok(),
+            compute: Compute::new(self.compute.median).ok(),
+            threads: u32::try_from(o.threads).ok(),
+            probe: Some(ProbeProvenance {
+                adapter: self.cpu.clone(),
+                backend: "cpu".to_owned(),
+                device_type: "Cpu".to_owned(),
+                memory_source: "/proc/meminfo (MemTotal; reserve: MemTotal − MemAvailable)".to_owned(),
+                bandwidth_spread: self.bandwidth.spread,
+                compute_spread: self.compute.spread,
+                method: format!(
+                    "stageplan probe --cpu: {} threads read {} MiB, f32 matmul {n}×{n}×{n} per thread, median of {} runs",
+                    o.threads,
+                    o.read_bytes >> 20,
+                    o.repetitions,
+                    n = o.matmul_n
+                ),
+            }),
+            ..NodeSpec::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sum_and_matmul_compute_what_they_time() {
+        let words: Vec<u64> = (0..1001).collect();
+        assert_eq!(sum(&words), 1000 * 1001 / 2);
+        let n = 3;
+        let a = [1.0, 2.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+        let b = [1.0, 0.0, 0.0, 3.0, 1.0, 0.0, 0.0, 0.0, 2.0];
+        let mut c = [0.0; 9];
+        matmul(&a, &b, &mut c, n);
+        assert_eq!(c, [7.0, 2.0, 0.0, 3.0, 1.0, 0.0, 0.0, 0.0, 2.0]);
+    }
+
+    #[test]
+    fn the_node_carries_the_measured_figures_and_threads() {
+        let probe = probe(&CpuOptions { read_bytes: 8 << 20, matmul_n: 32, repetitions: 3, threads: 2 }, &mut |_| {})
+            .expect("a Linux machine probes");
+        assert!(probe.bandwidth.median > 1e8 && probe.compute.median > 1e6, "{probe:?}");
+        let node = probe.node("box");
+        let json = serde_json::to_string(&node).unwrap();
+        let back =
+            stageplan::Scenario::from_json(&format!(r#"{{"model": {{"preset": "llama-3.2-1b"}}, "nodes": [{json}]}}"#))
+                .expect("the node is a valid scenario node");
+        let problem = back.problem().expect("it checks");
+        assert_eq!(problem.nodes[0].threads, Some(2));
+        assert_eq!(problem.nodes[0].kind, Some(DeviceKind::Cpu));
+        assert_eq!(problem.nodes[0].backend, Backend::Cpu);
+    }
+}
