@@ -67,6 +67,22 @@ pub fn calibrate(root: &Path) -> Result<(), String> {
         row(&format!("llama.cpp {}", backend.title()), &|s: &Sample| s.backend == backend);
     }
     row("multi-GPU splits", &|s: &Sample| s.stages.len() > 1);
+    if std::env::args().any(|a| a == "--rows") {
+        println!("\n| row | source | measured tok/s | in sample | source left out |\n|---|---|---|---|---|");
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.sort_by(|&a, &b| cross[b].total_cmp(&cross[a]));
+        for i in order {
+            let s = &samples[i];
+            println!(
+                "| {} | {} | {:.1} | {:+.0}% | {:+.0}% |",
+                s.label,
+                s.source,
+                1.0 / s.measured_s,
+                (s.measured_s / terms.predict(s) - 1.0) * 100.0,
+                cross[i] * 100.0
+            );
+        }
+    }
     let provenance = Box::leak(
         format!("{} llama.cpp decode rows from {sources} sources (tests/calibration/measurements.csv)", samples.len())
             .into_boxed_str(),

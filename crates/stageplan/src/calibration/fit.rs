@@ -42,6 +42,8 @@ pub struct Sample {
     pub measured_s: f64,
     /// Where the figure was published: the unit left out in cross-validation.
     pub source: String,
+    /// The row, for people: device, model and weights.
+    pub label: String,
 }
 
 /// The fitted numbers: `η` and `τ` per fitted backend (in [`Backend::FITTED`] order), `μ`
@@ -219,6 +221,7 @@ mod tests {
             stages: vec![Stage { memory_s, compute_s: 0.0, layers, send_s: 0.0 }],
             measured_s: 1.0,
             source: source.into(),
+            label: String::new(),
         };
         s.measured_s = terms.predict(&s);
         s

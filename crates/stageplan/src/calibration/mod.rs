@@ -227,6 +227,7 @@ mod tests {
             stages: at_peak.stages.iter().map(fit::Stage::from).collect(),
             measured_s: 1.0,
             source: String::new(),
+            label: String::new(),
         };
         let fitted =
             crate::plan(&crate::Scenario::from_json(&json.replace("peak", "cuda")).unwrap().problem().unwrap());

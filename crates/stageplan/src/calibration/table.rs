@@ -88,6 +88,14 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
         stages: plan.stages.iter().map(Stage::from).collect(),
         measured_s: 1.0 / measured,
         source: row.get("source").split(" (").next().unwrap_or_default().to_owned(),
+        label: format!(
+            "{}×{} · {} {} · {} t",
+            count,
+            row.get("device"),
+            row.get("model"),
+            row.get("weights"),
+            row.get("threads")
+        ),
     })
 }
 
