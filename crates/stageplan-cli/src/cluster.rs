@@ -19,7 +19,7 @@ use stageplan::units::{Bytes, Seconds, format_bytes};
 use stageplan_store::AnyStore;
 use tracing::{info, warn};
 
-use crate::commands::Failure;
+use crate::outcome::Failure;
 
 /// How long a command waits for a redb file that the loop holds during a pass.
 const OPEN_PATIENCE: Duration = Duration::from_secs(5);
@@ -131,9 +131,11 @@ pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
             }
             other => other.to_string(),
         };
+        let base = path.parent().unwrap_or(Path::new("."));
         let problem = Scenario::from_json(&scenario_text)
-            .and_then(|s| s.problem())
-            .map_err(|e| at(format!("`scenario`: {e}")))?;
+            .map_err(Failure::from)
+            .and_then(|s| crate::load::problem(base, s))
+            .map_err(|e| at(format!("`scenario`: {}", e.0)))?;
         let plan = stageplan::plan(&problem);
         if !plan.feasible {
             let why = plan.diagnostics.first().map_or_else(String::new, |d| format!(": {}", d.message));

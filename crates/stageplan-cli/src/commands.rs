@@ -1,6 +1,5 @@
 //! The subcommands, as functions from arguments to output text and an exit code.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -10,6 +9,7 @@ use stageplan::presets::ModelPreset;
 use stageplan::scenario::KV_FORMATS;
 use stageplan::{Objective, Policy, Scenario, TensorType, WeightFormat};
 
+use crate::outcome::{Failure, Outcome};
 use crate::{cluster, gpu, input, load, render};
 
 /// Logs for the long-running loop: to standard error, colored only on a terminal.
@@ -272,36 +272,6 @@ enum PolicyArg {
     Manual,
 }
 
-/// What a command printed and how it ends.
-pub struct Outcome {
-    pub stdout: String,
-    /// Notes for the reader that are not part of the output (what an export cannot express).
-    pub stderr: String,
-    pub code: ExitCode,
-}
-
-impl Outcome {
-    fn ok(stdout: String) -> Outcome {
-        Outcome { stdout, stderr: String::new(), code: ExitCode::SUCCESS }
-    }
-}
-
-/// A one-line error for standard error; the process exits with 2.
-#[derive(Debug)]
-pub struct Failure(pub String);
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl<E: std::error::Error> From<E> for Failure {
-    fn from(error: E) -> Failure {
-        Failure(error.to_string())
-    }
-}
-
 /// Runs one command.
 ///
 /// # Errors
@@ -397,8 +367,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Failure> {
             Ok(Outcome::ok(stdout))
         }
         Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
-            let parsed = Scenario::from_json(&read(&scenario)?)?;
-            let problem = parsed.problem()?;
+            let problem = load_problem(&scenario, Scenario::from_json(&read(&scenario)?)?)?;
             if width == 0 || tokens == 0 || micro_batches == 0 || replicas == 0 || width > 8192 || replicas > 16 {
                 return Err(Failure(
                     "`--width` (1–8192), `--tokens`, `--micro-batches` and `--replicas` (1–16) must be positive".into(),
@@ -487,17 +456,10 @@ fn plan(
     Ok(Outcome { stdout, stderr: String::new(), code })
 }
 
-/// Checks a scenario read from `path`, reading the headers of a model file it names.
+/// Checks a scenario read from `path` (`-`: standard input) into a problem.
 fn load_problem(path: &Path, scenario: Scenario) -> Result<stageplan::Problem, Failure> {
-    Ok(match scenario.model.file()? {
-        Some(file) => {
-            // Relative to the scenario file.
-            let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
-            let loaded = load::model_file(&base.join(file), None)?;
-            scenario.problem_with_model(loaded.model)?
-        }
-        None => scenario.problem()?,
-    })
+    let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
+    load::problem(base, scenario)
 }
 
 /// `stageplan calibrate`: the node that predicts a machine's llama-bench decode tests.
@@ -639,8 +601,7 @@ fn export(
     let text = read(path)?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Failure(format!("`{}` is not valid JSON ({e}); give a plan or a scenario", path.display())))?;
-    // A plan has stages (or wraps one in `plan`); anything else is read as a scenario.
-    let (plan, mut options) = if value.get("stages").is_some() || value.get("plan").is_some() {
+    let (plan, mut options) = if stageplan::export::is_plan(&value) {
         let plan =
             stageplan::export::plan_from_json(&text).map_err(|e| Failure(format!("`{}`: {e}", path.display())))?;
         let options = ExportOptions::for_plan(&plan);

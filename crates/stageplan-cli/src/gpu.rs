@@ -9,7 +9,7 @@ use stageplan::{Problem, plan};
 use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
 
-use crate::commands::Failure;
+use crate::outcome::Failure;
 
 /// Whether wgpu sees an adapter that is not a software renderer (llvmpipe, SwiftShader):
 /// without one, `stageplan probe` measures the CPU.

@@ -6,7 +6,7 @@ use std::fs::{File, Metadata};
 use std::io::Read;
 use std::path::Path;
 
-use crate::commands::Failure;
+use crate::outcome::Failure;
 
 /// The most a scenario, plan, deployment or `config.json` may hold: far above any real
 /// one (a 1,024-machine scenario is about 100 KB).

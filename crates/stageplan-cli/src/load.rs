@@ -14,8 +14,17 @@ use stageplan::import::{self, FileKind, ImportError, Parse};
 use stageplan::model::HfConfig;
 use stageplan::{Model, WeightFormat};
 
-use crate::commands::Failure;
 use crate::input;
+use crate::outcome::Failure;
+
+/// The one road from a scenario to a problem in the CLI: checks it, reading the headers of
+/// a model file it names (relative to `base`, the scenario file's folder).
+pub fn problem(base: &Path, scenario: stageplan::Scenario) -> Result<stageplan::Problem, Failure> {
+    Ok(match scenario.model.file()? {
+        Some(file) => scenario.problem_with_model(model_file(&base.join(file), None)?.model)?,
+        None => scenario.problem()?,
+    })
+}
 
 /// A model read from files, and what reading it cost.
 pub struct Loaded {

@@ -10,6 +10,7 @@ mod commands;
 mod gpu;
 mod input;
 mod load;
+mod outcome;
 mod render;
 
 use std::process::ExitCode;

@@ -383,6 +383,13 @@ impl<'p> Layout<'p> {
     }
 }
 
+/// Whether a JSON document is a plan rather than a scenario: by a field every plan has and
+/// no scenario may (`feasible`), or a `plan` wrapper. A manual-policy scenario has `stages`
+/// too, so `stages` cannot tell them apart.
+pub fn is_plan(value: &serde_json::Value) -> bool {
+    value.get("feasible").is_some() || (value.get("plan").is_some() && value.get("nodes").is_none())
+}
+
 /// Reads a plan from what `stageplan plan --format json` printed (also with `--verify`) or
 /// from a re-plan's output (`{"plan": …}`).
 ///
