@@ -70,7 +70,7 @@ fn open_read_only(target: &str) -> Result<AnyStore, Failure> {
 }
 
 /// Opens `--store` for reading and writing (a redb file is created if missing).
-pub fn open(target: &str) -> Result<AnyStore, Failure> {
+pub(crate) fn open(target: &str) -> Result<AnyStore, Failure> {
     regular_store(target)?;
     patiently(target, stageplan_store::open).map_err(|e| store_failure(target, &e))
 }
@@ -99,7 +99,7 @@ fn now_ms() -> u64 {
 
 /// Reads a deployment file: a [`Deployment`], where `stages` may be left out when a
 /// `scenario` (inline, or a path relative to the file) says what to plan.
-pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
+pub(crate) fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
     let at = |e: String| Failure(format!("`{}`: {e}", path.display()));
     let mut value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| at(format!("is not valid JSON ({e})")))?;
@@ -160,7 +160,7 @@ pub fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
 }
 
 /// `stageplan deploy`: writes the deployment; the loop places it.
-pub fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
+pub(crate) fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
     let deployment = read_deployment(path, text)?;
     let mut store = open(store)?;
     let summary = format!(
@@ -179,7 +179,7 @@ pub fn deploy(store: &str, path: &Path, text: &str) -> Result<String, Failure> {
 /// `stageplan undeploy`: removes a deployment, readable or quarantined, and releases every
 /// stage binding under its name at once (a quarantined deployment's bindings are otherwise
 /// kept: the loop never releases what it cannot read).
-pub fn undeploy(store: &str, name: &str) -> Result<String, Failure> {
+pub(crate) fn undeploy(store: &str, name: &str) -> Result<String, Failure> {
     // A `/` would make `assignments/NAME/` the prefix of another deployment's replica.
     if name.is_empty() || name.contains('/') {
         return Err(Failure(format!("`{}` cannot be a deployment's name: it is empty or holds `/`", line(name))));
@@ -231,7 +231,7 @@ pub fn undeploy(store: &str, name: &str) -> Result<String, Failure> {
 }
 
 /// `stageplan nodes add`.
-pub fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<String, Failure> {
+pub(crate) fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<String, Failure> {
     let bytes = Bytes::parse(memory).map_err(|e| Failure(format!("`--memory`: {e}")))?;
     // The scenario's limit, with its words: past it the number would be stored clamped.
     if bytes.get() > 1e18 {
@@ -245,7 +245,7 @@ pub fn add_node(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Stri
 }
 
 /// `stageplan nodes remove`.
-pub fn remove_node(store: &str, name: &str) -> Result<String, Failure> {
+pub(crate) fn remove_node(store: &str, name: &str) -> Result<String, Failure> {
     must_exist(store)?;
     let mut store = open(store)?;
     let snapshot = Snapshot::load(&mut store)?;
@@ -261,7 +261,7 @@ pub fn remove_node(store: &str, name: &str) -> Result<String, Failure> {
 
 /// What `status` and `nodes list` show.
 #[derive(serde::Serialize)]
-pub struct ClusterStatus {
+pub(crate) struct ClusterStatus {
     pub deployments: Vec<DeploymentStatus>,
     pub nodes: Vec<NodeStatus>,
     pub assignments: usize,
@@ -273,14 +273,14 @@ pub struct ClusterStatus {
 /// A record the loop leaves alone, and the stage bindings it holds in place: a deployment's
 /// own, a node's stages, or the binding itself.
 #[derive(serde::Serialize)]
-pub struct QuarantinedStatus {
+pub(crate) struct QuarantinedStatus {
     pub key: String,
     pub why: String,
     pub bindings: usize,
 }
 
 #[derive(serde::Serialize)]
-pub struct DeploymentStatus {
+pub(crate) struct DeploymentStatus {
     pub name: String,
     pub model: String,
     pub desired: u32,
@@ -290,7 +290,7 @@ pub struct DeploymentStatus {
 }
 
 #[derive(serde::Serialize)]
-pub struct NodeStatus {
+pub(crate) struct NodeStatus {
     pub name: String,
     pub memory: u64,
     pub memory_used: u64,
@@ -299,7 +299,7 @@ pub struct NodeStatus {
     pub stages: usize,
 }
 
-pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
+pub(crate) fn status(store: &str) -> Result<ClusterStatus, Failure> {
     let mut store = open_read_only(store)?;
     let snapshot = Snapshot::load(&mut store)?;
     let deployments = snapshot
@@ -374,7 +374,7 @@ pub fn status(store: &str) -> Result<ClusterStatus, Failure> {
     Ok(ClusterStatus { deployments, nodes, assignments: snapshot.assignments.len(), invariants, quarantined })
 }
 
-pub fn render_status(status: &ClusterStatus) -> String {
+pub(crate) fn render_status(status: &ClusterStatus) -> String {
     let mut out = String::new();
     out.push_str("deployments                  desired  running  pending  failed  model\n");
     for d in &status.deployments {
@@ -415,7 +415,7 @@ fn quarantine_fix(key: &str) -> String {
     }
 }
 
-pub fn render_nodes(nodes: &[NodeStatus]) -> String {
+pub(crate) fn render_nodes(nodes: &[NodeStatus]) -> String {
     let mut out = String::from("nodes                        memory used / total      GPUs used  stages\n");
     for n in nodes {
         out.push_str(&format!(
@@ -432,7 +432,7 @@ pub fn render_nodes(nodes: &[NodeStatus]) -> String {
 }
 
 /// Loop settings.
-pub struct LoopOptions {
+pub(crate) struct LoopOptions {
     pub interval: Duration,
     pub passes: Option<u64>,
     pub id: String,
@@ -455,7 +455,7 @@ fn read_metrics(path: Option<&Path>) -> BTreeMap<String, f64> {
 
 /// `stageplan reconcile`: a pass every interval. A redb file is opened for each pass so
 /// `deploy`, `nodes` and `status` can use it in between; on etcd, only the leader passes.
-pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure> {
+pub(crate) fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure> {
     let mut controller = Controller::default();
     let mut etcd = if target.starts_with("etcd://") { Some(open(target)?) } else { None };
     // etcd leases are whole seconds: round up, never below what was asked.
@@ -531,7 +531,7 @@ pub fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure>
 }
 
 /// Parses `--interval` and `--lease`: 1 ms to 24 h (a shorter time would run as 0 ms).
-pub fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
+pub(crate) fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
     let seconds = Seconds::parse(text).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
     if !(0.001..=86_400.0).contains(&seconds.get()) {
         return Err(Failure(format!("`{flag} {text}` must be between 1 ms and 24 h, e.g. `5s`")));

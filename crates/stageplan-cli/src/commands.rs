@@ -22,7 +22,7 @@ fn init_logging() {
 /// Split a large model across mismatched machines, and prove the split is best.
 #[derive(Debug, Parser)]
 #[command(name = "stageplan", version, about, max_term_width = 100)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -276,7 +276,7 @@ enum PolicyArg {
 ///
 /// # Errors
 /// Bad input: unreadable files, malformed scenarios, unknown names.
-pub fn run(cli: Cli) -> Result<Outcome, Failure> {
+pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
     match cli.command {
         Command::Plan { scenario, format, objective, policy, verify } => {
             plan(&scenario, format, objective, policy, verify)

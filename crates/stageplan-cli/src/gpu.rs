@@ -13,12 +13,12 @@ use crate::outcome::Failure;
 
 /// Whether wgpu sees an adapter that is not a software renderer (llvmpipe, SwiftShader):
 /// without one, `stageplan probe` measures the CPU.
-pub fn has_hardware_adapter() -> bool {
+pub(crate) fn has_hardware_adapter() -> bool {
     pollster::block_on(Gpu::new().adapters()).iter().any(|a| !a.software)
 }
 
 /// Probes the chosen adapters (all by default) and describes them.
-pub fn probe(
+pub(crate) fn probe(
     adapter: Option<usize>,
     options: &ProbeOptions,
 ) -> Result<(Vec<stageplan_gpu::AdapterSummary>, Vec<Probe>), Failure> {
@@ -44,7 +44,7 @@ pub fn probe(
 }
 
 /// The probe as a table, with a ready node for each adapter.
-pub fn render_probe(adapters: &[stageplan_gpu::AdapterSummary], probes: &[Probe]) -> String {
+pub(crate) fn render_probe(adapters: &[stageplan_gpu::AdapterSummary], probes: &[Probe]) -> String {
     let mut out = String::from("adapters\n");
     for a in adapters {
         let _ = writeln!(
@@ -91,7 +91,7 @@ pub fn render_probe(adapters: &[stageplan_gpu::AdapterSummary], probes: &[Probe]
 }
 
 /// The CPU probe as text, ending with its node.
-pub fn render_cpu_probe(p: &stageplan_cpu::CpuProbe) -> String {
+pub(crate) fn render_cpu_probe(p: &stageplan_cpu::CpuProbe) -> String {
     let mut out =
         format!("measured {} ({} logical cores) with {} threads\n", p.cpu, p.logical_cores, p.options.threads);
     let _ = writeln!(
@@ -122,7 +122,7 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// Options of a sharded run.
-pub struct ShardedOptions {
+pub(crate) struct ShardedOptions {
     pub width: u32,
     pub tokens: u32,
     pub micro_batches: u32,
@@ -131,7 +131,7 @@ pub struct ShardedOptions {
 
 /// Plans the scenario, runs its stages as an MLP on the local devices, and reports
 /// predicted against measured stage times.
-pub fn run_sharded(problem: &Problem, options: &ShardedOptions) -> Result<String, Failure> {
+pub(crate) fn run_sharded(problem: &Problem, options: &ShardedOptions) -> Result<String, Failure> {
     let plan = plan(problem);
     if !plan.feasible {
         return Err(Failure(

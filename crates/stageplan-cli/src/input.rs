@@ -10,11 +10,11 @@ use crate::outcome::Failure;
 
 /// The most a scenario, plan, deployment or `config.json` may hold: far above any real
 /// one (a 1,024-machine scenario is about 100 KB).
-pub const MAX_TEXT_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_TEXT_BYTES: u64 = 64 << 20;
 
 /// How `path` is (or is not) there: `None` when nothing is at that path, else its metadata
 /// (symlinks followed) or the reason it cannot be had.
-pub fn probe(path: &Path) -> Option<Result<Metadata, Failure>> {
+pub(crate) fn probe(path: &Path) -> Option<Result<Metadata, Failure>> {
     match std::fs::metadata(path) {
         Ok(meta) => Some(Ok(meta)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -37,7 +37,7 @@ pub fn probe(path: &Path) -> Option<Result<Metadata, Failure>> {
 /// # Errors
 /// A missing path, a symlink loop, a directory, a FIFO, socket or device, or no permission,
 /// each named.
-pub fn open(path: &Path) -> Result<(File, u64), Failure> {
+pub(crate) fn open(path: &Path) -> Result<(File, u64), Failure> {
     let meta = match probe(path) {
         None => return Err(Failure(format!("`{}` does not exist; check the path", path.display()))),
         Some(meta) => meta?,
@@ -54,7 +54,7 @@ pub fn open(path: &Path) -> Result<(File, u64), Failure> {
 ///
 /// # Errors
 /// As [`open`], and text that is too long or not UTF-8.
-pub fn read_text(path: &Path) -> Result<String, Failure> {
+pub(crate) fn read_text(path: &Path) -> Result<String, Failure> {
     let mut bytes = Vec::new();
     let read = if path == Path::new("-") {
         std::io::stdin().take(MAX_TEXT_BYTES + 1).read_to_end(&mut bytes)
@@ -89,7 +89,7 @@ fn too_long(path: &Path) -> Failure {
 }
 
 /// A regular file, or an error naming what `path` is instead.
-pub fn regular(path: &Path, meta: &Metadata) -> Result<(), Failure> {
+pub(crate) fn regular(path: &Path, meta: &Metadata) -> Result<(), Failure> {
     use std::os::unix::fs::FileTypeExt;
     let kind = meta.file_type();
     let what = if kind.is_file() {
@@ -109,7 +109,7 @@ pub fn regular(path: &Path, meta: &Metadata) -> Result<(), Failure> {
 }
 
 /// An I/O error as one line naming the path, with the usual causes said plainly.
-pub fn failure(path: &Path, e: &std::io::Error) -> Failure {
+pub(crate) fn failure(path: &Path, e: &std::io::Error) -> Failure {
     // ELOOP: std has no stable `ErrorKind` for it yet.
     const ELOOP: i32 = if cfg!(any(target_os = "macos", target_os = "ios", target_os = "freebsd")) { 62 } else { 40 };
     let shown = path.display();

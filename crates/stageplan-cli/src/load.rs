@@ -19,7 +19,7 @@ use crate::outcome::Failure;
 
 /// The one road from a scenario to a problem in the CLI: checks it, reading the headers of
 /// a model file it names (relative to `base`, the scenario file's folder).
-pub fn problem(base: &Path, scenario: stageplan::Scenario) -> Result<stageplan::Problem, Failure> {
+pub(crate) fn problem(base: &Path, scenario: stageplan::Scenario) -> Result<stageplan::Problem, Failure> {
     Ok(match scenario.model.file()? {
         Some(file) => scenario.problem_with_model(model_file(&base.join(file), None)?.model)?,
         None => scenario.problem()?,
@@ -27,14 +27,14 @@ pub fn problem(base: &Path, scenario: stageplan::Scenario) -> Result<stageplan::
 }
 
 /// A model read from files, and what reading it cost.
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub model: Model,
     pub reads: Reads,
 }
 
 /// What reading cost.
 #[derive(Default)]
-pub struct Reads {
+pub(crate) struct Reads {
     /// The files read.
     pub files: Vec<PathBuf>,
     /// Bytes read from them (headers only).
@@ -48,7 +48,7 @@ pub struct Reads {
 ///
 /// # Errors
 /// Unreadable files, malformed headers (with the file and byte offset), missing parts.
-pub fn model_file(path: &Path, weights: Option<WeightFormat>) -> Result<Loaded, Failure> {
+pub(crate) fn model_file(path: &Path, weights: Option<WeightFormat>) -> Result<Loaded, Failure> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let mut first = [0u8; 16];
     let got = open(path)?.read(&mut first).map_err(|e| io_failure(path, &e))?;

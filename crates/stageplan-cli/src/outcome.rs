@@ -5,7 +5,7 @@ use std::fmt;
 use std::process::ExitCode;
 
 /// What a command printed and how it ends.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub stdout: String,
     /// Notes for the reader that are not part of the output (what an export cannot express).
     pub stderr: String,
@@ -13,14 +13,14 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn ok(stdout: String) -> Outcome {
+    pub(crate) fn ok(stdout: String) -> Outcome {
         Outcome { stdout, stderr: String::new(), code: ExitCode::SUCCESS }
     }
 }
 
 /// A one-line error for standard error; the process exits with 2.
 #[derive(Debug)]
-pub struct Failure(pub String);
+pub(crate) struct Failure(pub String);
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

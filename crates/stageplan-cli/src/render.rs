@@ -29,7 +29,7 @@ fn cell(name: &str) -> String {
 }
 
 /// The plan as a table with its figures, left-out nodes, baselines and notes.
-pub fn plan(problem: &Problem, plan: &Plan) -> String {
+pub(crate) fn plan(problem: &Problem, plan: &Plan) -> String {
     let mut out = String::new();
     let model = &problem.model;
     let w = &problem.workload;
@@ -205,7 +205,7 @@ pub fn plan(problem: &Problem, plan: &Plan) -> String {
 }
 
 /// A re-plan: why, the new plan, and the moves that reach it.
-pub fn replan(problem: &Problem, replan: &stageplan::Replan) -> String {
+pub(crate) fn replan(problem: &Problem, replan: &stageplan::Replan) -> String {
     let mut out = format!("{}\n\n", stageplan::quote::line(&replan.reason));
     out.push_str(&plan(problem, &replan.plan));
     if replan.kept {
@@ -247,7 +247,7 @@ pub fn replan(problem: &Problem, replan: &stageplan::Replan) -> String {
 }
 
 /// The line `--verify` adds: the exhaustive optimum beside ours.
-pub fn verification(plan: &Plan, exhaustive: &Plan) -> String {
+pub(crate) fn verification(plan: &Plan, exhaustive: &Plan) -> String {
     let ours = plan.objective_value();
     let best = exhaustive.objective_value();
     let verdict = match (ours, best) {
@@ -286,7 +286,7 @@ fn short_bytes(bytes: u64) -> String {
 }
 
 /// A model's summary.
-pub fn model(s: &ModelSummary) -> String {
+pub(crate) fn model(s: &ModelSummary) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{} · {}", stageplan::quote::line(&s.name), s.weights);
     let _ = writeln!(out, "parameters      {} ({})", params(s.params), group_digits(s.params));
@@ -328,7 +328,7 @@ pub fn model(s: &ModelSummary) -> String {
 }
 
 /// The line that says how little of the files was read.
-pub fn reads(files: usize, bytes_read: u64, file_bytes: u64) -> String {
+pub(crate) fn reads(files: usize, bytes_read: u64, file_bytes: u64) -> String {
     format!(
         "\nread {} of {} ({:.2}%) from {files} file{}: the headers\n",
         format_bytes(bytes_read as f64),
@@ -344,7 +344,7 @@ fn params(n: u64) -> String {
 }
 
 /// Model presets, device presets and weight formats.
-pub fn presets() -> String {
+pub(crate) fn presets() -> String {
     let mut out = String::from("model presets\n");
     for m in MODELS {
         let _ = writeln!(out, "  {:<18} {:<48} {:>8}", m.name, m.title, params(m.published_params as u64));
@@ -373,6 +373,6 @@ pub fn presets() -> String {
 }
 
 /// The same, as JSON.
-pub fn presets_json() -> serde_json::Value {
+pub(crate) fn presets_json() -> serde_json::Value {
     serde_json::to_value(stageplan::presets::catalog()).unwrap_or_default()
 }

@@ -171,7 +171,7 @@ pub(crate) struct Matmul {
 
 impl Matmul {
     /// Workgroups for an `m × n` output.
-    pub fn workgroups(&self, m: u32, n: u32) -> (u32, u32) {
+    pub(crate) fn workgroups(&self, m: u32, n: u32) -> (u32, u32) {
         match self.shape {
             MatmulShape::Tiled => (n.div_ceil(64), m.div_ceil(64)),
             MatmulShape::Direct => ((n / 4).div_ceil(16), m.div_ceil(4).div_ceil(4)),

@@ -14,7 +14,9 @@ use serde::de::DeserializeOwned;
 use wasm_bindgen::prelude::*;
 
 pub mod api;
+// `#[wasm_bindgen]` exports it to JavaScript, which Rust's reachability cannot see.
 #[cfg(feature = "widget")]
+#[allow(unreachable_pub)]
 mod widget;
 
 #[wasm_bindgen(typescript_custom_section)]

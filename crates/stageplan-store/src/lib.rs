@@ -10,6 +10,7 @@
 
 mod etcd;
 mod redb_store;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use etcd::{EtcdStore, Leadership};

@@ -13,7 +13,7 @@ use stageplan::calibration::table::{TableFiles, decode_samples};
 /// Where the fit starts: the peaks, with a small per-layer cost.
 const START: Terms = Terms { bandwidth: [0.8; 5], per_layer_s: [5e-5; 5], weights: [1.0; 3], thread_bandwidth: 1e10 };
 
-pub fn calibrate(root: &Path) -> Result<(), String> {
+pub(crate) fn calibrate(root: &Path) -> Result<(), String> {
     let dir = root.join("tests/calibration");
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).map_err(|e| format!("{name}: {e}"));
     let (measurements, devices, models) = (read("measurements.csv")?, read("devices.csv")?, read("models.csv")?);

@@ -488,8 +488,20 @@ fn test() -> Result<(), String> {
     clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
     step("lints", clippy)?;
     let mut docs = cargo();
-    docs.args(["doc", "--no-deps", "--locked", "-p", "stageplan", "-p", "stageplan-store", "-p", "stageplan-gpu"])
-        .env("RUSTDOCFLAGS", "-D warnings");
+    docs.args([
+        "doc",
+        "--no-deps",
+        "--locked",
+        "-p",
+        "stageplan",
+        "-p",
+        "stageplan-store",
+        "-p",
+        "stageplan-gpu",
+        "-p",
+        "stageplan-cpu",
+    ])
+    .env("RUSTDOCFLAGS", "-D warnings");
     step("API docs (rustdoc, broken links denied)", docs)?;
     let mut tests = cargo();
     tests

@@ -1,10 +1,17 @@
 //! The page's components: inputs (model, workload, machines, links), results (plan,
 //! sharing), this device (WebGPU), and the embed widget.
 
+// Leptos' `#[component]` moves each component's body into a hidden inner function that
+// keeps the `pub` written on it; the public component is the wrapper it generates.
+#[allow(unreachable_pub)]
 mod device;
+#[allow(unreachable_pub)]
 mod export;
+#[allow(unreachable_pub)]
 mod inputs;
+#[allow(unreachable_pub)]
 mod results;
+#[allow(unreachable_pub)]
 mod widget;
 
 pub use device::DevicePanel;

@@ -357,12 +357,14 @@ fn value(c: &mut Cursor<'_>, ty: u32, depth: usize, budget: &mut u64, key: &str)
 }
 
 /// Writes GGUF headers by hand: hostile and hand-made files for tests, fuzz seeds and
-/// benchmarks. It writes exactly what it is told, valid or not.
+/// benchmarks. It writes exactly what it is told, valid or not. (Feature `testing`.)
+#[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Debug, Default)]
 pub struct Builder {
     bytes: Vec<u8>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Builder {
     /// Magic, version, tensor count and metadata count.
     pub fn new(version: u32, tensors: u64, kvs: u64) -> Builder {

@@ -17,7 +17,7 @@ impl std::fmt::Display for Length<'_> {
 
 /// The prefix ended before the header did; `needed` bytes from the file's start are required.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Short {
+pub(super) struct Short {
     pub needed: u64,
 }
 

@@ -46,7 +46,7 @@ pub(crate) struct Capacity {
 }
 
 impl Capacity {
-    pub fn new(nodes: impl IntoIterator<Item = (Node, u64)>) -> Capacity {
+    pub(super) fn new(nodes: impl IntoIterator<Item = (Node, u64)>) -> Capacity {
         let mut capacity = Capacity::default();
         for (node, revision) in nodes {
             let index = capacity.nodes.len();
@@ -59,11 +59,11 @@ impl Capacity {
         capacity
     }
 
-    pub fn get(&self, name: &str) -> Option<&NodeCapacity> {
+    pub(super) fn get(&self, name: &str) -> Option<&NodeCapacity> {
         self.by_name.get(name).map(|&i| &self.nodes[i])
     }
 
-    pub fn set_revision(&mut self, name: &str, revision: u64) {
+    pub(super) fn set_revision(&mut self, name: &str, revision: u64) {
         if let Some(&i) = self.by_name.get(name) {
             self.nodes[i].revision = revision;
         }
@@ -80,7 +80,7 @@ impl Capacity {
     }
 
     /// Takes a persisted assignment's memory and exact GPU ids on its node.
-    pub fn replay(&mut self, assignment: &Assignment) -> Result<(), Unreplayable> {
+    pub(super) fn replay(&mut self, assignment: &Assignment) -> Result<(), Unreplayable> {
         let &index = self.by_name.get(&assignment.node).ok_or(Unreplayable::NodeGone)?;
         let node = &self.nodes[index];
         let mut bits = 0u128;
@@ -104,7 +104,7 @@ impl Capacity {
     }
 
     /// Gives back what `assignment` took (it was replayed or placed).
-    pub fn release(&mut self, assignment: &Assignment) {
+    pub(super) fn release(&mut self, assignment: &Assignment) {
         let Some(&index) = self.by_name.get(&assignment.node) else { return };
         let bits = assignment.gpus.iter().fold(0u128, |b, &g| if g < 128 { b | (1 << g) } else { b });
         self.update(index, |n| {
@@ -115,7 +115,7 @@ impl Capacity {
 
     /// Chooses a node for `stage` by `placement`, takes the lowest free GPU ids and the
     /// memory there, and returns the binding; `None` when no node has room.
-    pub fn place(&mut self, stage: &StageRequest, placement: Placement) -> Option<Assignment> {
+    pub(super) fn place(&mut self, stage: &StageRequest, placement: Placement) -> Option<Assignment> {
         let (gpus, memory) = (stage.gpus, stage.memory);
         let max_gpus = super::spec::MAX_GPUS_PER_NODE;
         let bucket = |g: u32| (g, memory, 0)..=(g, u64::MAX, usize::MAX);
