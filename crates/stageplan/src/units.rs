@@ -298,6 +298,19 @@ fn decimal(value: f64, units: &[&str]) -> String {
     format!("{value:.digits$} {}", units[unit])
 }
 
+/// Thousands separated by commas: `109601` → `109,601`.
+pub fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

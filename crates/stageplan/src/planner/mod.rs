@@ -19,7 +19,7 @@ use crate::plan::{
 use crate::scenario::{Objective, Policy, Problem};
 use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
 
-pub use search::group_digits;
+pub use crate::units::group_digits;
 
 /// Plans `problem` under its own policy and objective.
 ///
