@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use stageplan::export::{ExportOptions, Target};
 use stageplan::presets::ModelPreset;
-use stageplan::scenario::KV_FORMATS;
-use stageplan::{Objective, Policy, Scenario, TensorType, WeightFormat};
+use stageplan::{Objective, Policy, Scenario, WeightFormat};
 
 use crate::outcome::{Failure, Outcome};
 use crate::{cluster, gpu, input, load, render};
@@ -527,11 +526,7 @@ fn calibrate(
 
 fn model_command(name: &str, weights: Option<&str>, kv: &str, format: Format) -> Result<Outcome, Failure> {
     let weights: Option<WeightFormat> = weights.map(str::parse).transpose()?;
-    let kv: TensorType = kv
-        .parse()
-        .ok()
-        .filter(|t| KV_FORMATS.contains(t))
-        .ok_or_else(|| Failure(format!("`--kv {kv}` is not a KV-cache format; use `f16`, `q8_0`, `q4_0`, …")))?;
+    let kv = stageplan::tensor_type::kv_format(kv).map_err(|e| Failure(format!("`--kv` {e}")))?;
     let (model, reads) = match ModelPreset::find(name) {
         Ok(preset) => (preset.model(weights.unwrap_or_default())?, None),
         Err(not_a_preset) => {

@@ -366,7 +366,7 @@ pub(crate) fn presets() -> String {
     let names: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
     out.push_str(&names.join(", "));
     out.push_str("\n\nKV-cache formats\n  ");
-    let kv: Vec<&str> = stageplan::scenario::KV_FORMATS.iter().map(|t| t.name()).collect();
+    let kv: Vec<&str> = stageplan::tensor_type::KV_FORMATS.iter().map(|t| t.name()).collect();
     out.push_str(&kv.join(", "));
     out.push('\n');
     out

@@ -9,7 +9,6 @@ use stageplan::import::{self, FileKind, Parse, gguf, safetensors};
 use stageplan::model::{HfConfig, ModelSummary};
 use stageplan::planner::replan::{self, ReplanOptions};
 use stageplan::presets::ModelPreset;
-use stageplan::scenario::KV_FORMATS;
 use stageplan::{Model, Plan, Replan, Scenario, TensorType, WeightFormat};
 
 /// Plans a scenario given as JSON text, with a model file's header when the scenario's
@@ -150,10 +149,7 @@ fn config_model(text: &str, weights: Option<WeightFormat>) -> Result<Model, Stri
 
 fn kv_format(kv: Option<&str>) -> Result<TensorType, String> {
     let kv = kv.unwrap_or("f16");
-    kv.parse().ok().filter(|t| KV_FORMATS.contains(t)).ok_or_else(|| {
-        let names: Vec<&str> = KV_FORMATS.iter().map(|t| t.name()).collect();
-        format!("`kv` `{kv}` is not a KV-cache format; use one of {}", names.join(", "))
-    })
+    stageplan::tensor_type::kv_format(kv).map_err(|e| format!("`kv` {e}"))
 }
 
 /// Re-plans a changed cluster from the plan running now (what `plan` returned).

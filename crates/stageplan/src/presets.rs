@@ -333,6 +333,6 @@ pub fn catalog() -> Catalog {
             .collect(),
         devices: DEVICES,
         weights: crate::WeightFormat::all().iter().map(ToString::to_string).collect(),
-        kv: crate::scenario::KV_FORMATS.iter().map(|t| t.name()).collect(),
+        kv: crate::tensor_type::KV_FORMATS.iter().map(|t| t.name()).collect(),
     }
 }

@@ -30,6 +30,7 @@ use crate::limits::{
 use crate::model::{HfConfig, Model, WeightFormat};
 use crate::presets::{DeviceKind, DevicePreset, ModelPreset};
 use crate::tensor_type::TensorType;
+
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
 /// A scenario exactly as written in the file.
@@ -873,31 +874,8 @@ impl WorkloadSpec {
     }
 }
 
-/// KV-cache formats the engines offer (llama.cpp's `-ctk/-ctv`, vLLM's `fp8`).
-pub const KV_FORMATS: &[TensorType] = &[
-    TensorType::F32,
-    TensorType::F16,
-    TensorType::BF16,
-    TensorType::F8_E4M3,
-    TensorType::Q8_0,
-    TensorType::Q5_1,
-    TensorType::Q5_0,
-    TensorType::Q4_1,
-    TensorType::Q4_0,
-    TensorType::IQ4_NL,
-];
-
 fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
-    let bad = || {
-        ScenarioError::field(
-            "workload.kv",
-            format!(
-                "`{name}` is not a KV-cache format; use `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0` or `iq4_nl`"
-            ),
-        )
-    };
-    let ty: TensorType = name.parse().map_err(|_| bad())?;
-    if KV_FORMATS.contains(&ty) { Ok(ty) } else { Err(bad()) }
+    crate::tensor_type::kv_format(name).map_err(|e| ScenarioError::field("workload.kv", e.to_string()))
 }
 
 #[cfg(test)]

@@ -140,6 +140,36 @@ impl fmt::Display for TensorType {
 )]
 pub struct UnknownTensorType(pub String);
 
+/// KV-cache formats the engines offer (llama.cpp's `-ctk/-ctv`, vLLM's `fp8`).
+pub const KV_FORMATS: &[TensorType] = &[
+    TensorType::F32,
+    TensorType::F16,
+    TensorType::BF16,
+    TensorType::F8_E4M3,
+    TensorType::Q8_0,
+    TensorType::Q5_1,
+    TensorType::Q5_0,
+    TensorType::Q4_1,
+    TensorType::Q4_0,
+    TensorType::IQ4_NL,
+];
+
+/// A name that is not one of [`KV_FORMATS`]; each surface puts its field before it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "`{0}` is not a KV-cache format; use `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0` or `iq4_nl`"
+)]
+pub struct UnknownKvFormat(pub String);
+
+/// The KV-cache format called `name` (`f16`, `q8_0`, `fp8`, …): the one parser the scenario,
+/// the CLI's `--kv` and the JS API share.
+///
+/// # Errors
+/// A name that is no tensor type, or one no engine stores its KV cache in.
+pub fn kv_format(name: &str) -> Result<TensorType, UnknownKvFormat> {
+    name.parse().ok().filter(|t| KV_FORMATS.contains(t)).ok_or_else(|| UnknownKvFormat(name.to_owned()))
+}
+
 impl FromStr for TensorType {
     type Err = UnknownTensorType;
 
@@ -181,6 +211,17 @@ impl<'de> Deserialize<'de> for TensorType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_formats_parse_and_the_message_names_each() {
+        let message = kv_format("q3_k").unwrap_err().to_string();
+        for &ty in KV_FORMATS {
+            let name = if ty == TensorType::F8_E4M3 { "fp8" } else { ty.name() };
+            assert!(message.contains(&format!("`{name}`")), "{message} lacks {name}");
+            assert_eq!(kv_format(name), Ok(ty));
+        }
+        assert!(kv_format("q4_k").is_err(), "a weight type, not a KV format");
+    }
 
     /// `gguf` 0.19.0 (`gguf.constants.GGML_QUANT_SIZES`), printed with
     /// `python3 -c "from gguf.constants import *; print(GGML_QUANT_SIZES)"`.

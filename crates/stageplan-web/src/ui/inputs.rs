@@ -4,7 +4,8 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use stageplan::model::WeightFormat;
 use stageplan::presets::{DEVICES, MODELS};
-use stageplan::scenario::{KV_FORMATS, Objective};
+use stageplan::scenario::Objective;
+use stageplan::tensor_type::KV_FORMATS;
 use stageplan::units::format_bytes;
 use wasm_bindgen::JsCast;
 

@@ -7,7 +7,8 @@ use super::search;
 use crate::cost::CostModel;
 use crate::model::{Model, WeightFormat};
 use crate::plan::{Diagnostic, Level};
-use crate::scenario::{KV_FORMATS, Node, Problem};
+use crate::scenario::{Node, Problem};
+use crate::tensor_type::KV_FORMATS;
 use crate::units::format_bytes;
 
 pub(crate) fn fixes(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Vec<Diagnostic> {
