@@ -29,9 +29,9 @@ pub use error::GpuError;
 pub use probe::{Probe, ProbeOptions, probe};
 
 use stageplan::CostModel;
-use stageplan::cost::Efficiency;
 use stageplan::model::{Model, Place, Tensor, Transformer};
-use stageplan::scenario::{Link, Links, Node, Workload};
+use stageplan::problem::Efficiency;
+use stageplan::problem::{Link, Links, Node, Workload};
 use stageplan::tensor_type::TensorType;
 
 use sharded::{MlpSpec, StageSpec};

@@ -43,47 +43,12 @@ use std::sync::Arc;
 
 use crate::engine::{self, Buffers, Dims, Engine, Shape};
 use crate::model::{Model, Place};
-use crate::scenario::{Links, Node, Problem, Workload};
+use crate::problem::{Links, Node, Problem, Workload};
 
 /// Bytes per activation element crossing a stage boundary (f16/bf16).
 pub const ACTIVATION_BYTES: f64 = 2.0;
 /// Bytes per sampled token id sent back to the first stage.
 pub const TOKEN_BYTES: f64 = 4.0;
-
-/// What fraction of its stated bandwidth and compute a node achieves on this work.
-///
-/// Preset figures are vendor peaks; measured stage times (`stageplan run-sharded`) show the
-/// fraction a device reaches. [`Efficiency::fit`] estimates it, and a node's `efficiency`
-/// in the scenario applies it.
-#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Efficiency {
-    pub bandwidth: f64,
-    pub compute: f64,
-}
-
-impl Default for Efficiency {
-    fn default() -> Self {
-        Efficiency { bandwidth: 1.0, compute: 1.0 }
-    }
-}
-
-impl Efficiency {
-    /// Fits factors to measurements: each sample is a prediction's roofline terms
-    /// `(memory_s, compute_s)` (at efficiency 1) and the measured seconds. A stage is
-    /// explained by the term that dominated its prediction; the factor of each term is the
-    /// median of `predicted_term / measured` over the stages it explains (1 when none).
-    pub fn fit(samples: &[((f64, f64), f64)]) -> Efficiency {
-        let median = |mut v: Vec<f64>| {
-            v.retain(|x| x.is_finite() && *x > 0.0);
-            v.sort_by(f64::total_cmp);
-            if v.is_empty() { 1.0 } else { v[v.len() / 2] }
-        };
-        let memory = samples.iter().filter(|((m, c), _)| m >= c).map(|((m, _), t)| m / t).collect();
-        let compute = samples.iter().filter(|((m, c), _)| c > m).map(|((_, c), t)| c / t).collect();
-        Efficiency { bandwidth: median(memory), compute: median(compute) }
-    }
-}
 
 /// `memory × fraction` in bytes (the fraction an engine claims).
 fn usable_memory(memory: u64, fraction: f64) -> i128 {
@@ -731,14 +696,6 @@ mod tests {
 
     fn cost(json: &str) -> CostModel {
         CostModel::new(&Scenario::from_json(json).unwrap().problem().unwrap())
-    }
-
-    #[test]
-    fn efficiency_is_fitted_per_roofline_term() {
-        // Two compute-bound stages measured at twice their prediction, one memory-bound at 1.25×.
-        let fit = Efficiency::fit(&[((1.0, 4.0), 8.0), ((1.0, 2.0), 4.0), ((3.0, 1.0), 3.75)]);
-        assert_eq!(fit, Efficiency { bandwidth: 0.8, compute: 0.5 });
-        assert_eq!(Efficiency::fit(&[]), Efficiency::default());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::Plan;
 use crate::presets::{DeviceKind, ModelPreset};
-use crate::scenario::Problem;
+use crate::problem::Problem;
 
 pub use llama_cpp::{llama_cpp_layers, tensor_split};
 

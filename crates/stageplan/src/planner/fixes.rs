@@ -7,7 +7,7 @@ use super::search;
 use crate::cost::CostModel;
 use crate::model::{Model, WeightFormat};
 use crate::plan::{Diagnostic, Level};
-use crate::scenario::{Node, Problem};
+use crate::problem::{Node, Problem};
 use crate::tensor_type::KV_FORMATS;
 use crate::units::format_bytes;
 

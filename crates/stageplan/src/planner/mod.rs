@@ -16,7 +16,8 @@ use crate::plan::{
     Accuracy, Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan,
     PlannedModel, PlannedWorkload, Search, Stage, TimeBreakdown,
 };
-use crate::scenario::{Objective, Policy, Problem};
+use crate::problem::Problem;
+use crate::scenario::{Objective, Policy};
 use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
 
 pub use crate::units::group_digits;

@@ -27,7 +27,8 @@ use super::{evaluate, plan_with};
 use crate::cost::CostModel;
 use crate::model::Place;
 use crate::plan::Plan;
-use crate::scenario::{Objective, Policy, Problem};
+use crate::problem::Problem;
+use crate::scenario::{Objective, Policy};
 
 /// How eager re-planning is.
 #[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]

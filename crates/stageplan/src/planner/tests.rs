@@ -5,7 +5,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::{Model, Place, Tensor, Transformer};
-use crate::scenario::{Link, Links, Node, Scenario, Workload};
+use crate::problem::{Link, Links, Node, Workload};
+use crate::scenario::Scenario;
 use crate::tensor_type::TensorType;
 
 /// A random planning instance: per-layer sizes and work, nodes, links.
@@ -123,7 +124,7 @@ impl Instance {
                 bandwidth,
                 compute,
                 reserve,
-                efficiency: crate::cost::Efficiency::default(),
+                efficiency: crate::problem::Efficiency::default(),
                 // Half the nodes with llama.cpp's fitted per-layer cost: the searches must be
                 // exact with it as without.
                 backend: if i % 2 == 0 { crate::calibration::Backend::Peak } else { crate::calibration::Backend::Cuda },
