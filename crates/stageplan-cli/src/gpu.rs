@@ -65,27 +65,15 @@ pub(crate) fn render_probe(adapters: &[stageplan_gpu::AdapterSummary], probes: &
     }
     for p in probes {
         let _ = writeln!(out, "\nmeasured on {} ({})", p.adapter.name, p.adapter.backend);
-        let _ = writeln!(
-            out,
-            "  bandwidth     {} (spread {:.0}%)",
-            format_bandwidth(p.bandwidth.median),
-            p.bandwidth.spread * 100.0
-        );
-        let _ = writeln!(
-            out,
-            "  f32 matmul    {} (spread {:.0}%)",
-            format_compute(p.compute_f32.median),
-            p.compute_f32.spread * 100.0
-        );
+        row(&mut out, "bandwidth", &format_bandwidth(p.bandwidth.median), p.bandwidth.spread, "");
+        row(&mut out, "f32 matmul", &format_compute(p.compute_f32.median), p.compute_f32.spread, "");
         match &p.compute_f16 {
-            Some(f) => {
-                let _ = writeln!(out, "  f16 matmul    {} (spread {:.0}%)", format_compute(f.median), f.spread * 100.0);
-            }
-            None => out.push_str("  f16 matmul    – (no shader-f16)\n"),
+            Some(f) => row(&mut out, "f16 matmul", &format_compute(f.median), f.spread, ""),
+            None => out.push_str("  f16 matmul      – (no shader-f16)\n"),
         }
-        let _ = writeln!(out, "  memory        {} ({})", format_bytes(p.memory.bytes as f64), p.memory.source);
+        let _ = writeln!(out, "  memory          {} ({})", format_bytes(p.memory.bytes as f64), p.memory.source);
         let node = serde_json::to_string(&p.node("this-device")).unwrap_or_default();
-        let _ = writeln!(out, "  as a node     {node}");
+        let _ = writeln!(out, "  as a node       {node}");
     }
     out
 }
@@ -94,18 +82,9 @@ pub(crate) fn render_probe(adapters: &[stageplan_gpu::AdapterSummary], probes: &
 pub(crate) fn render_cpu_probe(p: &stageplan_cpu::CpuProbe) -> String {
     let mut out =
         format!("measured {} ({} logical cores) with {} threads\n", p.cpu, p.logical_cores, p.options.threads);
-    let _ = writeln!(
-        out,
-        "  read bandwidth  {} (spread {:.0}%)",
-        format_bandwidth(p.bandwidth.median),
-        p.bandwidth.spread * 100.0
-    );
-    let _ = writeln!(
-        out,
-        "  f32 matmul      {} (spread {:.0}%; a portable kernel, a lower bound on llama.cpp's)",
-        format_compute(p.compute.median),
-        p.compute.spread * 100.0
-    );
+    row(&mut out, "read bandwidth", &format_bandwidth(p.bandwidth.median), p.bandwidth.spread, "");
+    let kernel = "; a portable kernel, a lower bound on llama.cpp's";
+    row(&mut out, "f32 matmul", &format_compute(p.compute.median), p.compute.spread, kernel);
     let _ = writeln!(
         out,
         "  memory          {} ({} available now)",
@@ -115,6 +94,11 @@ pub(crate) fn render_cpu_probe(p: &stageplan_cpu::CpuProbe) -> String {
     let node = serde_json::to_string(&p.node("this-cpu")).unwrap_or_default();
     let _ = writeln!(out, "  as a node       {node}");
     out
+}
+
+/// One measured figure: `  label  value (spread N%note)`.
+fn row(out: &mut String, label: &str, value: &str, spread: f64, note: &str) {
+    let _ = writeln!(out, "  {label:<15} {value} (spread {:.0}%{note})", spread * 100.0);
 }
 
 fn yes(b: bool) -> &'static str {
