@@ -17,8 +17,8 @@ fs.mkdirSync(artifacts, { recursive: true });
 
 const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.json': 'application/json' };
 
-/** The worker's Content-Security-Policy: `WORKER_CSP` in crates/xtask. */
-export const WORKER_CSP = "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'";
+/** The worker's Content-Security-Policy, as `cargo xtask serve` sends it (one file for both). */
+export const WORKER_CSP = fs.readFileSync(path.join(root, 'web/worker-csp.txt'), 'utf8').trim();
 
 /** Serves `dir` on a free port of 127.0.0.1; `served` lists every request and its status. */
 export async function serve(dir) {

@@ -123,8 +123,8 @@ impl Default for AppState {
                     ..NodeDraft::default()
                 },
             ],
-            link_bandwidth: "1.25 GB/s".into(),
-            link_latency: "0.5 ms".into(),
+            link_bandwidth: default_link_text(Dimension::Bandwidth),
+            link_latency: default_link_text(Dimension::Time),
             pairs: Vec::new(),
             objective: Objective::Throughput,
         }
@@ -261,9 +261,14 @@ impl AppState {
             batch: scenario.workload.batch.to_string(),
             kv: scenario.workload.kv.clone(),
             nodes: scenario.nodes.iter().flat_map(node_drafts).collect(),
-            link_bandwidth: default
-                .map_or_else(|| "1.25 GB/s".into(), |l| quantity_text(l.bandwidth.get(), Dimension::Bandwidth)),
-            link_latency: default.map_or_else(|| "0.5 ms".into(), |l| quantity_text(l.latency.get(), Dimension::Time)),
+            link_bandwidth: default.map_or_else(
+                || default_link_text(Dimension::Bandwidth),
+                |l| quantity_text(l.bandwidth.get(), Dimension::Bandwidth),
+            ),
+            link_latency: default.map_or_else(
+                || default_link_text(Dimension::Time),
+                |l| quantity_text(l.latency.get(), Dimension::Time),
+            ),
             pairs: links
                 .pairs
                 .iter()
@@ -339,6 +344,13 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
     }
 }
 
+/// The core's default link as the page writes it (`1.25 GB/s`, `0.5 ms`).
+fn default_link_text(dimension: Dimension) -> String {
+    let link = stageplan::problem::DEFAULT_LINK;
+    let value = if dimension == Dimension::Time { link.latency } else { link.bandwidth };
+    quantity_text(value, dimension)
+}
+
 /// A quantity as text that parses back to exactly `value`: the largest unit that keeps it
 /// short, printed with the shortest digits that round-trip.
 pub fn quantity_text(value: f64, dimension: Dimension) -> String {
@@ -367,6 +379,10 @@ mod tests {
         let scenario = AppState::default().scenario().unwrap();
         let problem = scenario.problem().unwrap();
         assert!(stageplan::plan(&problem).feasible);
+        // The page's link fields show the core's default link, as written by a person.
+        let state = AppState::default();
+        assert_eq!((state.link_bandwidth.as_str(), state.link_latency.as_str()), ("1.25 GB/s", "0.5 ms"));
+        assert_eq!(problem.links.default, stageplan::problem::DEFAULT_LINK);
     }
 
     #[test]

@@ -372,7 +372,8 @@ fn serve(port: u16) -> Result<(), String> {
 
 /// The worker's own Content-Security-Policy, sent with its script (a page's `<meta>` policy
 /// does not reach a worker): it may import its glue, compile its wasm and fetch its files.
-const WORKER_CSP: &str = "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'";
+/// One file, read by this server and by the browser tests' (`tests/e2e/harness.mjs`).
+const WORKER_CSP: &str = include_str!("../../../web/worker-csp.txt");
 
 /// Answers one HTTP/1.1 GET with a file from `dist` (or 404).
 fn respond(mut stream: std::net::TcpStream, dist: &Path) {
@@ -401,7 +402,7 @@ fn respond(mut stream: std::net::TcpStream, dist: &Path) {
         _ => ("404 Not Found", b"not found".to_vec(), "text/plain"),
     };
     let policy = if relative.starts_with("stageplan-worker") && relative.ends_with(".js") {
-        format!("content-security-policy: {WORKER_CSP}\r\n")
+        format!("content-security-policy: {}\r\n", WORKER_CSP.trim())
     } else {
         String::new()
     };
