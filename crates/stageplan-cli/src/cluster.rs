@@ -10,12 +10,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use stageplan::Scenario;
 use stageplan::presets::DeviceKind;
 use stageplan::quote::{line, shell};
-use stageplan::reconcile::spec::{MAX_GPUS_PER_NODE, parse_assignment_key};
-use stageplan::reconcile::store::{ASSIGNMENTS, DEPLOYMENTS, NODES};
-use stageplan::reconcile::{
+use stageplan::units::{Bytes, Seconds, format_bytes};
+use stageplan_reconcile::spec::{MAX_GPUS_PER_NODE, parse_assignment_key};
+use stageplan_reconcile::store::{ASSIGNMENTS, DEPLOYMENTS, NODES};
+use stageplan_reconcile::{
     Controller, Deployment, Event, Expect, NoMetrics, Node, Op, Snapshot, Status, Store, StoreError, check_invariants,
 };
-use stageplan::units::{Bytes, Seconds, format_bytes};
 use stageplan_store::AnyStore;
 use tracing::{info, warn};
 
@@ -310,7 +310,7 @@ pub(crate) fn status(store: &str) -> Result<ClusterStatus, Failure> {
             for replica in 0..d.replicas {
                 let stages: Vec<Option<Status>> = (0..d.stages.len())
                     .map(|s| {
-                        let key = stageplan::reconcile::assignment_key(&d.name, replica, s);
+                        let key = stageplan_reconcile::assignment_key(&d.name, replica, s);
                         snapshot
                             .assignments
                             .get(&key)

@@ -205,7 +205,7 @@ fn a_quarantined_deployment_shows_its_bindings_and_undeploy_releases_them() {
     run(&dir, &["reconcile", "--passes", "1", "--interval", "10ms"]);
     assert_eq!(status(&dir)["assignments"], 4);
     let corrupt_record = || {
-        use stageplan::reconcile::{Expect, Op, Store};
+        use stageplan_reconcile::{Expect, Op, Store};
         let mut store = stageplan_store::RedbStore::open(&dir.join("stageplan.redb")).unwrap();
         let stage = serde_json::json!({"memory": 20u64 << 30, "gpus": 1});
         let value = serde_json::json!({"name": "chat", "replicas": 2_000_000, "stages": [stage, stage]});
@@ -243,7 +243,7 @@ fn a_quarantined_deployment_shows_its_bindings_and_undeploy_releases_them() {
 
     // A node record this version cannot read is removable by name too.
     {
-        use stageplan::reconcile::{Expect, Op, Store};
+        use stageplan_reconcile::{Expect, Op, Store};
         let mut store = stageplan_store::RedbStore::open(&dir.join("stageplan.redb")).unwrap();
         let put = Op::Put { key: "nodes/gpu-b".into(), value: r#"{"name": 1}"#.into(), expect: Expect::Any };
         store.commit(&[put]).unwrap();

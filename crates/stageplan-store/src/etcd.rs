@@ -12,7 +12,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
-use stageplan::reconcile::{Expect, Op, Store, StoreError, Versioned};
+use stageplan_reconcile::{Expect, Op, Store, StoreError, Versioned};
 
 /// etcd's default `--max-txn-ops`.
 const MAX_TXN_OPS: usize = 128;

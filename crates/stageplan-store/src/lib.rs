@@ -1,4 +1,4 @@
-//! Durable state stores for the reconcile loop (`stageplan::reconcile`), behind the core's
+//! Durable state stores for the reconcile loop (`stageplan_reconcile`), behind the core's
 //! one [`Store`] trait:
 //!
 //! - [`RedbStore`]: the embedded default — one file, crash-safe transactions, no set-up;
@@ -15,7 +15,7 @@ pub mod testing;
 
 pub use etcd::{EtcdStore, Leadership};
 pub use redb_store::RedbStore;
-pub use stageplan::reconcile::{Store, StoreError};
+pub use stageplan_reconcile::{Store, StoreError};
 
 /// A store named by a `--store` argument.
 #[derive(Debug)]
@@ -50,14 +50,14 @@ pub fn open_read_only(target: &str) -> Result<AnyStore, StoreError> {
 }
 
 impl Store for AnyStore {
-    fn list(&mut self, prefix: &str) -> Result<Vec<(String, stageplan::reconcile::Versioned)>, StoreError> {
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, stageplan_reconcile::Versioned)>, StoreError> {
         match self {
             AnyStore::Redb(s) => s.list(prefix),
             AnyStore::Etcd(s) => s.list(prefix),
         }
     }
 
-    fn commit(&mut self, ops: &[stageplan::reconcile::Op]) -> Result<u64, StoreError> {
+    fn commit(&mut self, ops: &[stageplan_reconcile::Op]) -> Result<u64, StoreError> {
         match self {
             AnyStore::Redb(s) => s.commit(ops),
             AnyStore::Etcd(s) => s.commit(ops),

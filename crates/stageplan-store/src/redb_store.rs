@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::{Once, RwLock};
 
 use redb::{Builder, Database, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition, WriteTransaction};
-use stageplan::reconcile::store::check_expectations;
-use stageplan::reconcile::{Op, Store, StoreError, Versioned};
+use stageplan_reconcile::store::check_expectations;
+use stageplan_reconcile::{Op, Store, StoreError, Versioned};
 
 /// Key → (revision of the last write, JSON value).
 const RECORDS: TableDefinition<&str, (u64, &str)> = TableDefinition::new("records");

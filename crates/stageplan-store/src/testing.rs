@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use stageplan::reconcile::{Controller, Deployment, Event, NoMetrics, Node, StageRequest, Store, StoreError};
+use stageplan_reconcile::{Controller, Deployment, Event, NoMetrics, Node, StageRequest, Store, StoreError};
 
 use crate::EtcdStore;
 

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use stageplan::reconcile::{
+use stageplan_reconcile::{
     Controller, Deployment, Event, Expect, MemoryStore, NoMetrics, Node, Op, Placement, Snapshot, StageRequest, Store,
     StoreError, check_invariants,
 };
@@ -130,7 +130,7 @@ struct Racing {
 }
 
 impl Store for Racing {
-    fn list(&mut self, prefix: &str) -> Result<Vec<(String, stageplan::reconcile::Versioned)>, StoreError> {
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, stageplan_reconcile::Versioned)>, StoreError> {
         let mut records = self.store.list(prefix)?;
         if self.lists < 3 {
             records.retain(|(k, _)| k != self.hide);
@@ -235,7 +235,7 @@ fn killing_the_leader_hands_over_within_the_lease() {
 }
 
 /// The records of a store, for comparing.
-fn records(store: &mut impl Store) -> Result<Vec<(String, stageplan::reconcile::Versioned)>, StoreError> {
+fn records(store: &mut impl Store) -> Result<Vec<(String, stageplan_reconcile::Versioned)>, StoreError> {
     store.list("")
 }
 

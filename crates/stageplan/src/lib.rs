@@ -17,7 +17,6 @@
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
 //! - [`balance`]: live node metrics, skew, load shedding.
 //! - [`shard`]: blake3 stream sharding of keyed work items over devices.
-//! - [`reconcile`]: the control loop that keeps deployments placed, over any state store.
 //! - [`export`]: a plan as llama.cpp, vLLM, exo, Kubernetes, DeepSpeed and Megatron inputs.
 //! - [`limits`]: the largest input accepted, stated once.
 //! - [`quote`]: text from input made safe for shells, YAML, comments and terminals.
@@ -37,7 +36,6 @@ pub mod planner;
 pub mod presets;
 pub mod problem;
 pub mod quote;
-pub mod reconcile;
 pub mod scenario;
 pub mod shard;
 pub mod tensor_type;

@@ -501,6 +501,8 @@ fn test() -> Result<(), String> {
         "stageplan-gpu",
         "-p",
         "stageplan-cpu",
+        "-p",
+        "stageplan-reconcile",
     ])
     .env("RUSTDOCFLAGS", "-D warnings");
     step("API docs (rustdoc, broken links denied)", docs)?;
@@ -731,8 +733,8 @@ fn plan(scenario: &str) -> Result<(), String> {
 fn bench() -> Result<(), String> {
     let python = setup()?;
     let mut criterion = cargo();
-    criterion.args(["bench", "--package", "stageplan", "--locked"]);
-    step("planner and import benchmarks", criterion)?;
+    criterion.args(["bench", "--package", "stageplan", "--package", "stageplan-reconcile", "--locked"]);
+    step("planner, import and reconcile benchmarks", criterion)?;
     let mut kernels = cargo();
     kernels.args(["bench", "--package", "stageplan-gpu", "--bench", "kernels", "--locked"]);
     quiet_mesa(&mut kernels);

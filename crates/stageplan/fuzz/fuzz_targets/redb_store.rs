@@ -12,7 +12,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use stageplan::reconcile::{Controller, NoMetrics, Snapshot, StoreError, check_invariants};
+use stageplan_reconcile::{Controller, NoMetrics, Snapshot, StoreError, check_invariants};
 use stageplan_store::RedbStore;
 
 /// A valid store file, written once through a temporary file (no file I/O per input).

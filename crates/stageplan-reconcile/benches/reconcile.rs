@@ -14,7 +14,7 @@
 //!   `percentageOfNodesToScore: 100`), without a store: what the index saves.
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use stageplan::reconcile::{Controller, Deployment, Event, MemoryStore, NoMetrics, Node, StageRequest};
+use stageplan_reconcile::{Controller, Deployment, Event, MemoryStore, NoMetrics, Node, StageRequest};
 
 const GIB: u64 = 1 << 30;
 

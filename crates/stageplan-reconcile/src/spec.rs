@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::Plan;
+use stageplan::Plan;
 
 /// Most GPUs one node may have: GPU ids are kept as a 128-bit set.
 pub const MAX_GPUS_PER_NODE: u32 = 128;

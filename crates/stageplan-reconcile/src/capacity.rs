@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::spec::{Assignment, Node, Placement, StageRequest};
+use crate::spec::{Assignment, Node, Placement, StageRequest};
 
 /// A node and what is left on it.
 #[derive(Clone, Debug)]
@@ -117,7 +117,7 @@ impl Capacity {
     /// memory there, and returns the binding; `None` when no node has room.
     pub(super) fn place(&mut self, stage: &StageRequest, placement: Placement) -> Option<Assignment> {
         let (gpus, memory) = (stage.gpus, stage.memory);
-        let max_gpus = super::spec::MAX_GPUS_PER_NODE;
+        let max_gpus = crate::spec::MAX_GPUS_PER_NODE;
         let bucket = |g: u32| (g, memory, 0)..=(g, u64::MAX, usize::MAX);
         let found = match (placement, gpus) {
             // The fullest node that fits: least free memory.
@@ -153,7 +153,7 @@ impl Capacity {
             layers: stage.layers,
             gpus: ids,
             memory,
-            status: super::spec::Status::Running,
+            status: crate::spec::Status::Running,
         })
     }
 }

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::capacity::{Capacity, Unreplayable};
-use super::spec::{Assignment, Deployment, Node, Status, assignment_key, parse_assignment_key};
-use super::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError, Versioned};
+use crate::capacity::{Capacity, Unreplayable};
+use crate::spec::{Assignment, Deployment, Node, Status, assignment_key, parse_assignment_key};
+use crate::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError, Versioned};
 
 /// The loop's inputs: one closed set of events.
 #[derive(Clone, Debug, PartialEq)]
@@ -237,7 +237,7 @@ pub struct Controller {
 }
 
 /// A record refused before it is written: it fails the check a pass reads it with.
-fn invalid(key: String, error: &super::spec::SpecError) -> StoreError {
+fn invalid(key: String, error: &crate::spec::SpecError) -> StoreError {
     StoreError::Invalid { key, problem: error.to_string() }
 }
 
