@@ -512,10 +512,10 @@ fn calibrate(
                     "  {:<16} {:<9} {:>8} {:>12} ({:+.0}%) {:>16}\n",
                     t.model,
                     t.weights,
-                    stageplan::planner::sig3(t.measured),
-                    stageplan::planner::sig3(t.fitted),
+                    stageplan::units::sig3(t.measured),
+                    stageplan::units::sig3(t.fitted),
                     (t.fitted / t.measured - 1.0) * 100.0,
-                    stageplan::planner::sig3(t.with_node)
+                    stageplan::units::sig3(t.with_node)
                 ));
             }
             format!("{out}\nthe node, for a scenario's `nodes`:\n{ready}\n")

@@ -2,9 +2,8 @@
 
 use std::fmt::Write;
 
-use stageplan::planner::sig3;
 use stageplan::problem::Efficiency;
-use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
+use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds, sig3};
 use stageplan::{Problem, plan};
 use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};

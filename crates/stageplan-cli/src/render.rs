@@ -7,9 +7,8 @@ use std::fmt::Write;
 
 use stageplan::model::ModelSummary;
 use stageplan::plan::{Level, Plan};
-use stageplan::planner::{group_digits, sig3};
 use stageplan::presets::{DEVICES, MODELS};
-use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
+use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem, WeightFormat};
 
 const BAR: usize = 24;

@@ -4,9 +4,8 @@
 //! tested here (natively and in the browser).
 
 use stageplan::plan::{Bound, Level, Plan};
-use stageplan::planner::sig3;
 use stageplan::scenario::{Objective, Policy};
-use stageplan::units::{format_bytes, format_seconds};
+use stageplan::units::{format_bytes, format_seconds, sig3};
 
 /// A node's colour, stable for its position in the cluster list.
 pub fn hue(node_index: usize) -> u32 {

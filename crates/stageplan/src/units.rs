@@ -270,6 +270,18 @@ pub fn format_compute(flops: f64) -> String {
     decimal(flops, &["FLOPS", "kFLOPS", "MFLOPS", "GFLOPS", "TFLOPS", "PFLOPS"])
 }
 
+/// A count of operations: `2.4e12` → `2.4 TFLOP`.
+pub fn format_flops(flops: f64) -> String {
+    let units = ["FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"];
+    let mut value = flops;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < units.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", units[unit])
+}
+
 /// `0.0005` → `0.50 ms`.
 pub fn format_seconds(seconds: f64) -> String {
     if seconds >= 1.0 {
@@ -296,6 +308,15 @@ fn decimal(value: f64, units: &[&str]) -> String {
         2
     };
     format!("{value:.digits$} {}", units[unit])
+}
+
+/// A number to three significant figures: `41.237` → `41.2`, `1234.5` → `1235`.
+pub fn sig3(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return format!("{x}");
+    }
+    let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    format!("{x:.digits$}")
 }
 
 /// Thousands separated by commas: `109601` → `109,601`.

@@ -61,7 +61,7 @@ pub(crate) fn quality() -> Result<String, String> {
                     return "does not fit".to_owned();
                 }
                 match objective {
-                    Objective::Throughput => format!("{} tok/s", stageplan::planner::sig3(tokens)),
+                    Objective::Throughput => format!("{} tok/s", stageplan::units::sig3(tokens)),
                     Objective::Latency => latency.map_or_else(String::new, |l| format!("{:.2} ms", l * 1e3)),
                 }
             };

@@ -18,9 +18,7 @@ use crate::plan::{
 };
 use crate::problem::Problem;
 use crate::scenario::{Objective, Policy};
-use crate::units::{format_bandwidth, format_bytes, format_compute, format_seconds};
-
-pub use crate::units::group_digits;
+use crate::units::{format_bandwidth, format_bytes, format_compute, format_flops, format_seconds, group_digits, sig3};
 
 /// Plans `problem` under its own policy and objective.
 ///
@@ -412,15 +410,6 @@ fn left_out(
     out
 }
 
-/// A number to three significant figures: `41.237` → `41.2`, `1234.5` → `1235`.
-pub fn sig3(x: f64) -> String {
-    if !x.is_finite() || x == 0.0 {
-        return format!("{x}");
-    }
-    let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
-    format!("{x:.digits$}")
-}
-
 fn overflow_summary(plan: &Plan) -> String {
     let over: Vec<String> = plan
         .stages
@@ -490,17 +479,6 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
         });
     }
     notes
-}
-
-fn format_flops(flops: f64) -> String {
-    let units = ["FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"];
-    let mut value = flops;
-    let mut unit = 0;
-    while value >= 1000.0 && unit + 1 < units.len() {
-        value /= 1000.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", units[unit])
 }
 
 #[cfg(test)]
