@@ -124,17 +124,19 @@ pub(crate) fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Fai
         if object.contains_key("stages") {
             return Err(at("has both `stages` and `scenario`; give one".into()));
         }
-        let scenario_text = match &scenario {
+        let here = path.parent().unwrap_or(Path::new("."));
+        // A model file is relative to the file the scenario is in.
+        let (scenario_text, base) = match &scenario {
             serde_json::Value::String(file) => {
-                let base = path.parent().unwrap_or(Path::new("."));
-                crate::input::read_text(&base.join(file)).map_err(|e| at(format!("`scenario`: {e}")))?
+                let file = here.join(file);
+                let text = crate::input::read_text(&file).map_err(|e| at(format!("`scenario`: {e}")))?;
+                (text, file.parent().unwrap_or(here).to_path_buf())
             }
-            other => other.to_string(),
+            other => (other.to_string(), here.to_path_buf()),
         };
-        let base = path.parent().unwrap_or(Path::new("."));
         let problem = Scenario::from_json(&scenario_text)
             .map_err(Failure::from)
-            .and_then(|s| crate::load::problem(base, s))
+            .and_then(|s| crate::load::problem(&base, s))
             .map_err(|e| at(format!("`scenario`: {}", e.0)))?;
         let plan = stageplan::plan(&problem);
         if !plan.feasible {

@@ -156,6 +156,52 @@ fn model_files_are_read_by_their_headers() {
     .unwrap();
     let plan = run(&["plan", "scenario.json", "--format", "json"]);
     assert_eq!(plan["stages"].as_array().unwrap().len(), 2, "{plan}");
+    every_command_reads_every_model_input(&dir);
+}
+
+/// Each command that takes a scenario reads its model the same way, from a preset, an
+/// inline `config.json` or a model file (relative to the scenario's folder).
+fn every_command_reads_every_model_input(dir: &Path) {
+    let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json;
+    let nodes = r#"[{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-3090"}]"#;
+    let inputs = [
+        ("preset", r#"{"preset": "llama-3.2-1b"}"#.to_owned(), nodes.to_owned()),
+        ("config", format!(r#"{{"config": {config}}}"#), nodes.to_owned()),
+        (
+            "file",
+            r#"{"file": "../moe.gguf"}"#.to_owned(),
+            r#"[{"name": "a", "memory": "2 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0},
+                {"name": "b", "memory": "2 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0}]"#
+                .to_owned(),
+        ),
+    ];
+    let inputs_dir = dir.join("inputs");
+    std::fs::create_dir_all(&inputs_dir).unwrap();
+    let stageplan = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stageplan")).args(args).current_dir(dir).output().expect("runs");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for (input, model, nodes) in inputs {
+        let scenario = format!(
+            r#"{{"model": {model}, "workload": {{"context": 256, "workspace": 0}}, "nodes": {nodes}, "objective": "latency"}}"#
+        );
+        let name = format!("inputs/{input}.json");
+        std::fs::write(dir.join(&name), scenario).unwrap();
+        let plan = stageplan(&["plan", &name, "--format", "json"]);
+        std::fs::write(dir.join(format!("inputs/{input}-plan.json")), &plan).unwrap();
+        let exported = stageplan(&["export", &name, "--to", "vllm"]);
+        assert!(exported.contains("vllm serve"), "{input}: {exported}");
+        let replan = stageplan(&["replan", &format!("inputs/{input}-plan.json"), &name, "--format", "json"]);
+        assert!(replan.contains("\"plan\""), "{input}: {replan}");
+        // The deployment names the scenario from another folder: the model file is still
+        // relative to the scenario.
+        let deployment = format!(r#"{{"name": "{input}", "replicas": 1, "scenario": "inputs/{input}.json"}}"#);
+        std::fs::write(dir.join(format!("{input}-deployment.json")), deployment).unwrap();
+        let store = format!("inputs/{input}.redb");
+        stageplan(&["deploy", &format!("{input}-deployment.json"), "--store", &store]);
+        assert!(stageplan(&["status", "--store", &store]).contains(input), "{input}: the deployment is stored");
+    }
 }
 
 /// The Python with the reference writers: `STAGEPLAN_PYTHON` (set by `cargo xtask test`),
