@@ -7,7 +7,7 @@
 //! the matmul rate bounds prefill. Both are medians of repeated runs, with their spread.
 
 use std::hint::black_box;
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -25,6 +25,8 @@ pub enum CpuError {
     Memory { needed: String, available: String },
     #[error("{0}; give the node's memory by hand")]
     MemInfo(String),
+    #[error("could not start thread {started} of {threads} ({why}); use fewer `--threads`")]
+    Spawn { started: usize, threads: usize, why: String },
 }
 
 /// More threads than any machine llama.cpp runs on.
@@ -107,9 +109,9 @@ pub fn probe(options: &CpuOptions, progress: &mut dyn FnMut(&str)) -> Result<Cpu
         });
     }
     progress("memory read bandwidth");
-    let bandwidth = read_bandwidth(options);
+    let bandwidth = read_bandwidth(options)?;
     progress("f32 matmul");
-    let compute = matmul_rate(options);
+    let compute = matmul_rate(options)?;
     Ok(CpuProbe {
         cpu: cpu_name(),
         logical_cores,
@@ -122,46 +124,63 @@ pub fn probe(options: &CpuOptions, progress: &mut dyn FnMut(&str)) -> Result<Cpu
 }
 
 /// Every thread sums its share of one large buffer: bytes read over the threads' time.
-fn read_bandwidth(options: &CpuOptions) -> Rate {
+fn read_bandwidth(options: &CpuOptions) -> Result<Rate, CpuError> {
     let words = options.read_bytes / 8;
     // Written once so every page is resident before the timed runs.
     let buffer: Vec<u64> = (0..words as u64).collect();
     let share = words.div_ceil(options.threads);
-    let seconds: Vec<f64> = (0..=options.repetitions)
+    let seconds = (0..=options.repetitions)
         .map(|_| {
             timed_together(options.threads, |t| {
                 black_box(sum(buffer.get(t * share..((t + 1) * share).min(words)).unwrap_or_default()));
             })
         })
-        .collect();
+        .collect::<Result<Vec<f64>, CpuError>>()?;
     // The first run warms the threads and the TLB; it is not counted.
-    Rate::of((words * 8) as f64, &seconds[1..])
+    Ok(Rate::of((words * 8) as f64, &seconds[1..]))
 }
 
 /// Runs `work(t)` on `threads` threads released together; seconds from the first start to
-/// the last finish, as each thread saw them (the spawning thread may be descheduled).
-fn timed_together(threads: usize, work: impl Fn(usize) + Sync) -> f64 {
-    let barrier = Barrier::new(threads);
-    let spans: Vec<(Instant, Instant)> = std::thread::scope(|scope| {
-        let running: Vec<_> = (0..threads)
-            .map(|t| {
-                let (barrier, work) = (&barrier, &work);
-                scope.spawn(move || {
-                    barrier.wait();
+/// the last finish, as each thread saw them (the spawning thread may be descheduled). The
+/// threads wait on a flag, not a barrier, so a thread the OS refuses cannot strand the
+/// others: they are told to stop, and the error says how many started.
+fn timed_together(threads: usize, work: impl Fn(usize) + Sync) -> Result<f64, CpuError> {
+    const WAIT: u8 = 0;
+    const GO: u8 = 1;
+    const STOP: u8 = 2;
+    let state = AtomicU8::new(WAIT);
+    std::thread::scope(|scope| {
+        let mut running = Vec::with_capacity(threads);
+        for t in 0..threads {
+            let (state, work) = (&state, &work);
+            let spawned = std::thread::Builder::new().spawn_scoped(scope, move || {
+                while state.load(Ordering::Acquire) == WAIT {
+                    std::hint::spin_loop();
+                    std::thread::yield_now();
+                }
+                (state.load(Ordering::Acquire) == GO).then(|| {
                     let start = Instant::now();
                     work(t);
                     (start, Instant::now())
                 })
-            })
-            .collect();
-        running.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
-    let first = spans.iter().map(|s| s.0).min();
-    let last = spans.iter().map(|s| s.1).max();
-    match (first, last) {
-        (Some(first), Some(last)) => last.duration_since(first).as_secs_f64(),
-        _ => f64::INFINITY,
-    }
+            });
+            match spawned {
+                Ok(handle) => running.push(handle),
+                Err(e) => {
+                    state.store(STOP, Ordering::Release);
+                    return Err(CpuError::Spawn { started: t, threads, why: e.to_string() });
+                }
+            }
+        }
+        state.store(GO, Ordering::Release);
+        let spans: Vec<(Instant, Instant)> = running.into_iter().filter_map(|h| h.join().ok().flatten()).collect();
+        let first = spans.iter().map(|s| s.0).min();
+        let last = spans.iter().map(|s| s.1).max();
+        Ok(match (first, last) {
+            (Some(first), Some(last)) => last.duration_since(first).as_secs_f64(),
+            _ => f64::INFINITY,
+        })
+    })
 }
 
 /// Eight independent lanes, so the loads are not serialised on one accumulator.
@@ -178,11 +197,11 @@ fn sum(words: &[u64]) -> u64 {
 }
 
 /// Every thread multiplies its own `n × n` matrices (cache-resident): FLOPs over wall time.
-fn matmul_rate(options: &CpuOptions) -> Rate {
+fn matmul_rate(options: &CpuOptions) -> Result<Rate, CpuError> {
     let n = options.matmul_n;
     let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.25).collect();
     let b: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.5).collect();
-    let seconds: Vec<f64> = (0..=options.repetitions)
+    let seconds = (0..=options.repetitions)
         .map(|_| {
             timed_together(options.threads, |_| {
                 let mut c = vec![0f32; n * n];
@@ -190,8 +209,8 @@ fn matmul_rate(options: &CpuOptions) -> Rate {
                 black_box(c);
             })
         })
-        .collect();
-    Rate::of(2.0 * (n * n * n * options.threads) as f64, &seconds[1..])
+        .collect::<Result<Vec<f64>, CpuError>>()?;
+    Ok(Rate::of(2.0 * (n * n * n * options.threads) as f64, &seconds[1..]))
 }
 
 /// Rows and columns of `c` each step of [`matmul`] keeps in registers.
