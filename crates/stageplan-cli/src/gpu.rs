@@ -5,7 +5,8 @@ use std::fmt::Write;
 use stageplan::problem::Efficiency;
 use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds, sig3};
 use stageplan::{Problem, plan};
-use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
+use stageplan_gpu::router::ByThroughput;
+use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
 
 use crate::outcome::Failure;
@@ -160,20 +161,20 @@ pub(crate) fn run_sharded(problem: &Problem, options: &ShardedOptions) -> Result
     let quick = ProbeOptions::quick();
     let probes: Vec<Probe> = contexts
         .iter()
-        .take(stage_count)
         .map(|c| pollster::block_on(stageplan_gpu::probe(c, &quick, &mut |_| {})))
         .collect::<Result<_, _>>()
         .map_err(|e| Failure(e.to_string()))?;
     let predicted = stageplan_gpu::predict(&spec, &replicas[0], &probes);
     let terms = stageplan_gpu::predicted_terms(&spec, &replicas[0], &probes);
-    let report = pollster::block_on(sharded::run_sharded(
-        &contexts,
-        &replicas,
-        &spec,
-        &mut RoundRobin::default(),
-        Some(&predicted),
-    ))
-    .map_err(|e| Failure(e.to_string()))?;
+    // Requests go to replicas by key, in proportion to each one's predicted throughput
+    // (the inverse of its slowest stage).
+    let throughputs: Vec<f64> = replicas
+        .iter()
+        .map(|r| 1.0 / stageplan_gpu::predict(&spec, r, &probes).into_iter().fold(f64::MIN_POSITIVE, f64::max))
+        .collect();
+    let mut router = ByThroughput::new(&throughputs).map_err(|e| Failure(e.to_string()))?;
+    let report = pollster::block_on(sharded::run_sharded(&contexts, &replicas, &spec, &mut router, Some(&predicted)))
+        .map_err(|e| Failure(e.to_string()))?;
     let samples: Vec<((f64, f64), f64)> =
         terms.iter().copied().zip(report.stages.iter().map(|s| s.measured_s)).collect();
     let fitted = Efficiency::fit(&samples);
@@ -208,7 +209,7 @@ pub(crate) fn run_sharded(problem: &Problem, options: &ShardedOptions) -> Result
     }
     let _ = writeln!(
         out,
-        "\npipeline: {} rows/s over {} ({} micro-batches per replica: {:?})",
+        "\npipeline: {} rows/s over {} ({} micro-batches by key, per replica by its predicted throughput: {:?})",
         sig3(report.tokens_per_s),
         format_seconds(report.pipeline_s),
         spec.micro_batches,

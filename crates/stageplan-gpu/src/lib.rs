@@ -12,7 +12,8 @@
 //!   built once.
 //! - [`probe()`](probe::probe) measures bandwidth (STREAM triad), f32/f16 matmul throughput
 //!   and usable memory, verifying every kernel's output.
-//! - [`sharded::run_sharded`] runs the MLP split by a plan; [`predict`] gives the cost
+//! - [`sharded::run_sharded`] runs the MLP split by a plan, requests routed over its
+//!   replicas by a [`router::Router`]; [`predict`] gives the cost
 //!   model's view of the same stages.
 //!
 //! Everything is `async`: natively wrap calls in `pollster::block_on`; in the browser await
@@ -22,6 +23,7 @@ pub mod context;
 pub mod error;
 pub mod probe;
 mod rng;
+pub mod router;
 pub mod sharded;
 
 pub use context::{AdapterSummary, DeviceContext, Gpu};

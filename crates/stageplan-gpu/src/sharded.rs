@@ -5,7 +5,7 @@
 //! from one device and uploaded to the next. Micro-batches stream through the pipeline:
 //! at each tick every stage works on a different micro-batch, all submitted before any is
 //! awaited, so separate devices overlap. Requests (micro-batches) are routed across
-//! replicas of the pipeline by a [`Router`]. The output is checked against a CPU
+//! replicas of the pipeline by a [`Router`](crate::router::Router). The output is checked against a CPU
 //! reference computed in f64 on fresh random inputs.
 //!
 //! **Error bound.** With weights scaled to keep activations of order 1, an f32 dot product
@@ -21,6 +21,7 @@ use web_time::Instant;
 use crate::context::DeviceContext;
 use crate::error::GpuError;
 use crate::rng::Rng;
+use crate::router::Router;
 
 /// The workload: `layers` MLP layers of `width`, `micro_batches` of `tokens` rows each.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -39,26 +40,6 @@ pub struct StageSpec {
     pub node: String,
     pub device: usize,
     pub layers: Range<usize>,
-}
-
-/// Chooses a replica for each keyed request.
-pub trait Router {
-    /// The replica (`0..replicas`) that serves `key`.
-    fn route(&mut self, key: &[u8], replicas: usize) -> usize;
-}
-
-/// Requests in turn, one replica after another.
-#[derive(Clone, Debug, Default)]
-pub struct RoundRobin {
-    next: usize,
-}
-
-impl Router for RoundRobin {
-    fn route(&mut self, _key: &[u8], replicas: usize) -> usize {
-        let chosen = self.next % replicas.max(1);
-        self.next = self.next.wrapping_add(1);
-        chosen
-    }
 }
 
 /// Per-stage results.
@@ -296,7 +277,7 @@ pub async fn run_sharded(
     // The pipelined run: route each micro-batch, then stream each replica's share.
     let mut assigned: Vec<Vec<usize>> = vec![Vec::new(); replicas.len()];
     for m in 0..spec.micro_batches as usize {
-        let replica = router.route(format!("request-{m}").as_bytes(), replicas.len()).min(replicas.len() - 1);
+        let replica = router.route(format!("request-{m}").as_bytes()).min(replicas.len() - 1);
         assigned[replica].push(m);
     }
     let started = Instant::now();
@@ -368,12 +349,5 @@ mod tests {
         let out = reference(&spec, &weights(&spec), &inputs(&spec)[0]);
         let peak = out.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         assert!(peak > 1e-3 && peak < 1e3, "{peak}");
-    }
-
-    #[test]
-    fn round_robin_takes_turns() {
-        let mut router = RoundRobin::default();
-        let picks: Vec<usize> = (0..5).map(|_| router.route(b"k", 2)).collect();
-        assert_eq!(picks, [0, 1, 0, 1, 0]);
     }
 }

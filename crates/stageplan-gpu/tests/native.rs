@@ -3,7 +3,8 @@
 //! and `run_sharded`; these tests also check the figures are sane.
 #![cfg(not(target_arch = "wasm32"))]
 
-use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
+use stageplan_gpu::router::RoundRobin;
+use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, ProbeOptions, probe};
 
 fn adapters(gpu: &Gpu) -> Vec<stageplan_gpu::AdapterSummary> {
@@ -68,7 +69,7 @@ fn a_plan_runs_split_across_devices_and_matches_the_cpu() {
         &contexts,
         &replicas,
         &spec,
-        &mut RoundRobin::default(),
+        &mut RoundRobin::new(replicas.len()),
         Some(&[1e-3, 2e-3]),
     ))
     .expect("the run matches the CPU reference");
@@ -90,8 +91,8 @@ fn a_gap_in_the_stages_is_refused() {
         StageSpec { node: "a".into(), device: 0, layers: 0..2 },
         StageSpec { node: "b".into(), device: 0, layers: 3..4 },
     ]];
-    let error = pollster::block_on(sharded::run_sharded(&contexts, &stages, &spec, &mut RoundRobin::default(), None))
-        .unwrap_err();
+    let error =
+        pollster::block_on(sharded::run_sharded(&contexts, &stages, &spec, &mut RoundRobin::new(1), None)).unwrap_err();
     assert!(error.to_string().contains("does not continue the pipeline at layer 2"), "{error}");
 }
 

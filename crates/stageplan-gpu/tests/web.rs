@@ -3,7 +3,8 @@
 //! `webdriver.json` (`--enable-unsafe-webgpu`).
 #![cfg(target_arch = "wasm32")]
 
-use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
+use stageplan_gpu::router::RoundRobin;
+use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, ProbeOptions, probe};
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
@@ -38,9 +39,8 @@ async fn a_plan_runs_split_across_browser_devices() {
         StageSpec { node: "a".into(), device: 0, layers: 0..2 },
         StageSpec { node: "b".into(), device: 1, layers: 2..6 },
     ]];
-    let report = sharded::run_sharded(&contexts, &stages, &spec, &mut RoundRobin::default(), None)
-        .await
-        .expect("matches the CPU");
+    let report =
+        sharded::run_sharded(&contexts, &stages, &spec, &mut RoundRobin::new(1), None).await.expect("matches the CPU");
     assert!(report.max_error < 1e-4, "{}", report.max_error);
     assert_eq!(report.requests_per_replica, vec![4]);
 }

@@ -31,9 +31,13 @@
 //! the loop never writes one itself (a node, a deployment or an autoscaled replica count
 //! must pass the check a pass reads it with).
 //!
+//! [`balance`] holds what the loop will act on when nodes report skew or run short of
+//! memory (issue #19): skew of headroom against per-tier thresholds, bounded shedding.
+//!
 //! [`store::MemoryStore`] serves tests, simulations and the browser; the native stores
 //! (redb, etcd) live in `crates/stageplan-store`.
 
+pub mod balance;
 mod capacity;
 mod controller;
 pub mod spec;

@@ -15,13 +15,10 @@
 //! - [`planner`]: the `optimal` search and the baselines.
 //! - [`mod@plan`]: the result and its JSON contract.
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
-//! - [`balance`]: live node metrics, skew, load shedding.
-//! - [`shard`]: blake3 stream sharding of keyed work items over devices.
 //! - [`export`]: a plan as llama.cpp, vLLM, exo, Kubernetes, DeepSpeed and Megatron inputs.
 //! - [`limits`]: the largest input accepted, stated once.
 //! - [`quote`]: text from input made safe for shells, YAML, comments and terminals.
 
-pub mod balance;
 pub mod calibration;
 pub mod cost;
 pub mod engine;
@@ -37,7 +34,6 @@ pub mod presets;
 pub mod problem;
 pub mod quote;
 pub mod scenario;
-pub mod shard;
 pub mod tensor_type;
 pub mod units;
 

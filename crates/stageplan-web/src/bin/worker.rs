@@ -4,7 +4,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use stageplan_gpu::sharded::{self, MlpSpec, RoundRobin, StageSpec};
+use stageplan_gpu::router::RoundRobin;
+use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
 use stageplan_web::worker::{Answer, Asked, Measured, Reply, Request, ShardedRun, StageRun};
 use wasm_bindgen::JsCast;
@@ -143,11 +144,11 @@ async fn run_sharded(probe: Probe, layers: usize, stages: &[(String, [usize; 2])
         .collect();
     let probes = vec![probe; specs.len()];
     let predicted = stageplan_gpu::predict(&spec, &specs, &probes);
-    let report =
-        match sharded::run_sharded(&contexts, &[specs], &spec, &mut RoundRobin::default(), Some(&predicted)).await {
-            Ok(report) => report,
-            Err(e) => return reply(Reply::Failed(e.to_string())),
-        };
+    let report = match sharded::run_sharded(&contexts, &[specs], &spec, &mut RoundRobin::new(1), Some(&predicted)).await
+    {
+        Ok(report) => report,
+        Err(e) => return reply(Reply::Failed(e.to_string())),
+    };
     reply(Reply::Sharded(ShardedRun {
         stages: report
             .stages

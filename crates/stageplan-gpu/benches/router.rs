@@ -1,9 +1,10 @@
-//! Stream-sharding benchmarks: `cargo bench -p stageplan --bench shard`.
+//! Request-routing benchmarks: `cargo bench -p stageplan-gpu --bench router`.
 //!
 //! Assignments per second for 16- and 64-byte keys on 8 and 1,024 devices, for the modes of
-//! [`stageplan::shard`] and, in the same run, two baselines: `hash % n` (the standard
-//! library's SipHash, no load tracking beyond a counter) and blake3 landing plus spill
-//! without weights (`Mode::Landing`).
+//! [`stageplan_gpu::router`] and, in the same run, three baselines: `hash % n` (the standard
+//! library's SipHash, no load tracking beyond a counter), blake3 landing plus spill without
+//! weights (`Mode::Landing`), and weighted rendezvous hashing — what `Mode::Weighted` was
+//! before the jump chain, O(n) per key — with a load counter.
 //!
 //! Before timing, it prints the balance each mode reaches after 1 M keys of skewed cost
 //! (Pareto, α = 1.5) and the fraction of keys that move when a device joins or leaves.
@@ -13,9 +14,57 @@
 use std::hash::{BuildHasher, RandomState};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use stageplan::shard::{Allocator, Mode};
+use stageplan_gpu::router::{Allocator, Mode, key_hash};
 
 const KEYS: usize = 4096;
+
+/// Weighted rendezvous hashing, as `Mode::Weighted` ran before the jump chain: every device
+/// scores `ln(u) / weight`, pruned by `ln u ≤ u − 1`.
+struct Rendezvous {
+    seeds: Vec<u64>,
+    inverse_weights: Vec<f64>,
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Rendezvous {
+    fn new(weights: &[f64]) -> Rendezvous {
+        Rendezvous {
+            seeds: (0..weights.len()).map(|id| mix(id as u64 ^ 0x5ca1_ab1e)).collect(),
+            inverse_weights: weights.iter().map(|w| 1.0 / w).collect(),
+        }
+    }
+
+    fn remove(&mut self, id: usize) {
+        self.inverse_weights[id] = f64::INFINITY;
+    }
+
+    fn add(&mut self, weight: f64) {
+        self.seeds.push(mix(self.seeds.len() as u64 ^ 0x5ca1_ab1e));
+        self.inverse_weights.push(1.0 / weight);
+    }
+
+    fn landing(&self, key: &[u8]) -> usize {
+        let h = key_hash(key);
+        let (mut best, mut winner) = (f64::NEG_INFINITY, 0);
+        for (i, (&seed, &inverse)) in self.seeds.iter().zip(&self.inverse_weights).enumerate() {
+            let u = ((mix(h ^ seed) >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64);
+            if (u - 1.0) * inverse <= best {
+                continue;
+            }
+            let score = u.ln() * inverse;
+            if score > best {
+                best = score;
+                winner = i;
+            }
+        }
+        winner
+    }
+}
 
 /// Keys of `len` pseudo-random bytes and skewed costs (a few items cost far more).
 fn stream(len: usize) -> (Vec<Vec<u8>>, Vec<u64>) {
@@ -42,11 +91,7 @@ fn weights(n: usize) -> Vec<f64> {
 }
 
 fn allocator(mode: Mode, n: usize) -> Allocator {
-    let mut a = Allocator::new(mode).expect("valid mode");
-    for w in weights(n) {
-        a.add_device(w).expect("valid weight");
-    }
-    a
+    Allocator::with_weights(mode, &weights(n)).expect("valid weights")
 }
 
 /// The largest load relative to the device's fair share (`total × weight ÷ total weight`).
@@ -75,11 +120,12 @@ fn balance_table() {
     println!("max load ÷ fair share after 1 M keys of Pareto(1.5) cost (1 is perfect)\n");
     println!("| mode | 8 equal | 8 mismatched (1–8) | 1024 equal | 1024 mismatched |");
     println!("|---|---|---|---|---|");
-    let modes: [(&str, Option<Mode>); 6] = [
+    let modes: [(&str, Option<Mode>); 7] = [
         ("baseline: SipHash % n", None),
+        ("baseline: weighted rendezvous", None),
         ("baseline: blake3 % n + spill", Some(Mode::Landing { spill: 1000 })),
-        ("weighted rendezvous", Some(Mode::Weighted { spill: u64::MAX })),
-        ("weighted rendezvous + spill", Some(Mode::Weighted { spill: 1000 })),
+        ("weighted jump chain", Some(Mode::Weighted { spill: u64::MAX })),
+        ("weighted jump chain + spill", Some(Mode::Weighted { spill: 1000 })),
         ("bounded, ε = 0.25", Some(Mode::Bounded { epsilon: 0.25 })),
         ("bounded, ε = 0.05", Some(Mode::Bounded { epsilon: 0.05 })),
     ];
@@ -98,6 +144,14 @@ fn balance_table() {
         for (n, mismatched) in [(8usize, false), (8, true), (1024, false), (1024, true)] {
             let weights: Vec<f64> = if mismatched { weights(n) } else { vec![1.0; n] };
             let loads = match mode {
+                None if name.contains("rendezvous") => {
+                    let r = Rendezvous::new(&weights);
+                    let mut loads = vec![0u64; n];
+                    for (key, cost) in &stream {
+                        loads[r.landing(key)] += cost;
+                    }
+                    loads
+                }
                 None => {
                     let hasher = RandomState::new();
                     let mut loads = vec![0u64; n];
@@ -107,10 +161,7 @@ fn balance_table() {
                     loads
                 }
                 Some(mode) => {
-                    let mut a = Allocator::new(mode).expect("valid mode");
-                    for &w in &weights {
-                        a.add_device(w).expect("valid weight");
-                    }
+                    let mut a = Allocator::with_weights(mode, &weights).expect("valid weights");
                     for (key, cost) in &stream {
                         a.assign(key, *cost).expect("no overflow");
                     }
@@ -134,29 +185,35 @@ fn balance_table() {
     println!("{ideal}");
     let keys: Vec<[u8; 16]> = stream.iter().take(100_000).map(|(k, _)| *k).collect();
     for (name, mode) in [
-        ("blake3 % n (also SipHash % n)", Mode::Landing { spill: 0 }),
-        ("weighted rendezvous", Mode::Weighted { spill: 0 }),
+        ("baseline: blake3 % n (also SipHash % n)", Some(Mode::Landing { spill: 0 })),
+        ("baseline: weighted rendezvous", None),
+        ("weighted jump chain", Some(Mode::Weighted { spill: 0 })),
     ] {
         let mut row = format!("| {name} |");
         for n in [8usize, 1024] {
-            let build = || {
-                let mut a = Allocator::new(mode).expect("valid mode");
-                for w in weights(n) {
-                    a.add_device(w).expect("valid weight");
-                }
-                a
-            };
-            let before = build();
-            let old: Vec<usize> = keys.iter().map(|k| before.landing(k).expect("devices")).collect();
-            let moved = |after: &Allocator| {
-                let count = keys.iter().zip(&old).filter(|&(k, &o)| after.landing(k).expect("devices") != o).count();
-                count as f64 / keys.len() as f64
-            };
-            let mut joined = build();
             let average = weights(n).iter().sum::<f64>() / n as f64;
-            joined.add_device(average).expect("valid weight");
-            let mut left = build();
-            left.remove_device(0).expect("device 0 exists");
+            // Landings before, after a join of an average device, after device 0 leaves.
+            let [old, joined, left]: [Vec<usize>; 3] = match mode {
+                Some(mode) => {
+                    let build = || Allocator::with_weights(mode, &weights(n)).expect("valid weights");
+                    let before = build();
+                    let mut joined = build();
+                    joined.add_device(average).expect("valid weight");
+                    let mut left = build();
+                    left.remove_device(0).expect("device 0 exists");
+                    [&before, &joined, &left].map(|a| keys.iter().map(|k| a.landing(k).expect("devices")).collect())
+                }
+                None => {
+                    let before = Rendezvous::new(&weights(n));
+                    let mut joined = Rendezvous::new(&weights(n));
+                    joined.add(average);
+                    let mut left = Rendezvous::new(&weights(n));
+                    left.remove(0);
+                    [&before, &joined, &left].map(|r| keys.iter().map(|k| r.landing(k)).collect())
+                }
+            };
+            let moved =
+                |after: &[usize]| after.iter().zip(&old).filter(|(a, o)| a != o).count() as f64 / keys.len() as f64;
             row.push_str(&format!(" {:.4} | {:.4} |", moved(&joined), moved(&left)));
         }
         println!("{row}");
@@ -178,6 +235,15 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     for (key, &cost) in keys.iter().zip(&costs) {
                         loads[(hasher.hash_one(key) % n as u64) as usize] += cost;
+                    }
+                })
+            });
+            let rendezvous = Rendezvous::new(&weights(n));
+            let mut counted = vec![0u64; n];
+            group.bench_function(BenchmarkId::new("baseline-weighted-rendezvous", n), |b| {
+                b.iter(|| {
+                    for (key, &cost) in keys.iter().zip(&costs) {
+                        counted[rendezvous.landing(key)] += cost;
                     }
                 })
             });
