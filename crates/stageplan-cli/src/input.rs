@@ -8,9 +8,7 @@ use std::path::Path;
 
 use crate::outcome::Failure;
 
-/// The most a scenario, plan, deployment or `config.json` may hold: far above any real
-/// one (a 1,024-machine scenario is about 100 KB).
-pub(crate) const MAX_TEXT_BYTES: u64 = 64 << 20;
+pub(crate) use stageplan::limits::MAX_TEXT_BYTES;
 
 /// How `path` is (or is not) there: `None` when nothing is at that path, else its metadata
 /// (symlinks followed) or the reason it cannot be had.

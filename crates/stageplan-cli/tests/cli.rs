@@ -255,4 +255,5 @@ fn readme_limits_are_the_enforced_limits() {
     assert!(row("split GGUF").contains(&limits::MAX_SPLIT_PARTS.to_string()));
     assert!(row("`threads`").contains(&limits::MAX_THREADS.to_string()));
     assert!(row("llama-bench").contains(&stageplan::calibration::bench::MAX_TESTS.to_string()));
+    assert!(row("`config.json` file").contains("64 MiB") && limits::MAX_TEXT_BYTES == 64 << 20);
 }

@@ -5,7 +5,7 @@
 //! field and the fix), so a docs page and a terminal say the same thing.
 
 use serde::Serialize;
-use stageplan::import::{self, FileKind, Parse, gguf, safetensors};
+use stageplan::import::{self, FileEntry, FileKind, ModelReader, Parse, Step};
 use stageplan::model::{HfConfig, ModelSummary};
 use stageplan::planner::replan::{self, ReplanOptions};
 use stageplan::presets::ModelPreset;
@@ -70,41 +70,33 @@ impl ModelFile<'_> {
         }
     }
 
+    /// Drives the core's model reader over the bytes given: a read past them is a request
+    /// for more (`NeedMore`), a file beside this one (a split part, a shard) is not there.
     fn read(&self, weights: Option<WeightFormat>) -> Result<Parse<Model>, String> {
         let name = self.name;
-        let in_file = |e: &dyn std::fmt::Display| format!("`{name}`: {e}");
-        let kind = import::detect(name, self.bytes).ok_or_else(|| {
-            format!("`{name}` is not a model file stageplan reads (.gguf, .safetensors, config.json)")
-        })?;
-        if weights.is_some() && kind != FileKind::Config {
+        if weights.is_some() && import::detect(name, self.bytes).is_some_and(|k| k != FileKind::Config) {
             return Err(format!("`weights` applies to presets and config.json; `{name}` states its own tensor types"));
         }
-        let stem = name.split('.').next().unwrap_or(name);
-        Ok(match kind {
-            FileKind::Gguf => match gguf::parse(self.bytes, self.size).map_err(|e| in_file(&e))? {
-                Parse::NeedMore(n) => Parse::NeedMore(n),
-                Parse::Done(header) => {
-                    let label = import::split_name(name).map_or(stem, |(prefix, _, _)| prefix);
-                    Parse::Done(import::gguf_model(label, &[header]).map_err(|e| in_file(&e))?)
-                }
-            },
-            FileKind::Safetensors => match safetensors::parse(self.bytes, self.size).map_err(|e| in_file(&e))? {
-                Parse::NeedMore(n) => Parse::NeedMore(n),
-                Parse::Done(header) => Parse::Done(
-                    import::safetensors_model(stem, &[(name.to_owned(), header)], None, self.config)
-                        .map_err(|e| in_file(&e))?,
-                ),
-            },
-            FileKind::SafetensorsIndex => {
-                return Err(format!(
-                    "`{name}` is a sharded model's index; read one shard's header, or use the CLI or the web planner for the whole set"
-                ));
+        let is_text = import::detect(name, self.bytes) == Some(FileKind::Config);
+        // A config's text is all there is, and so are fewer bytes than a file's magic; a
+        // header's file may be longer than its prefix.
+        let whole = is_text || self.bytes.len() < 16;
+        let size = self.size.or(whole.then_some(self.bytes.len() as u64));
+        let offered = vec![FileEntry { name: name.to_owned(), size }];
+        let mut reader = ModelReader::new(offered, weights, None).map_err(|e| e.to_string())?;
+        if let Some(config) = self.config {
+            reader = reader.with_config(config.clone());
+        }
+        if !self.bytes.is_empty() {
+            reader.supply(0, 0, self.bytes);
+        }
+        loop {
+            match reader.step().map_err(|e| e.to_string())? {
+                Step::Read { end, .. } => return Ok(Parse::NeedMore(end)),
+                Step::Find { name } => reader.missing(&name),
+                Step::Done(model) => return Ok(Parse::Done(*model)),
             }
-            FileKind::Config => {
-                let text = std::str::from_utf8(self.bytes).map_err(|_| format!("`{name}` is not UTF-8 text"))?;
-                Parse::Done(config_model(text, weights).map_err(|e| in_file(&e))?)
-            }
-        })
+        }
     }
 }
 
@@ -201,7 +193,7 @@ mod tests {
 
     #[test]
     fn headers_ask_for_more_bytes_then_read() {
-        let bytes = gguf::Builder::new(3, 2, 3)
+        let bytes = stageplan::import::gguf::Builder::new(3, 2, 3)
             .kv_str("general.architecture", "llama")
             .kv_u32("llama.block_count", 1)
             .kv_u32("llama.attention.head_count", 2)

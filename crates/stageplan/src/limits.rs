@@ -49,3 +49,7 @@ pub const MAX_SPLIT_PARTS: u32 = 99_999;
 
 /// CPU threads a node may name (the largest servers have a few hundred hardware threads).
 pub const MAX_THREADS: u32 = 4096;
+
+/// Bytes of a text file read whole: a scenario, plan or deployment, a `config.json`, a
+/// `model.safetensors.index.json`.
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;

@@ -11,12 +11,15 @@
 //! well-formed file could hold before anything is allocated (see `reader.rs`), and errors
 //! say where (byte offset or tensor name) and what.
 
+pub mod files;
 pub mod gguf;
 pub mod names;
 mod reader;
 pub mod safetensors;
 
 use std::collections::BTreeMap;
+
+pub use files::{FileEntry, ModelReader, ReadError, Step};
 
 use crate::model::{HfConfig, Model, Moe, Place, Tensor, Transformer};
 use gguf::GgufHeader;
