@@ -160,7 +160,8 @@ fn model_files_are_read_by_their_headers() {
 }
 
 /// Each command that takes a scenario reads its model the same way, from a preset, an
-/// inline `config.json` or a model file (relative to the scenario's folder).
+/// inline `config.json` or a model file (relative to the scenario's folder): plan, export,
+/// replan, deploy and run-sharded.
 fn every_command_reads_every_model_input(dir: &Path) {
     let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json;
     let nodes = r#"[{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-3090"}]"#;
@@ -201,7 +202,25 @@ fn every_command_reads_every_model_input(dir: &Path) {
         let store = format!("inputs/{input}.redb");
         stageplan(&["deploy", &format!("{input}-deployment.json"), "--store", &store]);
         assert!(stageplan(&["status", "--store", &store]).contains(input), "{input}: the deployment is stored");
+        run_sharded(dir, &name, input);
     }
+}
+
+/// `run-sharded` on the scenario: real kernels on whatever adapter there is (lavapipe in
+/// CI, where `STAGEPLAN_EXPECT_LAVAPIPE` says one must be there).
+fn run_sharded(dir: &Path, scenario: &str, input: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+        .args(["run-sharded", scenario, "--width", "16", "--tokens", "2", "--micro-batches", "2", "--replicas", "2"])
+        .current_dir(dir)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("adapter") && std::env::var_os("STAGEPLAN_EXPECT_LAVAPIPE").is_none() {
+        return;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "run-sharded {input}: {stderr}");
+    assert!(stdout.contains("checked against the CPU") && stdout.contains("per replica"), "{input}: {stdout}");
 }
 
 /// The Python with the reference writers: `STAGEPLAN_PYTHON` (set by `cargo xtask test`),

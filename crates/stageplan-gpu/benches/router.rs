@@ -173,6 +173,26 @@ fn balance_table() {
         println!("{row}");
     }
 
+    println!("\nmax keys ÷ fair share after 1 M keys of unit cost (what the hashing alone gives)\n");
+    println!("| landing function | 8 mismatched | 1024 mismatched |");
+    println!("|---|---|---|");
+    for name in ["baseline: weighted rendezvous", "weighted jump chain"] {
+        let mut row = format!("| {name} |");
+        for n in [8usize, 1024] {
+            let w = weights(n);
+            let mut counts = vec![0u64; n];
+            if name.contains("rendezvous") {
+                let r = Rendezvous::new(&w);
+                stream.iter().for_each(|(key, _)| counts[r.landing(key)] += 1);
+            } else {
+                let a = Allocator::with_weights(Mode::Weighted { spill: u64::MAX }, &w).expect("valid weights");
+                stream.iter().for_each(|(key, _)| counts[a.landing(key).expect("devices")] += 1);
+            }
+            row.push_str(&format!(" {:.3} |", worst_over_share(&counts, &w)));
+        }
+        println!("{row}");
+    }
+
     println!("\nkeys moved when a device joins (weight: the average) and when device 0 leaves; 100,000 keys\n");
     println!("| landing function | 8 → 9 join | 8 → 7 leave | 1024 → 1025 join | 1024 → 1023 leave |");
     println!("|---|---|---|---|---|");
@@ -248,12 +268,17 @@ fn bench(c: &mut Criterion) {
                 })
             });
             let modes = [
-                ("baseline-landing-spill", Mode::Landing { spill: 1000 }),
-                ("weighted-spill", Mode::Weighted { spill: 1000 }),
-                ("bounded-0.25", Mode::Bounded { epsilon: 0.25 }),
+                ("baseline-landing-spill", Mode::Landing { spill: 1000 }, 0),
+                ("weighted", Mode::Weighted { spill: u64::MAX }, 0),
+                ("weighted-after-16-joins", Mode::Weighted { spill: u64::MAX }, 16),
+                ("weighted-spill", Mode::Weighted { spill: 1000 }, 0),
+                ("bounded-0.25", Mode::Bounded { epsilon: 0.25 }, 0),
             ];
-            for (name, mode) in modes {
+            for (name, mode, joins) in modes {
                 let mut a = allocator(mode, n);
+                for _ in 0..joins {
+                    a.add_device(4.5).expect("valid weight");
+                }
                 group.bench_function(BenchmarkId::new(name, n), |b| {
                     b.iter(|| {
                         for (key, &cost) in keys.iter().zip(&costs) {

@@ -26,16 +26,19 @@
 //! slot `s` with probability `a_s ÷ P`, and adding a slot moves a key only onto it. Staying
 //! put from slot `b` through slot `t` has probability `Π P_{u−1} ÷ P_u = P_b ÷ P_t`, so the
 //! next jump from `b` is the first `t` with `P_t > P_b ÷ r` for one uniform `r` — the idea of
-//! J. Lamping and E. Veach's *jump consistent hash* (2014), with weights. A lookup makes
-//! about `ln(P ÷ a_0) + 1` jumps (8 at 1,024 equal devices), each found in O(1) through a
-//! guide table over the prefix sums, where weighted rendezvous hashing computes a score for
-//! every device.
+//! J. Lamping and E. Veach's *jump consistent hash* (2014), with weights. Where the chain
+//! stands after the fleet the allocator started with does not depend on the path, so that
+//! place is drawn in one step (inverse sampling), and only devices added since cost jumps:
+//! about `ln(P ÷ P_base)`, none for a fleet that has not grown. Each draw is found in O(1)
+//! through a guide table over the prefix sums, where weighted rendezvous hashing computes a
+//! score for every device.
 //!
 //! A slot whose device left stays in the sums, so no other key moves: a key landing there
 //! draws a fresh chain (its next *attempt*), which spreads the leaver's keys over the others
-//! by weight (the last slot, if nothing was ever turned away from it, is simply dropped). A joining device takes the smallest vacant slot at least its weight, keeping a
-//! landing with probability `weight ÷ a_s` (else the key draws again), or a new slot at the
-//! end. Either way keys move only onto the joiner or off the leaver. When vacant slots
+//! by weight (a slot added since the start, if nothing was ever turned away from it, is
+//! simply dropped). A joining device takes the smallest vacant slot at least its weight,
+//! keeping a landing with probability `weight ÷ a_s` (else the key draws again), or a new
+//! slot at the end. Either way keys move only onto the joiner or off the leaver. When vacant slots
 //! outweigh the devices many times over (heavy churn), a key that misses
 //! [`MAX_ATTEMPTS`] times falls back to weighted rendezvous hashing (D. G. Thaler and
 //! C. V. Ravishankar, 1998), O(n) but as consistent.
@@ -95,6 +98,9 @@ struct Slots {
     keep: Vec<f64>,
     /// `guide[c]`: the first slot whose prefix sum exceeds `c × P ÷ guide.len()`.
     guide: Vec<u32>,
+    /// Slots `0..base` are the fleet the allocator started with: a key's place among them
+    /// is drawn directly (below), so only slots added since cost jumps.
+    base: usize,
 }
 
 impl Slots {
@@ -105,7 +111,7 @@ impl Slots {
     /// The first slot `t` with `P_t > x`, for `0 ≤ x < P`.
     fn first_above(&self, x: f64) -> usize {
         let cells = self.guide.len();
-        let cell = ((x / self.total() * cells as f64) as usize).min(cells - 1);
+        let cell = ((x * (cells as f64 / self.total())) as usize).min(cells - 1);
         let mut t = self.guide[cell] as usize;
         // The cell is rounded; step back where rounding went one too far.
         while t > 0 && self.prefix[t - 1] > x {
@@ -118,17 +124,29 @@ impl Slots {
     }
 
     /// The slot attempt `attempt` of the key with digest `h` ends on.
+    ///
+    /// Where the chain stands after the first `base` slots does not depend on how it got
+    /// there, and those slots never change: it is drawn in one step, slot `s` with chance
+    /// `a_s ÷ P_{base−1}` (inverse sampling through the guide table). From there, jumps: a
+    /// fleet that has not grown since makes none.
     fn land(&self, h: u64, attempt: u64) -> usize {
         let total = self.total();
         let mut state = h ^ attempt.wrapping_mul(0xd6e8_feb8_6659_fd93);
-        let mut at = 0;
-        loop {
+        let mut next = || {
             state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let threshold = self.prefix[at] / unit(mix(state));
+            unit(mix(state))
+        };
+        let (mut at, mut time) = match self.base {
+            0 => (0, 0),
+            base => (self.first_above(next() * self.prefix[base - 1]), base - 1),
+        };
+        loop {
+            let threshold = self.prefix[time] / next();
             if threshold >= total {
                 return at;
             }
             at = self.first_above(threshold);
+            time = at;
         }
     }
 
@@ -154,11 +172,12 @@ impl Slots {
         Ok(self.prefix.len() - 1)
     }
 
-    /// Empties a slot. The last slot, when its device kept every landing, goes altogether:
+    /// Empties a slot. The last slot, when added since the start and its device kept every
+    /// landing, goes altogether:
     /// only that device's keys ever ended there, and they return to where they were before
     /// it joined (so a join and a leave cancel out).
     fn vacate(&mut self, slot: usize) {
-        if slot + 1 == self.prefix.len() && self.keep[slot] == 1.0 {
+        if slot + 1 == self.prefix.len() && slot >= self.base && self.keep[slot] == 1.0 {
             // Without memory for the smaller guide, the slot stays, vacant: as consistent.
             if let Ok(smaller) = guide(&self.prefix[..slot]) {
                 self.guide = smaller;
@@ -272,7 +291,8 @@ impl Allocator {
         })
     }
 
-    /// An allocator over devices of these weights (ids in order).
+    /// An allocator over devices of these weights (ids in order): the fleet it starts with,
+    /// whose keys it finds in one step (devices added later cost a jump each, rarely taken).
     ///
     /// # Errors
     /// As [`Allocator::new`] and [`Allocator::add_device`].
@@ -281,6 +301,7 @@ impl Allocator {
         for &w in weights {
             allocator.add_device(w)?;
         }
+        allocator.slots.base = allocator.slots.prefix.len();
         Ok(allocator)
     }
 
@@ -408,6 +429,7 @@ impl Allocator {
                 let landing = self.alive[(h % self.alive.len() as u64) as usize];
                 self.spill_from(landing, spill)
             }
+            Mode::Weighted { spill: u64::MAX } => self.chain(h, |_| true),
             Mode::Weighted { spill } => {
                 let landing = self.chain(h, |_| true);
                 self.spill_from(landing, spill)
@@ -521,6 +543,10 @@ impl Allocator {
         let new = load.checked_add(cost).ok_or(RouteError::LoadOverflow { device: id, load, cost })?;
         self.loads[id] = new;
         self.total_load += u128::from(cost);
+        // Only spilling asks for the least-pressed device.
+        if matches!(self.mode, Mode::Bounded { .. } | Mode::Weighted { spill: u64::MAX }) {
+            return Ok(());
+        }
         self.heap.push(Reverse((self.pressure(id), id)));
         // Compact: stale entries never outnumber the devices by much, whatever the stream's
         // length (a rebuild every ~n pushes is O(1) amortised).

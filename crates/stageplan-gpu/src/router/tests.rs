@@ -85,6 +85,21 @@ fn weighted_shares_follow_the_weights() {
 }
 
 #[test]
+fn shares_follow_the_weights_for_a_fleet_grown_one_by_one() {
+    let mut a = Allocator::new(Mode::Weighted { spill: u64::MAX }).unwrap();
+    for w in [3.0, 1.0, 4.0] {
+        a.add_device(w).unwrap();
+    }
+    let mut counts = [0usize; 3];
+    for d in landings(&a, &keys(100_000)) {
+        counts[d] += 1;
+    }
+    for (count, weight) in counts.iter().zip([3.0, 1.0, 4.0]) {
+        assert!((*count as f64 / 100_000.0 - weight / 8.0).abs() < 0.006, "{counts:?}");
+    }
+}
+
+#[test]
 fn shares_follow_the_weights_after_churn() {
     // Devices leave and others take their vacant (heavier) slots: each device's share is
     // still its weight's.
@@ -107,7 +122,7 @@ fn shares_follow_the_weights_after_churn() {
 
 #[test]
 fn bounded_load_keeps_the_maximum_within_the_slack() {
-    let mut a = allocator(Mode::Bounded { epsilon: 0.02 }, &[1.0; 10]);
+    let mut a = allocator(Mode::Bounded { epsilon: 0.01 }, &[1.0; 10]);
     for k in 0..50_000u32 {
         // Skewed costs: mostly small, some large.
         let cost = if k % 97 == 0 { 200 } else { 1 + u64::from(k % 13) };
@@ -115,15 +130,15 @@ fn bounded_load_keeps_the_maximum_within_the_slack() {
     }
     // A long stream of items small beside the slack: the bound holds with nothing added.
     let (max, avg) = a.max_and_average();
-    assert!(max as f64 <= 1.02 * avg, "{max} vs {avg}");
-    // Without the bound the same stream is far less even.
+    assert!(max as f64 <= 1.01 * avg, "{max} vs {avg}");
+    // Without the bound the same stream is less even.
     let mut free = allocator(Mode::Weighted { spill: u64::MAX }, &[1.0; 10]);
     for k in 0..50_000u32 {
         let cost = if k % 97 == 0 { 200 } else { 1 + u64::from(k % 13) };
         free.assign(&k.to_le_bytes(), cost).unwrap();
     }
     let (free_max, free_avg) = free.max_and_average();
-    assert!(free_max as f64 > 1.02 * free_avg, "{free_max} vs {free_avg}");
+    assert!(free_max as f64 > 1.01 * free_avg, "{free_max} vs {free_avg}");
 }
 
 #[test]
@@ -157,9 +172,19 @@ proptest! {
     #[test]
     fn keys_move_only_onto_a_joiner_or_off_a_leaver(
         start in prop::collection::vec(0.5f64..8.0, 1..24),
+        one_by_one in any::<bool>(),
         ops in prop::collection::vec((any::<bool>(), 0.5f64..8.0, any::<prop::sample::Index>()), 1..12),
     ) {
-        let mut a = allocator(Mode::Weighted { spill: u64::MAX }, &start);
+        // A starting fleet (drawn in one step), or every device added one by one (jumps).
+        let mut a = if one_by_one {
+            let mut a = Allocator::new(Mode::Weighted { spill: u64::MAX }).unwrap();
+            for &w in &start {
+                a.add_device(w).unwrap();
+            }
+            a
+        } else {
+            allocator(Mode::Weighted { spill: u64::MAX }, &start)
+        };
         let keys = keys(3000);
         let mut before = landings(&a, &keys);
         for (join, weight, which) in ops {

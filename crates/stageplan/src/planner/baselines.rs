@@ -3,13 +3,13 @@
 //! Each takes the nodes in the scenario's order and uses all of them (a node given no layers
 //! is dropped), the way the tools they come from behave.
 
-use super::search::Assignment;
+use super::search::Split;
 use crate::cost::CostModel;
 
 /// vLLM's default (`get_pp_indices`): `L / P` layers each; the remainder goes one each to the
 /// second-to-last rank, then the one before, and so on — never to the last, which also holds
 /// the final norm.
-pub(crate) fn even(cost: &CostModel) -> Assignment {
+pub(crate) fn even(cost: &CostModel) -> Split {
     let (l, p) = (cost.layers(), cost.node_count());
     if p == 0 {
         return Vec::new();
@@ -24,7 +24,7 @@ pub(crate) fn even(cost: &CostModel) -> Assignment {
 /// llama.cpp's default tensor split and exo's placement: layers in proportion to each
 /// node's memory. Like llama.cpp, layer `i` goes to the first node whose cumulative share
 /// exceeds `i / L` (`std::upper_bound` over the normalised prefix sums).
-pub(crate) fn memory_proportional(cost: &CostModel) -> Assignment {
+pub(crate) fn memory_proportional(cost: &CostModel) -> Split {
     let l = cost.layers();
     let weights: Vec<f64> = (0..cost.node_count()).map(|k| cost.nodes[k].capacity.max(0) as f64).collect();
     let total: f64 = weights.iter().sum();
@@ -55,11 +55,11 @@ pub(crate) fn memory_proportional(cost: &CostModel) -> Assignment {
 
 /// Largest memory first: each node takes as many layers as it holds, then the next. What
 /// is left when the nodes run out lands on the last node used (and does not fit).
-pub(crate) fn greedy(cost: &CostModel) -> Assignment {
+pub(crate) fn greedy(cost: &CostModel) -> Split {
     let l = cost.layers();
     let mut order: Vec<usize> = (0..cost.node_count()).collect();
     order.sort_by(|&a, &b| cost.nodes[b].capacity.cmp(&cost.nodes[a].capacity).then(a.cmp(&b)));
-    let mut stages: Assignment = Vec::new();
+    let mut stages: Split = Vec::new();
     if order.is_empty() {
         return stages;
     }
@@ -85,7 +85,7 @@ pub(crate) fn greedy(cost: &CostModel) -> Assignment {
     stages
 }
 
-fn from_counts(counts: &[usize]) -> Assignment {
+fn from_counts(counts: &[usize]) -> Split {
     let mut stages = Vec::new();
     let mut start = 0;
     for (node, &count) in counts.iter().enumerate() {

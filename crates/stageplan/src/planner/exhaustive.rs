@@ -2,7 +2,7 @@
 //! split. Exponential; it exists to prove the `optimal` policy right on small instances
 //! (property tests, `stageplan plan --verify`).
 
-use super::search::Assignment;
+use super::search::Split;
 use crate::cost::CostModel;
 use crate::scenario::Objective;
 
@@ -29,7 +29,7 @@ pub fn plan_count(nodes: usize, layers: usize) -> Option<u64> {
 /// throughput objective one pair per micro-batch count, each on its own step size — so each
 /// of the (many) complete plans costs O(micro-batch counts); ranges that do not fit are not
 /// extended, since a longer range on the same node holds more.
-pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usize>) -> Option<(f64, Assignment)> {
+pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usize>) -> Option<(f64, Split)> {
     let counts = match objective {
         Objective::Throughput => cost.batch().min(cost.node_count() as u64).max(1) as usize,
         Objective::Latency => 1,
@@ -69,11 +69,11 @@ struct Walk {
     required: Option<usize>,
     used: Vec<bool>,
     /// The last stage is open: its hop depends on who comes next.
-    stages: Assignment,
+    stages: Split,
     /// `[d × counts + k − 1]`: sum and maximum of the first `d` stages' times, `k` micro-batches.
     sums: Vec<f64>,
     maxes: Vec<f64>,
-    best: Option<(f64, Assignment)>,
+    best: Option<(f64, Split)>,
 }
 
 impl Walk {

@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::search::{self, Assignment, value};
+use super::search::{self, Split, value};
 use super::{evaluate, plan_with};
 use crate::cost::CostModel;
 use crate::model::Place;
@@ -185,7 +185,7 @@ pub fn replan(problem: &Problem, current: &[CurrentStage], options: ReplanOption
             best: None,
         });
     };
-    let current_assignment: Option<Assignment> =
+    let current_assignment: Option<Split> =
         current.iter().map(|s| index(&s.node).map(|k| (k, s.layers[0], s.layers[1]))).collect();
     let current_seconds = current_assignment.as_ref().and_then(|a| value(&cost, a, objective));
 
@@ -366,7 +366,7 @@ pub(crate) struct Mover<'a> {
 impl Mover<'_> {
     /// The plan that moves the fewest bytes with every stage (hop included) within `tau`:
     /// a subset DP over (nodes used, layers covered) with all nodes alike in its state.
-    pub(crate) fn least_moves(&self, tau: f64) -> Option<Assignment> {
+    pub(crate) fn least_moves(&self, tau: f64) -> Option<Split> {
         let cost = self.cost;
         let l = cost.layers();
         let nodes: Vec<usize> = (0..cost.node_count()).filter(|&k| cost.nodes[k].capacity >= 0).collect();

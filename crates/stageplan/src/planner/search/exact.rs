@@ -1,6 +1,6 @@
 //! The exact search: a dynamic program over (set of nodes used, layers covered), with twins
 //! merged, for uniform links and for per-pair links (see the parent module).
-use super::Assignment;
+use super::Split;
 use super::heuristic::{fixed_order_min_sum, speed_order};
 use super::tables::{Closing, FinalCosts, relax};
 use crate::cost::{CostModel, Regime};
@@ -81,7 +81,7 @@ impl<'a> Space<'a> {
     /// Branch and bound: a plan from a fixed node order gives an upper bound; a state whose
     /// cost plus a lower bound on the rest (each layer at its fastest node, per roofline
     /// term) reaches it cannot lead to a better plan and is not extended.
-    pub(super) fn min_sum_uniform(&self, cap: f64) -> Option<(f64, Assignment)> {
+    pub(super) fn min_sum_uniform(&self, cap: f64) -> Option<(f64, Split)> {
         let cost = self.cost;
         let l = cost.layers();
         let m = self.nodes.len();
@@ -92,7 +92,7 @@ impl<'a> Space<'a> {
         let rest = self.rest_lower_bounds();
         let mut incumbent =
             fixed_order_min_sum(cost, &speed_order(cost, &self.nodes), self.required.map(|r| self.nodes[r]), cap);
-        let bound = |incumbent: &Option<(f64, Assignment)>| incumbent.as_ref().map_or(f64::INFINITY, |b| b.0);
+        let bound = |incumbent: &Option<(f64, Split)>| incumbent.as_ref().map_or(f64::INFINITY, |b| b.0);
         let mut best = vec![f64::INFINITY; full * width];
         let mut from = vec![(0u32, 0u8); full * width];
         best[0] = 0.0;
@@ -195,13 +195,13 @@ impl<'a> Space<'a> {
     /// `p`'s stage starting at `s` (`mask` holds `p`); closing it at `e` with `k` next pays
     /// `roofline(p, s, e) + hop(p, k)`, within `cap`. The first node `f` is fixed per pass:
     /// the last stage sends the sampled tokens back to it.
-    pub(super) fn min_sum_pairwise(&self, cap: f64) -> Option<(f64, Assignment)> {
+    pub(super) fn min_sum_pairwise(&self, cap: f64) -> Option<(f64, Split)> {
         let cost = self.cost;
         let l = cost.layers();
         let m = self.nodes.len();
         let full = 1usize << m;
         let width = l + 1;
-        let mut answer: Option<(f64, Assignment)> = None;
+        let mut answer: Option<(f64, Split)> = None;
         let mut open = vec![f64::INFINITY; full * m * width];
         // from[cell of (mask, k, e)] = (s, p): `p`'s stage [s, e) closed before `k`'s opened.
         let mut from = vec![(0u32, 0u8); full * m * width];

@@ -1,7 +1,7 @@
 //! Large clusters: the least sum along fixed node orders (exact for each order, any node
 //! skipped), then a local search over swaps; reports the relaxation's bound and the gap.
 use super::tables::{Closing, relax};
-use super::{Assignment, Found, bound::lower_bound};
+use super::{Found, Split, bound::lower_bound};
 use crate::cost::CostModel;
 use crate::units::group_digits;
 
@@ -28,7 +28,7 @@ pub(crate) fn heuristic(cost: &CostModel, nodes: &[usize], required: Option<usiz
         order.extend(speed_order.iter().copied().filter(|&x| x != k));
         orders.push(order);
     }
-    let mut best: Option<(f64, Assignment)> = None;
+    let mut best: Option<(f64, Split)> = None;
     let mut best_order = speed_order.clone();
     let mut evaluated = 0usize;
     for order in &orders {
@@ -79,7 +79,7 @@ pub(super) fn fixed_order_min_sum(
     order: &[usize],
     required: Option<usize>,
     cap: f64,
-) -> Option<(f64, Assignment)> {
+) -> Option<(f64, Split)> {
     const NONE: u32 = u32::MAX;
     let l = cost.layers();
     let width = l + 1;

@@ -58,15 +58,15 @@ pub(crate) use fit::any_fit;
 pub(crate) use heuristic::heuristic;
 use heuristic::{fixed_order_min_sum, speed_order};
 
-/// A candidate plan: `(node, start, end)` per stage, in pipeline order.
-pub(crate) type Assignment = Vec<(usize, usize, usize)>;
+/// A candidate split of the layers: `(node, start, end)` per stage, in pipeline order.
+pub(crate) type Split = Vec<(usize, usize, usize)>;
 
 /// What the search found.
 #[derive(Clone, Debug)]
 pub(crate) struct Found {
     /// The best plan and its objective value in seconds: the cycle in which each of the
     /// workload's sequences gets a token (throughput), or the sum of stages (latency).
-    pub best: Option<(f64, Assignment)>,
+    pub best: Option<(f64, Split)>,
     /// True when `best` is proven optimal.
     pub exact: bool,
     /// No plan beats this (seconds). Equal to the value when exact.
@@ -196,7 +196,7 @@ fn least_cycle(micro: &CostModel, k: u64, nodes: &[usize], required: Option<usiz
         (true, false) => space.min_sum_pairwise(cap),
         (false, _) => fixed_order_min_sum(micro, &order, required, cap),
     };
-    let sum_and_max = |stages: &Assignment| {
+    let sum_and_max = |stages: &Split| {
         let times = micro.stage_times(stages);
         (times.iter().sum::<f64>(), times.iter().copied().fold(0.0, f64::max))
     };
