@@ -136,7 +136,7 @@ pub(crate) fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Fai
         };
         let problem = Scenario::from_json(&scenario_text)
             .map_err(Failure::from)
-            .and_then(|s| crate::load::problem(&base, s))
+            .and_then(|s| crate::load::problem(&base, &s))
             .map_err(|e| at(format!("`scenario`: {}", e.0)))?;
         let plan = stageplan::plan(&problem);
         if !plan.feasible {

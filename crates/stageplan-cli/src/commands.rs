@@ -283,7 +283,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Replan { current, scenario, tolerance, hysteresis, format } => {
             let stages = stageplan::planner::replan::current_from_json(&read(&current)?)
                 .map_err(|e| Failure(format!("`{}`: {e}", current.display())))?;
-            let problem = load_problem(&scenario, Scenario::from_json(&read(&scenario)?)?)?;
+            let problem = load_problem(&scenario, &Scenario::from_json(&read(&scenario)?)?)?;
             let result = stageplan::replan(&problem, &stages, stageplan::ReplanOptions { tolerance, hysteresis })?;
             let stdout = match format {
                 Format::Json => serde_json::to_string_pretty(&result)? + "\n",
@@ -366,7 +366,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
             Ok(Outcome::ok(stdout))
         }
         Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
-            let problem = load_problem(&scenario, Scenario::from_json(&read(&scenario)?)?)?;
+            let problem = load_problem(&scenario, &Scenario::from_json(&read(&scenario)?)?)?;
             if width == 0 || tokens == 0 || micro_batches == 0 || replicas == 0 || width > 8192 || replicas > 16 {
                 return Err(Failure(
                     "`--width` (1–8192), `--tokens`, `--micro-batches` and `--replicas` (1–16) must be positive".into(),
@@ -380,7 +380,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
 
 /// `stageplan probe --cpu`.
 fn probe_cpu(threads: Option<usize>, quick: bool, format: Format) -> Result<Outcome, Failure> {
-    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let options =
         if quick { stageplan_cpu::CpuOptions::quick(threads) } else { stageplan_cpu::CpuOptions::new(threads) };
     let probe = stageplan_cpu::probe(&options, &mut |step| eprintln!("probing the CPU: {step}"))
@@ -420,7 +420,7 @@ fn plan(
             PolicyArg::Manual => Policy::Manual,
         };
     }
-    let problem = load_problem(path, scenario)?;
+    let problem = load_problem(path, &scenario)?;
     let plan = stageplan::plan(&problem);
     let verified = if verify {
         const LIMIT: u64 = 200_000_000;
@@ -456,7 +456,7 @@ fn plan(
 }
 
 /// Checks a scenario read from `path` (`-`: standard input) into a problem.
-fn load_problem(path: &Path, scenario: Scenario) -> Result<stageplan::Problem, Failure> {
+fn load_problem(path: &Path, scenario: &Scenario) -> Result<stageplan::Problem, Failure> {
     let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
     load::problem(base, scenario)
 }
@@ -602,7 +602,7 @@ fn export(
         let options = ExportOptions::for_plan(&plan);
         (plan, options)
     } else {
-        let problem = load_problem(path, Scenario::from_json(&text)?)?;
+        let problem = load_problem(path, &Scenario::from_json(&text)?)?;
         (stageplan::plan(&problem), ExportOptions::for_problem(&problem))
     };
     if !plan.feasible {

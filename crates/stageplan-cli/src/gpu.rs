@@ -35,7 +35,7 @@ pub(crate) fn probe(
     for index in chosen {
         let context = pollster::block_on(gpu.open(index)).map_err(|e| Failure(e.to_string()))?;
         let probe = pollster::block_on(stageplan_gpu::probe(&context, options, &mut |step| {
-            eprintln!("probing {}: {step}", context.adapter.name)
+            eprintln!("probing {}: {step}", context.adapter.name);
         }))
         .map_err(|e| Failure(e.to_string()))?;
         probes.push(probe);

@@ -16,7 +16,7 @@ use crate::outcome::Failure;
 
 /// The one road from a scenario to a problem in the CLI: checks it, reading the headers of
 /// a model file it names (relative to `base`, the scenario file's folder).
-pub(crate) fn problem(base: &Path, scenario: stageplan::Scenario) -> Result<stageplan::Problem, Failure> {
+pub(crate) fn problem(base: &Path, scenario: &stageplan::Scenario) -> Result<stageplan::Problem, Failure> {
     Ok(match scenario.model.file()? {
         Some(file) => scenario.problem_with_model(model_file(&base.join(file), None)?.model)?,
         None => scenario.problem()?,

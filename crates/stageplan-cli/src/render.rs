@@ -163,9 +163,7 @@ pub(crate) fn plan(problem: &Problem, plan: &Plan) -> String {
         out.push_str("\nother policies, same cost model\n");
         let ours = plan.objective_value();
         for b in &plan.baselines {
-            let figure = if !b.feasible {
-                b.problem.clone().unwrap_or_else(|| "does not fit".to_owned())
-            } else {
+            let figure = if b.feasible {
                 let (value, text) = match plan.objective {
                     Objective::Throughput => (b.tokens_per_s, format!("{} tok/s", sig3(b.tokens_per_s))),
                     Objective::Latency => {
@@ -180,6 +178,8 @@ pub(crate) fn plan(problem: &Problem, plan: &Plan) -> String {
                     }
                     _ => text,
                 }
+            } else {
+                b.problem.clone().unwrap_or_else(|| "does not fit".to_owned())
             };
             let _ = writeln!(out, "  {:<20} {figure}", b.policy.name());
         }

@@ -96,7 +96,7 @@ pub struct CpuProbe {
 /// A thread count out of range, too little free memory for the read buffer, or no
 /// `/proc/meminfo`.
 pub fn probe(options: &CpuOptions, progress: &mut dyn FnMut(&str)) -> Result<CpuProbe, CpuError> {
-    let logical_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let logical_cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     if options.threads == 0 || options.threads > MAX_THREADS {
         return Err(CpuError::Threads(options.threads));
     }

@@ -32,7 +32,7 @@ fn cpu_triad(a: &mut [f32], b: &[f32], c: &[f32], threads: usize) {
 }
 
 fn bench(c: &mut Criterion) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let gpu = Gpu::new();
     let context = pollster::block_on(gpu.open(0)).expect("a GPU adapter (lavapipe in CI)");
 
@@ -45,7 +45,7 @@ fn bench(c: &mut Criterion) {
             let runs = ProbeOptions { repetitions: iters as u32, ..options.clone() };
             let m = pollster::block_on(measure_bandwidth(&context, &runs)).expect("triad runs");
             Duration::from_secs_f64(m.samples_s.iter().sum())
-        })
+        });
     });
     let count = (STREAM_BYTES / 4) as usize;
     let (mut a, b, cc) = (vec![0f32; count], vec![1f32; count], vec![2f32; count]);
@@ -62,7 +62,7 @@ fn bench(c: &mut Criterion) {
             let runs = ProbeOptions { repetitions: iters as u32, ..options.clone() };
             let m = pollster::block_on(measure_matmul(&context, &runs, false)).expect("matmul runs");
             Duration::from_secs_f64(m.samples_s.iter().sum())
-        })
+        });
     });
     let x = ndarray::Array2::<f32>::from_elem((N, N), 0.5);
     let y = ndarray::Array2::<f32>::from_elem((N, N), 0.25);

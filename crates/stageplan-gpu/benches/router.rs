@@ -256,7 +256,7 @@ fn bench(c: &mut Criterion) {
                     for (key, &cost) in keys.iter().zip(&costs) {
                         loads[(hasher.hash_one(key) % n as u64) as usize] += cost;
                     }
-                })
+                });
             });
             let rendezvous = Rendezvous::new(&weights(n));
             let mut counted = vec![0u64; n];
@@ -265,7 +265,7 @@ fn bench(c: &mut Criterion) {
                     for (key, &cost) in keys.iter().zip(&costs) {
                         counted[rendezvous.landing(key)] += cost;
                     }
-                })
+                });
             });
             let modes = [
                 ("baseline-landing-spill", Mode::Landing { spill: 1000 }, 0),
@@ -284,7 +284,7 @@ fn bench(c: &mut Criterion) {
                         for (key, &cost) in keys.iter().zip(&costs) {
                             a.assign(key, cost).expect("no overflow in a benchmark");
                         }
-                    })
+                    });
                 });
             }
         }

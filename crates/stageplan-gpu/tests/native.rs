@@ -38,7 +38,7 @@ fn every_adapter_probes_with_verified_kernels() {
         assert_eq!(steps.first().map(String::as_str), Some("memory bandwidth"));
         assert_eq!(probe.compute_f16.is_some(), adapter.features.shader_f16);
         let node = probe.node("here");
-        assert_eq!(node.bandwidth.map(|b| b.get()), Some(probe.bandwidth.median));
+        assert_eq!(node.bandwidth.map(stageplan::units::Bandwidth::get), Some(probe.bandwidth.median));
         assert!(node.probe.is_some_and(|p| p.adapter == adapter.name));
     }
 }

@@ -7,6 +7,9 @@
 //! declarations) types every function and shape; the functions skip wasm-bindgen's own
 //! signatures, which cannot say "optional".
 
+// Exported functions take JavaScript values by value, as wasm-bindgen passes them.
+#![allow(clippy::needless_pass_by_value)]
+
 #[cfg(feature = "api")]
 use serde::Serialize;
 #[cfg(feature = "api")]

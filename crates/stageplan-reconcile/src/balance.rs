@@ -262,7 +262,7 @@ pub fn chunk(layers: Range<usize>, bytes_per_layer: &[u64], workers: usize) -> V
         let remaining_layers = layers.end - l - 1;
         let remaining_slices = slices - done;
         // Cut when this slice reached its share, keeping a layer for every slice left.
-        let share = total as u128 * done as u128 / slices as u128;
+        let share = u128::from(total) * done as u128 / slices as u128;
         if done < slices
             && (u128::from(running) >= share || remaining_layers == remaining_slices)
             && remaining_layers >= remaining_slices

@@ -464,7 +464,7 @@ fn simulation_keeps_the_invariants_and_converges() {
                 }
                 6 | 7 => {
                     let stages: Vec<(u64, u32)> =
-                        (0..1 + rng.below(3)).map(|_| (2 + rng.below(20), rng.below(3) as u32)).collect();
+                        (0..=rng.below(3)).map(|_| (2 + rng.below(20), rng.below(3) as u32)).collect();
                     let d = deployment(&format!("d{}", rng.below(5)), rng.below(6) as u32, &stages);
                     Event::DeploymentChanged(d)
                 }

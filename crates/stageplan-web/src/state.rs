@@ -332,10 +332,10 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
         name,
         device: spec.device.clone().unwrap_or_default(),
         kind: spec.kind.map(|k| k.name().to_owned()).unwrap_or_default(),
-        memory: text(spec.memory.map(|b| b.get()), Dimension::Memory),
-        bandwidth: text(spec.bandwidth.map(|b| b.get()), Dimension::Bandwidth),
-        compute: text(spec.compute.map(|c| c.get()), Dimension::Compute),
-        reserve: text(spec.reserve.map(|r| r.get()), Dimension::Memory),
+        memory: text(spec.memory.map(stageplan::units::Bytes::get), Dimension::Memory),
+        bandwidth: text(spec.bandwidth.map(stageplan::units::Bandwidth::get), Dimension::Bandwidth),
+        compute: text(spec.compute.map(stageplan::units::Compute::get), Dimension::Compute),
+        reserve: text(spec.reserve.map(stageplan::units::Bytes::get), Dimension::Memory),
         enabled: true,
     };
     match spec.count {

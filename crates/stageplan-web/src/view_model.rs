@@ -163,15 +163,15 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         .iter()
         .map(|b| BaselineRow {
             policy: policy_name(b.policy),
-            figure: if !b.feasible {
-                b.problem.clone().unwrap_or_else(|| "does not fit".into())
-            } else {
+            figure: if b.feasible {
                 match plan.objective {
                     Objective::Throughput => format!("{} tok/s", sig3(b.tokens_per_s)),
                     Objective::Latency => {
                         b.latency_s.map_or_else(|| "–".into(), |l| format!("{} per token", format_seconds(l)))
                     }
                 }
+            } else {
+                b.problem.clone().unwrap_or_else(|| "does not fit".into())
             },
             pct: speed(b.tokens_per_s, b.latency_s, b.feasible) * 100.0 / best,
             feasible: b.feasible,

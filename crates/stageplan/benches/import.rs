@@ -84,13 +84,13 @@ fn bench(c: &mut Criterion) {
         b.iter(|| match gguf::parse(&header, Some(file_len)) {
             Ok(Parse::Done(h)) => h,
             other => panic!("{other:?}"),
-        })
+        });
     });
     group.bench_function("gguf-100-layers-parse-and-model", |b| {
         b.iter(|| {
             let Ok(Parse::Done(h)) = gguf::parse(&header, Some(file_len)) else { panic!("parses") };
             import::gguf_model("bench", &[h]).expect("a model")
-        })
+        });
     });
     group.finish();
     #[allow(clippy::print_stdout)] // a benchmark reports what it measured

@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
     let busiest = running.stages.iter().max_by_key(|s| s.layers[1] - s.layers[0]).expect("a plan").node.clone();
     let lost = problem(HOME, |s| s.nodes.retain(|n| n.name != busiest));
     group.bench_function("replan-node-lost", |b| {
-        b.iter(|| stageplan::replan(&lost, &current, stageplan::ReplanOptions::default()).expect("valid current plan"))
+        b.iter(|| stageplan::replan(&lost, &current, stageplan::ReplanOptions::default()).expect("valid current plan"));
     });
     group.finish();
 

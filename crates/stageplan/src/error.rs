@@ -16,10 +16,10 @@ pub enum ModelError {
     #[error("{what} is not supported from a config: {fix}")]
     Unsupported { what: String, fix: String },
     /// No model preset by that name.
-    #[error("unknown model preset `{name}`{}; run `stageplan presets` to list them", suggest(.suggestion))]
+    #[error("unknown model preset `{name}`{}; run `stageplan presets` to list them", suggest(.suggestion.as_deref()))]
     UnknownPreset { name: String, suggestion: Option<String> },
     /// No weight format by that name.
-    #[error("unknown weight format `{name}`{}; use e.g. `bf16`, `f16`, `fp8`, `int8`, `q8_0`, `q6_k`, `q5_k_m`, `q4_k_m`, `q3_k_m`, `q2_k`, `iq4_xs`", suggest(.suggestion))]
+    #[error("unknown weight format `{name}`{}; use e.g. `bf16`, `f16`, `fp8`, `int8`, `q8_0`, `q6_k`, `q5_k_m`, `q4_k_m`, `q3_k_m`, `q2_k`, `iq4_xs`", suggest(.suggestion.as_deref()))]
     UnknownWeights { name: String, suggestion: Option<String> },
 }
 
@@ -42,7 +42,7 @@ fn join(prefix: &str, field: &str) -> String {
     if field.is_empty() || field == "." { prefix.to_owned() } else { format!("{prefix}.{field}") }
 }
 
-pub(crate) fn suggest(suggestion: &Option<String>) -> String {
+pub(crate) fn suggest(suggestion: Option<&str>) -> String {
     match suggestion {
         Some(s) => format!(" (did you mean `{s}`?)"),
         None => String::new(),

@@ -292,7 +292,7 @@ impl Scenario {
                         at("device"),
                         format!(
                             "`{device}` is not a device preset{}; run `stageplan presets` to list them, or give `memory`, `bandwidth` and `compute` instead",
-                            suggest(&suggestion)
+                            suggest(suggestion.as_deref())
                         ),
                     )
                 })?),
@@ -528,7 +528,7 @@ impl ModelSpec {
                     "model.weights",
                     format!(
                         "`{name}` is not a weight format{}; run `stageplan presets` to list them",
-                        suggest(&suggestion)
+                        suggest(suggestion.as_deref())
                     ),
                 ),
                 other => other.into(),
@@ -542,7 +542,7 @@ impl ModelSpec {
                         "model.preset",
                         format!(
                             "`{name}` is not a model preset{}; run `stageplan presets` to list them",
-                            suggest(&suggestion)
+                            suggest(suggestion.as_deref())
                         ),
                     ),
                     other => other.into(),

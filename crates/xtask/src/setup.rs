@@ -166,7 +166,7 @@ pub(crate) fn llama_cpp(python: &Path) -> Result<PathBuf, String> {
     let mut configure = Command::new("cmake");
     configure.arg("-S").arg(source.join("vendor/llama.cpp")).arg("-B").arg(&build).args(LLAMA_CPP_CMAKE);
     step("configure llama.cpp", configure)?;
-    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get()).to_string();
+    let jobs = std::thread::available_parallelism().map_or(2, std::num::NonZero::get).to_string();
     let mut compile = Command::new("cmake");
     compile.arg("--build").arg(&build).args(["-j", &jobs, "--target"]).args(LLAMA_CPP_TARGETS);
     step("build llama.cpp (once per machine)", compile)?;

@@ -93,7 +93,7 @@ async fn probe(reply: &dyn Fn(Reply)) -> Option<Probe> {
     };
     let started = js_sys::Date::now();
     let measured = stageplan_gpu::probe(&context, &ProbeOptions::quick(), &mut |step| {
-        reply(Reply::Progress(format!("measuring {step}…")))
+        reply(Reply::Progress(format!("measuring {step}…")));
     })
     .await;
     match measured {

@@ -177,7 +177,7 @@ fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
                 if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) {
                     f(n, value);
                 }
-            })
+            });
         }
     };
     let enabled = move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(|n| n.enabled));

@@ -9,7 +9,8 @@ mod device;
 mod export;
 #[allow(unreachable_pub)]
 mod inputs;
-#[allow(unreachable_pub)]
+// Components take their props by value: that is Leptos' calling convention.
+#[allow(unreachable_pub, clippy::needless_pass_by_value)]
 mod results;
 #[allow(unreachable_pub)]
 mod widget;

@@ -105,7 +105,8 @@ fn unique_name(state: &AppState, device: &str) -> String {
     if !taken(device) {
         return device.to_owned();
     }
-    (2..).map(|k| format!("{device}-{k}")).find(|name| !taken(name)).unwrap_or_default()
+    // Of `nodes + 1` candidates at least one is free.
+    (2..=state.nodes.len() + 2).map(|k| format!("{device}-{k}")).find(|name| !taken(name)).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -211,7 +211,7 @@ fn header(c: &mut Cursor<'_>, file_len: Option<u64>, budget: &mut u64) -> Read<G
             return c.bad(at, format!("tensor `{name}` has unknown GGML type {type_id}"));
         };
         let offset = c.u64(&"tensor offset")?;
-        let elements = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).filter(|&n| n <= i64::MAX as u64);
+        let elements = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).filter(|&n| i64::try_from(n).is_ok());
         let Some(elements) = elements else {
             return c.bad(at, format!("tensor `{name}` has dimensions {dims:?}, whose product overflows"));
         };
