@@ -5,7 +5,7 @@
 //! from one device and uploaded to the next. Micro-batches stream through the pipeline:
 //! at each tick every stage works on a different micro-batch, all submitted before any is
 //! awaited, so separate devices overlap. Requests (micro-batches) are routed across
-//! replicas of the pipeline by a [`Router`](crate::router::Router). The output is checked against a CPU
+//! replicas of the pipeline by a [`Router`]. The output is checked against a CPU
 //! reference computed in f64 on fresh random inputs.
 //!
 //! **Error bound.** With weights scaled to keep activations of order 1, an f32 dot product

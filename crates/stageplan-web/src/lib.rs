@@ -5,12 +5,14 @@
 //! - [`state`]: what the user edits, the scenario it makes, the share link.
 //! - [`view_model`]: a plan laid out for drawing (pure, tested).
 //! - [`files`]: model files dropped on the page, header only.
+//! - [`planning`]: from the edited state to a plan and its drawing (page and widget alike).
 //! - [`app`] and [`ui`]: the components, and [`ui::Widget`], the embed widget.
 //! - [`worker`]: the page's side of the worker that measures the device with WebGPU, runs
 //!   the plan as kernels and makes the engine exports, and the messages both sides exchange.
 
 pub mod app;
 pub mod files;
+pub mod planning;
 pub mod state;
 pub mod ui;
 pub mod view_model;

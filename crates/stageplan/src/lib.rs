@@ -10,6 +10,7 @@
 //! `wasm32-unknown-unknown`, so the browser planner and the CLI run the same code.
 //!
 //! - [`model`]: tensors, weight formats, parameter counts.
+//! - [`device`]: a machine's kind, backend and measured efficiency: plain vocabulary.
 //! - [`cost`]: the cost model and its formulas.
 //! - [`calibration`]: speed terms fitted to published llama.cpp measurements.
 //! - [`planner`]: the `optimal` search and the baselines.
@@ -21,6 +22,7 @@
 
 pub mod calibration;
 pub mod cost;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod export;

@@ -9,7 +9,8 @@
 
 use serde::Serialize;
 
-use crate::calibration::Backend;
+use crate::device::Backend;
+pub use crate::device::DeviceKind;
 use crate::error::{ModelError, closest};
 use crate::model::{HfConfig, Model, WeightFormat};
 
@@ -93,31 +94,6 @@ impl ModelPreset {
     /// Never for the built-in configs (tested); the `Result` keeps the signature honest.
     pub fn model(&self, weights: WeightFormat) -> Result<Model, ModelError> {
         Ok(Model::from_transformer(self.name, self.config().transformer()?, weights))
-    }
-}
-
-/// What kind of memory a device plans against; exports also decide device names and GPU
-/// requests by it.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeviceKind {
-    /// A discrete GPU: its VRAM. The default when nothing says otherwise.
-    #[default]
-    Gpu,
-    /// Apple silicon: unified memory, of which macOS lets the GPU wire about three quarters.
-    Unified,
-    /// A CPU box: system RAM.
-    Cpu,
-}
-
-impl DeviceKind {
-    /// The name scenarios use.
-    pub fn name(self) -> &'static str {
-        match self {
-            DeviceKind::Gpu => "gpu",
-            DeviceKind::Unified => "unified",
-            DeviceKind::Cpu => "cpu",
-        }
     }
 }
 

@@ -2,9 +2,10 @@
 //! links per pair, manual stages in range — ready to plan. Every error names the field by
 //! its JSON path and says what to write.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::calibration::Backend;
+pub use crate::device::Efficiency;
+use crate::device::{Backend, DeviceKind};
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
@@ -12,45 +13,10 @@ use crate::limits::{
     MAX_THREADS,
 };
 use crate::model::{Model, WeightFormat};
-use crate::presets::{DeviceKind, DevicePreset, ModelPreset};
+use crate::presets::{DevicePreset, ModelPreset};
 use crate::scenario::{ModelSpec, Objective, Policy, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
-
-/// What fraction of its stated bandwidth and compute a node achieves on this work.
-///
-/// Preset figures are vendor peaks; measured stage times (`stageplan run-sharded`) show the
-/// fraction a device reaches. [`Efficiency::fit`] estimates it, and a node's `efficiency`
-/// in the scenario applies it.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Efficiency {
-    pub bandwidth: f64,
-    pub compute: f64,
-}
-
-impl Default for Efficiency {
-    fn default() -> Self {
-        Efficiency { bandwidth: 1.0, compute: 1.0 }
-    }
-}
-
-impl Efficiency {
-    /// Fits factors to measurements: each sample is a prediction's roofline terms
-    /// `(memory_s, compute_s)` (at efficiency 1) and the measured seconds. A stage is
-    /// explained by the term that dominated its prediction; the factor of each term is the
-    /// median of `predicted_term / measured` over the stages it explains (1 when none).
-    pub fn fit(samples: &[((f64, f64), f64)]) -> Efficiency {
-        let median = |mut v: Vec<f64>| {
-            v.retain(|x| x.is_finite() && *x > 0.0);
-            v.sort_by(f64::total_cmp);
-            if v.is_empty() { 1.0 } else { v[v.len() / 2] }
-        };
-        let memory = samples.iter().filter(|((m, c), _)| m >= c).map(|((m, _), t)| m / t).collect();
-        let compute = samples.iter().filter(|((m, c), _)| c > m).map(|((_, c), t)| c / t).collect();
-        Efficiency { bandwidth: median(memory), compute: median(compute) }
-    }
-}
 
 /// A checked workload.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -22,12 +22,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::calibration::Backend;
+use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
 use crate::error::ScenarioError;
 use crate::model::HfConfig;
-use crate::presets::DeviceKind;
-use crate::problem::Efficiency;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
 /// A scenario exactly as written in the file.

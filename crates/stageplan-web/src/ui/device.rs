@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use stageplan::units::{Dimension, format_bandwidth, format_bytes, format_compute, format_seconds};
 
-use crate::app::Computed;
+use crate::planning::Computed;
 use crate::state::{AppState, NodeDraft, quantity_text};
 use crate::worker::{Measured, PageWorker, Reply, Request, ShardedRun};
 

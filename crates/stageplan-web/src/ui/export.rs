@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use stageplan::export::{Export, Target};
 
 use super::inputs::download;
-use crate::app::Computed;
+use crate::planning::Computed;
 use crate::worker::{PageWorker, Reply, Request};
 
 /// A tab per engine; the chosen one's text (what `stageplan export --to TARGET` prints), its

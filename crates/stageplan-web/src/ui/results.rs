@@ -6,7 +6,7 @@ use stageplan::plan::Level;
 use stageplan::units::format_seconds;
 
 use super::inputs::download;
-use crate::app::Computed;
+use crate::planning::Computed;
 use crate::state::AppState;
 use crate::view_model::PlanView;
 

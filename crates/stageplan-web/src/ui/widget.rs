@@ -10,7 +10,7 @@ use stageplan::WeightFormat;
 use stageplan::presets::DEVICES;
 
 use super::results::StagesView;
-use crate::app::compute;
+use crate::planning::compute;
 use crate::state::{AppState, ModelSource, NodeDraft};
 
 /// The widget, starting from `initial` (a scenario read by [`AppState::from_scenario`]).

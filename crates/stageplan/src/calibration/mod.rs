@@ -18,64 +18,10 @@
 //! the fit. A node's `backend` selects them (from its preset, else its kind); `"peak"` turns
 //! them off.
 
-use serde::{Deserialize, Serialize};
-
 mod fitted;
 
+pub use crate::device::Backend;
 pub use fitted::FITTED;
-
-/// The llama.cpp backend a node runs: it selects the fitted speed terms.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Cuda,
-    Metal,
-    Rocm,
-    Vulkan,
-    Cpu,
-    /// Spec-sheet peaks, no fitted terms.
-    Peak,
-}
-
-impl Backend {
-    /// Every backend with fitted terms.
-    pub const FITTED: [Backend; 5] = [Backend::Cuda, Backend::Metal, Backend::Rocm, Backend::Vulkan, Backend::Cpu];
-
-    /// The name scenarios use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Cuda => "cuda",
-            Backend::Metal => "metal",
-            Backend::Rocm => "rocm",
-            Backend::Vulkan => "vulkan",
-            Backend::Cpu => "cpu",
-            Backend::Peak => "peak",
-        }
-    }
-
-    /// As llama.cpp names it.
-    pub fn title(self) -> &'static str {
-        match self {
-            Backend::Cuda => "CUDA",
-            Backend::Metal => "Metal",
-            Backend::Rocm => "ROCm",
-            Backend::Vulkan => "Vulkan",
-            Backend::Cpu => "CPU",
-            Backend::Peak => "spec-sheet peaks",
-        }
-    }
-
-    /// The backend of a node without a preset, by its kind: Apple silicon runs Metal, a CPU
-    /// box the CPU backend, any other GPU CUDA.
-    pub fn of_kind(kind: Option<crate::presets::DeviceKind>) -> Backend {
-        use crate::presets::DeviceKind;
-        match kind {
-            Some(DeviceKind::Unified) => Backend::Metal,
-            Some(DeviceKind::Cpu) => Backend::Cpu,
-            _ => Backend::Cuda,
-        }
-    }
-}
 
 /// How weights are stored, as far as reading them costs: classes the fit tells apart.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

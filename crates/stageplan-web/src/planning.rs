@@ -1,0 +1,60 @@
+//! The page's one road from what the user edited to a plan: the scenario, the model (a
+//! dropped file's or the scenario's own), the plan and its drawing, timed. The page and the
+//! embed widget both plan through [`compute`].
+
+use stageplan::Plan;
+
+use crate::files::Dropped;
+use crate::state::{AppState, ModelSource};
+use crate::view_model::{PlanView, plan_view};
+
+/// A planned state, or why it cannot be planned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub plan: Plan,
+    pub view: PlanView,
+    pub layers: usize,
+    pub model: String,
+    /// What the exports need beyond the plan (each machine's kind, from its preset).
+    pub export_options: stageplan::export::ExportOptions,
+}
+
+/// The last planning and how long it took.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Computed {
+    pub result: Result<Outcome, String>,
+    pub millis: f64,
+}
+
+/// Plans `state` (with a dropped model file, if that is the model).
+///
+/// # Errors
+/// The scenario's first problem, worded as the CLI words it.
+pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, String> {
+    let scenario = state.scenario()?;
+    let problem = match (state.model.source, dropped) {
+        (ModelSource::File, Some(file)) => scenario.problem_with_model(file.model.clone()),
+        (ModelSource::File, None) => {
+            return Err("drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it".into());
+        }
+        _ => scenario.problem(),
+    }
+    .map_err(|e| e.to_string())?;
+    let plan = stageplan::plan_enabled(&problem, &state.enabled());
+    let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+    let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);
+    let layers = problem.model.num_layers();
+    let view = plan_view(&plan, layers, &index);
+    Ok(Outcome {
+        plan,
+        view,
+        layers,
+        model: format!("{} · {}", problem.model.name, problem.model.weights),
+        export_options: stageplan::export::ExportOptions::for_problem(&problem),
+    })
+}
+
+/// Milliseconds since the page loaded (0 off the browser).
+pub fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+}
