@@ -105,6 +105,74 @@ fn architecture_names_every_crate() {
     }
 }
 
+/// No two modules of a crate use each other, directly or around a loop: each crate's
+/// top-level modules (`crate::x` in code, doc comments and tests aside) form a DAG.
+#[test]
+fn no_module_uses_itself_around_a_loop() {
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("a source folder").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for entry in std::fs::read_dir(&crates).expect("crates/").flatten() {
+        let src = entry.path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let mut uses: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+        for file in files {
+            let relative = file.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+            let module = relative.split(['/', '.']).next().unwrap_or_default().to_owned();
+            if ["lib", "main", "bin"].contains(&module.as_str()) || relative.ends_with("tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                let mut rest = line;
+                while let Some(at) = rest.find("crate::") {
+                    rest = &rest[at + 7..];
+                    let mut names: Vec<&str> =
+                        vec![rest.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').next().unwrap()];
+                    if let Some(group) = rest.strip_prefix('{') {
+                        let group = group.split('}').next().unwrap_or_default();
+                        names = group.split(',').map(|n| n.trim().split("::").next().unwrap_or_default()).collect();
+                    }
+                    for name in names.into_iter().filter(|n| !n.is_empty() && *n != module) {
+                        uses.entry(module.clone()).or_default().insert(name.to_owned());
+                    }
+                }
+            }
+        }
+        // Depth-first search for a module reachable from itself.
+        for start in uses.keys() {
+            let mut stack: Vec<Vec<&str>> = vec![vec![start.as_str()]];
+            let mut seen = std::collections::BTreeSet::new();
+            while let Some(path) = stack.pop() {
+                for next in uses.get(*path.last().unwrap()).into_iter().flatten() {
+                    assert!(
+                        next != start,
+                        "{}: modules use each other: {} -> {next}",
+                        src.display(),
+                        path.join(" -> ")
+                    );
+                    if seen.insert(next.as_str()) {
+                        stack.push([path.clone(), vec![next.as_str()]].concat());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Model files written by the reference packages, read by header only.
 #[test]
 fn model_files_are_read_by_their_headers() {
