@@ -626,5 +626,5 @@ impl Router for ByThroughput {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests;
