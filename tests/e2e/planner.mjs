@@ -31,6 +31,14 @@ const consoleErrors = [];
 
 async function open(hash = '') {
   const page = await browser.newPage();
+  // Each check starts from the example: the session a previous check left in this browser
+  // is forgotten, once per tab (a reload in the tab keeps it).
+  await page.addInitScript(() => {
+    if (!sessionStorage.getItem('e2e-fresh')) {
+      localStorage.clear();
+      sessionStorage.setItem('e2e-fresh', '1');
+    }
+  });
   page.on('request', (r) => requests.push(r.url()));
   page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${m.text()} (${page.url()})`); });
   page.on('pageerror', (e) => consoleErrors.push(`page error: ${e.message}`));
@@ -134,6 +142,47 @@ await check('a cluster built by typing and clicking plans exactly as the CLI doe
   await page.close();
 });
 
+await check('a preset replaces figures typed for another device; a bare number in Memory is GiB (#18: 1, 5)', async () => {
+  const page = await open();
+  const mac = page.locator('li.node[data-node="mac"]');
+  const node = async () => JSON.parse(await text(page, '#scenario-json')).nodes.find((n) => n.name === 'mac');
+  const before = await text(page, '#plan-json');
+  // The default "mac" has typed figures (64 GiB, 400 GB/s, 27 TFLOPS); an M2 Max preset
+  // must plan with the preset's 96 GB, not keep them.
+  await mac.locator('.node-device').selectOption('m2-max-96gb');
+  await page.waitForFunction((b) => document.querySelector('#plan-json').textContent !== b, before);
+  const chosen = await node();
+  assert.equal(chosen.device, 'm2-max-96gb');
+  assert.ok(!('memory' in chosen) && !('bandwidth' in chosen) && !('compute' in chosen), JSON.stringify(chosen));
+  assert.equal(await mac.locator('.node-memory').inputValue(), '');
+  samePlan(JSON.parse(await text(page, '#plan-json')), cliPlan(await text(page, '#scenario-json')));
+  // Back to custom figures: the preset's, written out to edit.
+  await mac.locator('.node-device').selectOption('');
+  assert.match(await mac.locator('.node-memory').inputValue(), /GiB$/);
+  // "64" in Memory is 64 GiB, not 64 bytes: with the 4090 switched off the plan needs the
+  // mac, and gets it.
+  await mac.locator('.node-memory').fill('64');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#scenario-json').textContent).nodes.find((n) => n.name === 'mac').memory === '64 GiB');
+  samePlan(JSON.parse(await text(page, '#plan-json')), cliPlan(await text(page, '#scenario-json')));
+  const withDesk = await text(page, '#plan-json');
+  await page.locator('li.node[data-node="desk"] .node-enabled').uncheck();
+  await page.waitForFunction((b) => document.querySelector('#plan-json').textContent !== b, withDesk);
+  const planned = JSON.parse(await text(page, '#plan-json'));
+  assert.ok(planned.feasible && planned.stages.some((s) => s.node === 'mac'), `mac dropped out: ${JSON.stringify(planned.stages.map((s) => s.node))}`);
+  await page.close();
+});
+
+await check('notes set names as code, and each what-if switch names its machine (#18: 10)', async () => {
+  const page = await open();
+  // The first plan's notes name `desk` (the core writes names between backticks).
+  const notes = await text(page, '#notes');
+  assert.ok(!notes.includes('`'), `literal backticks in the notes: ${notes}`);
+  assert.ok((await page.locator('#notes code', { hasText: 'desk' }).count()) > 0, notes);
+  const switches = await page.locator('.node-enabled + .visually-hidden').allTextContents();
+  assert.deepEqual(switches, ['use desk', 'use gamer', 'use mac']);
+  await page.close();
+});
+
 await check('re-planning 80 layers on 8 machines fits in a frame', async () => {
   const page = await open();
   const scenario = fs.readFileSync(path.join(root, 'tests/scenarios/home-70b-8.json'), 'utf8');
@@ -225,6 +274,7 @@ await check('a share link reloads the same state', async () => {
   await page.click('#share');
   const link = await page.inputValue('#share-link');
   assert.ok(link.startsWith(origin) && link.includes('#s1.'), link);
+  await page.waitForFunction(() => document.querySelector('#share-status').textContent === 'Link copied');
   const scenario = await text(page, '#scenario-json');
   const planJson = await text(page, '#plan-json');
   const again = await browser.newPage();
@@ -235,6 +285,31 @@ await check('a share link reloads the same state', async () => {
   assert.equal(await text(again, '#plan-json'), planJson);
   assert.equal(await again.locator('li.node.off').count(), 1);
   await again.close();
+  await page.close();
+});
+
+await check('every edit follows into the URL and is kept for the next visit (#18: 8)', async () => {
+  const page = await open();
+  await page.fill('#context', '16384');
+  await page.waitForFunction(() => location.hash.startsWith('#s1.'));
+  const followed = await page.evaluate(() => location.href);
+  // A visit without a link opens the last session; a reload of the link, that state.
+  await page.goto(`${origin}/`);
+  await page.waitForSelector('#plan-headline, #error');
+  assert.equal(await page.inputValue('#context'), '16384');
+  await page.goto(followed);
+  await page.reload();
+  await page.waitForSelector('#plan-headline, #error');
+  assert.equal(await page.inputValue('#context'), '16384');
+  await page.close();
+});
+
+await check('a link made from a model file names the file to drop again (#18: 8)', async () => {
+  const page = await open();
+  await page.fill('#import-json', JSON.stringify({ model: { file: 'llama-8b-q4.gguf' }, nodes: [{ name: 'a', device: 'rtx-4090' }] }));
+  await page.click('#import');
+  await page.waitForSelector('#error');
+  assert.match(await text(page, '#error'), /`?llama-8b-q4\.gguf`?.*drop it on the page again/);
   await page.close();
 });
 

@@ -8,11 +8,24 @@ use crate::state::AppState;
 use crate::ui::{ClusterPanel, DevicePanel, ExportPanel, ModelPanel, PlanPanel, SharePanel};
 use crate::worker::PageWorker;
 
-/// The state the page opens with: from the share link in the URL, else the default.
+/// Where the last session is kept between visits.
+const SESSION_KEY: &str = "stageplan.session";
+
+/// How long the page waits after an edit before writing the URL and the saved session.
+const SAVE_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
+
+fn local_storage() -> Option<web_sys::Storage> {
+    web_sys::window()?.local_storage().ok()?
+}
+
+/// The state the page opens with: from the share link in the URL, else the last session
+/// kept in this browser, else the example.
 fn initial_state() -> (AppState, Option<String>) {
     let hash = web_sys::window().and_then(|w| w.location().hash().ok()).unwrap_or_default();
     if hash.trim_start_matches('#').is_empty() {
-        return (AppState::default(), None);
+        let saved = local_storage().and_then(|s| s.get_item(SESSION_KEY).ok()?);
+        let state = saved.and_then(|fragment| AppState::from_fragment(&fragment).ok());
+        return (state.map_or_else(AppState::default, AppState::with_unique_ids), None);
     }
     match AppState::from_fragment(&hash) {
         Ok(state) => (state.with_unique_ids(), None),
@@ -20,11 +33,36 @@ fn initial_state() -> (AppState, Option<String>) {
     }
 }
 
+/// Keeps the URL and the saved session on the state: each edit, once the typing pauses,
+/// replaces the URL's fragment (no history entry per keystroke) and the saved session.
+fn follow_edits(state: RwSignal<AppState>) {
+    let pending: StoredValue<Option<TimeoutHandle>, LocalStorage> = StoredValue::new_local(None);
+    Effect::new(move |first: Option<()>| {
+        let fragment = state.with(AppState::to_fragment);
+        if first.is_none() {
+            return;
+        }
+        if let Some(handle) = pending.get_value() {
+            handle.clear();
+        }
+        let save = move || {
+            if let Some(history) = web_sys::window().and_then(|w| w.history().ok()) {
+                let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("#{fragment}")));
+            }
+            if let Some(storage) = local_storage() {
+                let _ = storage.set_item(SESSION_KEY, &fragment);
+            }
+        };
+        pending.set_value(set_timeout_with_handle(save, SAVE_AFTER).ok());
+    });
+}
+
 /// The page.
 #[component]
 pub fn App() -> impl IntoView {
     let (initial, problem) = initial_state();
     let state = RwSignal::new(initial);
+    follow_edits(state);
     let dropped: RwSignal<Option<Dropped>> = RwSignal::new(None);
     let notice: RwSignal<Option<String>> = RwSignal::new(problem);
     // Device measurements and exports: started on first use (see `worker`).

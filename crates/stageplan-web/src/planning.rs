@@ -34,6 +34,12 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, S
     let scenario = state.scenario()?;
     let problem = match (state.model.source, dropped) {
         (ModelSource::File, Some(file)) => scenario.problem_with_model(file.model.clone()),
+        (ModelSource::File, None) if !state.model.file.trim().is_empty() => {
+            return Err(format!(
+                "this plan was made from the model file `{}`: drop it on the page again to plan it (files never leave your machine, so links cannot carry them)",
+                state.model.file.trim()
+            ));
+        }
         (ModelSource::File, None) => {
             return Err("drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it".into());
         }

@@ -74,6 +74,31 @@ impl NodeDraft {
     pub fn preset(name: &str, device: &str) -> NodeDraft {
         NodeDraft { name: name.into(), device: device.into(), enabled: true, ..NodeDraft::default() }
     }
+
+    /// Picks a device from the select. A preset brings its own figures, so the old ones
+    /// (typed for another device) go; "custom figures" starts from the figures of the preset
+    /// it leaves, written out to edit.
+    pub fn choose_device(&mut self, device: &str) {
+        let leaving = std::mem::replace(&mut self.device, device.to_owned());
+        if !device.is_empty() {
+            (self.kind, self.memory, self.bandwidth, self.compute, self.reserve) = Default::default();
+            return;
+        }
+        if let Ok(preset) = stageplan::presets::DevicePreset::find(&leaving) {
+            let fill = |field: &mut String, value: f64, dimension: Dimension| {
+                if field.trim().is_empty() {
+                    *field = quantity_text(value, dimension);
+                }
+            };
+            fill(&mut self.memory, preset.memory, Dimension::Memory);
+            fill(&mut self.bandwidth, preset.bandwidth, Dimension::Bandwidth);
+            fill(&mut self.compute, preset.compute, Dimension::Compute);
+            fill(&mut self.reserve, preset.reserve, Dimension::Memory);
+            if self.kind.is_empty() {
+                preset.kind.name().clone_into(&mut self.kind);
+            }
+        }
+    }
 }
 
 /// A link between two named nodes, as edited.
@@ -158,9 +183,15 @@ impl AppState {
 
     /// The scenario as JSON text: what `stageplan plan` reads (the page's export).
     pub fn scenario_json(&self) -> Value {
-        let quantity = |text: &str| -> Value {
+        // A bare number is read in the unit the field's hint shows (GiB, GB/s, TFLOPS, ms),
+        // never in bytes: "64" in Memory is 64 GiB.
+        let quantity = |text: &str, unit: &str| -> Value {
             let t = text.trim();
-            if t.is_empty() { Value::Null } else { t.parse::<f64>().map_or_else(|_| json!(t), |n| json!(n)) }
+            match t.parse::<f64>() {
+                _ if t.is_empty() => Value::Null,
+                Ok(_) => json!(format!("{t} {unit}")),
+                Err(_) => json!(t),
+            }
         };
         let integer =
             |text: &str| -> Value { text.trim().parse::<i64>().map_or_else(|_| json!(text.trim()), |n| json!(n)) };
@@ -185,13 +216,13 @@ impl AppState {
                 if !n.kind.is_empty() {
                     node.insert("kind".into(), json!(n.kind));
                 }
-                for (key, text) in [
-                    ("memory", &n.memory),
-                    ("bandwidth", &n.bandwidth),
-                    ("compute", &n.compute),
-                    ("reserve", &n.reserve),
+                for (key, text, unit) in [
+                    ("memory", &n.memory, "GiB"),
+                    ("bandwidth", &n.bandwidth, "GB/s"),
+                    ("compute", &n.compute, "TFLOPS"),
+                    ("reserve", &n.reserve, "GiB"),
                 ] {
-                    let value = quantity(text);
+                    let value = quantity(text, unit);
                     if !value.is_null() {
                         node.insert(key.into(), value);
                     }
@@ -199,13 +230,12 @@ impl AppState {
                 Value::Object(node)
             })
             .collect();
-        let mut links =
-            json!({"default": {"bandwidth": quantity(&self.link_bandwidth), "latency": quantity(&self.link_latency)}});
+        let mut links = json!({"default": {"bandwidth": quantity(&self.link_bandwidth, "GB/s"), "latency": quantity(&self.link_latency, "ms")}});
         if !self.pairs.is_empty() {
             links["pairs"] = self
                 .pairs
                 .iter()
-                .map(|p| json!({"between": [p.a, p.b], "bandwidth": quantity(&p.bandwidth), "latency": quantity(&p.latency)}))
+                .map(|p| json!({"between": [p.a, p.b], "bandwidth": quantity(&p.bandwidth, "GB/s"), "latency": quantity(&p.latency, "ms")}))
                 .collect();
         }
         json!({
@@ -364,10 +394,20 @@ pub fn quantity_text(value: f64, dimension: Dimension) -> String {
     units
         .iter()
         .map(|&(unit, factor)| format!("{} {unit}", value / factor))
-        .chain(std::iter::once(format!("{value}")))
+        .chain(std::iter::once(format!("{value} {}", base_unit(dimension))))
         .filter(|text| parse_quantity(text, dimension).is_ok_and(|back| back == value))
         .min_by_key(String::len)
-        .unwrap_or_else(|| format!("{value}"))
+        .unwrap_or_else(|| format!("{value} {}", base_unit(dimension)))
+}
+
+/// The unit a quantity is counted in, written out (a bare number in a field means more).
+fn base_unit(dimension: Dimension) -> &'static str {
+    match dimension {
+        Dimension::Memory => "B",
+        Dimension::Bandwidth => "B/s",
+        Dimension::Compute => "FLOPS",
+        Dimension::Time => "s",
+    }
 }
 
 #[cfg(test)]
@@ -431,11 +471,39 @@ mod tests {
             (1.25e9, Dimension::Bandwidth, "1.25 GB/s"),
             (1.652e14, Dimension::Compute, "165.2 TFLOPS"),
             (5e-4, Dimension::Time, "0.5 ms"),
-            (12345.0, Dimension::Memory, "12345"),
+            (12345.0, Dimension::Memory, "12345 B"),
         ] {
             assert_eq!(quantity_text(value, dimension), text);
             assert_eq!(parse_quantity(text, dimension).unwrap(), value);
         }
+    }
+
+    /// Issue #18, point 5: "64" in Memory once meant 64 bytes and the machine dropped out.
+    #[test]
+    fn a_bare_number_is_read_in_the_unit_the_field_shows() {
+        let mut state = AppState::default();
+        let node = &mut state.nodes[0];
+        (node.device, node.memory, node.bandwidth, node.compute, node.reserve) =
+            (String::new(), "64".into(), "400".into(), "27".into(), "0".into());
+        let problem = state.scenario().unwrap().problem().unwrap();
+        let planned = &problem.nodes[0];
+        assert_eq!(planned.memory, 64 << 30);
+        assert_eq!((planned.bandwidth, planned.compute), (400e9, 27e12));
+    }
+
+    /// Issue #18, point 1: a preset chosen after typed figures plans with its own figures; a
+    /// switch to custom figures starts from the preset's, written out.
+    #[test]
+    fn choosing_a_device_replaces_the_figures_typed_for_another() {
+        let mut node =
+            NodeDraft { memory: "64 GiB".into(), bandwidth: "400 GB/s".into(), ..NodeDraft::preset("mac", "") };
+        node.choose_device("m2-max-96gb");
+        assert_eq!((node.memory.as_str(), node.bandwidth.as_str()), ("", ""));
+        node.choose_device("");
+        let preset = stageplan::presets::DevicePreset::find("m2-max-96gb").unwrap();
+        assert_eq!(parse_quantity(&node.memory, Dimension::Memory).unwrap(), preset.memory);
+        assert_eq!(parse_quantity(&node.bandwidth, Dimension::Bandwidth).unwrap(), preset.bandwidth);
+        assert_eq!(node.kind, "unified");
     }
 
     #[test]

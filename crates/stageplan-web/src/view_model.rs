@@ -199,6 +199,17 @@ pub fn bound_word(bound: Bound) -> &'static str {
     }
 }
 
+/// A core message split into prose and code: the core writes field names and values
+/// between backticks (as the terminal shows them); the page sets those as code, not as
+/// literal backticks. `true` marks code. An unpaired backtick stays as it is.
+pub fn code_spans(text: &str) -> Vec<(bool, String)> {
+    let parts: Vec<&str> = text.split('`').collect();
+    if parts.len().is_multiple_of(2) {
+        return vec![(false, text.to_owned())];
+    }
+    parts.iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| (i % 2 == 1, (*p).to_owned())).collect()
+}
+
 fn policy_name(policy: Policy) -> &'static str {
     policy.name()
 }
@@ -207,6 +218,18 @@ fn policy_name(policy: Policy) -> &'static str {
 mod tests {
     use super::*;
     use crate::state::AppState;
+
+    /// Issue #18, point 10: notes showed the core's backticks literally.
+    #[test]
+    fn backticked_names_become_code() {
+        let spans = code_spans("set `model.weights` to `q4_k_m`");
+        assert_eq!(
+            spans,
+            [(false, "set ".into()), (true, "model.weights".into()), (false, " to ".into()), (true, "q4_k_m".into())]
+        );
+        assert_eq!(code_spans("a ` b"), [(false, "a ` b".into())]);
+        assert_eq!(code_spans("plain"), [(false, "plain".into())]);
+    }
 
     fn view(state: &AppState) -> (Plan, PlanView) {
         let problem = state.scenario().unwrap().problem().unwrap();

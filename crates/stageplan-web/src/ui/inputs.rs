@@ -204,14 +204,14 @@ fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
                             let on = event_target_checked(&ev);
                             state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.enabled = on });
                         }/>
-                    <span class="visually-hidden">"use this machine"</span>
+                    <span class="visually-hidden">{move || format!("use {}", get(|n| n.name.clone()).get())}</span>
                 </label>
                 {input("node-name", "Name", "desk", get(|n| n.name.clone()), Box::new(set(|n, v| n.name = v)))}
                 <label class="field small">
                     <span>"Device"</span>
                     <select class="node-device" on:change=move |ev| {
                         let device = event_target_value(&ev);
-                        state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.device = device });
+                        state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.choose_device(&device) });
                     }>
                         <option value="" selected=custom>"custom figures"</option>
                         {DEVICES.iter().map(|d| view! {

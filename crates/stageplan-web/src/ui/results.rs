@@ -8,7 +8,15 @@ use stageplan::units::format_seconds;
 use super::inputs::download;
 use crate::planning::Computed;
 use crate::state::AppState;
-use crate::view_model::PlanView;
+use crate::view_model::{PlanView, code_spans};
+
+/// A core message with its backticked names and values set as code.
+fn prose(text: &str) -> impl IntoView + use<> {
+    code_spans(text)
+        .into_iter()
+        .map(|(code, part)| if code { view! { <code>{part}</code> }.into_any() } else { part.into_any() })
+        .collect_view()
+}
 
 /// The plan: stage diagram, memory bars, figures, left-out nodes, baselines, notes.
 #[component]
@@ -48,8 +56,8 @@ pub fn PlanPanel(state: RwSignal<AppState>, computed: Memo<Computed>) -> impl In
                         <ul id="notes">
                             {v.notes.iter().map(|(level, message, fix)| view! {
                                 <li class=match level { Level::Error => "note error", Level::Warning => "note warning", Level::Info => "note" }>
-                                    {message.clone()}
-                                    {fix.clone().map(|f| view! { <span class="fix">" → " {f}</span> })}
+                                    {prose(message)}
+                                    {fix.as_deref().map(|f| view! { <span class="fix">" → " {prose(f)}</span> })}
                                 </li>
                             }).collect_view()}
                         </ul>
@@ -125,6 +133,8 @@ pub fn SharePanel(
         state.with(|s| serde_json::to_string_pretty(&s.scenario_json()).unwrap_or_default())
     });
     let import_text = RwSignal::new(String::new());
+    // "Copied" for a moment after the link reaches the clipboard.
+    let copied = RwSignal::new(false);
     let share = move |_| {
         let fragment = state.with_untracked(AppState::to_fragment);
         if let Some(window) = web_sys::window() {
@@ -134,8 +144,14 @@ pub fn SharePanel(
                 let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("#{fragment}")));
             }
             let url = format!("{base}#{fragment}");
-            let _ = window.navigator().clipboard().write_text(&url);
+            let written = wasm_bindgen_futures::JsFuture::from(window.navigator().clipboard().write_text(&url));
             link.set(url);
+            wasm_bindgen_futures::spawn_local(async move {
+                if written.await.is_ok() {
+                    copied.set(true);
+                    set_timeout(move || copied.set(false), std::time::Duration::from_secs(2));
+                }
+            });
         }
     };
     let import = move |_| {
@@ -153,6 +169,7 @@ pub fn SharePanel(
             <h2>"Share and export"</h2>
             <div class="row">
                 <button id="share" type="button" on:click=share>"Copy a share link"</button>
+                <span id="share-status" role="status">{move || if copied.get() { "Link copied" } else { "" }}</span>
                 <button id="download-scenario" type="button" on:click=move |_| scenario_json.with(|text| if !text.is_empty() { download("scenario.json", text) })>"Download scenario JSON"</button>
                 <button id="download-plan" type="button" on:click=move |_| plan_json.with(|text| if !text.is_empty() { download("plan.json", text) })>"Download plan JSON"</button>
             </div>
