@@ -2,11 +2,10 @@
 
 use leptos::prelude::*;
 
-use crate::files::Dropped;
 use crate::planning::{Computed, compute, now_ms};
 use crate::state::AppState;
 use crate::ui::{ClusterPanel, DevicePanel, ExportPanel, ModelPanel, PlanPanel, SharePanel};
-use crate::worker::PageWorker;
+use crate::worker::{Dropped, PageWorker};
 
 /// Where the last session is kept between visits.
 const SESSION_KEY: &str = "stageplan.session";
@@ -85,7 +84,7 @@ pub fn App() -> impl IntoView {
         })}
         <main class="layout">
             <section class="inputs" aria-label="scenario">
-                <ModelPanel state=state dropped=dropped notice=notice/>
+                <ModelPanel state=state dropped=dropped notice=notice worker=worker/>
                 <ClusterPanel state=state/>
             </section>
             <section class="results" aria-label="plan">

@@ -1,22 +1,14 @@
-//! Model files dropped on the page: only their headers are read, through `File.slice`.
+//! Model files dropped on the page: only their headers are read, through `File.slice`, in
+//! the page's worker (see [`crate::worker`]; the parsers are not in the page's download).
 //!
 //! The core's model reader says which bytes it needs; each read asks the browser for exactly
 //! that range (growing geometrically), so a 40 GB GGUF costs a few megabytes and the rest
 //! of the file is never touched. The page reports the bytes read.
 
-use stageplan::Model;
 use stageplan::import::{FileEntry, ModelReader, Step};
 use wasm_bindgen_futures::JsFuture;
 
-/// A model read from dropped files, and what it cost.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Dropped {
-    pub model: Model,
-    /// The files' names, in order.
-    pub names: Vec<String>,
-    pub bytes_read: u64,
-    pub file_bytes: u64,
-}
+use crate::worker::Dropped;
 
 /// Reads bytes `[start, end)` of a file.
 async fn slice(file: &web_sys::File, start: u64, end: u64) -> Result<Vec<u8>, String> {

@@ -1,14 +1,15 @@
 //! The stageplan web planner: the core planner compiled to WebAssembly, behind a Leptos
-//! page. Nothing leaves the page: plans are computed in it, model files are read in it
-//! (headers only), and WebGPU measures the device it runs on.
+//! page. Nothing leaves the page: plans are computed in it, model files are read in its
+//! worker (headers only), and WebGPU measures the device it runs on.
 //!
 //! - [`state`]: what the user edits, the scenario it makes, the share link.
 //! - [`view_model`]: a plan laid out for drawing (pure, tested).
-//! - [`files`]: model files dropped on the page, header only.
+//! - [`files`]: model files dropped on the page, header only (run in the worker).
 //! - [`planning`]: from the edited state to a plan and its drawing (page and widget alike).
 //! - [`app`] and [`ui`]: the components, and [`ui::Widget`], the embed widget.
 //! - [`worker`]: the page's side of the worker that measures the device with WebGPU, runs
-//!   the plan as kernels and makes the engine exports, and the messages both sides exchange.
+//!   the plan as kernels, makes the engine exports and reads model files, and the messages
+//!   both sides exchange.
 
 pub mod app;
 pub mod files;

@@ -4,9 +4,9 @@
 
 use stageplan::Plan;
 
-use crate::files::Dropped;
 use crate::state::{AppState, ModelSource};
 use crate::view_model::{PlanView, plan_view};
+use crate::worker::Dropped;
 
 /// A planned state, or why it cannot be planned.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,15 +1,17 @@
 //! The page's worker: what the page does not need to show a plan — measuring this device
-//! with WebGPU, running the plan as kernels, the engine exports — runs in a dedicated
-//! worker, built as its own wasm (`src/bin/worker.rs`) and fetched the first time the reader
-//! asks for one of them.
+//! with WebGPU, running the plan as kernels, the engine exports, reading a dropped model
+//! file's header — runs in a dedicated worker, built as its own wasm (`src/bin/worker.rs`)
+//! and fetched the first time the reader asks for one of them.
 //!
-//! Two reasons. The page then downloads only what planning needs (wgpu, the kernels and
-//! the exporters are a quarter of the code), so the first plan is on screen sooner. And the
-//! probe's timed loops and the sharded run's CPU check never block the page's thread: the
-//! plan stays editable while the device is measured.
+//! Two reasons. The page then downloads only what planning needs (wgpu, the kernels, the
+//! exporters and the model-file parsers are a quarter of the code), so the first plan is
+//! on screen sooner. And the probe's timed loops and the sharded run's CPU check never
+//! block the page's thread: the plan stays editable while the device is measured.
 //!
 //! The messages are JSON text, defined once for both sides: an [`Asked`] (a [`Request`] and
-//! its id) in, an [`Answer`] (a [`Reply`] and the id it answers) out. An answer without an id
+//! its id) in, an [`Answer`] (a [`Reply`] and the id it answers) out. A request that comes
+//! with files ([`Request::ReadModel`]) is posted as an array: its JSON text, then the files
+//! (a `File` crosses to a worker as a handle; its bytes are read there, a slice at a time). An answer without an id
 //! is about the worker itself — it did not load, or it stopped — and concerns every request
 //! still waiting. A message the page cannot read becomes an error message, not a crash.
 //! The page's side ([`PageWorker`]) starts the worker on the first request, queues requests
@@ -23,8 +25,8 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
-use stageplan::Plan;
 use stageplan::export::{Export, ExportOptions, Target};
+use stageplan::{Model, Plan};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
@@ -72,6 +74,18 @@ pub enum Request {
     },
     /// What `stageplan export --to target` prints for `plan`.
     Export { plan: Box<Plan>, target: Target, options: ExportOptions },
+    /// The model in the files posted with the request, read by their headers only.
+    ReadModel,
+}
+
+/// A model read from dropped files, and what reading it cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dropped {
+    pub model: Model,
+    /// The files' names, in the order they were dropped.
+    pub names: Vec<String>,
+    pub bytes_read: u64,
+    pub file_bytes: u64,
 }
 
 /// A device as the probe measured it: what the page shows and plans with.
@@ -126,6 +140,7 @@ pub enum Reply {
     Probed(Measured),
     Sharded(ShardedRun),
     Exported(Export),
+    ModelRead(Box<Dropped>),
     /// The request failed (no WebGPU, a device error, no probe yet, a plan that cannot be
     /// exported) — or, in an answer without an id, the worker did; the message says why.
     Failed(String),
@@ -146,7 +161,7 @@ pub struct PageWorker {
 struct Started {
     worker: web_sys::Worker,
     ready: Rc<Cell<bool>>,
-    queue: Rc<RefCell<Vec<String>>>,
+    queue: Rc<RefCell<Vec<JsValue>>>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
 }
@@ -169,9 +184,23 @@ impl PageWorker {
     /// call. A worker that cannot start, fails to load or stops answers a failure without
     /// an id; the next request starts a fresh one.
     pub fn send(&self, request: Request) -> u64 {
+        self.send_with_files(request, &[])
+    }
+
+    /// [`PageWorker::send`], with files the request reads ([`Request::ReadModel`]).
+    pub fn send_with_files(&self, request: Request, files: &[web_sys::File]) -> u64 {
         let id = self.last_id.get() + 1;
         self.last_id.set(id);
-        let message = serde_json::to_string(&Asked { id, request }).unwrap_or_default();
+        let text = JsValue::from_str(&serde_json::to_string(&Asked { id, request }).unwrap_or_default());
+        let message = if files.is_empty() {
+            text
+        } else {
+            let array = js_sys::Array::of1(&text);
+            for file in files {
+                array.push(file);
+            }
+            array.into()
+        };
         if self.started.borrow().is_none() {
             match start(LOADER, self.started.clone(), self.listeners.clone()) {
                 Ok(worker) => *self.started.borrow_mut() = Some(worker),
@@ -209,7 +238,7 @@ fn start(loader: &str, slot: Slot, listeners: Rc<RefCell<Vec<Listener>>>) -> Res
     let worker = web_sys::Worker::new_with_options(loader, &options)
         .map_err(|e| format!("this browser cannot start the page's worker: {}", describe(&e)))?;
     let ready = Rc::new(Cell::new(false));
-    let queue: Rc<RefCell<Vec<String>>> = Rc::default();
+    let queue: Rc<RefCell<Vec<JsValue>>> = Rc::default();
     let on_message = {
         let (worker, ready, queue, listeners) = (worker.clone(), ready.clone(), queue.clone(), listeners.clone());
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
@@ -246,9 +275,9 @@ fn broadcast(listeners: &RefCell<Vec<Listener>>, id: Option<u64>, reply: &Reply)
 
 /// Posts every queued request to a ready worker; a refusal is answered later, like any
 /// failure of the worker.
-fn flush(worker: &web_sys::Worker, queue: &RefCell<Vec<String>>, listeners: &Rc<RefCell<Vec<Listener>>>) {
+fn flush(worker: &web_sys::Worker, queue: &RefCell<Vec<JsValue>>, listeners: &Rc<RefCell<Vec<Listener>>>) {
     for message in queue.borrow_mut().drain(..) {
-        if let Err(e) = worker.post_message(&JsValue::from_str(&message)) {
+        if let Err(e) = worker.post_message(&message) {
             let (listeners, failure) =
                 (listeners.clone(), format!("the page's worker refused a request: {}", describe(&e)));
             wasm_bindgen_futures::spawn_local(async move { broadcast(&listeners, None, &Reply::Failed(failure)) });

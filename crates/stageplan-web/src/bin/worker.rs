@@ -1,5 +1,6 @@
 //! The page's worker (see `stageplan_web::worker`): measures this device with WebGPU, runs
-//! the plan's stages as kernels and makes the engine exports, off the page's thread.
+//! the plan's stages as kernels, makes the engine exports and reads dropped model files'
+//! headers, off the page's thread.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,9 +20,9 @@ fn main() {
     let on_message = {
         let scope = scope.clone();
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
-            let text = event.data().as_string().unwrap_or_default();
+            let (text, files) = message_parts(&event.data());
             let (scope, last_probe) = (scope.clone(), last_probe.clone());
-            spawn_local(async move { serve(&text, &scope, &last_probe).await });
+            spawn_local(async move { serve(&text, files, &scope, &last_probe).await });
         })
     };
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
@@ -30,9 +31,26 @@ fn main() {
     post(&scope, None, Reply::Ready);
 }
 
+/// A message's JSON text and the files posted with it: a message is the text alone, or an
+/// array of the text and then the files.
+fn message_parts(data: &JsValue) -> (String, Vec<web_sys::File>) {
+    match data.dyn_ref::<js_sys::Array>() {
+        Some(array) => (
+            array.get(0).as_string().unwrap_or_default(),
+            array.iter().skip(1).filter_map(|file| file.dyn_into::<web_sys::File>().ok()).collect(),
+        ),
+        None => (data.as_string().unwrap_or_default(), Vec::new()),
+    }
+}
+
 /// Answers one request; even one that cannot be read gets an answer, with its id if it has
 /// one, so nothing on the page waits for ever.
-async fn serve(text: &str, scope: &web_sys::DedicatedWorkerGlobalScope, last_probe: &RefCell<Option<Probe>>) {
+async fn serve(
+    text: &str,
+    files: Vec<web_sys::File>,
+    scope: &web_sys::DedicatedWorkerGlobalScope,
+    last_probe: &RefCell<Option<Probe>>,
+) {
     let Asked { id, request } = match serde_json::from_str::<Asked>(text) {
         Ok(asked) => asked,
         Err(e) => {
@@ -57,6 +75,10 @@ async fn serve(text: &str, scope: &web_sys::DedicatedWorkerGlobalScope, last_pro
         Request::Export { plan, target, options } => reply(match stageplan::export::export(&plan, target, &options) {
             Ok(export) => Reply::Exported(export),
             Err(e) => Reply::Failed(e.to_string()),
+        }),
+        Request::ReadModel => reply(match stageplan_web::files::read_model(files).await {
+            Ok(read) => Reply::ModelRead(Box::new(read)),
+            Err(message) => Reply::Failed(message),
         }),
     }
 }

@@ -51,7 +51,7 @@ pub fn DevicePanel(
                 }
                 Reply::Failed(message) if kind == Task::Sharded => sharded_note.set(message.clone()),
                 Reply::Failed(message) => status.set(message.clone()),
-                Reply::Ready | Reply::Exported(_) => return,
+                Reply::Ready | Reply::Exported(_) | Reply::ModelRead(_) => return,
             }
             task.set(None);
         });

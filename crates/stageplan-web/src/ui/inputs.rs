@@ -1,7 +1,6 @@
 //! The scenario's inputs: the model and workload, the machines and their links.
 
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use stageplan::model::WeightFormat;
 use stageplan::presets::{DEVICES, MODELS};
 use stageplan::scenario::Objective;
@@ -9,8 +8,8 @@ use stageplan::tensor_type::KV_FORMATS;
 use stageplan::units::format_bytes;
 use wasm_bindgen::JsCast;
 
-use crate::files::{Dropped, read_model};
 use crate::state::{AppState, ModelSource, NodeDraft, PairDraft};
+use crate::worker::{Dropped, PageWorker, Reply, Request};
 
 /// A labelled text input bound to one string of the state.
 #[component]
@@ -36,27 +35,41 @@ pub fn ModelPanel(
     state: RwSignal<AppState>,
     dropped: RwSignal<Option<Dropped>>,
     notice: RwSignal<Option<String>>,
+    worker: StoredValue<PageWorker, LocalStorage>,
 ) -> impl IntoView {
     let source = move || state.with(|s| s.model.source);
     let set_source = move |source: ModelSource| state.update(|s| s.model.source = source);
-    let reading = RwSignal::new(false);
-    let take_files = move |files: Vec<web_sys::File>| {
-        reading.set(true);
-        spawn_local(async move {
-            match read_model(files).await {
-                Ok(model) => {
-                    let names = model.names.join(", ");
+    // The worker reads the headers (the parsers are not in the page's download): the
+    // request waited for, 0 when none.
+    let waiting = RwSignal::new(0_u64);
+    let reading = move || waiting.get() != 0;
+    worker.with_value(|w| {
+        w.listen(move |id, reply| {
+            let asked = waiting.get_untracked();
+            // Answers to the request waited for, and failures of the worker itself.
+            if asked == 0 || id.is_some_and(|id| id != asked) {
+                return;
+            }
+            match reply {
+                Reply::ModelRead(read) => {
+                    let names = read.names.join(", ");
                     state.update(|s| {
                         s.model.source = ModelSource::File;
                         s.model.file = names;
                     });
-                    dropped.set(Some(model));
+                    dropped.set(Some((**read).clone()));
                     notice.set(None);
                 }
-                Err(message) => notice.set(Some(message)),
+                Reply::Failed(message) => notice.set(Some(message.clone())),
+                _ => return,
             }
-            reading.set(false);
+            waiting.set(0);
         });
+    });
+    let take_files = move |files: Vec<web_sys::File>| {
+        if !files.is_empty() {
+            waiting.set(worker.with_value(|w| w.send_with_files(Request::ReadModel, &files)));
+        }
     };
     let file_list = |files: Option<web_sys::FileList>| -> Vec<web_sys::File> {
         files.map(|list| (0..list.length()).filter_map(|i| list.get(i)).collect()).unwrap_or_default()
@@ -106,7 +119,7 @@ pub fn ModelPanel(
                     </select>
                 </label>
             </Show>
-            <div id="drop-zone" class="drop" class:busy=move || reading.get()
+            <div id="drop-zone" class="drop" class:busy=reading
                 on:dragover=|ev: web_sys::DragEvent| ev.prevent_default()
                 on:drop=move |ev: web_sys::DragEvent| {
                     ev.prevent_default();
@@ -118,7 +131,7 @@ pub fn ModelPanel(
                         let input: web_sys::HtmlInputElement = event_target(&ev);
                         take_files(file_list(input.files()));
                     }/>
-                <p id="file-status" aria-live="polite">{move || match (reading.get(), dropped.get()) {
+                <p id="file-status" aria-live="polite">{move || match (reading(), dropped.get()) {
                     (true, _) => "reading the header…".to_owned(),
                     (false, Some(d)) => format!(
                         "{}: read {} of {} ({:.3}%) — {} tensors",
