@@ -85,7 +85,13 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   const page = await open();
   metrics.first_plan_ms = await page.evaluate(() => performance.now());
   metrics.first_plan_wall_ms = Date.now() - started;
-  assert.match(await text(page, '#plan-headline'), /tok\/s/);
+  // The verdict first (#18 point 2): fits, one user's speed, the first token; then the
+  // throughput with the concurrency it assumes — the CLI's words and figures.
+  const verdict = await text(page, '#plan-headline');
+  assert.match(verdict, /^fits · [\d.]+ tok\/s for one user .*· first token in .+ for a 512-token prompt$/, verdict);
+  assert.match(await text(page, '#plan-details'), /^throughput [\d.]+ tok\/s for 1 sequence/);
+  const cliVerdict = cliPlan(await text(page, '#scenario-json'));
+  assert.equal(Number(verdict.match(/([\d.]+) tok\/s for one user/)[1]), sig3(cliVerdict.stream_tokens_per_s));
   // Everything a reader downloads to plan: the issue's budget is 300 kB gzip. The worker
   // (WebGPU, exports) is fetched only when asked for. llama.cpp's memory model (#16) took
   // the page to 300.6 kB, the one model reader (#17) and #18's first points to 306.7 kB

@@ -86,43 +86,10 @@ pub(crate) fn plan(problem: &Problem, plan: &Plan) -> String {
             ""
         );
         out.push('\n');
-        if plan.feasible {
-            let batch = plan.workload.batch;
-            let _ = writeln!(
-                out,
-                "throughput {} tok/s{} for {} sequence{}{} · {} per token",
-                sig3(plan.tokens_per_s),
-                plan.accuracy.as_ref().map_or_else(String::new, |a| format!(
-                    " (±{:.0}%, {})",
-                    a.typical_error * 100.0,
-                    a.class
-                )),
-                group_digits(batch),
-                if batch == 1 { "" } else { "s" },
-                if plan.micro_batches > 1 {
-                    format!(" in {} micro-batches", plan.micro_batches)
-                } else {
-                    String::new()
-                },
-                format_seconds(batch as f64 / plan.tokens_per_s),
-            );
-            if let Some(full) =
-                plan.pipeline_full.as_ref().filter(|f| f.tokens_per_s > plan.tokens_per_s * (1.0 + 1e-9))
-            {
-                let _ = writeln!(
-                    out,
-                    "with the pipeline full: {} tok/s, with {} sequences in flight ({})",
-                    sig3(full.tokens_per_s),
-                    group_digits(full.sequences),
-                    if full.kv_fits { "their KV cache fits" } else { "their KV cache does not fit this split" },
-                );
-            }
-            let _ = writeln!(
-                out,
-                "prefill {} tok/s · longest context that fits this split: {}",
-                sig3(plan.prefill_tokens_per_s),
-                plan.max_context.map_or_else(|| "–".to_owned(), |c| format!("{} tokens", group_digits(c)))
-            );
+        let verdict = stageplan::verdict::Verdict::of(plan);
+        let _ = writeln!(out, "{}", verdict.headline());
+        for line in verdict.details() {
+            let _ = writeln!(out, "{line}");
         }
     }
     let _ = writeln!(out, "search: {}", plan.search.detail);

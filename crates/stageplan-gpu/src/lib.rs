@@ -101,6 +101,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
         workspace: Some(0),
         prefill_chunk: 1,
         flash_attention: true,
+        prompt: 1,
         // The sharded MLP runs in stageplan's own kernels: no engine pads its KV cells.
         engine: stageplan::engine::Engine::Generic,
     };

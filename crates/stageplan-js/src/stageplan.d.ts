@@ -87,6 +87,8 @@ export interface WorkloadSpec {
   prefill_chunk?: number;
   /** llama.cpp's `--flash-attn on` (default true); a quantized KV cache needs it. */
   flash_attention?: boolean;
+  /** The prompt length the time to first token is for (default 512, or the context if shorter). */
+  prompt?: number;
 }
 
 /** `llama.cpp` (default): its compute, input-copy and host buffers; `vllm`: 90% of each GPU. */
@@ -134,6 +136,8 @@ export interface Plan {
   latency_s: number | null;
   stream_tokens_per_s: number;
   prefill_tokens_per_s: number;
+  /** Seconds from a `workload.prompt`-token prompt to its first token, one sequence; null when it does not fit. */
+  time_to_first_token_s: number | null;
   /** The same split kept full: more sequences in flight than the workload has. */
   pipeline_full: PipelineFull | null;
   /** The calibration's typical error for the stages' backends; absent with spec-sheet peaks. */
@@ -179,6 +183,8 @@ export interface PlannedWorkload {
   /** Prompt tokens per prefill step (`--ubatch-size`). */
   prefill_chunk: number;
   flash_attention: boolean;
+  /** The prompt length `time_to_first_token_s` is for. */
+  prompt: number;
 }
 
 export type DeviceKind = 'gpu' | 'unified' | 'cpu';

@@ -52,9 +52,13 @@ pub struct PlanView {
     pub feasible: bool,
     pub bands: Vec<Band>,
     pub bars: Vec<MemoryBar>,
+    /// The core's verdict: fits, one user's speed, time to first token.
     pub headline: String,
-    pub details: String,
+    /// The verdict's further lines: throughput with its concurrency, prefill, context, memory.
+    pub details: Vec<String>,
     pub baselines: Vec<BaselineRow>,
+    /// This plan on the baselines' axis (tok/s, or time per token for latency).
+    pub ours_figure: String,
     pub ours_pct: f64,
     pub left_out: Vec<String>,
     pub notes: Vec<(Level, String, Option<String>)>,
@@ -107,43 +111,8 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
             }
         })
         .collect();
-    let (headline, details) = if plan.feasible {
-        let batch = plan.workload.batch;
-        let full = plan.pipeline_full.as_ref().filter(|f| f.tokens_per_s > plan.tokens_per_s * (1.0 + 1e-9)).map(|f| {
-            format!(
-                " · pipeline full: {} tok/s with {} sequences in flight{}",
-                sig3(f.tokens_per_s),
-                f.sequences,
-                if f.kv_fits { "" } else { " (their KV cache does not fit)" }
-            )
-        });
-        (
-            format!(
-                "{} tok/s{} · {} per token",
-                sig3(plan.tokens_per_s),
-                plan.accuracy.as_ref().map_or_else(String::new, |a| format!(
-                    " (±{:.0}%, {})",
-                    a.typical_error * 100.0,
-                    a.class
-                )),
-                format_seconds(batch as f64 / plan.tokens_per_s)
-            ),
-            format!(
-                "{batch} sequence{}{}{} · prefill {} tok/s · longest context {}",
-                if batch == 1 { "" } else { "s" },
-                if plan.micro_batches > 1 {
-                    format!(" in {} micro-batches", plan.micro_batches)
-                } else {
-                    String::new()
-                },
-                full.unwrap_or_default(),
-                sig3(plan.prefill_tokens_per_s),
-                plan.max_context.map_or_else(|| "–".into(), |c| c.to_string())
-            ),
-        )
-    } else {
-        ("No plan fits".to_owned(), "see the notes for what is missing and what would fix it".to_owned())
-    };
+    let verdict = stageplan::verdict::Verdict::of(plan);
+    let (headline, details) = (verdict.headline(), verdict.details());
     // Baselines on one axis: tokens/s (longer is better) or latency inverted (shorter is
     // better, so the bar shows speed: 1 / latency).
     let speed = |tokens: f64, latency: Option<f64>, feasible: bool| -> f64 {
@@ -158,18 +127,17 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
     let ours = speed(plan.tokens_per_s, plan.latency_s, plan.feasible);
     let best =
         plan.baselines.iter().map(|b| speed(b.tokens_per_s, b.latency_s, b.feasible)).fold(ours, f64::max).max(1e-300);
+    let figure = |tokens: f64, latency: Option<f64>| match plan.objective {
+        Objective::Throughput => format!("{} tok/s", sig3(tokens)),
+        Objective::Latency => latency.map_or_else(|| "–".into(), |l| format!("{} per token", format_seconds(l))),
+    };
     let baselines = plan
         .baselines
         .iter()
         .map(|b| BaselineRow {
             policy: policy_name(b.policy),
             figure: if b.feasible {
-                match plan.objective {
-                    Objective::Throughput => format!("{} tok/s", sig3(b.tokens_per_s)),
-                    Objective::Latency => {
-                        b.latency_s.map_or_else(|| "–".into(), |l| format!("{} per token", format_seconds(l)))
-                    }
-                }
+                figure(b.tokens_per_s, b.latency_s)
             } else {
                 b.problem.clone().unwrap_or_else(|| "does not fit".into())
             },
@@ -184,6 +152,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         headline,
         details,
         baselines,
+        ours_figure: if plan.feasible { figure(plan.tokens_per_s, plan.latency_s) } else { "does not fit".into() },
         ours_pct: ours * 100.0 / best,
         left_out: plan.left_out.iter().map(|l| l.reason.clone()).collect(),
         notes: plan.diagnostics.iter().map(|d| (d.level, d.message.clone(), d.fix.clone())).collect(),

@@ -38,6 +38,7 @@ pub mod quote;
 pub mod scenario;
 pub mod tensor_type;
 pub mod units;
+pub mod verdict;
 
 pub use cost::CostModel;
 pub use error::{ModelError, ScenarioError};

@@ -45,6 +45,11 @@ pub struct Plan {
     pub stream_tokens_per_s: f64,
     /// Prompt tokens per second during prefill, pipelined by chunks.
     pub prefill_tokens_per_s: f64,
+    /// Seconds from a `workload.prompt`-token prompt to its first generated token, for one
+    /// sequence: the first chunk's trip through every stage, then a chunk per slowest
+    /// stage's time. `null` when no plan fits.
+    #[serde(default)]
+    pub time_to_first_token_s: Option<f64>,
     /// The same split with the pipeline kept full: more sequences in flight than the workload
     /// has. `null` when no plan fits.
     #[serde(default)]
@@ -128,6 +133,8 @@ pub struct PlannedWorkload {
     /// Flash attention on (llama.cpp's `--flash-attn`); on when absent.
     #[serde(default = "yes")]
     pub flash_attention: bool,
+    /// The prompt length `time_to_first_token_s` is for; 0 in plans from before it was given.
+    pub prompt: u64,
 }
 
 fn default_chunk() -> u64 {

@@ -28,9 +28,15 @@ pub struct Workload {
     pub workspace: Option<u64>,
     pub prefill_chunk: u64,
     pub flash_attention: bool,
+    /// The prompt the time to first token is for, at most `context` tokens.
+    pub prompt: u64,
     /// The engine whose buffers the stages hold (the scenario's `engine`).
     pub engine: Engine,
 }
+
+/// The prompt a time to first token is for when the scenario names none: llama-bench's
+/// `pp512`, the prompt test published benchmarks report.
+pub const DEFAULT_PROMPT: u64 = 512;
 
 impl Default for Workload {
     fn default() -> Self {
@@ -41,6 +47,7 @@ impl Default for Workload {
             workspace: None,
             prefill_chunk: 512,
             flash_attention: true,
+            prompt: DEFAULT_PROMPT,
             engine: Engine::LlamaCpp,
         }
     }
@@ -557,6 +564,16 @@ impl WorkloadSpec {
                 format!("is {}; give between 1 and 1048576 tokens (llama.cpp uses 512)", self.prefill_chunk),
             ));
         }
+        let prompt = match self.prompt {
+            Some(prompt) if prompt == 0 || prompt > self.context => {
+                return Err(ScenarioError::field(
+                    "workload.prompt",
+                    format!("is {prompt}; give between 1 and the context's {} tokens", self.context),
+                ));
+            }
+            Some(prompt) => prompt,
+            None => DEFAULT_PROMPT.min(self.context),
+        };
         let kv = parse_kv(&self.kv)?;
         let workspace = match &self.workspace {
             Some(Workspace::Size(bytes)) if bytes.get() > MAX_BYTES => {
@@ -584,6 +601,7 @@ impl WorkloadSpec {
             workspace,
             prefill_chunk: self.prefill_chunk,
             flash_attention: self.flash_attention,
+            prompt,
             engine: Engine::default(),
         })
     }

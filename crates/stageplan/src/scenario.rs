@@ -88,6 +88,10 @@ pub struct WorkloadSpec {
     /// Attention through the fused flash-attention kernel (llama.cpp's `--flash-attn on`):
     /// no KQ matrix in the compute buffers; a quantized V cache needs it.
     pub flash_attention: bool,
+    /// The prompt length the time to first token is given for; omitted: 512 tokens
+    /// (llama-bench's prompt test, the figure reviewers publish), or the context if shorter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<u64>,
 }
 
 impl Default for WorkloadSpec {
@@ -99,6 +103,7 @@ impl Default for WorkloadSpec {
             workspace: None,
             prefill_chunk: 512,
             flash_attention: true,
+            prompt: None,
         }
     }
 }

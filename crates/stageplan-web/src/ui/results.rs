@@ -11,7 +11,7 @@ use crate::state::AppState;
 use crate::view_model::{PlanView, code_spans};
 
 /// A core message with its backticked names and values set as code.
-fn prose(text: &str) -> impl IntoView + use<> {
+pub(crate) fn prose(text: &str) -> impl IntoView + use<> {
     code_spans(text)
         .into_iter()
         .map(|(code, part)| if code { view! { <code>{part}</code> }.into_any() } else { part.into_any() })
@@ -31,15 +31,15 @@ pub fn PlanPanel(state: RwSignal<AppState>, computed: Memo<Computed>) -> impl In
                     let v = outcome.view.clone();
                     view! {
                         <p class="model-line">{outcome.model.clone()} " · " {outcome.layers} " layers"</p>
-                        <p id="plan-headline" class="headline" aria-live="polite" class:infeasible=!v.feasible>{v.headline.clone()}</p>
-                        <p id="plan-details" class="details">{v.details.clone()}</p>
+                        <p id="plan-headline" class="headline" aria-live="polite" class:infeasible=!v.feasible>{prose(&v.headline)}</p>
+                        <p id="plan-details" class="details">{v.details.iter().map(|line| view! { <span class="line">{prose(line)}</span> }).collect_view()}</p>
                         <StagesView plan=outcome.plan.clone() view=v.clone()/>
                         <p class="legend"><span class="segment weights"></span>"weights "<span class="segment kv"></span>"KV "<span class="segment embed-head"></span>"embed/head "<span class="segment workspace"></span>"workspace "<span class="segment reserve"></span>"reserve"</p>
                         <h3>"Against the splits other tools make"</h3>
                         <ul class="baselines">
                             <li class="baseline ours"><span class="name">"this plan"</span>
                                 <span class="track"><span class="fill" style=format!("width:{:.4}%", v.ours_pct)></span></span>
-                                <span class="figure">{v.headline.clone()}</span></li>
+                                <span class="figure">{v.ours_figure.clone()}</span></li>
                             {v.baselines.iter().map(|b| view! {
                                 <li class="baseline" class:unfit=!b.feasible data-policy=b.policy>
                                     <span class="name">{b.policy}</span>

@@ -85,9 +85,9 @@ pub fn Widget(initial: AppState) -> impl IntoView {
                 Ok(o) => {
                     let best_other = o.view.baselines.iter().filter(|b| b.feasible).max_by(|a, b| a.pct.total_cmp(&b.pct));
                     view! {
-                        <p class="sp-headline" class:infeasible=!o.view.feasible>{o.view.headline.clone()}</p>
+                        <p class="sp-headline" class:infeasible=!o.view.feasible>{super::results::prose(&o.view.headline)}</p>
                         <StagesView plan=o.plan.clone() view=o.view.clone()/>
-                        <p class="sp-details">{o.view.details.clone()}</p>
+                        <p class="sp-details">{o.view.details.iter().map(|line| view! { <span class="line">{super::results::prose(line)}</span> }).collect_view()}</p>
                         {best_other.map(|b| view! {
                             <p class="sp-baseline">"best split other tools make here (" {b.policy} "): " {b.figure.clone()}</p>
                         })}

@@ -249,6 +249,7 @@ pub(crate) fn evaluate(
             kv: problem.workload.kv.name().to_owned(),
             prefill_chunk: problem.workload.prefill_chunk,
             flash_attention: problem.workload.flash_attention,
+            prompt: problem.workload.prompt,
         },
         feasible,
         accuracy: if has_stages && feasible { accuracy(problem, stages, batch / schedule.cycle_s) } else { None },
@@ -258,6 +259,12 @@ pub(crate) fn evaluate(
         latency_s: (has_stages && feasible).then_some(latency),
         stream_tokens_per_s: if has_stages && feasible { batch / latency } else { 0.0 },
         prefill_tokens_per_s: if has_stages && feasible { 1.0 / prefill } else { 0.0 },
+        time_to_first_token_s: (has_stages && feasible).then(|| {
+            // A chunk passes every stage in turn; later chunks follow one slowest stage apart.
+            let first = problem.workload.prompt.min(problem.workload.prefill_chunk) as f64;
+            let trip: f64 = out.iter().map(|s| s.time.prefill_s).sum();
+            first * trip + (problem.workload.prompt as f64 - first) * prefill
+        }),
         bottleneck: if has_stages { bottleneck } else { None },
         max_context: if feasible { max_context(problem, cost, stages) } else { None },
         stages: out,
