@@ -180,6 +180,35 @@ await check('a preset replaces figures typed for another device; a bare number i
   await page.close();
 });
 
+await check('a wrong input is marked at its field, by machine name, over the last plan dimmed (#18: 5)', async () => {
+  const page = await open();
+  // "32k" is a context people write: 32,768 tokens.
+  await page.fill('#context', '32k');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#scenario-json').textContent || '{}').workload?.context === 32768);
+  const good = await text(page, '#plan-headline');
+  // A context the page cannot read: the field says so, the plan stays, dimmed.
+  await page.fill('#context', 'lots');
+  await page.waitForSelector('#context[aria-invalid="true"]');
+  // (backticked names are set as code, so the text has no backticks)
+  assert.match(await text(page, '#context-error'), /^lots is not a number of tokens; write a whole number, e\.g\. 8192 or 32k$/);
+  assert.equal(await page.getAttribute('#context', 'aria-describedby'), 'context-error');
+  assert.equal(await text(page, '.plan-body.stale #plan-headline'), good);
+  assert.match(await text(page, '#error'), /the plan below is the last one that planned/);
+  await page.fill('#context', '32k');
+  await page.waitForSelector('.plan-body:not(.stale)');
+  assert.equal(await page.locator('[aria-invalid="true"]').count(), 0);
+  // A machine's figure: the message names the machine, not `nodes[2]`, beside its field.
+  const mac = page.locator('li.node[data-node="mac"]');
+  await mac.locator('.node-memory').fill('-3 GiB');
+  await mac.locator('.node-memory[aria-invalid="true"]').waitFor();
+  const beside = await mac.locator('.field-error').textContent();
+  assert.match(beside, /^mac memory /, beside);
+  assert.equal(await mac.locator('.field-error code').first().textContent(), 'mac');
+  assert.ok(!(await text(page, '#error')).includes('nodes['), await text(page, '#error'));
+  await shot(page, '05b-field-error');
+  await page.close();
+});
+
 await check('notes set names as code, and each what-if switch names its machine (#18: 10)', async () => {
   const page = await open();
   // The first plan's notes name `desk` (the core writes names between backticks).

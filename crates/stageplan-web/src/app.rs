@@ -2,7 +2,7 @@
 
 use leptos::prelude::*;
 
-use crate::planning::{Computed, compute, now_ms};
+use crate::planning::{Computed, Outcome, compute, now_ms};
 use crate::state::AppState;
 use crate::ui::{ClusterPanel, DevicePanel, ExportPanel, ModelPanel, PlanPanel, SharePanel};
 use crate::worker::{Dropped, PageWorker};
@@ -71,6 +71,12 @@ pub fn App() -> impl IntoView {
         let result = state.with(|s| dropped.with(|d| compute(s, d.as_ref())));
         Computed { result, millis: now_ms() - started }
     });
+    // What is wrong with the input, shown at its field; the last plan that planned stays on
+    // screen, dimmed, until it is fixed.
+    let problem = Memo::new(move |_| computed.with(|c| c.result.as_ref().err().cloned()));
+    let shown: Memo<Option<Outcome>> = Memo::new(move |last: Option<&Option<Outcome>>| {
+        computed.with(|c| c.result.as_ref().ok().cloned()).or_else(|| last.cloned().flatten())
+    });
     view! {
         <header class="top">
             <h1>"stageplan"</h1>
@@ -84,11 +90,11 @@ pub fn App() -> impl IntoView {
         })}
         <main class="layout">
             <section class="inputs" aria-label="scenario">
-                <ModelPanel state=state dropped=dropped notice=notice worker=worker/>
-                <ClusterPanel state=state/>
+                <ModelPanel state=state dropped=dropped notice=notice worker=worker problem=problem/>
+                <ClusterPanel state=state problem=problem/>
             </section>
             <section class="results" aria-label="plan">
-                <PlanPanel state=state computed=computed/>
+                <PlanPanel computed=computed shown=shown problem=problem/>
                 <DevicePanel state=state computed=computed worker=worker/>
                 <ExportPanel computed=computed worker=worker/>
                 <SharePanel state=state computed=computed notice=notice/>

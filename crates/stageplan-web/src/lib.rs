@@ -3,6 +3,7 @@
 //! worker (headers only), and WebGPU measures the device it runs on.
 //!
 //! - [`state`]: what the user edits, the scenario it makes, the share link.
+//! - [`fields`]: the core's messages placed on the page's fields, machines by name.
 //! - [`view_model`]: a plan laid out for drawing (pure, tested).
 //! - [`files`]: model files dropped on the page, header only (run in the worker).
 //! - [`planning`]: from the edited state to a plan and its drawing (page and widget alike).
@@ -12,6 +13,7 @@
 //!   both sides exchange.
 
 pub mod app;
+pub mod fields;
 pub mod files;
 pub mod planning;
 pub mod state;

@@ -8,6 +8,8 @@ use crate::state::{AppState, ModelSource};
 use crate::view_model::{PlanView, plan_view};
 use crate::worker::Dropped;
 
+use crate::fields::{InputError, Place};
+
 /// A planned state, or why it cannot be planned.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
@@ -22,30 +24,33 @@ pub struct Outcome {
 /// The last planning and how long it took.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Computed {
-    pub result: Result<Outcome, String>,
+    pub result: Result<Outcome, InputError>,
     pub millis: f64,
 }
 
 /// Plans `state` (with a dropped model file, if that is the model).
 ///
 /// # Errors
-/// The scenario's first problem, worded as the CLI words it.
-pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, String> {
+/// The scenario's first problem, worded as the CLI words it, placed on its field.
+pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, InputError> {
     let scenario = state.scenario()?;
+    let model_file = |message: String| InputError::at(Place::Field("model-file"), message);
     let problem = match (state.model.source, dropped) {
         (ModelSource::File, Some(file)) => scenario.problem_with_model(file.model.clone()),
         (ModelSource::File, None) if !state.model.file.trim().is_empty() => {
-            return Err(format!(
+            return Err(model_file(format!(
                 "this plan was made from the model file `{}`: drop it on the page again to plan it (files never leave your machine, so links cannot carry them)",
                 state.model.file.trim()
-            ));
+            )));
         }
         (ModelSource::File, None) => {
-            return Err("drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it".into());
+            return Err(model_file(
+                "drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it".into(),
+            ));
         }
         _ => scenario.problem(),
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| crate::fields::place(state, &e.to_string()))?;
     let plan = stageplan::plan_enabled(&problem, &state.enabled());
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
     let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);

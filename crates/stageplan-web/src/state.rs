@@ -13,6 +13,8 @@ use stageplan::Scenario;
 use stageplan::scenario::{LinksSpec, NodeSpec, Objective, Policy};
 use stageplan::units::{Dimension, parse_quantity};
 
+use crate::fields::{InputError, Place};
+
 /// Where the model comes from.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -193,8 +195,10 @@ impl AppState {
                 Err(_) => json!(t),
             }
         };
+        // Counts as people write them (`32k`, `8,192`); anything else goes to the core as
+        // typed, which says what is wrong.
         let integer =
-            |text: &str| -> Value { text.trim().parse::<i64>().map_or_else(|_| json!(text.trim()), |n| json!(n)) };
+            |text: &str| -> Value { crate::fields::count(text).map_or_else(|| json!(text.trim()), |n| json!(n)) };
         let model = match self.model.source {
             ModelSource::Preset => json!({"preset": self.model.preset, "weights": self.model.weights}),
             ModelSource::Config => {
@@ -251,10 +255,23 @@ impl AppState {
     /// The scenario, checked by the core's parser (errors name the field, as in the CLI).
     ///
     /// # Errors
-    /// The first problem, as the CLI would print it.
-    pub fn scenario(&self) -> Result<Scenario, String> {
-        let text = serde_json::to_string(&self.scenario_json()).map_err(|e| e.to_string())?;
-        Scenario::from_json(&text).map_err(|e| e.to_string())
+    /// The first problem, as the CLI would print it, placed on its field; a count the page
+    /// cannot read is said in the page's words first.
+    pub fn scenario(&self) -> Result<Scenario, InputError> {
+        for (id, text, what, example) in
+            [("context", &self.context, "tokens", "`8192` or `32k`"), ("batch", &self.batch, "sequences", "`1` or `8`")]
+        {
+            if crate::fields::count(text).is_none() {
+                let message = format!(
+                    "`{}` is not a number of {what}; write a whole number, e.g. {example}",
+                    stageplan::quote::line(text.trim())
+                );
+                return Err(InputError::at(Place::Field(id), message));
+            }
+        }
+        let text = serde_json::to_string(&self.scenario_json())
+            .map_err(|e| InputError { place: None, message: e.to_string() })?;
+        Scenario::from_json(&text).map_err(|e| crate::fields::place(self, &e.to_string()))
     }
 
     /// Which nodes are switched on, in order.
@@ -457,11 +474,19 @@ mod tests {
     }
 
     #[test]
-    fn bad_fields_are_reported_as_the_cli_reports_them() {
+    fn bad_fields_are_reported_as_the_cli_reports_them_at_the_field() {
         let mut state = AppState::default();
         state.nodes[2].memory = "-3 GiB".into();
         let error = state.scenario().unwrap_err();
-        assert!(error.starts_with("`nodes[2].memory`"), "{error}");
+        assert!(error.message.starts_with("`mac` memory"), "{error:?}");
+        assert_eq!(error.place, Some(Place::Node(state.nodes[2].id, "memory")));
+        // A count the page cannot read is said in its words; `32k` reads as 32768 tokens.
+        state = AppState { context: "lots".into(), ..AppState::default() };
+        let error = state.scenario().unwrap_err();
+        assert_eq!(error.place, Some(Place::Field("context")));
+        assert!(error.message.contains("e.g. `8192` or `32k`"), "{error:?}");
+        state.context = "32k".into();
+        assert_eq!(state.scenario().unwrap().workload.context, 32768);
     }
 
     #[test]

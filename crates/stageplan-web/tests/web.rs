@@ -70,8 +70,12 @@ async fn the_page_replans_when_a_field_changes() {
     context.set_value("-1");
     context.dispatch_event(&web_sys::Event::new("input").expect("event")).expect("dispatched");
     tick().await;
-    let error = root.query_selector("#error").expect("query").expect("an error instead of a plan");
-    assert!(error.text_content().unwrap_or_default().contains("workload.context"));
+    let error = root.query_selector("#error").expect("query").expect("the problem above the plan");
+    assert!(error.text_content().unwrap_or_default().contains("is not a number of tokens"));
+    // At the field too, and the last plan stays, dimmed.
+    assert_eq!(context.get_attribute("aria-invalid").as_deref(), Some("true"));
+    assert!(root.query_selector("#context-error").expect("query").is_some(), "the message beside the field");
+    assert!(root.query_selector(".plan-body.stale #plan-headline").expect("query").is_some(), "the last plan, dimmed");
 }
 
 #[wasm_bindgen_test]

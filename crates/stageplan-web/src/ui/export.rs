@@ -20,7 +20,7 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
     let exportable = Memo::new(move |_| {
         computed.with(|c| match &c.result {
             Ok(outcome) => Ok((outcome.plan.clone(), outcome.export_options.clone())),
-            Err(why) => Err(why.clone()),
+            Err(why) => Err(why.message.clone()),
         })
     });
     // The request waited for (0: none), and the last answer, shown until the next arrives.

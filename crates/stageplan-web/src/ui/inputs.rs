@@ -8,10 +8,25 @@ use stageplan::tensor_type::KV_FORMATS;
 use stageplan::units::format_bytes;
 use wasm_bindgen::JsCast;
 
+use crate::fields::{InputError, Place};
 use crate::state::{AppState, ModelSource, NodeDraft, PairDraft};
 use crate::worker::{Dropped, PageWorker, Reply, Request};
 
-/// A labelled text input bound to one string of the state.
+/// The problem at `place`, if the input there is what stops the plan.
+pub(crate) fn problem_at(problem: Memo<Option<InputError>>, place: Place) -> Signal<Option<String>> {
+    Signal::derive(move || problem.with(|p| p.as_ref().and_then(|e| e.message_at(place)).map(str::to_owned)))
+}
+
+/// A field's problem beside it, and its id for the input's `aria-describedby`.
+fn field_error(id: String, message: Signal<Option<String>>) -> impl IntoView {
+    move || {
+        message
+            .get()
+            .map(|m| view! { <span class="field-error" id=id.clone() role="alert">{super::results::prose(&m)}</span> })
+    }
+}
+
+/// A labelled text input bound to one string of the state, marked when it is what is wrong.
 #[component]
 fn Field(
     id: &'static str,
@@ -19,12 +34,18 @@ fn Field(
     #[prop(optional)] hint: &'static str,
     value: Signal<String>,
     set: impl Fn(String) + 'static,
+    problem: Memo<Option<InputError>>,
 ) -> impl IntoView {
+    let error = problem_at(problem, Place::Field(id));
+    let error_id = format!("{id}-error");
     view! {
         <label class="field" for=id>
             <span>{label}</span>
             <input id=id type="text" autocomplete="off" spellcheck="false" placeholder=hint
+                aria-invalid=move || error.with(Option::is_some).then_some("true")
+                aria-describedby={let error_id = error_id.clone(); move || error.with(Option::is_some).then(|| error_id.clone())}
                 prop:value=move || value.get() on:input=move |ev| set(event_target_value(&ev))/>
+            {field_error(error_id, error)}
         </label>
     }
 }
@@ -36,6 +57,7 @@ pub fn ModelPanel(
     dropped: RwSignal<Option<Dropped>>,
     notice: RwSignal<Option<String>>,
     worker: StoredValue<PageWorker, LocalStorage>,
+    problem: Memo<Option<InputError>>,
 ) -> impl IntoView {
     let source = move || state.with(|s| s.model.source);
     let set_source = move |source: ModelSource| state.update(|s| s.model.source = source);
@@ -74,6 +96,7 @@ pub fn ModelPanel(
     let file_list = |files: Option<web_sys::FileList>| -> Vec<web_sys::File> {
         files.map(|list| (0..list.length()).filter_map(|i| list.get(i)).collect()).unwrap_or_default()
     };
+    let config_error = problem_at(problem, Place::Field("config"));
     let weights: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
     view! {
         <fieldset class="panel">
@@ -104,8 +127,11 @@ pub fn ModelPanel(
                 <label class="field" for="config">
                     <span>"Hugging Face config.json"</span>
                     <textarea id="config" rows="6" spellcheck="false" placeholder="{\"hidden_size\": 4096, …}"
+                        aria-invalid=move || config_error.with(Option::is_some).then_some("true")
+                        aria-describedby=move || config_error.with(Option::is_some).then_some("config-error")
                         prop:value=move || state.with(|s| s.model.config.clone())
                         on:input=move |ev| state.update(|s| s.model.config = event_target_value(&ev))></textarea>
+                    {field_error("config-error".to_owned(), config_error)}
                 </label>
             </Show>
             <Show when=move || source() != ModelSource::File>
@@ -143,15 +169,16 @@ pub fn ModelPanel(
                     ),
                     (false, None) => String::new(),
                 }}</p>
+                {field_error("model-file-error".to_owned(), problem_at(problem, Place::Field("model-file")))}
             </div>
         </fieldset>
         <fieldset class="panel">
             <legend>"Workload"</legend>
             <div class="row">
-                <Field id="context" label="Context (tokens)" value=Signal::derive(move || state.with(|s| s.context.clone()))
-                    set=move |v| state.update(|s| s.context = v)/>
+                <Field id="context" label="Context (tokens)" hint="8192 or 32k" value=Signal::derive(move || state.with(|s| s.context.clone()))
+                    set=move |v| state.update(|s| s.context = v) problem=problem/>
                 <Field id="batch" label="Concurrent sequences" value=Signal::derive(move || state.with(|s| s.batch.clone()))
-                    set=move |v| state.update(|s| s.batch = v)/>
+                    set=move |v| state.update(|s| s.batch = v) problem=problem/>
                 <label class="field" for="kv">
                     <span>"KV cache"</span>
                     <select id="kv" on:change=move |ev| state.update(|s| s.kv = event_target_value(&ev))>
@@ -180,7 +207,7 @@ pub fn ModelPanel(
 
 /// One machine: name, device or figures, what-if switch, duplicate, remove.
 #[component]
-fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
+fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>) -> impl IntoView {
     let get = move |f: fn(&NodeDraft) -> String| {
         Signal::derive(move || state.with(|s| s.nodes.iter().find(|n| n.id == id).map(f).unwrap_or_default()))
     };
@@ -195,16 +222,21 @@ fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
     };
     let enabled = move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(|n| n.enabled));
     let custom = move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(|n| n.device.is_empty()));
-    let input = move |class: &'static str,
+    let input = move |part: &'static str,
                       label: &'static str,
                       hint: &'static str,
                       value: Signal<String>,
                       on: Box<dyn Fn(String)>| {
+        let error = problem_at(problem, Place::Node(id, part));
+        let error_id = format!("node-{id}-{part}-error");
         view! {
             <label class="field small">
                 <span>{label}</span>
-                <input class=class type="text" autocomplete="off" spellcheck="false" placeholder=hint
+                <input class=format!("node-{part}") type="text" autocomplete="off" spellcheck="false" placeholder=hint
+                    aria-invalid=move || error.with(Option::is_some).then_some("true")
+                    aria-describedby={let error_id = error_id.clone(); move || error.with(Option::is_some).then(|| error_id.clone())}
                     prop:value=move || value.get() on:input=move |ev| on(event_target_value(&ev))/>
+                {field_error(error_id, error)}
             </label>
         }
     };
@@ -219,7 +251,7 @@ fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
                         }/>
                     <span class="visually-hidden">{move || format!("use {}", get(|n| n.name.clone()).get())}</span>
                 </label>
-                {input("node-name", "Name", "desk", get(|n| n.name.clone()), Box::new(set(|n, v| n.name = v)))}
+                {input("name", "Name", "desk", get(|n| n.name.clone()), Box::new(set(|n, v| n.name = v)))}
                 <label class="field small">
                     <span>"Device"</span>
                     <select class="node-device" on:change=move |ev| {
@@ -255,10 +287,10 @@ fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
                 <button type="button" class="node-remove" title="remove" on:click=move |_| state.update(|s| s.nodes.retain(|n| n.id != id))>"Remove"</button>
             </div>
             <div class="node-figures">
-                {input("node-memory", "Memory", "from preset", get(|n| n.memory.clone()), Box::new(set(|n, v| n.memory = v)))}
-                {input("node-bandwidth", "Bandwidth", "from preset", get(|n| n.bandwidth.clone()), Box::new(set(|n, v| n.bandwidth = v)))}
-                {input("node-compute", "Compute", "from preset", get(|n| n.compute.clone()), Box::new(set(|n, v| n.compute = v)))}
-                {input("node-reserve", "Reserve", "from preset", get(|n| n.reserve.clone()), Box::new(set(|n, v| n.reserve = v)))}
+                {input("memory", "Memory", "from preset", get(|n| n.memory.clone()), Box::new(set(|n, v| n.memory = v)))}
+                {input("bandwidth", "Bandwidth", "from preset", get(|n| n.bandwidth.clone()), Box::new(set(|n, v| n.bandwidth = v)))}
+                {input("compute", "Compute", "from preset", get(|n| n.compute.clone()), Box::new(set(|n, v| n.compute = v)))}
+                {input("reserve", "Reserve", "from preset", get(|n| n.reserve.clone()), Box::new(set(|n, v| n.reserve = v)))}
             </div>
         </li>
     }
@@ -266,7 +298,7 @@ fn NodeRow(state: RwSignal<AppState>, id: u64) -> impl IntoView {
 
 /// The machines and the links between them.
 #[component]
-pub fn ClusterPanel(state: RwSignal<AppState>) -> impl IntoView {
+pub fn ClusterPanel(state: RwSignal<AppState>, problem: Memo<Option<InputError>>) -> impl IntoView {
     let chosen = RwSignal::new("rtx-4090".to_owned());
     let add = move |_| {
         let device = chosen.get_untracked();
@@ -300,7 +332,7 @@ pub fn ClusterPanel(state: RwSignal<AppState>) -> impl IntoView {
             <legend>"Machines"</legend>
             <ul class="nodes">
                 <For each=move || state.with(|s| s.nodes.iter().map(|n| n.id).collect::<Vec<_>>()) key=|id| *id let:id>
-                    <NodeRow state=state id=id/>
+                    <NodeRow state=state id=id problem=problem/>
                 </For>
             </ul>
             <div class="row add">
@@ -317,16 +349,12 @@ pub fn ClusterPanel(state: RwSignal<AppState>) -> impl IntoView {
         <fieldset class="panel">
             <legend>"Links"</legend>
             <div class="row">
-                <label class="field" for="link-bandwidth">
-                    <span>"Default bandwidth"</span>
-                    <input id="link-bandwidth" type="text" prop:value=move || state.with(|s| s.link_bandwidth.clone())
-                        on:input=move |ev| state.update(|s| s.link_bandwidth = event_target_value(&ev))/>
-                </label>
-                <label class="field" for="link-latency">
-                    <span>"Default latency"</span>
-                    <input id="link-latency" type="text" prop:value=move || state.with(|s| s.link_latency.clone())
-                        on:input=move |ev| state.update(|s| s.link_latency = event_target_value(&ev))/>
-                </label>
+                <Field id="link-bandwidth" label="Default bandwidth" hint="GB/s" problem=problem
+                    value=Signal::derive(move || state.with(|s| s.link_bandwidth.clone()))
+                    set=move |v| state.update(|s| s.link_bandwidth = v)/>
+                <Field id="link-latency" label="Default latency" hint="ms" problem=problem
+                    value=Signal::derive(move || state.with(|s| s.link_latency.clone()))
+                    set=move |v| state.update(|s| s.link_latency = v)/>
             </div>
             <ul class="pairs">
                 {move || state.with(|s| s.pairs.clone()).into_iter().enumerate().map(|(i, p)| view! {

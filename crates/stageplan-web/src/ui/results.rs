@@ -6,7 +6,8 @@ use stageplan::plan::Level;
 use stageplan::units::format_seconds;
 
 use super::inputs::download;
-use crate::planning::Computed;
+use crate::fields::InputError;
+use crate::planning::{Computed, Outcome};
 use crate::state::AppState;
 use crate::view_model::{PlanView, code_spans};
 
@@ -18,18 +19,28 @@ pub(crate) fn prose(text: &str) -> impl IntoView + use<> {
         .collect_view()
 }
 
-/// The plan: stage diagram, memory bars, figures, left-out nodes, baselines, notes.
+/// The plan: stage diagram, memory bars, figures, left-out nodes, baselines, notes. While an
+/// input is wrong, its problem leads and the last plan that planned stays below, dimmed.
 #[component]
-pub fn PlanPanel(state: RwSignal<AppState>, computed: Memo<Computed>) -> impl IntoView {
-    let _ = state;
+pub fn PlanPanel(
+    computed: Memo<Computed>,
+    shown: Memo<Option<Outcome>>,
+    problem: Memo<Option<InputError>>,
+) -> impl IntoView {
     view! {
         <section class="panel plan" id="plan" data-plan-ms=move || format!("{:.3}", computed.with(|c| c.millis))>
             <h2>"Plan"</h2>
-            {move || computed.with(|c| match &c.result {
-                Err(message) => view! { <p id="error" class="error" role="alert">{message.clone()}</p> }.into_any(),
-                Ok(outcome) => {
+            {move || problem.get().map(|e| view! {
+                <p id="error" class="error" role="alert">{prose(&e.message)}
+                    {shown.with(Option::is_some).then_some(" — the plan below is the last one that planned.")}</p>
+            })}
+            {move || shown.with(|shown| match shown {
+                None => ().into_any(),
+                Some(outcome) => {
                     let v = outcome.view.clone();
+                    let millis = computed.with_untracked(|c| c.millis);
                     view! {
+                        <div class="plan-body" class:stale=move || problem.with(Option::is_some)>
                         <p class="model-line">{outcome.model.clone()} " · " {outcome.layers} " layers"</p>
                         <p id="plan-headline" class="headline" aria-live="polite" class:infeasible=!v.feasible>{prose(&v.headline)}</p>
                         <p id="plan-details" class="details">{v.details.iter().map(|line| view! { <span class="line">{prose(line)}</span> }).collect_view()}</p>
@@ -61,7 +72,8 @@ pub fn PlanPanel(state: RwSignal<AppState>, computed: Memo<Computed>) -> impl In
                                 </li>
                             }).collect_view()}
                         </ul>
-                        <p class="search">{format!("search: {} · planned in {:.1} ms", v.search, c.millis)}</p>
+                        <p class="search">{format!("search: {} · planned in {:.1} ms", v.search, millis)}</p>
+                        </div>
                     }
                     .into_any()
                 }

@@ -81,7 +81,7 @@ pub fn Widget(initial: AppState) -> impl IntoView {
                 </li>
             </ul>
             {move || outcome.with(|o| match o {
-                Err(message) => view! { <p class="sp-error" role="alert">{message.clone()}</p> }.into_any(),
+                Err(error) => view! { <p class="sp-error" role="alert">{error.message.clone()}</p> }.into_any(),
                 Ok(o) => {
                     let best_other = o.view.baselines.iter().filter(|b| b.feasible).max_by(|a, b| a.pct.total_cmp(&b.pct));
                     view! {

@@ -1,0 +1,133 @@
+//! Where an input's problem is shown. The core words its errors for the CLI, naming JSON
+//! paths (`nodes[2].memory`); the page maps each path to the field the user typed in, and
+//! names machines by their names, so a message sits beside its field and says "`mac`
+//! memory", not "`nodes[2].memory`". The core's message is otherwise kept as it is: the
+//! page and the CLI never disagree about what is wrong.
+
+use crate::state::AppState;
+
+/// A field of the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// A field by its element id: `context`, `batch`, `kv`, `preset`, `weights`, `config`,
+    /// `model-file`, `link-bandwidth`, `link-latency`.
+    Field(&'static str),
+    /// A machine's field: its node id and the part (`name`, `device`, `memory`, …).
+    Node(u64, &'static str),
+}
+
+/// A problem with what was typed, and the field it is about (none: the scenario as a whole).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputError {
+    pub place: Option<Place>,
+    pub message: String,
+}
+
+impl InputError {
+    pub fn at(place: Place, message: impl Into<String>) -> InputError {
+        InputError { place: Some(place), message: message.into() }
+    }
+
+    /// The message for `place`, if the problem is there.
+    pub fn message_at(&self, place: Place) -> Option<&str> {
+        (self.place == Some(place)).then_some(self.message.as_str())
+    }
+}
+
+const NODE_PARTS: [&str; 7] = ["name", "device", "kind", "memory", "bandwidth", "compute", "reserve"];
+
+/// Places a core message about `state`'s scenario: the field its leading `` `path` ``
+/// names, with `nodes[i]` written as the machine's name and serde's " at line L column C"
+/// dropped (the page's JSON is not what the user wrote).
+pub fn place(state: &AppState, message: &str) -> InputError {
+    let message = message.split(" at line ").next().unwrap_or(message);
+    let Some((path, rest)) = message.strip_prefix('`').and_then(|m| m.split_once('`')) else {
+        return InputError { place: None, message: message.to_owned() };
+    };
+    if let Some((index, part)) = node_path(path)
+        && let Some(node) = state.nodes.get(index)
+    {
+        let part = NODE_PARTS.iter().copied().find(|p| *p == part).unwrap_or("name");
+        let what = if part == "name" { String::new() } else { format!(" {part}") };
+        let name = if node.name.trim().is_empty() { format!("machine {}", index + 1) } else { node.name.clone() };
+        return InputError::at(Place::Node(node.id, part), format!("`{}`{what}{rest}", stageplan::quote::line(&name)));
+    }
+    let field = match path {
+        "workload.context" => Some("context"),
+        "workload.batch" => Some("batch"),
+        "workload.kv" => Some("kv"),
+        "model" | "model.preset" => Some("preset"),
+        "model.weights" => Some("weights"),
+        "model.file" => Some("model-file"),
+        "links.default.bandwidth" => Some("link-bandwidth"),
+        "links.default.latency" => Some("link-latency"),
+        p if p.starts_with("model.config") || (!p.contains(['.', '[']) && is_config_field(state)) => Some("config"),
+        _ => None,
+    };
+    InputError { place: field.map(Place::Field), message: message.to_owned() }
+}
+
+/// A config.json's own errors name its fields bare (`hidden_size`).
+fn is_config_field(state: &AppState) -> bool {
+    state.model.source == crate::state::ModelSource::Config
+}
+
+/// `nodes[3].memory` → `(3, "memory")`; `nodes[3]` → `(3, "")`.
+fn node_path(path: &str) -> Option<(usize, &str)> {
+    let rest = path.strip_prefix("nodes[")?;
+    let (index, rest) = rest.split_once(']')?;
+    Some((index.parse().ok()?, rest.strip_prefix('.').unwrap_or(rest)))
+}
+
+/// A whole count as people write it: `8192`, `8,192`, `32k` (×1024, as context lengths
+/// are named), `1M`. `None`: not a count.
+pub fn count(text: &str) -> Option<u64> {
+    let t: String = text.trim().chars().filter(|c| !matches!(c, ',' | '_' | ' ')).collect();
+    let (digits, scale) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1024),
+        Some((i, 'm' | 'M')) => (&t[..i], 1024 * 1024),
+        _ => (t.as_str(), 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_as_people_write_them() {
+        for (text, n) in [("8192", Some(8192)), (" 8,192 ", Some(8192)), ("32k", Some(32768)), ("128K", Some(131072))] {
+            assert_eq!(count(text), n, "{text}");
+        }
+        for text in ["", "k", "-1", "1.5k", "32kb", "99999999999999999999", "18014398509481984k"] {
+            assert_eq!(count(text), None, "{text}");
+        }
+        assert_eq!(count("1M"), Some(1 << 20));
+    }
+
+    #[test]
+    fn core_messages_land_on_their_fields_with_machine_names() {
+        let state = AppState::default();
+        let mac = state.nodes[2].id;
+        let placed = place(&state, "`nodes[2].memory` is 64 bytes; write a unit, e.g. `64 GiB`");
+        assert_eq!(
+            placed,
+            InputError::at(Place::Node(mac, "memory"), "`mac` memory is 64 bytes; write a unit, e.g. `64 GiB`")
+        );
+        let placed = place(&state, "`workload.context`: invalid type: string \"x\", expected u64 at line 1 column 82");
+        assert_eq!(
+            placed,
+            InputError::at(Place::Field("context"), "`workload.context`: invalid type: string \"x\", expected u64")
+        );
+        let placed = place(&state, "`nodes[0]` is named twice");
+        assert_eq!(placed.place, Some(Place::Node(state.nodes[0].id, "name")));
+        assert_eq!(placed.message, "`desk` is named twice");
+        assert_eq!(place(&state, "the scenario has no nodes").place, None);
+        assert_eq!(place(&state, "`nodes[9].memory` is wrong").place, None, "no such machine: left unplaced");
+        assert_eq!(place(&state, "`links.default.latency` is negative").place, Some(Place::Field("link-latency")));
+    }
+}
