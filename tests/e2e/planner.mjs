@@ -150,7 +150,7 @@ await check('a cluster built by typing and clicking plans exactly as the CLI doe
   await page.close();
 });
 
-await check('a preset replaces figures typed for another device; a bare number in Memory is GiB (#18: 1, 5)', async () => {
+await check('a preset replaces figures typed for another device; a bare number in Memory is GiB; laptop presets (#18: 1, 4, 5)', async () => {
   const page = await open();
   const mac = page.locator('li.node[data-node="mac"]');
   const node = async () => JSON.parse(await text(page, '#scenario-json')).nodes.find((n) => n.name === 'mac');
@@ -177,6 +177,16 @@ await check('a preset replaces figures typed for another device; a bare number i
   await page.waitForFunction((b) => document.querySelector('#plan-json').textContent !== b, withDesk);
   const planned = JSON.parse(await text(page, '#plan-json'));
   assert.ok(planned.feasible && planned.stages.some((s) => s.node === 'mac'), `mac dropped out: ${JSON.stringify(planned.stages.map((s) => s.node))}`);
+  // Laptops and small machines are presets (#18: 4), and plan as the CLI does.
+  const options = await page.locator('#add-device option').evaluateAll((os) => os.map((o) => o.value));
+  for (const device of ['laptop-ddr5-16gb', 'core-ultra-7-155h-32gb', 'mac-mini-m4-16gb', 'jetson-agx-orin-64gb', 'raspberry-pi-5-8gb']) {
+    assert.ok(options.includes(device), `${device} is not offered`);
+  }
+  const withoutLaptop = await text(page, '#plan-json');
+  await page.selectOption('#add-device', 'laptop-ddr5-16gb');
+  await page.click('#add-node');
+  await page.waitForFunction((b) => document.querySelector('#plan-json').textContent !== b, withoutLaptop);
+  samePlan(JSON.parse(await text(page, '#plan-json')), cliPlan(await text(page, '#scenario-json')));
   await page.close();
 });
 

@@ -4,8 +4,6 @@
 //! memory", not "`nodes[2].memory`". The core's message is otherwise kept as it is: the
 //! page and the CLI never disagree about what is wrong.
 
-use crate::state::AppState;
-
 /// A field of the page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
@@ -36,21 +34,25 @@ impl InputError {
 
 const NODE_PARTS: [&str; 7] = ["name", "device", "kind", "memory", "bandwidth", "compute", "reserve"];
 
-/// Places a core message about `state`'s scenario: the field its leading `` `path` ``
+/// The page's machines, in scenario order (`nodes[i]`): each one's id and name.
+pub type Machines<'a> = [(u64, &'a str)];
+
+/// Places a core message about the page's scenario: the field its leading `` `path` ``
 /// names, with `nodes[i]` written as the machine's name and serde's " at line L column C"
-/// dropped (the page's JSON is not what the user wrote).
-pub fn place(state: &AppState, message: &str) -> InputError {
+/// dropped (the page's JSON is not what the user wrote). `config`: the model is a pasted
+/// config.json, whose own errors name its fields bare (`hidden_size`).
+pub fn place(machines: &Machines<'_>, config: bool, message: &str) -> InputError {
     let message = message.split(" at line ").next().unwrap_or(message);
     let Some((path, rest)) = message.strip_prefix('`').and_then(|m| m.split_once('`')) else {
         return InputError { place: None, message: message.to_owned() };
     };
     if let Some((index, part)) = node_path(path)
-        && let Some(node) = state.nodes.get(index)
+        && let Some(&(id, name)) = machines.get(index)
     {
         let part = NODE_PARTS.iter().copied().find(|p| *p == part).unwrap_or("name");
         let what = if part == "name" { String::new() } else { format!(" {part}") };
-        let name = if node.name.trim().is_empty() { format!("machine {}", index + 1) } else { node.name.clone() };
-        return InputError::at(Place::Node(node.id, part), format!("`{}`{what}{rest}", stageplan::quote::line(&name)));
+        let name = if name.trim().is_empty() { format!("machine {}", index + 1) } else { name.to_owned() };
+        return InputError::at(Place::Node(id, part), format!("`{}`{what}{rest}", stageplan::quote::line(&name)));
     }
     let field = match path {
         "workload.context" => Some("context"),
@@ -61,15 +63,10 @@ pub fn place(state: &AppState, message: &str) -> InputError {
         "model.file" => Some("model-file"),
         "links.default.bandwidth" => Some("link-bandwidth"),
         "links.default.latency" => Some("link-latency"),
-        p if p.starts_with("model.config") || (!p.contains(['.', '[']) && is_config_field(state)) => Some("config"),
+        p if p.starts_with("model.config") || (config && !p.contains(['.', '['])) => Some("config"),
         _ => None,
     };
     InputError { place: field.map(Place::Field), message: message.to_owned() }
-}
-
-/// A config.json's own errors name its fields bare (`hidden_size`).
-fn is_config_field(state: &AppState) -> bool {
-    state.model.source == crate::state::ModelSource::Config
 }
 
 /// `nodes[3].memory` → `(3, "memory")`; `nodes[3]` → `(3, "")`.
@@ -107,27 +104,5 @@ mod tests {
             assert_eq!(count(text), None, "{text}");
         }
         assert_eq!(count("1M"), Some(1 << 20));
-    }
-
-    #[test]
-    fn core_messages_land_on_their_fields_with_machine_names() {
-        let state = AppState::default();
-        let mac = state.nodes[2].id;
-        let placed = place(&state, "`nodes[2].memory` is 64 bytes; write a unit, e.g. `64 GiB`");
-        assert_eq!(
-            placed,
-            InputError::at(Place::Node(mac, "memory"), "`mac` memory is 64 bytes; write a unit, e.g. `64 GiB`")
-        );
-        let placed = place(&state, "`workload.context`: invalid type: string \"x\", expected u64 at line 1 column 82");
-        assert_eq!(
-            placed,
-            InputError::at(Place::Field("context"), "`workload.context`: invalid type: string \"x\", expected u64")
-        );
-        let placed = place(&state, "`nodes[0]` is named twice");
-        assert_eq!(placed.place, Some(Place::Node(state.nodes[0].id, "name")));
-        assert_eq!(placed.message, "`desk` is named twice");
-        assert_eq!(place(&state, "the scenario has no nodes").place, None);
-        assert_eq!(place(&state, "`nodes[9].memory` is wrong").place, None, "no such machine: left unplaced");
-        assert_eq!(place(&state, "`links.default.latency` is negative").place, Some(Place::Field("link-latency")));
     }
 }

@@ -50,7 +50,7 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
         }
         _ => scenario.problem(),
     }
-    .map_err(|e| crate::fields::place(state, &e.to_string()))?;
+    .map_err(|e| state.place(&e.to_string()))?;
     let plan = stageplan::plan_enabled(&problem, &state.enabled());
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
     let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);

@@ -271,7 +271,13 @@ impl AppState {
         }
         let text = serde_json::to_string(&self.scenario_json())
             .map_err(|e| InputError { place: None, message: e.to_string() })?;
-        Scenario::from_json(&text).map_err(|e| crate::fields::place(self, &e.to_string()))
+        Scenario::from_json(&text).map_err(|e| self.place(&e.to_string()))
+    }
+
+    /// A core message about this state's scenario, placed on its field (see [`crate::fields`]).
+    pub fn place(&self, message: &str) -> InputError {
+        let machines: Vec<(u64, &str)> = self.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
+        crate::fields::place(&machines, self.model.source == ModelSource::Config, message)
     }
 
     /// Which nodes are switched on, in order.
@@ -541,5 +547,29 @@ mod tests {
         assert_eq!(a.nodes, b.nodes);
         assert_eq!(a.links, b.links);
         assert_eq!(a.workload, b.workload);
+    }
+
+    #[test]
+    fn core_messages_land_on_their_fields_with_machine_names() {
+        let state = AppState::default();
+        let mac = state.nodes[2].id;
+        let machines: Vec<(u64, &str)> = state.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
+        let place = |message: &str| crate::fields::place(&machines, false, message);
+        let placed = place("`nodes[2].memory` is 64 bytes; write a unit, e.g. `64 GiB`");
+        assert_eq!(
+            placed,
+            InputError::at(Place::Node(mac, "memory"), "`mac` memory is 64 bytes; write a unit, e.g. `64 GiB`")
+        );
+        let placed = place("`workload.context`: invalid type: string \"x\", expected u64 at line 1 column 82");
+        assert_eq!(
+            placed,
+            InputError::at(Place::Field("context"), "`workload.context`: invalid type: string \"x\", expected u64")
+        );
+        let placed = place("`nodes[0]` is named twice");
+        assert_eq!(placed.place, Some(Place::Node(state.nodes[0].id, "name")));
+        assert_eq!(placed.message, "`desk` is named twice");
+        assert_eq!(place("the scenario has no nodes").place, None);
+        assert_eq!(place("`nodes[9].memory` is wrong").place, None, "no such machine: left unplaced");
+        assert_eq!(place("`links.default.latency` is negative").place, Some(Place::Field("link-latency")));
     }
 }

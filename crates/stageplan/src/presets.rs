@@ -225,6 +225,30 @@ pub const DEVICES: &[DevicePreset] = &[
     cpu("cpu-ddr4-dual-channel", "Desktop CPU, dual-channel DDR4-3200, 32 GB", 32.0, 51.2, 1.0, 4.0),
     cpu("cpu-ddr5-dual-channel", "Desktop CPU, dual-channel DDR5-5600, 64 GB", 64.0, 89.6, 2.0, 6.0),
     cpu("cpu-epyc-12ch-ddr5", "Server CPU, 12-channel DDR5-4800, 384 GB", 384.0, 460.8, 7.4, 16.0),
+    // Laptops and small machines (#18). Bandwidth is the vendor's memory spec (channels ×
+    // width × transfer rate); FLOPS are FP16 from published core counts and clocks where a
+    // vendor states only TOPS. Mac minis and MacBooks: Apple's tech-spec pages.
+    cpu("laptop-ddr4-16gb", "Laptop CPU, dual-channel DDR4-3200, 16 GB", 16.0, 51.2, 0.5, 4.0),
+    cpu("laptop-ddr5-16gb", "Laptop CPU, dual-channel DDR5-5600, 16 GB", 16.0, 89.6, 1.0, 4.0),
+    // Intel ARK, Core Ultra 7 155H: LPDDR5x-7467, "max memory bandwidth 120 GB/s".
+    cpu("core-ultra-7-155h-32gb", "Intel Core Ultra 7 155H laptop, LPDDR5x, 32 GB", 32.0, 120.0, 1.2, 6.0),
+    apple("macbook-air-m3-16gb", "MacBook Air M3, 16 GB", 16.0, 100.0, 4.1),
+    apple("mac-mini-m4-16gb", "Mac mini M4, 16 GB", 16.0, 120.0, 4.3),
+    apple("mac-mini-m4-pro-24gb", "Mac mini M4 Pro, 24 GB", 24.0, 273.0, 9.2),
+    // NVIDIA's Jetson module data sheets: AGX Orin 64 GB (LPDDR5 256-bit, 204.8 GB/s, 2048
+    // CUDA cores at 1.3 GHz), Orin Nano Super 8 GB (102 GB/s, 1024 cores at 1.02 GHz). CPU and
+    // GPU share the memory: the reserve is the OS's.
+    DevicePreset {
+        reserve: 8.0 * GIB,
+        ..gpu("jetson-agx-orin-64gb", "NVIDIA Jetson AGX Orin 64 GB", 65536.0, 204.8, 10.6)
+    },
+    DevicePreset {
+        reserve: 2.0 * GIB,
+        ..gpu("jetson-orin-nano-8gb", "NVIDIA Jetson Orin Nano Super 8 GB", 8192.0, 102.0, 4.2)
+    },
+    // Raspberry Pi 5 product brief: LPDDR4X-4267, 32-bit (17.1 GB/s); 4 Cortex-A76 at
+    // 2.4 GHz, two 128-bit FMA pipes each (0.31 TFLOPS FP16).
+    cpu("raspberry-pi-5-8gb", "Raspberry Pi 5, 8 GB", 8.0, 17.1, 0.31, 1.0),
 ];
 
 impl DevicePreset {
@@ -270,7 +294,8 @@ mod tests {
         for d in DEVICES {
             assert!(d.reserve < d.memory, "{}", d.name);
             assert!(d.bandwidth > 10e9 && d.bandwidth < 10e12, "{}", d.name);
-            assert!(d.compute > 0.5e12 && d.compute < 5e15, "{}", d.name);
+            // From a Raspberry Pi's four cores (0.31 TFLOPS) to a data-centre GPU.
+            assert!(d.compute > 0.2e12 && d.compute < 5e15, "{}", d.name);
         }
     }
 
