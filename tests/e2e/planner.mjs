@@ -230,6 +230,45 @@ await check('notes set names as code, and each what-if switch names its machine 
   await page.close();
 });
 
+await check('any screen: no sideways scrolling and the verdict in view, from 360 px to desktop (#18: 3, 7)', async () => {
+  for (const [width, height] of [[360, 740], [390, 844], [1440, 900]]) {
+    const page = await open();
+    await page.setViewportSize({ width, height });
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+    const layout = await page.evaluate(() => {
+      const verdict = document.querySelector('#plan-headline').getBoundingClientRect();
+      return { scrollWidth: document.documentElement.scrollWidth, innerWidth, innerHeight, top: verdict.top, bottom: verdict.bottom };
+    });
+    assert.ok(layout.scrollWidth <= layout.innerWidth, `${width} px: the page is ${layout.scrollWidth} px wide`);
+    assert.ok(layout.top >= 0 && layout.bottom <= layout.innerHeight, `${width}×${height}: the verdict is at ${layout.top}–${layout.bottom} px`);
+    // The bottleneck is marked in words in its table row, not by colour alone.
+    assert.match(await text(page, 'tr.stage-row.bottleneck th'), /◀ bottleneck/);
+    await shot(page, `02-screen-${width}`);
+    await page.close();
+  }
+});
+
+await check('axe-core finds no serious accessibility violations, on a plan and on a wrong input (#18)', async () => {
+  const axe = fs.readFileSync(path.join(root, 'node_modules/axe-core/axe.min.js'), 'utf8');
+  const page = await open();
+  // Evaluated through the debugging protocol, which the page's Content-Security-Policy
+  // does not govern (a <script> tag would be refused, as it should be).
+  await page.evaluate(axe);
+  const serious = async (state) => {
+    const result = await page.evaluate(() => axe.run(document, { resultTypes: ['violations'] }));
+    return result.violations
+      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => `${state}: ${v.id} (${v.impact}) ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+  };
+  const found = await serious('first plan');
+  await page.fill('#context', 'lots');
+  await page.waitForSelector('#context[aria-invalid="true"]');
+  found.push(...(await serious('wrong input')));
+  metrics.axe_serious = found.length;
+  assert.deepEqual(found, []);
+  await page.close();
+});
+
 await check('re-planning 80 layers on 8 machines fits in a frame', async () => {
   const page = await open();
   const scenario = fs.readFileSync(path.join(root, 'tests/scenarios/home-70b-8.json'), 'utf8');

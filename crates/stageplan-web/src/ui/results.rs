@@ -90,19 +90,20 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
         <div class="diagram" role="img" aria-label=format!("stage diagram: {}", view.bands.iter().map(|b| b.label.clone()).collect::<Vec<_>>().join("; "))>
             {view.bands.iter().map(|b| view! {
                 <div class="stage-band" class:bottleneck=b.bottleneck data-node=b.node.clone()
-                    style=format!("left:{:.4}%;width:{:.4}%;background:hsl({} 65% 45%)", b.left_pct, b.width_pct, b.hue)
+                    style=format!("left:{:.4}%;width:{:.4}%;background:hsl({} 70% 78%)", b.left_pct, b.width_pct, b.hue)
                     title=b.label.clone()>
                     <span>{b.label.clone()}{b.bottleneck.then_some(" ◀ bottleneck")}</span>
                 </div>
             }).collect_view()}
         </div>
+        <div class="table-scroll">
         <table class="stages">
             <caption class="visually-hidden">"stages"</caption>
             <thead><tr><th scope="col">"node"</th><th scope="col">"layers"</th><th scope="col">"memory"</th><th scope="col">"time/step"</th><th scope="col">"bound"</th></tr></thead>
             <tbody>
-                {plan.stages.iter().zip(&view.bars).map(|(s, bar)| view! {
-                    <tr class="stage-row" data-node=s.node.clone()>
-                        <th scope="row">{s.node.clone()}</th>
+                {plan.stages.iter().zip(&view.bars).zip(&view.bands).map(|((s, bar), band)| view! {
+                    <tr class="stage-row" class:bottleneck=band.bottleneck data-node=s.node.clone()>
+                        <th scope="row">{s.node.clone()}{band.bottleneck.then(|| view! { <span class="bottleneck-mark">" ◀ bottleneck"</span> })}</th>
                         <td class="layers">{format!("{}–{}", s.layers[0], s.layers[1])}</td>
                         <td>
                             <div class="bar" class:over=bar.over role="img"
@@ -119,6 +120,7 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
                 }).collect_view()}
             </tbody>
         </table>
+        </div>
     }
 }
 
