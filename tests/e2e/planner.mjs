@@ -219,6 +219,20 @@ await check('a wrong input is marked at its field, by machine name, over the las
   await page.close();
 });
 
+await check('when nothing fits, each fix is a button that applies it (#18: 6)', async () => {
+  const page = await open();
+  await page.selectOption('#weights', 'f16');
+  await page.waitForFunction(() => document.querySelector('#plan-headline').textContent.startsWith('does not fit'));
+  const fixes = await page.locator('#notes .apply-fix').allTextContents();
+  assert.ok(fixes.some((f) => /^Use \S+ weights$/.test(f)), `fixes: ${fixes}`);
+  await page.locator('#notes .apply-fix', { hasText: 'weights' }).first().click();
+  await page.waitForFunction(() => document.querySelector('#plan-headline').textContent.startsWith('fits'));
+  const weights = JSON.parse(await text(page, '#scenario-json')).model.weights;
+  assert.notEqual(weights, 'f16');
+  assert.equal(await page.inputValue('#weights'), weights, 'the field shows the applied fix');
+  await page.close();
+});
+
 await check('notes set names as code, and each what-if switch names its machine (#18: 10)', async () => {
   const page = await open();
   // The first plan's notes name `desk` (the core writes names between backticks).

@@ -251,6 +251,8 @@ export interface Diagnostic {
   level: "info" | "warning" | "error";
   message: string;
   fix?: string;
+  /** The fix as a change to apply: `{weights}`, `{context}`, `{kv}` or `{copy_node}` (a node's name). */
+  change?: { weights: string } | { context: number } | { kv: string } | { copy_node: string };
 }
 
 /** `stageplan model --format json`. */

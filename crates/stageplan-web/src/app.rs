@@ -94,7 +94,7 @@ pub fn App() -> impl IntoView {
                 <ClusterPanel state=state problem=problem/>
             </section>
             <section class="results" aria-label="plan">
-                <PlanPanel computed=computed shown=shown problem=problem/>
+                <PlanPanel state=state computed=computed shown=shown problem=problem/>
                 <DevicePanel state=state computed=computed worker=worker/>
                 <ExportPanel computed=computed worker=worker/>
                 <SharePanel state=state computed=computed notice=notice/>

@@ -10,6 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use stageplan::Scenario;
+use stageplan::plan::Change;
 use stageplan::scenario::{LinksSpec, NodeSpec, Objective, Policy};
 use stageplan::units::{Dimension, parse_quantity};
 
@@ -278,6 +279,25 @@ impl AppState {
     pub fn place(&self, message: &str) -> InputError {
         let machines: Vec<(u64, &str)> = self.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
         crate::fields::place(&machines, self.model.source == ModelSource::Config, message)
+    }
+
+    /// Applies a plan's fix (the page's "no plan fits" buttons).
+    pub fn apply(&mut self, change: &Change) {
+        match change {
+            Change::Weights(weights) => weights.clone_into(&mut self.model.weights),
+            Change::Context(context) => self.context = context.to_string(),
+            Change::Kv(kv) => kv.clone_into(&mut self.kv),
+            Change::CopyNode(name) => {
+                let Some(like) = self.nodes.iter().find(|n| n.name == *name) else { return };
+                let mut copy = NodeDraft { id: self.next_id(), enabled: true, ..like.clone() };
+                let mut k = 2;
+                while self.nodes.iter().any(|n| n.name == copy.name) {
+                    copy.name = format!("{name}-{k}");
+                    k += 1;
+                }
+                self.nodes.push(copy);
+            }
+        }
     }
 
     /// Which nodes are switched on, in order.
@@ -571,5 +591,24 @@ mod tests {
         assert_eq!(place("the scenario has no nodes").place, None);
         assert_eq!(place("`nodes[9].memory` is wrong").place, None, "no such machine: left unplaced");
         assert_eq!(place("`links.default.latency` is negative").place, Some(Place::Field("link-latency")));
+    }
+
+    #[test]
+    fn a_fix_applies_to_the_fields_it_names() {
+        let mut state =
+            AppState { model: ModelDraft { weights: "f16".into(), ..ModelDraft::default() }, ..AppState::default() };
+        let problem = state.scenario().unwrap().problem().unwrap();
+        let plan = stageplan::plan(&problem);
+        assert!(!plan.feasible, "a 70B model in f16 does not fit 24 + 24 + 48 GiB");
+        let change = plan.diagnostics.iter().find_map(|d| d.change.clone()).expect("a fix to apply");
+        state.apply(&change);
+        assert!(stageplan::plan(&state.scenario().unwrap().problem().unwrap()).feasible, "{change:?} makes it fit");
+        state.apply(&Change::CopyNode("mac".into()));
+        state.apply(&Change::CopyNode("mac".into()));
+        let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["desk", "gamer", "mac", "mac-2", "mac-3"]);
+        assert_eq!(state.clone().with_unique_ids(), state, "ids stay distinct");
+        state.apply(&Change::Context(4096));
+        assert_eq!(state.context, "4096");
     }
 }

@@ -3,7 +3,7 @@
 //! Pure data, apart from the DOM: the components only lay it out, and the arithmetic is
 //! tested here (natively and in the browser).
 
-use stageplan::plan::{Bound, Level, Plan};
+use stageplan::plan::{Bound, Change, Level, Plan};
 use stageplan::scenario::{Objective, Policy};
 use stageplan::units::{format_bytes, format_seconds, sig3};
 
@@ -46,6 +46,26 @@ pub struct BaselineRow {
     pub feasible: bool,
 }
 
+/// A note of the plan, with its fix as a button where the fix is a change to make.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    pub level: Level,
+    pub message: String,
+    pub fix: Option<String>,
+    /// The button's words and the change it applies.
+    pub action: Option<(String, Change)>,
+}
+
+/// A fix's button, in the page's words (the note says it in the CLI's).
+pub fn change_label(change: &Change) -> String {
+    match change {
+        Change::Weights(w) => format!("Use {w} weights"),
+        Change::Context(c) => format!("Use a {}-token context", stageplan::units::group_digits(*c)),
+        Change::Kv(k) => format!("Use a {k} KV cache"),
+        Change::CopyNode(n) => format!("Add another {n}"),
+    }
+}
+
 /// Everything the plan view shows.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanView {
@@ -61,7 +81,7 @@ pub struct PlanView {
     pub ours_figure: String,
     pub ours_pct: f64,
     pub left_out: Vec<String>,
-    pub notes: Vec<(Level, String, Option<String>)>,
+    pub notes: Vec<Note>,
     pub search: String,
 }
 
@@ -155,7 +175,16 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         ours_figure: if plan.feasible { figure(plan.tokens_per_s, plan.latency_s) } else { "does not fit".into() },
         ours_pct: ours * 100.0 / best,
         left_out: plan.left_out.iter().map(|l| l.reason.clone()).collect(),
-        notes: plan.diagnostics.iter().map(|d| (d.level, d.message.clone(), d.fix.clone())).collect(),
+        notes: plan
+            .diagnostics
+            .iter()
+            .map(|d| Note {
+                level: d.level,
+                message: d.message.clone(),
+                fix: d.fix.clone(),
+                action: d.change.as_ref().map(|c| (change_label(c), c.clone())),
+            })
+            .collect(),
         search: plan.search.detail.clone(),
     }
 }

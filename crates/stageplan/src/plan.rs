@@ -262,6 +262,24 @@ pub struct Diagnostic {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// The fix as a change a surface can apply (the page's buttons); the same change `fix`
+    /// words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<Change>,
+}
+
+/// A change to the scenario that a fix names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Set `model.weights` to this format.
+    Weights(String),
+    /// Set `workload.context` to this many tokens.
+    Context(u64),
+    /// Set `workload.kv` to this format.
+    Kv(String),
+    /// Add one more node like the named one.
+    CopyNode(String),
 }
 
 /// How much a diagnostic matters.

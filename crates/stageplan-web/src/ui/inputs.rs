@@ -137,7 +137,7 @@ pub fn ModelPanel(
             <Show when=move || source() != ModelSource::File>
                 <label class="field" for="weights">
                     <span>"Weights"</span>
-                    <select id="weights" on:change=move |ev| state.update(|s| s.model.weights = event_target_value(&ev))>
+                    <select id="weights" prop:value=move || state.with(|s| s.model.weights.clone()) on:change=move |ev| state.update(|s| s.model.weights = event_target_value(&ev))>
                         {weights.clone().into_iter().map(|w| {
                             let shown = w.clone();
                             view! { <option value=w.clone() selected=move || state.with(|s| s.model.weights == w)>{shown}</option> }
@@ -181,7 +181,7 @@ pub fn ModelPanel(
                     set=move |v| state.update(|s| s.batch = v) problem=problem/>
                 <label class="field" for="kv">
                     <span>"KV cache"</span>
-                    <select id="kv" on:change=move |ev| state.update(|s| s.kv = event_target_value(&ev))>
+                    <select id="kv" prop:value=move || state.with(|s| s.kv.clone()) on:change=move |ev| state.update(|s| s.kv = event_target_value(&ev))>
                         {KV_FORMATS.iter().map(|k| view! {
                             <option value=k.name() selected=move || state.with(|s| s.kv == k.name())>{k.name()}</option>
                         }).collect_view()}

@@ -23,6 +23,7 @@ pub(crate) fn prose(text: &str) -> impl IntoView + use<> {
 /// input is wrong, its problem leads and the last plan that planned stays below, dimmed.
 #[component]
 pub fn PlanPanel(
+    state: RwSignal<AppState>,
     computed: Memo<Computed>,
     shown: Memo<Option<Outcome>>,
     problem: Memo<Option<InputError>>,
@@ -65,10 +66,13 @@ pub fn PlanPanel(
                         })}
                         <h3>"Notes"</h3>
                         <ul id="notes">
-                            {v.notes.iter().map(|(level, message, fix)| view! {
-                                <li class=match level { Level::Error => "note error", Level::Warning => "note warning", Level::Info => "note" }>
-                                    {prose(message)}
-                                    {fix.as_deref().map(|f| view! { <span class="fix">" → " {prose(f)}</span> })}
+                            {v.notes.iter().map(|note| view! {
+                                <li class=match note.level { Level::Error => "note error", Level::Warning => "note warning", Level::Info => "note" }>
+                                    {prose(&note.message)}
+                                    {note.fix.as_deref().map(|f| view! { <span class="fix">" → " {prose(f)}</span> })}
+                                    {note.action.clone().map(|(label, change)| view! {
+                                        <button type="button" class="apply-fix" on:click=move |_| state.update(|s| s.apply(&change))>{label}</button>
+                                    })}
                                 </li>
                             }).collect_view()}
                         </ul>

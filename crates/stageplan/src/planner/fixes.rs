@@ -6,7 +6,7 @@
 use super::search;
 use crate::cost::CostModel;
 use crate::model::{Model, WeightFormat};
-use crate::plan::{Diagnostic, Level};
+use crate::plan::{Change, Diagnostic, Level};
 use crate::problem::{Node, Problem};
 use crate::tensor_type::KV_FORMATS;
 use crate::units::format_bytes;
@@ -16,25 +16,34 @@ pub(crate) fn fixes(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Ve
     let fits = |p: &Problem| search::any_fit(&CostModel::new(p), &allowed_for(p, allowed));
 
     if let Some(format) = smaller_format(problem, &fits) {
-        out.push(fix(format!("weights in `{format}` fit"), format!("set `model.weights` to `{format}`")));
+        out.push(fix(
+            format!("weights in `{format}` fit"),
+            format!("set `model.weights` to `{format}`"),
+            Some(Change::Weights(format.to_string())),
+        ));
     }
     if let Some(context) = shorter_context(problem, &fits) {
         out.push(fix(
             format!("a context of {context} tokens fits"),
             format!("set `workload.context` to {context} or less"),
+            Some(Change::Context(context)),
         ));
     }
     if let Some(kv) = smaller_kv(problem, &fits) {
-        out.push(fix(format!("a `{kv}` KV cache fits"), format!("set `workload.kv` to `{kv}`")));
+        out.push(fix(
+            format!("a `{kv}` KV cache fits"),
+            format!("set `workload.kv` to `{kv}`"),
+            Some(Change::Kv(kv.name().to_owned())),
+        ));
     }
-    if let Some(text) = one_more_node(problem, allowed, &fits) {
-        out.push(fix(text, "add it to `nodes`".to_owned()));
+    if let Some((text, like)) = one_more_node(problem, allowed, &fits) {
+        out.push(fix(text, "add it to `nodes`".to_owned(), like.map(Change::CopyNode)));
     }
     out
 }
 
-fn fix(message: String, fix: String) -> Diagnostic {
-    Diagnostic { level: Level::Info, message, fix: Some(fix) }
+fn fix(message: String, fix: String, change: Option<Change>) -> Diagnostic {
+    Diagnostic { level: Level::Info, message, fix: Some(fix), change }
 }
 
 /// `allowed`, extended with `true` for nodes a fix added.
@@ -71,7 +80,7 @@ fn shortfall(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Diagnosti
             format_bytes(needed as f64)
         )
     };
-    Diagnostic { level: Level::Error, message, fix: None }
+    Diagnostic { level: Level::Error, message, fix: None, change: None }
 }
 
 fn smaller_format(problem: &Problem, fits: &dyn Fn(&Problem) -> bool) -> Option<WeightFormat> {
@@ -101,7 +110,12 @@ fn shorter_context(problem: &Problem, fits: &dyn Fn(&Problem) -> bool) -> Option
     if problem.workload.context <= 1 || !with(1) {
         return None;
     }
-    let (mut lo, mut hi) = (1u64, problem.workload.context);
+    // Never past the model's own maximum: the plan's other note says not to go there.
+    let cap = problem.model.arch.max_context.unwrap_or(u64::MAX).max(1);
+    if problem.workload.context > cap && with(cap) {
+        return Some(cap);
+    }
+    let (mut lo, mut hi) = (1u64, problem.workload.context.min(cap.saturating_add(1)));
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if with(mid) { lo = mid } else { hi = mid }
@@ -120,8 +134,13 @@ fn smaller_kv(problem: &Problem, fits: &dyn Fn(&Problem) -> bool) -> Option<crat
     })
 }
 
-/// One more copy of an existing machine (the largest that helps), or a bare figure.
-fn one_more_node(problem: &Problem, allowed: &[bool], fits: &dyn Fn(&Problem) -> bool) -> Option<String> {
+/// One more copy of an existing machine (the smallest that helps, and its name), or a bare
+/// figure.
+fn one_more_node(
+    problem: &Problem,
+    allowed: &[bool],
+    fits: &dyn Fn(&Problem) -> bool,
+) -> Option<(String, Option<String>)> {
     let mut kinds: Vec<&Node> = Vec::new();
     for (k, node) in problem.nodes.iter().enumerate() {
         let same = |n: &&Node| n.memory == node.memory && n.bandwidth == node.bandwidth && n.compute == node.compute;
@@ -141,11 +160,9 @@ fn one_more_node(problem: &Problem, allowed: &[bool], fits: &dyn Fn(&Problem) ->
         extra.name = format!("{}-extra", node.name);
         if with(extra) {
             let what = node.device.as_deref().map_or_else(String::new, |d| format!(" `{d}`"));
-            return Some(format!(
-                "one more{what} node like `{}` ({}) makes it fit",
-                node.name,
-                format_bytes(node.memory as f64)
-            ));
+            let text =
+                format!("one more{what} node like `{}` ({}) makes it fit", node.name, format_bytes(node.memory as f64));
+            return Some((text, Some(node.name.clone())));
         }
     }
     let template = kinds.last().copied()?;
@@ -162,5 +179,5 @@ fn one_more_node(problem: &Problem, allowed: &[bool], fits: &dyn Fn(&Problem) ->
         let mid = lo + (hi - lo) / 2;
         if with(probe(mid)) { hi = mid } else { lo = mid }
     }
-    Some(format!("one more node with {} of memory makes it fit", format_bytes(hi as f64)))
+    Some((format!("one more node with {} of memory makes it fit", format_bytes(hi as f64)), None))
 }

@@ -13,7 +13,7 @@ mod search;
 
 use crate::cost::{CostModel, Schedule};
 use crate::plan::{
-    Accuracy, Baseline, BaselineStage, Bound, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan,
+    Accuracy, Baseline, BaselineStage, Bound, Change, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan,
     PlannedModel, PlannedWorkload, Search, Stage, TimeBreakdown,
 };
 use crate::problem::Problem;
@@ -463,6 +463,7 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
                     format_seconds(stage.time_s)
                 ),
                 fix: None,
+                change: None,
             });
         }
     }
@@ -473,6 +474,7 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
                 level: Level::Warning,
                 message: format!("`{}` has only {} of headroom", stage.node, format_bytes(headroom)),
                 fix: Some("raise its `reserve` if other programs share it, or plan a shorter context".to_owned()),
+                change: None,
             });
         }
     }
@@ -483,6 +485,7 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
             level: Level::Warning,
             message: format!("context {} is beyond the model's maximum of {max} tokens", problem.workload.context),
             fix: Some(format!("set `workload.context` to at most {max}")),
+            change: Some(Change::Context(max)),
         });
     }
     notes
