@@ -377,7 +377,7 @@ fn PairForm(state: RwSignal<AppState>) -> impl IntoView {
     let names = move || state.with(|s| s.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>());
     let select = move |which: bool| {
         view! {
-            <select class="pair-node" on:change=move |ev| {
+            <select class="pair-node" aria-label=if which { "link from machine" } else { "link to machine" } on:change=move |ev| {
                 let v = event_target_value(&ev);
                 draft.update(|d| if which { d.a = v } else { d.b = v });
             }>
