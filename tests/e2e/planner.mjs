@@ -239,10 +239,21 @@ await check('notes set names as code, and each what-if switch names its machine 
   assert.ok((await page.locator('#notes code', { hasText: 'desk' }).count()) > 0, notes);
   const switches = await page.locator('.node-enabled + .visually-hidden').allTextContents();
   assert.deepEqual(switches, ['use desk', 'use gamer', 'use mac']);
+  const removes = await page.locator('.node-remove').evaluateAll((bs) => bs.map((b) => b.getAttribute('aria-label')));
+  assert.deepEqual(removes, ['remove desk', 'remove gamer', 'remove mac']);
+  // "Use the plan" comes before "This device".
+  const order = await page.evaluate(() => document.querySelector('#export-panel').compareDocumentPosition(document.querySelector('#device')));
+  assert.ok(order & Node.DOCUMENT_POSITION_FOLLOWING, 'the export panel is above the device panel');
+  // The drop zone shows that it takes files held over it.
+  const files = await page.evaluateHandle(() => new DataTransfer());
+  await page.dispatchEvent('#drop-zone', 'dragover', { dataTransfer: files });
+  await page.waitForSelector('#drop-zone.dragging');
+  await page.dispatchEvent('#drop-zone', 'dragleave', { dataTransfer: files });
+  await page.waitForSelector('#drop-zone:not(.dragging)');
   await page.close();
 });
 
-await check('any screen: no sideways scrolling and the verdict in view, from 360 px to desktop (#18: 3, 7)', async () => {
+await check('any screen: no sideways scrolling and the verdict in view, from 360 px to desktop; machine rows readable (#18: 3, 4, 7)', async () => {
   for (const [width, height] of [[360, 740], [390, 844], [1440, 900]]) {
     const page = await open();
     await page.setViewportSize({ width, height });
@@ -255,6 +266,17 @@ await check('any screen: no sideways scrolling and the verdict in view, from 360
     assert.ok(layout.top >= 0 && layout.bottom <= layout.innerHeight, `${width}×${height}: the verdict is at ${layout.top}–${layout.bottom} px`);
     // The bottleneck is marked in words in its table row, not by colour alone.
     assert.match(await text(page, 'tr.stage-row.bottleneck th'), /◀ bottleneck/);
+    if (width >= 1000) {
+      // Machine rows (#18: 4): each device select shows its whole name, a preset's kind is named.
+      const cut = await page.evaluate(() => [...document.querySelectorAll('.node-device')].filter((select) => {
+        const context = document.createElement('canvas').getContext('2d');
+        context.font = getComputedStyle(select).font;
+        return context.measureText(select.selectedOptions[0].textContent).width + 28 > select.clientWidth;
+      }).map((select) => select.selectedOptions[0].textContent));
+      assert.deepEqual(cut, [], 'device names cut off');
+      const kind = await page.$eval('li.node[data-node="desk"] .node-kind', (select) => select.selectedOptions[0].textContent);
+      assert.equal(kind, "GPU (the device's)");
+    }
     await shot(page, `02-screen-${width}`);
     await page.close();
   }
@@ -418,16 +440,22 @@ await check('this device: the WebGPU probe, adding it, and the plan run as kerne
   metrics.webgpu_adapter = await text(page, '#probe-result dd');
   metrics.webgpu_bandwidth = await text(page, '#probe-bandwidth');
   metrics.webgpu_compute_f32 = await text(page, '#probe-compute');
+  // Said in people's words, with a warning for SwiftShader's software adapter (#18: 9).
+  assert.match(await text(page, '#probe-summary'), /^This browser's GPU reads [\d.]+ [GMT]B\/s and computes [\d.]+ [GT]?FLOPS/);
+  assert.match(await text(page, '#probe-software'), /software adapter/);
   const nodes = await page.locator('li.node').count();
   await page.click('#add-this-device');
   await page.waitForFunction((n) => document.querySelectorAll('li.node').length === n + 1, nodes);
+  const added = page.locator('li.node').last();
+  assert.match(await added.locator('.node-bandwidth').inputValue(), / [GMT]B\/s$/, 'bandwidth with its unit');
+  assert.match(await added.locator('.node-compute').inputValue(), / [GTP]?FLOPS$/, 'compute with its unit');
   await page.click('#run-sharded');
   await page.waitForSelector('#sharded-result', { timeout: 180_000 });
   const rows = await page.$$eval('#sharded-result tbody tr', (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));
   assert.ok(rows.length >= 1);
   metrics.webgpu_sharded = rows;
   metrics.webgpu_sharded_note = await text(page, '#sharded-status');
-  assert.match(metrics.webgpu_sharded_note, /checked against the CPU/);
+  assert.match(metrics.webgpu_sharded_note, /^The plan's split, run on this GPU: .*checked against the CPU/);
   await shot(page, '08-this-device');
   await page.close();
 });

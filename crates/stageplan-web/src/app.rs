@@ -95,8 +95,8 @@ pub fn App() -> impl IntoView {
             </section>
             <section class="results" aria-label="plan">
                 <PlanPanel state=state computed=computed shown=shown problem=problem/>
-                <DevicePanel state=state computed=computed worker=worker/>
                 <ExportPanel computed=computed worker=worker/>
+                <DevicePanel state=state computed=computed worker=worker/>
                 <SharePanel state=state computed=computed notice=notice/>
             </section>
         </main>

@@ -93,7 +93,16 @@ pub struct Dropped {
 pub struct Measured {
     /// Adapter name, backend and type, e.g. `BrowserWebGpu adapter (browserwebgpu, cpu)`.
     pub adapter: String,
+    /// A software adapter (the CPU standing in for a GPU, e.g. SwiftShader): its figures
+    /// are not a GPU's.
+    #[serde(default)]
+    pub software: bool,
     pub memory_bytes: u64,
+    /// Where `memory_bytes` comes from: `allocation` (allocated until refused) or
+    /// `max_buffer_size` (only the largest buffer allowed: WebGPU does not tell a device's
+    /// memory).
+    #[serde(default)]
+    pub memory_source: String,
     /// Median bytes/s of the STREAM triad, and its spread `(max − min) / median`.
     pub bandwidth: f64,
     pub bandwidth_spread: f64,

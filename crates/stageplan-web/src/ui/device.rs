@@ -109,6 +109,20 @@ pub fn DevicePanel(
             </div>
             <p id="probe-status" aria-live="polite">{move || status.get()}</p>
             {move || probe.get().map(|p| view! {
+                <p id="probe-summary">{format!(
+                    "This browser's GPU reads {} and computes {} (f32 matrix multiply).",
+                    format_bandwidth(p.bandwidth),
+                    format_compute(p.compute_f32)
+                )}</p>
+                {p.software.then(|| view! {
+                    <p id="probe-software" class="note warning">"This is a software adapter — the CPU standing in for a GPU — so these are not a GPU's figures; a browser with GPU access measures the real one."</p>
+                })}
+                {(p.memory_source == "max_buffer_size").then(|| view! {
+                    <p id="probe-memory-note" class="hint">{format!(
+                        "WebGPU does not tell a device's memory: {} is only the largest buffer it allows. Set the machine's memory to what the device has after adding it.",
+                        format_bytes(p.memory_bytes as f64)
+                    )}</p>
+                })}
                 <dl id="probe-result" class="probe">
                     <dt>"adapter"</dt><dd>{p.adapter.clone()}</dd>
                     <dt>"bandwidth"</dt><dd id="probe-bandwidth">{format!("{} (spread {:.0}%)", format_bandwidth(p.bandwidth), p.bandwidth_spread * 100.0)}</dd>

@@ -97,6 +97,8 @@ pub fn ModelPanel(
         files.map(|list| (0..list.length()).filter_map(|i| list.get(i)).collect()).unwrap_or_default()
     };
     let config_error = problem_at(problem, Place::Field("config"));
+    // Files held over the drop zone: it says it will take them.
+    let dragging = RwSignal::new(false);
     let weights: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
     view! {
         <fieldset class="panel">
@@ -145,10 +147,12 @@ pub fn ModelPanel(
                     </select>
                 </label>
             </Show>
-            <div id="drop-zone" class="drop" class:busy=reading
-                on:dragover=|ev: web_sys::DragEvent| ev.prevent_default()
+            <div id="drop-zone" class="drop" class:busy=reading class:dragging=move || dragging.get()
+                on:dragover=move |ev: web_sys::DragEvent| { ev.prevent_default(); dragging.set(true); }
+                on:dragleave=move |_| dragging.set(false)
                 on:drop=move |ev: web_sys::DragEvent| {
                     ev.prevent_default();
+                    dragging.set(false);
                     take_files(file_list(ev.data_transfer().and_then(|d| d.files())));
                 }>
                 <label for="model-file">"Drop a .gguf, .safetensors or model.safetensors.index.json (with its shards) — only the header is read"</label>
@@ -222,6 +226,15 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
     };
     let enabled = move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(|n| n.enabled));
     let custom = move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(|n| n.device.is_empty()));
+    // The kind a preset device brings, shown where no kind is chosen.
+    let preset_kind = move || {
+        let device = get(|n| n.device.clone()).get();
+        stageplan::presets::DevicePreset::find(&device).ok().map(|p| match p.kind {
+            stageplan::device::DeviceKind::Gpu => "GPU",
+            stageplan::device::DeviceKind::Unified => "Apple silicon",
+            stageplan::device::DeviceKind::Cpu => "CPU",
+        })
+    };
     let input = move |part: &'static str,
                       label: &'static str,
                       hint: &'static str,
@@ -252,7 +265,7 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                     <span class="visually-hidden">{move || format!("use {}", get(|n| n.name.clone()).get())}</span>
                 </label>
                 {input("name", "Name", "desk", get(|n| n.name.clone()), Box::new(set(|n, v| n.name = v)))}
-                <label class="field small">
+                <label class="field small device">
                     <span>"Device"</span>
                     <select class="node-device" on:change=move |ev| {
                         let device = event_target_value(&ev);
@@ -270,12 +283,14 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                         let kind = event_target_value(&ev);
                         state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.kind = kind });
                     }>
-                        {[("", "from preset"), ("gpu", "GPU"), ("unified", "Apple silicon"), ("cpu", "CPU")].map(|(value, title)| view! {
+                        <option value="" selected=move || get(|n| n.kind.clone()).get().is_empty()>{move || preset_kind().map_or_else(|| "–".to_owned(), |k| format!("{k} (the device's)"))}</option>
+                        {[("gpu", "GPU"), ("unified", "Apple silicon"), ("cpu", "CPU")].map(|(value, title)| view! {
                             <option value=value selected=move || get(|n| n.kind.clone()).get() == value>{title}</option>
                         }).collect_view()}
                     </select>
                 </label>
-                <button type="button" class="node-duplicate" title="duplicate" on:click=move |_| state.update(|s| {
+                <button type="button" class="node-duplicate" title="duplicate this machine"
+                    aria-label=move || format!("duplicate {}", get(|n| n.name.clone()).get()) on:click=move |_| state.update(|s| {
                     let next = s.next_id();
                     if let Some(pos) = s.nodes.iter().position(|n| n.id == id) {
                         let mut copy = s.nodes[pos].clone();
@@ -283,8 +298,10 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                         copy.name = format!("{}-copy", copy.name);
                         s.nodes.insert(pos + 1, copy);
                     }
-                })>"Duplicate"</button>
-                <button type="button" class="node-remove" title="remove" on:click=move |_| state.update(|s| s.nodes.retain(|n| n.id != id))>"Remove"</button>
+                })>"⧉"</button>
+                <button type="button" class="node-remove" title="remove this machine"
+                    aria-label=move || format!("remove {}", get(|n| n.name.clone()).get())
+                    on:click=move |_| state.update(|s| s.nodes.retain(|n| n.id != id))>"✕"</button>
             </div>
             <div class="node-figures">
                 {input("memory", "Memory", "from preset", get(|n| n.memory.clone()), Box::new(set(|n, v| n.memory = v)))}
