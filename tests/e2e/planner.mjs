@@ -303,6 +303,39 @@ await check('axe-core finds no serious accessibility violations, on a plan and o
   await page.close();
 });
 
+await check('weight formats side by side, and speed and memory against context length (#18: charts)', async () => {
+  const page = await open();
+  await page.click('#sweeps > summary');
+  await page.waitForSelector('#formats tr.format-row');
+  const rows = await page.$$eval('#formats tr.format-row', (trs) => trs.map((tr) => ({
+    weights: tr.dataset.weights, current: tr.classList.contains('current'), fits: tr.querySelector('.fits').textContent, speed: tr.querySelector('.speed').textContent,
+  })));
+  assert.ok(rows.length >= 8, JSON.stringify(rows));
+  assert.equal(rows.find((r) => r.weights === 'f16').fits, 'does not fit');
+  const chosen = rows.find((r) => r.current);
+  assert.equal(chosen.weights, 'q4_k_m');
+  const headline = await text(page, '#plan-headline');
+  assert.equal(`${headline.match(/([\d.]+) tok\/s for one user/)[1]} tok/s`, chosen.speed);
+  // Another format's row is what the CLI plans for that format.
+  const scenario = JSON.parse(await text(page, '#scenario-json'));
+  const q8 = cliPlan(JSON.stringify({ ...scenario, model: { ...scenario.model, weights: 'q8_0' } }));
+  const q8row = rows.find((r) => r.weights === 'q8_0');
+  assert.equal(q8row.fits, q8.feasible ? 'fits' : 'does not fit');
+  if (q8.feasible) assert.equal(q8row.speed, `${sig3(q8.stream_tokens_per_s)} tok/s`);
+  // The chart: a speed line and a memory line per machine of the plan.
+  const chart = await page.$eval('#context-chart', (svg) => ({
+    speed: svg.querySelector('polyline.speed').getAttribute('points').split(' ').length,
+    memory: [...svg.querySelectorAll('polyline.memory')].map((p) => p.dataset.node),
+    label: svg.getAttribute('aria-label'),
+  }));
+  const stages = JSON.parse(await text(page, '#plan-json')).stages.map((s) => s.node);
+  assert.deepEqual(chart.memory, stages);
+  assert.ok(chart.speed >= 5, `${chart.speed} points`);
+  assert.match(chart.label, /for contexts from 1k to 128k/);
+  await page.locator('#sweeps').screenshot({ path: path.join(artifacts, '05c-sweeps.png') });
+  await page.close();
+});
+
 await check('re-planning 80 layers on 8 machines fits in a frame', async () => {
   const page = await open();
   const scenario = fs.readFileSync(path.join(root, 'tests/scenarios/home-70b-8.json'), 'utf8');

@@ -4,7 +4,7 @@ use leptos::prelude::*;
 
 use crate::planning::{Computed, Outcome, compute, now_ms};
 use crate::state::AppState;
-use crate::ui::{ClusterPanel, DevicePanel, ExportPanel, ModelPanel, PlanPanel, SharePanel};
+use crate::ui::{ClusterPanel, DevicePanel, ExportPanel, ModelPanel, PlanPanel, SharePanel, SweepsPanel};
 use crate::worker::{Dropped, PageWorker};
 
 /// Where the last session is kept between visits.
@@ -95,6 +95,7 @@ pub fn App() -> impl IntoView {
             </section>
             <section class="results" aria-label="plan">
                 <PlanPanel state=state computed=computed shown=shown problem=problem/>
+                <SweepsPanel shown=shown/>
                 <ExportPanel computed=computed worker=worker/>
                 <DevicePanel state=state computed=computed worker=worker/>
                 <SharePanel state=state computed=computed notice=notice/>

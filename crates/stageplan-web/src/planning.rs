@@ -19,6 +19,9 @@ pub struct Outcome {
     pub model: String,
     /// What the exports need beyond the plan (each machine's kind, from its preset).
     pub export_options: stageplan::export::ExportOptions,
+    /// What was planned, and on which machines: the sweeps re-plan it (shared, not copied).
+    pub problem: std::sync::Arc<stageplan::Problem>,
+    pub enabled: Vec<bool>,
 }
 
 /// The last planning and how long it took.
@@ -51,7 +54,8 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
         _ => scenario.problem(),
     }
     .map_err(|e| state.place(&e.to_string()))?;
-    let plan = stageplan::plan_enabled(&problem, &state.enabled());
+    let enabled = state.enabled();
+    let plan = stageplan::plan_enabled(&problem, &enabled);
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
     let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);
     let layers = problem.model.num_layers();
@@ -62,6 +66,8 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
         layers,
         model: format!("{} · {}", problem.model.name, problem.model.weights),
         export_options: stageplan::export::ExportOptions::for_problem(&problem),
+        problem: std::sync::Arc::new(problem),
+        enabled,
     })
 }
 

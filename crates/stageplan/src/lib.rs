@@ -36,6 +36,7 @@ pub mod presets;
 pub mod problem;
 pub mod quote;
 pub mod scenario;
+pub mod sweep;
 pub mod tensor_type;
 pub mod units;
 pub mod verdict;

@@ -13,10 +13,13 @@ mod inputs;
 #[allow(unreachable_pub, clippy::needless_pass_by_value)]
 mod results;
 #[allow(unreachable_pub)]
+mod sweeps;
+#[allow(unreachable_pub)]
 mod widget;
 
 pub use device::DevicePanel;
 pub use export::ExportPanel;
 pub use inputs::{ClusterPanel, ModelPanel};
 pub use results::{PlanPanel, SharePanel, StagesView};
+pub use sweeps::SweepsPanel;
 pub use widget::Widget;

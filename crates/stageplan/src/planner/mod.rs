@@ -50,6 +50,13 @@ pub fn plan_bare(problem: &Problem) -> Plan {
     plan_with(problem, &cost, &allowed, problem.policy, problem.objective, false)
 }
 
+/// [`plan_bare`] with only the nodes marked in `enabled`: for sweeps that re-plan many
+/// variants of one scenario (see [`crate::sweep`]).
+pub fn plan_bare_enabled(problem: &Problem, enabled: &[bool]) -> Plan {
+    let cost = CostModel::new(problem);
+    plan_with(problem, &cost, enabled, problem.policy, problem.objective, false)
+}
+
 /// Plans with only the nodes marked in `enabled` (what-if: a node switched off).
 pub fn plan_enabled(problem: &Problem, enabled: &[bool]) -> Plan {
     let cost = CostModel::new(problem);
