@@ -217,10 +217,13 @@ await check('a wrong input is marked at its field, by machine name, over the las
   await page.close();
 });
 
-await check('when nothing fits, each fix is a button that applies it (#18: 6)', async () => {
+await check('when nothing fits, memory bars show each machine\'s overflow and each fix is a button that applies it (#18: 6)', async () => {
   const page = await open();
   await page.selectOption('#weights', 'f16');
   await page.waitForFunction(() => document.querySelector('#plan-headline').textContent.startsWith('does not fit'));
+  // The memory bars stay, for the split in proportion to memory, with each machine's overflow.
+  assert.ok((await page.locator('#overflow .bar.over').count()) >= 1, 'a machine over its memory');
+  assert.match(await page.locator('#overflow small').first().textContent(), /(free|over)$/);
   const fixes = await page.locator('#notes .apply-fix').allTextContents();
   assert.ok(fixes.some((f) => /^Use \S+ weights$/.test(f)), `fixes: ${fixes}`);
   await page.locator('#notes .apply-fix', { hasText: 'weights' }).first().click();

@@ -19,6 +19,9 @@ pub struct Outcome {
     pub model: String,
     /// What the exports need beyond the plan (each machine's kind, from its preset).
     pub export_options: stageplan::export::ExportOptions,
+    /// When nothing fits: the memory-proportional split on the same machines, to show how far
+    /// over each machine is.
+    pub overflow: Option<(Plan, PlanView)>,
     /// What was planned, and on which machines: the sweeps re-plan it (shared, not copied).
     pub problem: std::sync::Arc<stageplan::Problem>,
     pub enabled: Vec<bool>,
@@ -60,12 +63,20 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
     let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);
     let layers = problem.model.num_layers();
     let view = plan_view(&plan, layers, &index);
+    let overflow = (!plan.feasible).then(|| {
+        let closest =
+            stageplan::planner::plan_policy_enabled(&problem, &enabled, stageplan::Policy::MemoryProportional);
+        let view = plan_view(&closest, layers, &index);
+        (closest, view)
+    });
+    let overflow = overflow.filter(|(closest, _)| !closest.stages.is_empty());
     Ok(Outcome {
         plan,
         view,
         layers,
         model: format!("{} · {}", problem.model.name, problem.model.weights),
         export_options: stageplan::export::ExportOptions::for_problem(&problem),
+        overflow,
         problem: std::sync::Arc::new(problem),
         enabled,
     })

@@ -46,6 +46,13 @@ pub fn PlanPanel(
                         <p id="plan-headline" class="headline" aria-live="polite" class:infeasible=!v.feasible>{prose(&v.headline)}</p>
                         <p id="plan-details" class="details">{v.details.iter().map(|line| view! { <span class="line">{prose(line)}</span> }).collect_view()}</p>
                         <StagesView plan=outcome.plan.clone() view=v.clone()/>
+                        {outcome.overflow.clone().map(|(closest, view)| view! {
+                            <div id="overflow">
+                                <h3>"Where it overflows"</h3>
+                                <p class="details">"No split fits these machines. Split in proportion to memory, each machine would hold:"</p>
+                                <StagesView plan=closest view=view/>
+                            </div>
+                        })}
                         <p class="legend"><span class="segment weights"></span>"weights "<span class="segment kv"></span>"KV "<span class="segment embed-head"></span>"embed/head "<span class="segment workspace"></span>"workspace "<span class="segment reserve"></span>"reserve"</p>
                         <h3>"Against the splits other tools make"</h3>
                         <ul class="baselines">

@@ -57,6 +57,13 @@ pub fn plan_bare_enabled(problem: &Problem, enabled: &[bool]) -> Plan {
     plan_with(problem, &cost, enabled, problem.policy, problem.objective, false)
 }
 
+/// The split `policy` makes on the enabled nodes, evaluated, without explanations. When
+/// nothing fits, the memory-proportional split shows how far over each machine would be.
+pub fn plan_policy_enabled(problem: &Problem, enabled: &[bool], policy: crate::scenario::Policy) -> Plan {
+    let cost = CostModel::new(problem);
+    plan_with(problem, &cost, enabled, policy, problem.objective, false)
+}
+
 /// Plans with only the nodes marked in `enabled` (what-if: a node switched off).
 pub fn plan_enabled(problem: &Problem, enabled: &[bool]) -> Plan {
     let cost = CostModel::new(problem);
