@@ -95,7 +95,7 @@ pub fn App() -> impl IntoView {
             </section>
             <section class="results" aria-label="plan">
                 <PlanPanel state=state computed=computed shown=shown problem=problem/>
-                <SweepsPanel shown=shown/>
+                <SweepsPanel state=state computed=computed worker=worker/>
                 <ExportPanel computed=computed worker=worker/>
                 <DevicePanel state=state computed=computed worker=worker/>
                 <SharePanel state=state computed=computed notice=notice/>

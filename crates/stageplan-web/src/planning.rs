@@ -22,9 +22,6 @@ pub struct Outcome {
     /// When nothing fits: the memory-proportional split on the same machines, to show how far
     /// over each machine is.
     pub overflow: Option<(Plan, PlanView)>,
-    /// What was planned, and on which machines: the sweeps re-plan it (shared, not copied).
-    pub problem: std::sync::Arc<stageplan::Problem>,
-    pub enabled: Vec<bool>,
 }
 
 /// The last planning and how long it took.
@@ -77,8 +74,6 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
         model: format!("{} · {}", problem.model.name, problem.model.weights),
         export_options: stageplan::export::ExportOptions::for_problem(&problem),
         overflow,
-        problem: std::sync::Arc::new(problem),
-        enabled,
     })
 }
 

@@ -189,80 +189,6 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
     }
 }
 
-/// A chart of the same machines across context lengths, as SVG coordinates in a
-/// `WIDTH × HEIGHT` view box: one user's tok/s, and each machine's memory against its budget.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ContextChart {
-    /// `points` of the speed line (where a plan fits).
-    pub speed: String,
-    pub speed_top: String,
-    /// Per machine: name, colour and `points` of its memory as a share of its budget (the
-    /// budget at `budget_y`).
-    pub memory: Vec<(String, u32, String)>,
-    pub budget_y: f64,
-    /// Ticks on the context axis: x and label.
-    pub ticks: Vec<(f64, String)>,
-    /// The scenario's own context and the longest that fits, as x.
-    pub own_x: f64,
-    pub limit: Option<(f64, String)>,
-}
-
-/// The chart's view box.
-pub const WIDTH: f64 = 600.0;
-pub const HEIGHT: f64 = 160.0;
-const PAD: f64 = 24.0;
-
-/// Lays out a context sweep: x is log2 of the context, y the speed (top panel scale) or
-/// memory share, with 100% of a budget at 4/5 of the height so an overflow shows.
-pub fn context_chart(
-    points: &[stageplan::sweep::ContextPoint],
-    own: u64,
-    node_index: &dyn Fn(&str) -> usize,
-) -> Option<ContextChart> {
-    let (first, last) = (points.first()?.context, points.last()?.context);
-    let span = ((last as f64).log2() - (first as f64).log2()).max(1.0);
-    let x = |c: u64| PAD + ((c as f64).log2() - (first as f64).log2()) / span * (WIDTH - 2.0 * PAD);
-    let top = points.iter().map(|p| p.tokens_per_s).fold(0.0, f64::max).max(1e-9);
-    let y = |share: f64| HEIGHT - PAD - share.clamp(0.0, 1.25) * (HEIGHT - 2.0 * PAD) * 0.8;
-    let line =
-        |pairs: Vec<(f64, f64)>| pairs.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect::<Vec<_>>().join(" ");
-    let speed = line(points.iter().filter(|p| p.fits).map(|p| (x(p.context), y(p.tokens_per_s / top))).collect());
-    let machines = points[0].memory.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>();
-    let memory = machines
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let pairs = points
-                .iter()
-                .filter_map(|p| {
-                    p.memory[i].1.map(|(used, budget)| (x(p.context), y(used as f64 / budget.max(1) as f64)))
-                })
-                .collect();
-            (name.clone(), hue(node_index(name)), line(pairs))
-        })
-        .collect();
-    let limit = points
-        .iter()
-        .rev()
-        .find(|p| p.fits)
-        .filter(|p| p.context < last)
-        .map(|p| (x(p.context), format!("{} fits", short_count(p.context))));
-    Some(ContextChart {
-        speed,
-        speed_top: format!("{} tok/s", sig3(top)),
-        memory,
-        budget_y: y(1.0),
-        ticks: points.iter().map(|p| (x(p.context), short_count(p.context))).collect(),
-        own_x: x(own),
-        limit,
-    })
-}
-
-/// `131072` → `128k`: context lengths as people name them.
-pub fn short_count(n: u64) -> String {
-    if n >= 1024 && n.is_multiple_of(1024) { format!("{}k", n / 1024) } else { n.to_string() }
-}
-
 /// The bound a stage's time comes from, as a word.
 pub fn bound_word(bound: Bound) -> &'static str {
     match bound {
@@ -348,28 +274,5 @@ mod tests {
         for pair in hues.windows(2) {
             assert!(pair[0].abs_diff(pair[1]) > 40);
         }
-    }
-
-    #[test]
-    fn the_context_chart_stays_in_its_box_and_marks_the_scenario() {
-        let state = AppState::default();
-        let problem = state.scenario().unwrap().problem().unwrap();
-        let points = stageplan::sweep::by_context(&problem, &state.enabled());
-        let chart = context_chart(&points, 8192, &|_| 0).unwrap();
-        let inside = |points: &str| {
-            points.split(' ').all(|p| {
-                let (x, y) = p.split_once(',').unwrap();
-                let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
-                (0.0..=WIDTH).contains(&x) && (0.0..=HEIGHT).contains(&y)
-            })
-        };
-        assert!(inside(&chart.speed), "{}", chart.speed);
-        assert!(chart.memory.iter().all(|(_, _, p)| p.is_empty() || inside(p)));
-        assert_eq!(chart.ticks.first().unwrap().1, "1k");
-        assert_eq!(chart.ticks.last().unwrap().1, "128k");
-        let eight = chart.ticks.iter().find(|t| t.1 == "8k").unwrap().0;
-        assert!((chart.own_x - eight).abs() < 1e-9);
-        assert_eq!(short_count(131_072), "128k");
-        assert_eq!(short_count(1000), "1000");
     }
 }

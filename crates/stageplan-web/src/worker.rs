@@ -76,6 +76,10 @@ pub enum Request {
     Export { plan: Box<Plan>, target: Target, options: ExportOptions },
     /// The model in the files posted with the request, read by their headers only.
     ReadModel,
+    /// The weight-format table and the context chart (see [`crate::sweeps`]) for a
+    /// scenario's JSON on the enabled machines; `dropped`: with the model the worker last
+    /// read from dropped files (it keeps it, so the page never sends a model back).
+    Sweeps { scenario: String, enabled: Vec<bool>, dropped: bool },
 }
 
 /// A model read from dropped files, and what reading it cost.
@@ -93,16 +97,7 @@ pub struct Dropped {
 pub struct Measured {
     /// Adapter name, backend and type, e.g. `BrowserWebGpu adapter (browserwebgpu, cpu)`.
     pub adapter: String,
-    /// A software adapter (the CPU standing in for a GPU, e.g. SwiftShader): its figures
-    /// are not a GPU's.
-    #[serde(default)]
-    pub software: bool,
     pub memory_bytes: u64,
-    /// Where `memory_bytes` comes from: `allocation` (allocated until refused) or
-    /// `max_buffer_size` (only the largest buffer allowed: WebGPU does not tell a device's
-    /// memory).
-    #[serde(default)]
-    pub memory_source: String,
     /// Median bytes/s of the STREAM triad, and its spread `(max − min) / median`.
     pub bandwidth: f64,
     pub bandwidth_spread: f64,
@@ -117,6 +112,10 @@ pub struct Measured {
     pub max_storage_buffer_binding_size: u64,
     /// How long the probe took.
     pub seconds: f64,
+    /// What the reader is told, worded in the worker (the page only shows it): the
+    /// measurement in a sentence, then warnings (a software adapter, memory WebGPU cannot tell).
+    #[serde(default)]
+    pub said: Vec<String>,
 }
 
 /// One stage of a sharded run.
@@ -150,6 +149,8 @@ pub enum Reply {
     Sharded(ShardedRun),
     Exported(Export),
     ModelRead(Box<Dropped>),
+    /// The sweeps' markup, escaped, to set in place.
+    Swept(String),
     /// The request failed (no WebGPU, a device error, no probe yet, a plan that cannot be
     /// exported) — or, in an answer without an id, the worker did; the message says why.
     Failed(String),

@@ -17,12 +17,14 @@ fn main() {
     let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
     // The last probe: what a sharded run predicts its stage times from.
     let last_probe: Rc<RefCell<Option<Probe>>> = Rc::default();
+    // The model last read from dropped files: what the sweeps plan when the page's model is one.
+    let last_model: Rc<RefCell<Option<stageplan::Model>>> = Rc::default();
     let on_message = {
         let scope = scope.clone();
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
             let (text, files) = message_parts(&event.data());
-            let (scope, last_probe) = (scope.clone(), last_probe.clone());
-            spawn_local(async move { serve(&text, files, &scope, &last_probe).await });
+            let (scope, last_probe, last_model) = (scope.clone(), last_probe.clone(), last_model.clone());
+            spawn_local(async move { serve(&text, files, &scope, &last_probe, &last_model).await });
         })
     };
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
@@ -50,6 +52,7 @@ async fn serve(
     files: Vec<web_sys::File>,
     scope: &web_sys::DedicatedWorkerGlobalScope,
     last_probe: &RefCell<Option<Probe>>,
+    last_model: &RefCell<Option<stageplan::Model>>,
 ) {
     let Asked { id, request } = match serde_json::from_str::<Asked>(text) {
         Ok(asked) => asked,
@@ -76,11 +79,34 @@ async fn serve(
             Ok(export) => Reply::Exported(export),
             Err(e) => Reply::Failed(e.to_string()),
         }),
+        Request::Sweeps { scenario, enabled, dropped } => {
+            let model = dropped.then(|| last_model.borrow().clone());
+            reply(match sweeps(&scenario, &enabled, model) {
+                Ok(html) => Reply::Swept(html),
+                Err(message) => Reply::Failed(message),
+            });
+        }
         Request::ReadModel => reply(match stageplan_web::files::read_model(files).await {
-            Ok(read) => Reply::ModelRead(Box::new(read)),
+            Ok(read) => {
+                *last_model.borrow_mut() = Some(read.model.clone());
+                Reply::ModelRead(Box::new(read))
+            }
             Err(message) => Reply::Failed(message),
         }),
     }
+}
+
+/// The sweeps' markup for a scenario; `model`: with the model last read from dropped files
+/// (`Some(None)`: none was read since this worker started).
+fn sweeps(scenario: &str, enabled: &[bool], model: Option<Option<stageplan::Model>>) -> Result<String, String> {
+    let scenario = stageplan::Scenario::from_json(scenario).map_err(|e| e.to_string())?;
+    let problem = match model {
+        Some(Some(model)) => scenario.problem_with_model(model),
+        Some(None) => return Err("drop the model file again to compare formats and contexts".into()),
+        None => scenario.problem(),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(stageplan_web::sweeps::sweeps_html(&problem, enabled))
 }
 
 /// The id of a request that cannot be read whole.
@@ -131,12 +157,26 @@ async fn probe(reply: &dyn Fn(Reply)) -> Option<Probe> {
 }
 
 fn measured_figures(probe: &Probe, seconds: f64) -> Measured {
+    use stageplan::units::{format_bandwidth, format_bytes, format_compute};
     let adapter = &probe.adapter;
+    let mut said = vec![format!(
+        "This browser's GPU reads {} and computes {} (f32 matrix multiply).",
+        format_bandwidth(probe.bandwidth.median),
+        format_compute(probe.compute_f32.median)
+    )];
+    if adapter.software {
+        said.push("This is a software adapter — the CPU standing in for a GPU — so these are not a GPU's figures; a browser with GPU access measures the real one.".into());
+    }
+    if probe.memory.source == "max_buffer_size" {
+        said.push(format!(
+            "WebGPU does not tell a device's memory: {} is only the largest buffer it allows. Set the machine's memory to what the device has after adding it.",
+            format_bytes(probe.memory.bytes as f64)
+        ));
+    }
     Measured {
+        said,
         adapter: format!("{} ({}, {})", adapter.name, adapter.backend, adapter.device_type),
-        software: adapter.software,
         memory_bytes: probe.memory.bytes,
-        memory_source: probe.memory.source.clone(),
         bandwidth: probe.bandwidth.median,
         bandwidth_spread: probe.bandwidth.spread,
         compute_f32: probe.compute_f32.median,

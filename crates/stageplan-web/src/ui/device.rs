@@ -51,7 +51,7 @@ pub fn DevicePanel(
                 }
                 Reply::Failed(message) if kind == Task::Sharded => sharded_note.set(message.clone()),
                 Reply::Failed(message) => status.set(message.clone()),
-                Reply::Ready | Reply::Exported(_) | Reply::ModelRead(_) => return,
+                Reply::Ready | Reply::Exported(_) | Reply::ModelRead(_) | Reply::Swept(_) => return,
             }
             task.set(None);
         });
@@ -69,8 +69,9 @@ pub fn DevicePanel(
                     id,
                     name: "this-device".into(),
                     memory: quantity_text(p.memory_bytes as f64, Dimension::Memory),
-                    bandwidth: quantity_text(p.bandwidth.round(), Dimension::Bandwidth),
-                    compute: quantity_text(p.compute.round(), Dimension::Compute),
+                    // Three figures: the measurement's own spread is wider than that.
+                    bandwidth: quantity_text(three_figures(p.bandwidth), Dimension::Bandwidth),
+                    compute: quantity_text(three_figures(p.compute), Dimension::Compute),
                     reserve: "0".into(),
                     enabled: true,
                     ..NodeDraft::default()
@@ -109,20 +110,9 @@ pub fn DevicePanel(
             </div>
             <p id="probe-status" aria-live="polite">{move || status.get()}</p>
             {move || probe.get().map(|p| view! {
-                <p id="probe-summary">{format!(
-                    "This browser's GPU reads {} and computes {} (f32 matrix multiply).",
-                    format_bandwidth(p.bandwidth),
-                    format_compute(p.compute_f32)
-                )}</p>
-                {p.software.then(|| view! {
-                    <p id="probe-software" class="note warning">"This is a software adapter — the CPU standing in for a GPU — so these are not a GPU's figures; a browser with GPU access measures the real one."</p>
-                })}
-                {(p.memory_source == "max_buffer_size").then(|| view! {
-                    <p id="probe-memory-note" class="hint">{format!(
-                        "WebGPU does not tell a device's memory: {} is only the largest buffer it allows. Set the machine's memory to what the device has after adding it.",
-                        format_bytes(p.memory_bytes as f64)
-                    )}</p>
-                })}
+                <div id="probe-said">{p.said.iter().enumerate().map(|(i, line)| view! {
+                    <p class:warning={i > 0}>{line.clone()}</p>
+                }).collect_view()}</div>
                 <dl id="probe-result" class="probe">
                     <dt>"adapter"</dt><dd>{p.adapter.clone()}</dd>
                     <dt>"bandwidth"</dt><dd id="probe-bandwidth">{format!("{} (spread {:.0}%)", format_bandwidth(p.bandwidth), p.bandwidth_spread * 100.0)}</dd>
@@ -142,6 +132,15 @@ pub fn DevicePanel(
             })}
         </section>
     }
+}
+
+/// `x` rounded to three significant figures (`1516013494` → `1.52e9`).
+fn three_figures(x: f64) -> f64 {
+    if x <= 0.0 || !x.is_finite() {
+        return 0.0;
+    }
+    let scale = 10f64.powi(x.log10().floor() as i32 - 2);
+    (x / scale).round() * scale
 }
 
 /// The sharded run's table: per stage its node, layers, predicted and measured seconds.
