@@ -278,7 +278,7 @@ await check('any screen: no sideways scrolling and the verdict in view, from 360
       }).map((select) => select.selectedOptions[0].textContent));
       assert.deepEqual(cut, [], 'device names cut off');
       const kind = await page.$eval('li.node[data-node="desk"] .node-kind', (select) => select.selectedOptions[0].textContent);
-      assert.equal(kind, "GPU (the device's)");
+      assert.equal(kind, 'GPU (device)');
     }
     await shot(page, `02-screen-${width}`);
     // What a reader sees first, at phone and desktop size: the README's screenshots.
@@ -333,8 +333,9 @@ await check('weight formats side by side, and speed and memory against context l
     memory: [...svg.querySelectorAll('polyline.memory')].map((p) => p.dataset.node),
     label: svg.getAttribute('aria-label'),
   }));
+  // A line for every machine some context's plan uses: at least this plan's machines.
   const stages = JSON.parse(await text(page, '#plan-json')).stages.map((s) => s.node);
-  assert.deepEqual(chart.memory, stages);
+  assert.ok(stages.every((n) => chart.memory.includes(n)) && chart.memory.every((n) => ['desk', 'gamer', 'mac'].includes(n)), JSON.stringify(chart.memory));
   assert.ok(chart.speed >= 5, `${chart.speed} points`);
   assert.match(chart.label, /for contexts from 1k to 128k/);
   await page.locator('#sweeps').screenshot({ path: path.join(artifacts, '05c-sweeps.png') });

@@ -30,8 +30,8 @@ pub struct ContextPoint {
     pub context: u64,
     pub fits: bool,
     pub tokens_per_s: f64,
-    /// Each machine's memory used and its budget at this context, for the machines the plan
-    /// at the problem's own context uses (`None` where this context's plan leaves it out).
+    /// Each machine's memory used and its budget at this context, for every machine some
+    /// context's plan uses (`None` where this context's plan leaves it out).
     pub memory: Vec<(String, Option<(u64, u64)>)>,
 }
 
@@ -78,22 +78,38 @@ pub fn by_context(problem: &Problem, enabled: &[bool]) -> Vec<ContextPoint> {
     contexts.extend([own, top]);
     contexts.sort_unstable();
     contexts.dedup();
-    let machines: Vec<String> = plan(problem, enabled).stages.into_iter().map(|s| s.node).collect();
-    contexts
+    let plans: Vec<(u64, Plan)> = contexts
         .into_iter()
         .map(|context| {
             let mut changed = problem.clone();
             changed.workload.context = context;
             changed.workload.prompt = changed.workload.prompt.min(context);
-            let planned = plan(&changed, enabled);
+            (context, plan(&changed, enabled))
+        })
+        .collect();
+    // Every machine some context's plan uses, in the cluster's order.
+    let machines: Vec<&str> = problem
+        .nodes
+        .iter()
+        .map(|n| n.name.as_str())
+        .filter(|name| plans.iter().any(|(_, p)| p.stages.iter().any(|s| s.node == *name)))
+        .collect();
+    plans
+        .iter()
+        .map(|(context, planned)| {
             let memory = machines
                 .iter()
-                .map(|node| {
-                    let stage = planned.stages.iter().find(|s| s.node == *node);
-                    (node.clone(), stage.map(|s| (s.memory.total, s.memory.budget)))
+                .map(|&node| {
+                    let stage = planned.stages.iter().find(|s| s.node == node);
+                    (node.to_owned(), stage.map(|s| (s.memory.total, s.memory.budget)))
                 })
                 .collect();
-            ContextPoint { context, fits: planned.feasible, tokens_per_s: planned.stream_tokens_per_s, memory }
+            ContextPoint {
+                context: *context,
+                fits: planned.feasible,
+                tokens_per_s: planned.stream_tokens_per_s,
+                memory,
+            }
         })
         .collect()
 }

@@ -277,13 +277,13 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                         }).collect_view()}
                     </select>
                 </label>
-                <label class="field small" title="what the exports name its device and request for it">
+                <label class="field small kind" title="what the exports name its device and request for it">
                     <span>"Kind"</span>
                     <select class="node-kind" on:change=move |ev| {
                         let kind = event_target_value(&ev);
                         state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.kind = kind });
                     }>
-                        <option value="" selected=move || get(|n| n.kind.clone()).get().is_empty()>{move || preset_kind().map_or_else(|| "–".to_owned(), |k| format!("{k} (the device's)"))}</option>
+                        <option value="" selected=move || get(|n| n.kind.clone()).get().is_empty()>{move || preset_kind().map_or_else(|| "–".to_owned(), |k| format!("{k} (device)"))}</option>
                         {[("gpu", "GPU"), ("unified", "Apple silicon"), ("cpu", "CPU")].map(|(value, title)| view! {
                             <option value=value selected=move || get(|n| n.kind.clone()).get() == value>{title}</option>
                         }).collect_view()}
@@ -298,7 +298,7 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                         copy.name = format!("{}-copy", copy.name);
                         s.nodes.insert(pos + 1, copy);
                     }
-                })>"⧉"</button>
+                })>"Copy"</button>
                 <button type="button" class="node-remove" title="remove this machine"
                     aria-label=move || format!("remove {}", get(|n| n.name.clone()).get())
                     on:click=move |_| state.update(|s| s.nodes.retain(|n| n.id != id))>"✕"</button>

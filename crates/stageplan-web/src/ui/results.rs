@@ -69,7 +69,7 @@ pub fn PlanPanel(
                         </ul>
                         {(!v.left_out.is_empty()).then(|| view! {
                             <h3>"Left out"</h3>
-                            <ul id="left-out">{v.left_out.iter().map(|r| view! { <li>{r.clone()}</li> }).collect_view()}</ul>
+                            <ul id="left-out">{v.left_out.iter().map(|r| view! { <li>{prose(r)}</li> }).collect_view()}</ul>
                         })}
                         <h3>"Notes"</h3>
                         <ul id="notes">
