@@ -303,6 +303,10 @@ await check('axe-core finds no serious accessibility violations, on a plan and o
   await page.fill('#context', 'lots');
   await page.waitForSelector('#context[aria-invalid="true"]');
   found.push(...(await serious('wrong input')));
+  await page.fill('#context', '8192');
+  await page.setViewportSize({ width: 360, height: 740 });
+  await page.waitForSelector('.plan-body:not(.stale)');
+  found.push(...(await serious('phone')));
   metrics.axe_serious = found.length;
   assert.deepEqual(found, []);
   await page.close();
@@ -339,6 +343,29 @@ await check('weight formats side by side, and speed and memory against context l
   assert.ok(chart.speed >= 5, `${chart.speed} points`);
   assert.match(chart.label, /for contexts from 1k to 128k/);
   await page.locator('#sweeps').screenshot({ path: path.join(artifacts, '05c-sweeps.png') });
+  await page.close();
+});
+
+await check('keyboard paths: Tab reaches the fields and a fix, Enter applies it (#18)', async () => {
+  const page = await open();
+  // Tab to the context field and type over it.
+  const tabTo = async (matches) => {
+    for (let i = 0; i < 80; i += 1) {
+      await page.keyboard.press('Tab');
+      if (await page.evaluate(matches)) return;
+    }
+    throw new Error(`Tab never reached ${matches}`);
+  };
+  await tabTo(() => document.activeElement?.id === 'context');
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('1M');
+  // A million tokens fit nowhere: the fixes appear as buttons, reached by Tab, applied by Enter.
+  await page.waitForSelector('#notes .apply-fix');
+  await tabTo(() => document.activeElement?.classList.contains('apply-fix'));
+  const label = await page.evaluate(() => document.activeElement.textContent);
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.querySelector('#plan-headline').textContent.startsWith('fits'));
+  assert.match(label, /^(Use|Add)/, label);
   await page.close();
 });
 

@@ -5,7 +5,7 @@
 use crate::plan::{PipelineFull, Plan};
 use crate::units::{format_bytes, format_seconds, group_digits, sig3};
 
-/// What a plan comes to, as figures; [`Verdict::lines`] words them.
+/// What a plan comes to, as figures; [`Verdict::headline`] and [`Verdict::details`] word them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
     pub fits: bool,
