@@ -48,7 +48,7 @@ fn table_html(rows: &[FormatRow]) -> String {
         return String::new();
     }
     let mut html = String::from(
-        "<div class=\"table-scroll\"><table id=\"formats\" class=\"stages\"><caption class=\"visually-hidden\">weight formats on these machines</caption><thead><tr><th scope=\"col\">weights</th><th scope=\"col\">size</th><th scope=\"col\">fits</th><th scope=\"col\">one user</th><th scope=\"col\">longest context of that split</th></tr></thead><tbody>",
+        "<div class=\"table-scroll\" tabindex=\"0\" role=\"region\" aria-label=\"weight formats\"><table id=\"formats\" class=\"stages\"><caption class=\"visually-hidden\">weight formats on these machines</caption><thead><tr><th scope=\"col\">weights</th><th scope=\"col\">size</th><th scope=\"col\">fits</th><th scope=\"col\">one user</th><th scope=\"col\">longest context of that split</th></tr></thead><tbody>",
     );
     for r in rows {
         let _ = write!(

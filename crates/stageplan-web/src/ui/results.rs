@@ -107,7 +107,8 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
                 </div>
             }).collect_view()}
         </div>
-        <div class="table-scroll">
+        // Focusable: a region that scrolls sideways on a phone must be reachable by keyboard.
+        <div class="table-scroll" tabindex="0" role="region" aria-label="stages">
         <table class="stages">
             <caption class="visually-hidden">"stages"</caption>
             <thead><tr><th scope="col">"node"</th><th scope="col">"layers"</th><th scope="col">"memory"</th><th scope="col">"time/step"</th><th scope="col">"bound"</th></tr></thead>
