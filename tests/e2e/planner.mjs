@@ -23,7 +23,11 @@ const fixtures = path.resolve(args.fixtures ?? 'target/tmp/import-fixtures');
 // Every request is recorded, so the test can prove the page fetches nothing but its own files.
 const { origin, served, close: stopServer } = await serve(dist);
 
-const browser = await launch({ profile: 'stageplan-e2e-', viewport: { width: 1280, height: 1000 }, webgpu: true });
+// `--viewport 360x740` runs every check at phone size (the suite runs at both sizes).
+const [viewWidth, viewHeight] = (args.viewport ?? '1280x1000').split('x').map(Number);
+const viewport = { width: viewWidth, height: viewHeight };
+const suffix = viewWidth < 800 ? '-phone' : '';
+const browser = await launch({ profile: 'stageplan-e2e-', viewport, webgpu: true });
 
 const metrics = {};
 const requests = [];
@@ -47,7 +51,7 @@ async function open(hash = '') {
   return page;
 }
 
-const shot = (page, name) => page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
+const shot = (page, name) => page.screenshot({ path: path.join(artifacts, `${name}${suffix}.png`), fullPage: true });
 const text = (page, selector) => page.textContent(selector);
 const sig3 = (x) => Number(x.toPrecision(3));
 
@@ -548,7 +552,7 @@ await check('a worker that fails to load is reported, and asking again tries aga
 });
 
 await check('without WebGPU the device panel says why, and the page still plans', async () => {
-  const plain = await launch({ profile: 'stageplan-e2e-nogpu-', viewport: { width: 1280, height: 1000 } });
+  const plain = await launch({ profile: 'stageplan-e2e-nogpu-', viewport });
   try {
     await withoutWebGpu(plain);
   } finally {
@@ -591,7 +595,7 @@ for (const file of fs.readdirSync(dist).filter((f) => fs.statSync(path.join(dist
   const bytes = fs.readFileSync(path.join(dist, file));
   metrics[`size_${file}`] = { raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length };
 }
-fs.writeFileSync(path.join(artifacts, 'metrics.json'), `${JSON.stringify(metrics, null, 2)}\n`);
+fs.writeFileSync(path.join(artifacts, `metrics${suffix}.json`), `${JSON.stringify(metrics, null, 2)}\n`);
 console.log(JSON.stringify(metrics, null, 2));
 await browser.close();
 stopServer();

@@ -86,6 +86,20 @@ pub(crate) fn test() -> Result<(), String> {
         .current_dir(root())
         .env("PATH", tool_path());
     step("the web planner end to end (playwright-core, headless Chromium)", e2e)?;
+    // Every check again at phone size: the page must work from 360 px up (#18).
+    let mut phone = Command::new("node");
+    phone
+        .arg(root().join("tests/e2e/planner.mjs"))
+        .arg("--dist")
+        .arg(&dist)
+        .arg("--cli")
+        .arg(target_dir().join("debug/stageplan"))
+        .arg("--fixtures")
+        .arg(&fixtures)
+        .args(["--viewport", "360x740"])
+        .current_dir(root())
+        .env("PATH", tool_path());
+    step("the web planner end to end at phone size (360 × 740)", phone)?;
     let embed = build_embed()?;
     let mut node = Command::new("node");
     node.args(["--test", "tests/node/"])
