@@ -189,6 +189,19 @@ impl PageWorker {
         self.listeners.borrow_mut().push(Rc::new(listener));
     }
 
+    /// Calls `answer` with each reply to the request `waiting` holds (0: none is waited for)
+    /// and with the worker's own failures meanwhile; when `answer` says a reply settles the
+    /// request (progress does not), the wait ends and `waiting` is 0 again.
+    pub fn answers(&self, waiting: leptos::prelude::RwSignal<u64>, answer: impl Fn(&Reply) -> bool + 'static) {
+        use leptos::prelude::{GetUntracked, Set};
+        self.listen(move |id, reply| {
+            let asked = waiting.get_untracked();
+            if asked != 0 && id.is_none_or(|id| id == asked) && answer(reply) {
+                waiting.set(0);
+            }
+        });
+    }
+
     /// Sends `request` — now, or once the worker has started and said it is ready — and
     /// returns the id its answer will carry. Answers always come later, never during this
     /// call. A worker that cannot start, fails to load or stops answers a failure without

@@ -75,31 +75,24 @@ pub(crate) fn test() -> Result<(), String> {
     let mut cli = cargo();
     cli.args(["build", "--package", "stageplan-cli", "--locked"]);
     step("the CLI the browser tests compare against", cli)?;
-    let mut e2e = Command::new("node");
-    e2e.arg(root().join("tests/e2e/planner.mjs"))
-        .arg("--dist")
-        .arg(&dist)
-        .arg("--cli")
-        .arg(target_dir().join("debug/stageplan"))
-        .arg("--fixtures")
-        .arg(&fixtures)
-        .current_dir(root())
-        .env("PATH", tool_path());
-    step("the web planner end to end (playwright-core, headless Chromium)", e2e)?;
-    // Every check again at phone size: the page must work from 360 px up (#18).
-    let mut phone = Command::new("node");
-    phone
-        .arg(root().join("tests/e2e/planner.mjs"))
-        .arg("--dist")
-        .arg(&dist)
-        .arg("--cli")
-        .arg(target_dir().join("debug/stageplan"))
-        .arg("--fixtures")
-        .arg(&fixtures)
-        .args(["--viewport", "360x740"])
-        .current_dir(root())
-        .env("PATH", tool_path());
-    step("the web planner end to end at phone size (360 × 740)", phone)?;
+    // Every check at desktop size, then again at phone size: the page must work from 360 px up (#18).
+    for (title, viewport) in [
+        ("the web planner end to end (playwright-core, headless Chromium)", "1280x1000"),
+        ("the web planner end to end at phone size (360 × 740)", "360x740"),
+    ] {
+        let mut e2e = Command::new("node");
+        e2e.arg(root().join("tests/e2e/planner.mjs"))
+            .arg("--dist")
+            .arg(&dist)
+            .arg("--cli")
+            .arg(target_dir().join("debug/stageplan"))
+            .arg("--fixtures")
+            .arg(&fixtures)
+            .args(["--viewport", viewport])
+            .current_dir(root())
+            .env("PATH", tool_path());
+        step(title, e2e)?;
+    }
     let embed = build_embed()?;
     let mut node = Command::new("node");
     node.args(["--test", "tests/node/"])

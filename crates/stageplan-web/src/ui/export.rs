@@ -27,18 +27,13 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
     let waiting = RwSignal::new(0_u64);
     let exported: RwSignal<Option<Result<Export, String>>> = RwSignal::new(None);
     worker.with_value(|w| {
-        w.listen(move |id, reply| {
-            let asked = waiting.get_untracked();
-            // Answers to the request waited for, and failures of the worker itself.
-            if asked == 0 || id.is_some_and(|id| id != asked) {
-                return;
-            }
+        w.answers(waiting, move |reply| {
             match reply {
                 Reply::Exported(export) => exported.set(Some(Ok(export.clone()))),
                 Reply::Failed(why) => exported.set(Some(Err(why.clone()))),
-                _ => return,
+                _ => return false,
             }
-            waiting.set(0);
+            true
         });
     });
     // Ask again whenever the plan or the target changes while the panel is open.

@@ -66,12 +66,7 @@ pub fn ModelPanel(
     let waiting = RwSignal::new(0_u64);
     let reading = move || waiting.get() != 0;
     worker.with_value(|w| {
-        w.listen(move |id, reply| {
-            let asked = waiting.get_untracked();
-            // Answers to the request waited for, and failures of the worker itself.
-            if asked == 0 || id.is_some_and(|id| id != asked) {
-                return;
-            }
+        w.answers(waiting, move |reply| {
             match reply {
                 Reply::ModelRead(read) => {
                     let names = read.names.join(", ");
@@ -83,9 +78,9 @@ pub fn ModelPanel(
                     notice.set(None);
                 }
                 Reply::Failed(message) => notice.set(Some(message.clone())),
-                _ => return,
+                _ => return false,
             }
-            waiting.set(0);
+            true
         });
     });
     let take_files = move |files: Vec<web_sys::File>| {

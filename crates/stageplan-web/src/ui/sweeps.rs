@@ -22,20 +22,16 @@ pub fn SweepsPanel(
     let html = RwSignal::new(String::new());
     let failed = RwSignal::new(String::new());
     worker.with_value(|w| {
-        w.listen(move |id, reply| {
-            let asked = waiting.get_untracked();
-            if asked == 0 || id.is_some_and(|id| id != asked) {
-                return;
-            }
+        w.answers(waiting, move |reply| {
             match reply {
                 Reply::Swept(markup) => {
                     html.set(markup.clone());
                     failed.set(String::new());
                 }
                 Reply::Failed(why) => failed.set(why.clone()),
-                _ => return,
+                _ => return false,
             }
-            waiting.set(0);
+            true
         });
     });
     Effect::new(move |_| {
