@@ -155,6 +155,8 @@ await check('a preset replaces figures typed for another device; a bare number i
   const mac = page.locator('li.node[data-node="mac"]');
   const node = async () => JSON.parse(await text(page, '#scenario-json')).nodes.find((n) => n.name === 'mac');
   const before = await text(page, '#plan-json');
+  // A stage row shows the figures its machine was planned with, a preset's included.
+  assert.equal(await text(page, 'tr.stage-row[data-node="desk"] .figures'), '1.01 TB/s · 165 TFLOPS');
   // The default "mac" has typed figures (64 GiB, 400 GB/s, 27 TFLOPS); an M2 Max preset
   // must plan with the preset's 96 GB, not keep them.
   await mac.locator('.node-device').selectOption('m2-max-96gb');
@@ -227,7 +229,7 @@ await check('when nothing fits, memory bars show each machine\'s overflow and ea
   await page.waitForFunction(() => document.querySelector('#plan-headline').textContent.startsWith('does not fit'));
   // The memory bars stay, for the split in proportion to memory, with each machine's overflow.
   assert.ok((await page.locator('#overflow .bar.over').count()) >= 1, 'a machine over its memory');
-  assert.match(await page.locator('#overflow small').first().textContent(), /(free|over)$/);
+  assert.match(await page.locator('#overflow td small').first().textContent(), /(free|over)$/);
   const fixes = await page.locator('#notes .apply-fix').allTextContents();
   assert.ok(fixes.some((f) => /^Use \S+ weights$/.test(f)), `fixes: ${fixes}`);
   await page.locator('#notes .apply-fix', { hasText: 'weights' }).first().click();
@@ -512,14 +514,14 @@ await check('this device: the WebGPU probe, adding it, and the plan run as kerne
   metrics.webgpu_compute_f32 = await text(page, '#probe-compute');
   // Said in people's words, with a warning for SwiftShader's software adapter (#18: 9).
   const said = await page.locator('#probe-said p').allTextContents();
-  assert.match(said[0], /^This browser's GPU reads [\d.]+ [GMT]B\/s and computes [\d.]+ [GT]?FLOPS/);
+  assert.match(said[0], /^This browser's GPU reads [\d.]+ [kMGT]?B\/s and computes [\d.]+ [kMGTP]?FLOPS/);
   assert.ok(said.some((line) => /software adapter/.test(line)), said.join(' | '));
   const nodes = await page.locator('li.node').count();
   await page.click('#add-this-device');
   await page.waitForFunction((n) => document.querySelectorAll('li.node').length === n + 1, nodes);
   const added = page.locator('li.node').last();
-  assert.match(await added.locator('.node-bandwidth').inputValue(), / [GMT]B\/s$/, 'bandwidth with its unit');
-  assert.match(await added.locator('.node-compute').inputValue(), / [GTP]?FLOPS$/, 'compute with its unit');
+  assert.match(await added.locator('.node-bandwidth').inputValue(), / [kMGT]?B\/s$/, 'bandwidth with its unit');
+  assert.match(await added.locator('.node-compute').inputValue(), / [kMGTP]?FLOPS$/, 'compute with its unit');
   await page.click('#run-sharded');
   await page.waitForSelector('#sharded-result', { timeout: 180_000 });
   const rows = await page.$$eval('#sharded-result tbody tr', (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));

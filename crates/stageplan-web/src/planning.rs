@@ -59,11 +59,14 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
     let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);
     let layers = problem.model.num_layers();
-    let view = plan_view(&plan, layers, &index);
+    let mut view = plan_view(&plan, layers, &index);
+    // The figures each stage was planned with: a preset's are otherwise not on screen.
+    view.figures = figures(&problem, &plan);
     let overflow = (!plan.feasible).then(|| {
         let closest =
             stageplan::planner::plan_policy_enabled(&problem, &enabled, stageplan::Policy::MemoryProportional);
-        let view = plan_view(&closest, layers, &index);
+        let mut view = plan_view(&closest, layers, &index);
+        view.figures = figures(&problem, &closest);
         (closest, view)
     });
     let overflow = overflow.filter(|(closest, _)| !closest.stages.is_empty());
@@ -75,6 +78,19 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
         export_options: stageplan::export::ExportOptions::for_problem(&problem),
         overflow,
     })
+}
+
+/// Each stage's node figures, `1.01 TB/s · 165 TFLOPS`, as the planner used them.
+fn figures(problem: &stageplan::Problem, plan: &Plan) -> Vec<String> {
+    use stageplan::units::{format_bandwidth, format_compute};
+    plan.stages
+        .iter()
+        .map(|s| {
+            problem.nodes.iter().find(|n| n.name == s.node).map_or_else(String::new, |n| {
+                format!("{} · {}", format_bandwidth(n.bandwidth), format_compute(n.compute))
+            })
+        })
+        .collect()
 }
 
 /// Milliseconds since the page loaded (0 off the browser).

@@ -81,6 +81,8 @@ pub struct PlanView {
     pub ours_figure: String,
     pub ours_pct: f64,
     pub left_out: Vec<String>,
+    /// Each stage's machine figures (bandwidth · compute); filled by the page's planning.
+    pub figures: Vec<String>,
     pub notes: Vec<Note>,
     pub search: String,
 }
@@ -175,6 +177,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         ours_figure: if plan.feasible { figure(plan.tokens_per_s, plan.latency_s) } else { "does not fit".into() },
         ours_pct: ours * 100.0 / best,
         left_out: plan.left_out.iter().map(|l| l.reason.clone()).collect(),
+        figures: Vec::new(),
         notes: plan
             .diagnostics
             .iter()

@@ -34,8 +34,12 @@ pub(crate) fn pin_inline_script(index: &Path) -> Result<(), String> {
     use base64::Engine;
     use sha2::Digest;
     let html = std::fs::read_to_string(index).map_err(|e| format!("{}: {e}", index.display()))?;
-    let open = "<script type=\"module\">";
-    let start = html.find(open).ok_or("dist/index.html has no inline module script")? + open.len();
+    // Trunk's minifier drops the quotes: `<script type=module>`.
+    let (at, open) = ["<script type=\"module\">", "<script type=module>"]
+        .iter()
+        .find_map(|open| html.find(open).map(|at| (at, *open)))
+        .ok_or("dist/index.html has no inline module script")?;
+    let start = at + open.len();
     let end = start + html[start..].find("</script>").ok_or("the inline script does not end")?;
     let digest = sha2::Sha256::digest(&html.as_bytes()[start..end]);
     let hash = base64::engine::general_purpose::STANDARD.encode(digest);

@@ -113,9 +113,10 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
             <caption class="visually-hidden">"stages"</caption>
             <thead><tr><th scope="col">"node"</th><th scope="col">"layers"</th><th scope="col">"memory"</th><th scope="col">"time/step"</th><th scope="col">"bound"</th></tr></thead>
             <tbody>
-                {plan.stages.iter().zip(&view.bars).zip(&view.bands).map(|((s, bar), band)| view! {
+                {plan.stages.iter().zip(&view.bars).zip(&view.bands).enumerate().map(|(i, ((s, bar), band))| view! {
                     <tr class="stage-row" class:bottleneck=band.bottleneck data-node=s.node.clone()>
-                        <th scope="row">{s.node.clone()}{band.bottleneck.then(|| view! { <span class="bottleneck-mark">" ◀ bottleneck"</span> })}</th>
+                        <th scope="row">{s.node.clone()}{band.bottleneck.then(|| view! { <span class="bottleneck-mark">" ◀ bottleneck"</span> })}
+                            <small class="figures">{view.figures.get(i).cloned()}</small></th>
                         <td class="layers">{format!("{}–{}", s.layers[0], s.layers[1])}</td>
                         <td>
                             <div class="bar" class:over=bar.over role="img"
