@@ -197,3 +197,17 @@ test("the package resolves by its name: require('stageplan') and import('stagepl
   assert.equal(run(['--input-type=module', '-e', "import('stageplan').then((m) => console.log(typeof (m.plan ?? m.default.plan)))"]), 'function');
   fs.rmSync(dir, { recursive: true, force: true });
 });
+
+test('the package packs clean: every export and the types are in it, nothing else of the build is', () => {
+  // `npm pack --dry-run` lists what a publish would upload, without the network.
+  const [packed] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: embed, encoding: 'utf8' }));
+  const files = new Set(packed.files.map((f) => f.path));
+  const manifest = JSON.parse(fs.readFileSync(path.join(embed, 'package.json'), 'utf8'));
+  const targets = [manifest.main, manifest.types, ...Object.values(manifest.exports).flatMap((e) => (typeof e === 'string' ? [e] : Object.values(e)))];
+  for (const target of targets) assert.ok(files.has(target.replace(/^\.\//, '')), `${target} is exported but not packed`);
+  for (const needed of ['stageplan_bg.wasm', 'node/stageplan_bg.wasm', 'widget/stageplan_bg.wasm', 'README.md', 'package.json']) {
+    assert.ok(files.has(needed), `${needed} is not packed`);
+  }
+  assert.ok(![...files].some((f) => f === 'index.html' || f.startsWith('scenarios/')), 'the example page is not part of the package');
+  assert.equal(packed.name, 'stageplan');
+});
