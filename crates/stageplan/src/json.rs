@@ -19,9 +19,12 @@ pub(crate) enum End {
     /// At a character that breaks the syntax (which the column points at, so it is not
     /// scanned); as `BeforeValue` otherwise.
     Syntax,
-    /// Right after a name (an unknown key, an unknown variant); serde_json may have peeked
-    /// past it, so the scan stops at the end of the last string.
+    /// Right after a name (an unknown key); serde_json may have peeked past it, so the scan
+    /// stops at the end of the last string.
     Name,
+    /// Right after an unknown variant: as `Name`, but a variant written as an object's key
+    /// (`{"name": …}` where a string was expected) is the enclosing value's problem.
+    Variant,
     /// The text ended: the innermost container left open is.
     Eof,
 }
@@ -39,7 +42,8 @@ pub(crate) fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, (String, se
             Category::Syntax => End::Syntax,
             // A key read twice is the object's problem; an unknown key is its own.
             _ if message.starts_with("duplicate field") => End::BeforeValue,
-            _ if message.starts_with("unknown field") || message.starts_with("unknown variant") => End::Name,
+            _ if message.starts_with("unknown field") => End::Name,
+            _ if message.starts_with("unknown variant") => End::Variant,
             _ => End::Value,
         };
         (path_at(text, e.line(), e.column(), end), e)
@@ -60,7 +64,9 @@ pub(crate) fn path_at(text: &str, line: usize, column: usize, end_kind: End) -> 
     let start_of_line: usize = text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
     let mut end = (start_of_line + column).min(text.len());
     match end_kind {
-        End::Name => end = text.as_bytes()[..end].iter().rposition(|&b| b == b'"').map_or(end, |quote| quote + 1),
+        End::Name | End::Variant => {
+            end = text.as_bytes()[..end].iter().rposition(|&b| b == b'"').map_or(end, |quote| quote + 1);
+        }
         End::Syntax => end = end.saturating_sub(1),
         _ => {}
     }
@@ -142,7 +148,7 @@ pub(crate) fn path_at(text: &str, line: usize, column: usize, end_kind: End) -> 
             *key = None;
         }
         (End::Eof, Some(Frame::Array { started, .. })) if !open_string => *started = false,
-        (End::BeforeValue | End::Syntax, Some(Frame::Object { key, colon: false, .. })) => *key = None,
+        (End::BeforeValue | End::Syntax | End::Variant, Some(Frame::Object { key, colon: false, .. })) => *key = None,
         // serde_json may stop just before the value it rejects (having only peeked at it).
         (End::Value | End::Syntax, Some(Frame::Array { started, .. })) => *started = true,
         _ => {}
@@ -278,6 +284,16 @@ mod tests {
                 }
                 (a, b) => proptest::prop_assert!(false, "one parsed, one did not: {:?} vs {:?}", a.err(), b.err().map(|e| e.0)),
             }
+        }
+    }
+
+    /// A proptest case: an object where an enum's name was expected is the field's problem,
+    /// as a tracking deserializer says, not the object's first key's.
+    #[test]
+    fn an_unknown_variant_is_the_fields_whether_a_string_or_an_object() {
+        for (policy, path) in [(r#""bogus""#, "policy"), (r#"{"name": "a", "device": "x"}"#, "policy")] {
+            let text = format!(r#"{{"model": {{"preset": "llama-3.1-8b"}}, "nodes": [], "policy": {policy}}}"#);
+            assert_eq!(from_str::<crate::Scenario>(&text).unwrap_err().0, path, "{text}");
         }
     }
 
