@@ -4,11 +4,10 @@
 
 use stageplan::Plan;
 
+use crate::fields::{InputError, Place};
 use crate::state::{AppState, ModelSource};
 use crate::view_model::{PlanView, plan_view};
 use crate::worker::Dropped;
-
-use crate::fields::{InputError, Place};
 
 /// A planned state, or why it cannot be planned.
 #[derive(Clone, Debug, PartialEq)]

@@ -36,7 +36,7 @@ pub struct ContextPoint {
 }
 
 fn plan(problem: &Problem, enabled: &[bool]) -> Plan {
-    crate::planner::plan_bare_enabled(problem, enabled)
+    crate::planner::plan_policy_enabled(problem, enabled, problem.policy)
 }
 
 /// [`TABLE_FORMATS`] (and the problem's own format, if it is another) planned on the

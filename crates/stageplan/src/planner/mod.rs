@@ -50,15 +50,9 @@ pub fn plan_bare(problem: &Problem) -> Plan {
     plan_with(problem, &cost, &allowed, problem.policy, problem.objective, false)
 }
 
-/// [`plan_bare`] with only the nodes marked in `enabled`: for sweeps that re-plan many
-/// variants of one scenario (see [`crate::sweep`]).
-pub fn plan_bare_enabled(problem: &Problem, enabled: &[bool]) -> Plan {
-    let cost = CostModel::new(problem);
-    plan_with(problem, &cost, enabled, problem.policy, problem.objective, false)
-}
-
-/// The split `policy` makes on the enabled nodes, evaluated, without explanations. When
-/// nothing fits, the memory-proportional split shows how far over each machine would be.
+/// The split `policy` makes on the enabled nodes, evaluated, without explanations: for
+/// sweeps that re-plan many variants of one scenario (see [`crate::sweep`]), and, when
+/// nothing fits, the memory-proportional split that shows how far over each machine is.
 pub fn plan_policy_enabled(problem: &Problem, enabled: &[bool], policy: crate::scenario::Policy) -> Plan {
     let cost = CostModel::new(problem);
     plan_with(problem, &cost, enabled, policy, problem.objective, false)
