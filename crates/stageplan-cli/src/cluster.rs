@@ -2,7 +2,7 @@
 //! on its store.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -11,14 +11,17 @@ use stageplan::Scenario;
 use stageplan::presets::DeviceKind;
 use stageplan::quote::{line, shell};
 use stageplan::units::{Bytes, Seconds, format_bytes};
+use stageplan_reconcile::observe::Observations;
 use stageplan_reconcile::spec::{MAX_GPUS_PER_NODE, parse_assignment_key};
 use stageplan_reconcile::store::{ASSIGNMENTS, DEPLOYMENTS, NODES};
 use stageplan_reconcile::{
-    Controller, Deployment, Event, Expect, NoMetrics, Node, Op, Snapshot, Status, Store, StoreError, check_invariants,
+    BalanceOptions, Controller, Deployment, Event, Expect, Metrics, NoMetrics, Node, Op, Planned, Snapshot, Status,
+    Store, StoreError, check_invariants, planned_stages,
 };
 use stageplan_store::AnyStore;
 use tracing::{info, warn};
 
+use crate::observe::Sources;
 use crate::outcome::Failure;
 
 /// How long a command waits for a redb file that the loop holds during a pass.
@@ -106,6 +109,17 @@ pub(crate) fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Fai
     let object = value.as_object_mut().ok_or_else(|| at("is not a JSON object; give a deployment".into()))?;
     let scenario = object.remove("scenario");
     let gpus_per_stage = object.remove("gpus_per_stage");
+    let rebalance = match object.remove("rebalance") {
+        None | Some(serde_json::Value::Bool(false)) => None,
+        Some(_) if scenario.is_none() => {
+            return Err(at("`rebalance` needs a `scenario`: the loop re-plans from it".into()));
+        }
+        Some(serde_json::Value::Bool(true)) => Some(BalanceOptions::default()),
+        Some(options) => Some(
+            serde_json::from_value::<BalanceOptions>(options)
+                .map_err(|e| at(format!("`rebalance`: {e}; give `true` or an object of its options")))?,
+        ),
+    };
     // GPUs per planned stage: a whole number a node can hold, never wrapped into range.
     let gpus = match &gpus_per_stage {
         None => None,
@@ -134,10 +148,13 @@ pub(crate) fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Fai
             }
             other => (other.to_string(), here.to_path_buf()),
         };
-        let problem = Scenario::from_json(&scenario_text)
-            .map_err(Failure::from)
-            .and_then(|s| crate::load::problem(&base, &s))
-            .map_err(|e| at(format!("`scenario`: {}", e.0)))?;
+        let mut parsed =
+            Scenario::from_json(&scenario_text).map_err(|e| at(format!("`scenario`: {}", Failure::from(e).0)))?;
+        let problem = crate::load::problem(&base, &parsed).map_err(|e| at(format!("`scenario`: {}", e.0)))?;
+        // The loop re-reads a model file from anywhere: keep its path absolute.
+        if let Some(file) = parsed.model.file.as_mut() {
+            *file = std::path::absolute(base.join(&*file)).unwrap_or_else(|_| base.join(&*file)).display().to_string();
+        }
         let plan = stageplan::plan(&problem);
         if !plan.feasible {
             let why = plan.diagnostics.first().map_or_else(String::new, |d| format!(": {}", d.message));
@@ -147,17 +164,28 @@ pub(crate) fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Fai
         let name = object.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_owned();
         // Only the stages and the model are taken from the template; `replicas` stays as given.
         let template = Deployment::from_plan(&name, &plan, 1, 1);
-        let mut stages = template.stages;
-        for (stage, planned) in stages.iter_mut().zip(&plan.stages) {
-            // A stage takes a GPU unless its machine holds it in RAM (a Mac, a CPU box).
-            let kind = kinds.get(&planned.node).copied().unwrap_or_default();
-            stage.gpus = gpus.unwrap_or(u32::from(kind == DeviceKind::Gpu));
+        // A stage takes a GPU unless its machine holds it in RAM (a Mac, a CPU box).
+        let gpus_of =
+            |node: &str| gpus.unwrap_or(u32::from(kinds.get(node).copied().unwrap_or_default() == DeviceKind::Gpu));
+        let (mut stages, predicted) = planned_stages(&plan, |s| gpus_of(&s.node));
+        if let Some(options) = rebalance {
+            let planned =
+                Planned { scenario: parsed, predicted, learned: Default::default(), options, events: Vec::new() };
+            object.insert("planned".into(), serde_json::to_value(&planned).map_err(|e| at(e.to_string()))?);
+        } else {
+            // Without re-balancing, a stage may run on any node that fits.
+            stages.iter_mut().for_each(|s| s.node = None);
         }
         object.insert("stages".into(), serde_json::to_value(&stages).map_err(|e| at(e.to_string()))?);
         object.entry("model").or_insert(serde_json::Value::String(template.model));
+    } else if object.contains_key("planned") {
+        return Err(at(
+            "`planned` is written by `stageplan deploy` from a `scenario` with `rebalance`; remove it".into()
+        ));
     }
     let deployment: Deployment = serde_json::from_value(value).map_err(|e| at(e.to_string()))?;
-    deployment.check().map_err(|e| at(e.to_string()))?;
+    // The file says `rebalance` for what the record keeps as `planned.options`.
+    deployment.check().map_err(|e| at(e.to_string().replace("`planned.options.", "`rebalance.")))?;
     Ok(deployment)
 }
 
@@ -289,6 +317,32 @@ pub(crate) struct DeploymentStatus {
     pub running: u32,
     pub failed: u32,
     pub pending: u32,
+    /// A planned deployment's stages, measured against predicted (`rebalance` deployments).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStatus>,
+    /// Seconds per token of the whole pipeline: predicted (the stages' sum) and measured
+    /// (as its engine reports it), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_token_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_token_s: Option<f64>,
+    /// What the loop learned about the machines, by node.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub learned: BTreeMap<String, stageplan_reconcile::Learned>,
+    /// The latest re-balance, with why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_rebalance: Option<stageplan_reconcile::Rebalance>,
+}
+
+/// One stage of a planned deployment: where it runs, what it was predicted to take per
+/// decode step and what it measures (the median over its replicas).
+#[derive(serde::Serialize)]
+pub(crate) struct StageStatus {
+    pub node: String,
+    pub layers: [usize; 2],
+    pub predicted_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_s: Option<f64>,
 }
 
 #[derive(serde::Serialize)]
@@ -301,9 +355,10 @@ pub(crate) struct NodeStatus {
     pub stages: usize,
 }
 
-pub(crate) fn status(store: &str) -> Result<ClusterStatus, Failure> {
+pub(crate) fn status(store: &str, sources: &Sources) -> Result<ClusterStatus, Failure> {
     let mut store = open_read_only(store)?;
     let snapshot = Snapshot::load(&mut store)?;
+    let seen = if sources.any() { Some(measure(sources)) } else { None };
     let deployments = snapshot
         .deployments
         .values()
@@ -326,6 +381,26 @@ pub(crate) fn status(store: &str) -> Result<ClusterStatus, Failure> {
                     running += 1;
                 }
             }
+            let planned = d.planned.as_ref();
+            let stages = planned.map_or_else(Vec::new, |p| {
+                d.stages
+                    .iter()
+                    .zip(&p.predicted)
+                    .enumerate()
+                    .map(|(s, (request, predicted))| {
+                        let mut measured: Vec<f64> = (0..d.replicas)
+                            .filter_map(|r| seen.as_ref().and_then(|o| o.stage_step_s(&d.name, r, s)))
+                            .collect();
+                        measured.sort_by(f64::total_cmp);
+                        StageStatus {
+                            node: request.node.clone().unwrap_or_default(),
+                            layers: request.layers,
+                            predicted_s: predicted.step_s,
+                            measured_s: (!measured.is_empty()).then(|| measured[(measured.len() - 1) / 2]),
+                        }
+                    })
+                    .collect()
+            });
             DeploymentStatus {
                 name: d.name.clone(),
                 model: d.model.clone(),
@@ -333,6 +408,11 @@ pub(crate) fn status(store: &str) -> Result<ClusterStatus, Failure> {
                 running,
                 failed,
                 pending: d.replicas - running - failed,
+                stages,
+                predicted_token_s: planned.map(|p| p.predicted.iter().map(|s| s.step_s).sum()),
+                measured_token_s: seen.as_ref().and_then(|o| o.token_s.get(&d.name).copied()),
+                learned: planned.map(|p| p.learned.clone()).unwrap_or_default(),
+                last_rebalance: planned.and_then(|p| p.events.last().cloned()),
             }
         })
         .collect();
@@ -390,6 +470,9 @@ pub(crate) fn render_status(status: &ClusterStatus) -> String {
             line(&d.model)
         ));
     }
+    for d in status.deployments.iter().filter(|d| !d.stages.is_empty()) {
+        out.push_str(&render_planned(d));
+    }
     out.push('\n');
     out.push_str(&render_nodes(&status.nodes));
     if !status.quarantined.is_empty() {
@@ -401,6 +484,51 @@ pub(crate) fn render_status(status: &ClusterStatus) -> String {
         }
     }
     out.push_str(&format!("\n{} stage bindings · invariants {}\n", status.assignments, status.invariants));
+    out
+}
+
+/// A planned deployment's stages, measured against predicted, and its last re-balance.
+fn render_planned(d: &DeploymentStatus) -> String {
+    let ms = |s: f64| format!("{:.1} ms", s * 1e3);
+    let ratio = |measured: Option<f64>, predicted: f64| {
+        measured.map_or_else(|| "not measured".to_owned(), |m| format!("{} ({:.2}×)", ms(m), m / predicted))
+    };
+    let mut out = format!("\n{}: per decode step, predicted → measured\n", line(&d.name));
+    for (i, stage) in d.stages.iter().enumerate() {
+        let layers = format!("layers {}–{}", stage.layers[0], stage.layers[1].saturating_sub(1));
+        out.push_str(&format!(
+            "  stage {i}  {:<16} {:<14} {:>9} → {}\n",
+            line(&stage.node),
+            layers,
+            ms(stage.predicted_s),
+            ratio(stage.measured_s, stage.predicted_s)
+        ));
+    }
+    if let Some(predicted) = d.predicted_token_s {
+        out.push_str(&format!(
+            "  {:<40} {:>9} → {}\n",
+            "per token, all stages",
+            ms(predicted),
+            ratio(d.measured_token_s, predicted)
+        ));
+    }
+    for (node, learned) in &d.learned {
+        let mut facts = Vec::new();
+        if learned.slowdown != 1.0 {
+            facts.push(format!("{:.2}× its figures' time", learned.slowdown));
+        }
+        if learned.memory_taken > 0 {
+            facts.push(format!("{} held by other work", format_bytes(learned.memory_taken as f64)));
+        }
+        out.push_str(&format!("  learned: `{}` {}\n", line(node), facts.join(", ")));
+    }
+    match &d.last_rebalance {
+        Some(event) => {
+            let ago = now_ms().saturating_sub(event.at_ms) / 60_000;
+            out.push_str(&format!("  last re-balance, {ago} min ago: {}\n", line(&event.reason)));
+        }
+        None => out.push_str("  no re-balance yet\n"),
+    }
     out
 }
 
@@ -439,26 +567,29 @@ pub(crate) struct LoopOptions {
     pub passes: Option<u64>,
     pub id: String,
     pub lease: Duration,
-    pub metrics: Option<PathBuf>,
+    pub sources: Sources,
 }
 
-/// Utilization per deployment from `--metrics`, read fresh for each pass; a file that is
-/// missing or malformed holds autoscaling (with a warning), never stops the loop.
-fn read_metrics(path: Option<&Path>) -> BTreeMap<String, f64> {
-    let Some(path) = path else { return BTreeMap::new() };
-    let parsed = crate::input::read_text(path)
-        .map_err(|e| e.to_string())
-        .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()));
-    parsed.unwrap_or_else(|e| {
-        warn!(file = %path.display(), error = %e, "metrics unreadable; autoscaling holds this pass");
-        BTreeMap::new()
-    })
+/// This pass's measurements; a source that is down or unreadable gives none, and the
+/// placement stays as it is (one warning per source per pass, never a stop).
+fn measure(sources: &Sources) -> Observations {
+    let (seen, problems) = sources.read();
+    for problem in problems {
+        warn!(problem = %line(&problem), "no measurements this pass; placement stays as it is");
+    }
+    seen
+}
+
+/// How the loop turns a planned deployment's scenario into a problem: like `plan`, model
+/// files included (their paths were made absolute by `deploy`).
+fn resolve(scenario: &Scenario) -> Result<stageplan::Problem, String> {
+    crate::load::problem(Path::new("."), scenario).map_err(|e| e.0)
 }
 
 /// `stageplan reconcile`: a pass every interval. A redb file is opened for each pass so
 /// `deploy`, `nodes` and `status` can use it in between; on etcd, only the leader passes.
 pub(crate) fn reconcile(target: &str, options: &LoopOptions) -> Result<String, Failure> {
-    let mut controller = Controller::default();
+    let mut controller = Controller::new(stageplan_reconcile::Options { resolve, ..Default::default() });
     let mut etcd = if target.starts_with("etcd://") { Some(open(target)?) } else { None };
     // etcd leases are whole seconds: round up, never below what was asked.
     let lease_s = options.lease.as_secs_f64().ceil().max(1.0) as i64;
@@ -472,7 +603,7 @@ pub(crate) fn reconcile(target: &str, options: &LoopOptions) -> Result<String, F
     let mut failure = None;
     loop {
         let started = Instant::now();
-        let metrics = read_metrics(options.metrics.as_deref());
+        let metrics = measure(&options.sources);
         let result = match &mut etcd {
             Some(AnyStore::Etcd(store)) => match store.try_lead(&options.id, lease_s) {
                 Ok(true) => Some(controller.pass(store, now_ms(), &metrics)),
@@ -495,11 +626,18 @@ pub(crate) fn reconcile(target: &str, options: &LoopOptions) -> Result<String, F
                 for (name, from, to) in &report.rescaled {
                     info!(deployment = %line(name), from, to, "autoscaled");
                 }
+                for (name, why) in &report.rebalanced {
+                    info!(deployment = %line(name), why = %line(why), "re-balanced");
+                }
+                for (name, why) in &report.held {
+                    info!(deployment = %line(name), why = %line(why), "re-balance held");
+                }
                 info!(
                     scheduled = report.scheduled.len(),
                     released = report.released.len(),
                     pending = report.pending.len(),
                     rescaled = report.rescaled.len(),
+                    rebalanced = report.rebalanced.len(),
                     commits = report.commits,
                     ms = (started.elapsed().as_secs_f64() * 1e4).round() / 10.0,
                     "pass"

@@ -178,10 +178,18 @@ enum Command {
         /// Leader lease (etcd): another controller takes over this long after one dies.
         #[arg(long, default_value = "10s")]
         lease: String,
-        /// Utilization per deployment for autoscaling, re-read every pass:
-        /// `{"DEPLOYMENT": 0.85, …}` (1.0 = replicas at capacity), e.g. written by an exporter.
+        /// Measurements, re-read every pass: utilization per deployment for autoscaling
+        /// (`{"DEPLOYMENT": 0.85, …}`, 1.0 = replicas at capacity), or also stage step times
+        /// and free memory for re-balancing (`{"utilization", "stages", "nodes", "tokens"}`).
         #[arg(long)]
         metrics: Option<PathBuf>,
+        /// A Prometheus server to ask every pass (`http://127.0.0.1:9090`).
+        #[arg(long)]
+        prometheus: Option<String>,
+        /// Replace a query: `step=`, `memory_free=`, `utilization=` or `token=` PROMQL
+        /// (empty turns it off); repeatable.
+        #[arg(long = "prometheus-query")]
+        prometheus_query: Vec<String>,
     },
     /// Create or change a deployment: a model's pipeline, replicated.
     Deploy {
@@ -209,6 +217,14 @@ enum Command {
         store: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+        /// Measurements to show against the predictions, as `reconcile --metrics` reads them.
+        #[arg(long)]
+        metrics: Option<PathBuf>,
+        /// A Prometheus server to ask, as `reconcile --prometheus`.
+        #[arg(long)]
+        prometheus: Option<String>,
+        #[arg(long = "prometheus-query")]
+        prometheus_query: Vec<String>,
     },
     /// List model presets, device presets and weight formats.
     Presets {
@@ -297,13 +313,13 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Calibrate { results, device, bandwidth, compute, model, format } => {
             calibrate(&results, device, bandwidth, compute, model.as_deref(), format)
         }
-        Command::Reconcile { store, interval, passes, id, lease, metrics } => {
+        Command::Reconcile { store, interval, passes, id, lease, metrics, prometheus, prometheus_query } => {
             let options = cluster::LoopOptions {
                 interval: cluster::duration("--interval", &interval)?,
                 passes,
                 id,
                 lease: cluster::duration("--lease", &lease)?,
-                metrics,
+                sources: crate::observe::sources(metrics, prometheus, &prometheus_query)?,
             };
             if options.lease < options.interval * 2 {
                 return Err(Failure(format!(
@@ -323,15 +339,16 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
             }
             NodesAction::Remove { name, store } => Ok(Outcome::ok(cluster::remove_node(&store, &name)?)),
             NodesAction::List { store, format } => {
-                let status = cluster::status(&store)?;
+                let status = cluster::status(&store, &crate::observe::Sources::none())?;
                 Ok(Outcome::ok(match format {
                     Format::Json => serde_json::to_string_pretty(&status.nodes)? + "\n",
                     Format::Table => cluster::render_nodes(&status.nodes),
                 }))
             }
         },
-        Command::Status { store, format } => {
-            let status = cluster::status(&store)?;
+        Command::Status { store, format, metrics, prometheus, prometheus_query } => {
+            let sources = crate::observe::sources(metrics, prometheus, &prometheus_query)?;
+            let status = cluster::status(&store, &sources)?;
             Ok(Outcome::ok(match format {
                 Format::Json => serde_json::to_string_pretty(&status)? + "\n",
                 Format::Table => cluster::render_status(&status),

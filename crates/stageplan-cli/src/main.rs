@@ -10,6 +10,7 @@ mod commands;
 mod gpu;
 mod input;
 mod load;
+mod observe;
 mod outcome;
 mod render;
 

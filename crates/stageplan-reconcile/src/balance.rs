@@ -1,401 +1,498 @@
-//! Live cluster state and load balancing: notice skew, shed load, never thrash.
+//! Closing the loop: notice from measurements that a planned deployment's split no longer
+//! suits its machines, and say what the planner must be told.
 //!
-//! Nodes report total and available memory and a status. **Skew** is the ratio of the most
-//! to the least available headroom among active nodes; it is at least 1 by construction, so
-//! the threshold must be above 1 (a threshold of 1 or less would fire forever) and a
-//! perfectly balanced cluster — including one where every node has no free memory at all —
-//! is never skewed. **Shedding** moves bytes from nodes below their low-headroom mark to the
-//! node with the most headroom, at most `max_transfers` at a time. Thresholds come from each
-//! node's device **tier** and are re-tuned when a new probe of the hardware arrives: the
-//! balancer consumes a stream of [`ProfileEvent`]s.
+//! Each pass, per stage, the loop compares the **measured** step time with the
+//! **prediction** the plan made for it, as `ln(measured ÷ predicted)`. **Skew** is a stage's
+//! ratio against the median stage's: a pipeline that runs 20% slower everywhere (the cost
+//! model's error, a busy night) keeps its best split, while one machine running 2× its
+//! prediction does not. A stage is skewed when its skew passes the threshold, which is the
+//! larger of its machine's tier threshold ([`Tier::skew`]) and four times the median
+//! absolute deviation of its recent skews (re-tuned from history: a noisy machine must
+//! move further before it counts). The loop acts when a stage has been skewed for
+//! [`BalanceOptions::passes`] passes in a row, in the same direction (hysteresis).
+//!
+//! **Acting** refits: each measured machine's [`Learned::slowdown`] becomes its measured
+//! ÷ planned time (the median of the last passes), and the controller re-plans with the
+//! fewest-moves search. **Memory** does not wait for skew: when a node's free memory falls
+//! under the reserve its plan keeps free, the deficit (and half a reserve more, so a steady
+//! leak is not chased byte by byte) is counted as taken and the stages on it shrink at
+//! once; when the memory has stayed free for as many passes, it is given back.
+//!
+//! Nothing here does I/O or keeps time: the controller passes measurements in, keeps a
+//! [`Watch`] per deployment, and persists what the loop learned in the deployment's record.
 
-use std::ops::Range;
+use std::collections::{BTreeMap, VecDeque};
 
-use serde::{Deserialize, Serialize};
+use stageplan::Problem;
+use stageplan::presets::DeviceKind;
 
-/// A node's state in the live cluster.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Active,
-    /// Finishing its work; receives nothing new.
-    Draining,
-    Down,
-}
+use crate::spec::{BalanceOptions, Learned, Planned, StageRequest};
 
-/// What a node reports.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NodeMetrics {
-    pub name: String,
-    pub total_memory: u64,
-    pub available_memory: u64,
-    pub status: Status,
-}
+/// Skews remembered per stage, for the threshold's re-tuning.
+const HISTORY: usize = 20;
+/// Skews needed before the history re-tunes the threshold.
+const HISTORY_MIN: usize = 5;
+/// A learned slowdown this close to 1 is noise, and is forgotten.
+const NOISE: f64 = 0.03;
 
-/// What kind of hardware a node is, which sets how much imbalance it tolerates.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// What kind of machine a stage runs on, which sets how much skew it tolerates.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Tier {
-    /// A GPU: memory is scarce and fast; rebalance early.
+    /// A GPU, or unified memory: steady timings; act at 1.25×.
     Gpu,
-    /// A CPU with wide SIMD (AVX-512, SVE, AMX): between the two.
-    WideSimdCpu,
-    /// A plain CPU: plenty of slow memory; moving data costs more than it saves.
-    PlainCpu,
-}
-
-/// Thresholds of one tier.
-#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Thresholds {
-    /// Skew (most ÷ least headroom) above which the cluster rebalances; always above 1.
-    pub skew: f64,
-    /// A node with less than this fraction of its memory free is overloaded.
-    pub low_headroom: f64,
+    /// A CPU: timings swing with other work and turbo; act at 1.4×.
+    Cpu,
 }
 
 impl Tier {
-    /// The tier's thresholds: GPUs rebalance at 1.5× skew and below 10% free; wide-SIMD CPUs
-    /// at 2× and 15%; plain CPUs at 3× and 20%.
-    pub fn thresholds(self) -> Thresholds {
+    /// The tier of a machine kind (unknown kinds count as GPUs: the stricter tier).
+    pub fn of(kind: Option<DeviceKind>) -> Tier {
+        match kind {
+            Some(DeviceKind::Cpu) => Tier::Cpu,
+            _ => Tier::Gpu,
+        }
+    }
+
+    /// The least skew (as a factor, above 1) that counts on this tier.
+    pub fn skew(self) -> f64 {
         match self {
-            Tier::Gpu => Thresholds { skew: 1.5, low_headroom: 0.10 },
-            Tier::WideSimdCpu => Thresholds { skew: 2.0, low_headroom: 0.15 },
-            Tier::PlainCpu => Thresholds { skew: 3.0, low_headroom: 0.20 },
+            Tier::Gpu => 1.25,
+            Tier::Cpu => 1.4,
         }
     }
 }
 
-impl Tier {
-    /// The tier of a probed device: `device_type` as `stageplan probe` reports it
-    /// (`discrete_gpu`, `integrated_gpu`, `virtual_gpu`, `cpu`, `other`) and whether a CPU
-    /// has vectors of 512 bits or wider (AVX-512, SVE-512, AMX). Unknown kinds count as
-    /// plain CPUs: the most patient tier, which moves least.
-    pub fn from_profile(device_type: &str, wide_simd: bool) -> Tier {
-        match device_type {
-            "discrete_gpu" | "integrated_gpu" | "virtual_gpu" => Tier::Gpu,
-            _ if wide_simd => Tier::WideSimdCpu,
-            _ => Tier::PlainCpu,
-        }
-    }
-}
-
-/// A new measurement of a node's hardware.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ProfileEvent {
-    pub node: String,
+/// One stage as the loop sees it in a pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StageView<'a> {
+    pub request: &'a StageRequest,
     pub tier: Tier,
+    /// Measured seconds per step (the median over the replicas that report it).
+    pub measured_s: Option<f64>,
+    /// Bytes free on the stage's node now, if reported.
+    pub memory_free: Option<u64>,
+    /// Bytes the plan keeps free on the node (the runtime's reserve).
+    pub reserve: u64,
+    /// The node's memory, as its plan counts it.
+    pub node_memory: u64,
+    /// Bytes the loop has bound on the node, for every deployment.
+    pub node_bound: u64,
 }
 
-/// A balancing error, with the fix.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum BalanceError {
-    #[error("the skew threshold is {0}; it must be above 1 (skew is never below 1, so this would rebalance forever)")]
-    Threshold(f64),
-    #[error("`{node}` reports {available} bytes available of {total}; available memory cannot exceed the total")]
-    Metrics { node: String, available: u64, total: u64 },
+impl StageView<'_> {
+    fn node(&self) -> &str {
+        self.request.node.as_deref().unwrap_or_default()
+    }
 }
 
-/// Skew among the active nodes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Skew {
-    /// Most ÷ least available headroom (1 when balanced, or when no node has any).
-    pub ratio: f64,
-    pub most: Option<String>,
-    pub least: Option<String>,
-    pub skewed: bool,
+/// What a pass concluded for one deployment.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// The split suits the machines (or there is too little to tell).
+    Hold,
+    /// Re-plan with `learned`; `why` says what was measured, `urgent` when memory runs
+    /// short (not held back by the hourly limit).
+    Replan { learned: BTreeMap<String, Learned>, why: String, urgent: bool },
 }
 
-/// A move of bytes from one node to another.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Transfer {
-    pub from: String,
-    pub to: String,
-    pub bytes: u64,
-}
-
-/// The balancer: per-node thresholds, tuned from profiles.
+/// What the loop remembers about one deployment between passes. It starts over when the
+/// deployment's predictions change (a re-balance, a new deploy).
 #[derive(Clone, Debug, Default)]
-pub struct Balancer {
-    tiers: Vec<(String, Tier)>,
-    /// Transfers in flight at once, at most.
-    pub max_transfers: usize,
+pub struct Watch {
+    /// The predictions watched: per stage `(node, predicted step)`.
+    watched: Vec<(String, f64)>,
+    /// Per stage: recent `ln(measured ÷ predicted)`, newest last.
+    ratios: Vec<VecDeque<f64>>,
+    /// Per stage: recent skews, newest last.
+    skews: Vec<VecDeque<f64>>,
+    /// Per stage: passes in a row skewed (positive: slower, negative: faster).
+    streaks: Vec<i64>,
+    /// Per node with memory taken: passes in a row the memory was free again.
+    returned: BTreeMap<String, u32>,
+    /// Per node: what other work held at the last pass, for its rate of growth (kept
+    /// across resets).
+    last_others: BTreeMap<String, u64>,
 }
 
-impl Balancer {
-    /// A balancer allowing `max_transfers` concurrent transfers; nodes default to the GPU tier.
-    pub fn new(max_transfers: usize) -> Balancer {
-        Balancer { tiers: Vec::new(), max_transfers }
+fn push(history: &mut VecDeque<f64>, value: f64) {
+    if history.len() == HISTORY {
+        history.pop_front();
     }
+    history.push_back(value);
+}
 
-    /// Applies new probes: each event re-tunes its node.
-    pub fn consume(&mut self, events: impl IntoIterator<Item = ProfileEvent>) {
-        for event in events {
-            match self.tiers.iter_mut().find(|(n, _)| *n == event.node) {
-                Some(entry) => entry.1 = event.tier,
-                None => self.tiers.push((event.node, event.tier)),
-            }
+/// The lower median (of an even count, the smaller middle value), or `None` when empty.
+fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[(v.len() - 1) / 2])
+}
+
+/// The median (of an even count, the mean of the middle two), or `None` when empty.
+fn mid(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
+}
+
+/// The ratio stages are compared with: the median stage's, or of an even count the middle
+/// one nearer its prediction (of two stages, 2× and 1× name the slow one, not both); a
+/// pipeline with one measured stage is compared with its prediction.
+fn reference(ratios: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = ratios.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 | 1 => 0.0,
+        n => {
+            let (low, high) = (v[(n - 1) / 2], v[n / 2]);
+            if low.abs() <= high.abs() { low } else { high }
         }
     }
+}
 
-    /// A node's tier (GPU until a probe says otherwise).
-    pub fn tier(&self, node: &str) -> Tier {
-        self.tiers.iter().find(|(n, _)| n == node).map_or(Tier::Gpu, |(_, t)| *t)
-    }
+/// Bytes shown to people: GiB with one decimal, or MiB under one GiB.
+fn bytes(b: u64) -> String {
+    if b >= 1 << 30 { format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30)) } else { format!("{} MiB", b >> 20) }
+}
 
-    /// The skew threshold of a cluster: the most tolerant among its active nodes' tiers.
-    pub fn skew_threshold(&self, nodes: &[NodeMetrics]) -> f64 {
-        nodes
-            .iter()
-            .filter(|n| n.status == Status::Active)
-            .map(|n| self.tier(&n.name).thresholds().skew)
-            .fold(Tier::Gpu.thresholds().skew, f64::max)
-    }
-
-    /// Skew with the tuned threshold.
-    ///
-    /// # Errors
-    /// Metrics that claim more available than total memory.
-    pub fn skew(&self, nodes: &[NodeMetrics]) -> Result<Skew, BalanceError> {
-        skew(nodes, self.skew_threshold(nodes))
-    }
-
-    /// Transfers that bring overloaded nodes back to their low-headroom mark, each to the
-    /// node with the most headroom at that moment, at most `max_transfers`. Nothing moves
-    /// while the cluster is not skewed.
-    ///
-    /// # Errors
-    /// Metrics that claim more available than total memory.
-    pub fn shed(&self, nodes: &[NodeMetrics]) -> Result<Vec<Transfer>, BalanceError> {
-        if !self.skew(nodes)?.skewed {
-            return Ok(Vec::new());
+impl Watch {
+    /// The skew threshold of stage `s`, as a natural log: its tier's, or four median
+    /// absolute deviations of its recent skews when that is wider.
+    fn threshold(&self, s: usize, tier: Tier) -> f64 {
+        let floor = tier.skew().ln();
+        let history = &self.skews[s];
+        if history.len() < HISTORY_MIN {
+            return floor;
         }
-        let mut free: Vec<(usize, u64)> = nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.status == Status::Active)
-            .map(|(i, n)| (i, n.available_memory))
-            .collect();
-        let mut transfers = Vec::new();
-        // The most overloaded first.
-        let mut overloaded: Vec<(usize, u64)> = free
-            .iter()
-            .filter_map(|&(i, available)| {
-                let n = &nodes[i];
-                let mark = (n.total_memory as f64 * self.tier(&n.name).thresholds().low_headroom) as u64;
-                (available < mark).then(|| (i, mark - available))
-            })
-            .collect();
-        overloaded.sort_by_key(|&(_, deficit)| std::cmp::Reverse(deficit));
-        for (from, deficit) in overloaded {
-            if transfers.len() >= self.max_transfers {
-                break;
-            }
-            let Some(&(to, room)) = free.iter().filter(|(i, _)| *i != from).max_by_key(|(_, room)| *room) else {
-                break;
+        let centre = mid(history.iter().copied()).unwrap_or(0.0);
+        let mad = mid(history.iter().map(|x| (x - centre).abs())).unwrap_or(0.0);
+        floor.max(4.0 * mad)
+    }
+
+    /// Takes one pass's measurements of a deployment at `now_ms` and decides.
+    pub fn observe(&mut self, planned: &Planned, stages: &[StageView<'_>], now_ms: u64) -> Decision {
+        let watched: Vec<(String, f64)> =
+            stages.iter().zip(&planned.predicted).map(|(s, p)| (s.node().to_owned(), p.step_s)).collect();
+        if watched != self.watched {
+            *self = Watch {
+                ratios: vec![VecDeque::new(); stages.len()],
+                skews: vec![VecDeque::new(); stages.len()],
+                streaks: vec![0; stages.len()],
+                watched,
+                returned: BTreeMap::new(),
+                last_others: std::mem::take(&mut self.last_others),
             };
-            // Leave the receiver at least as much headroom as the sender ends with.
-            let bytes = deficit.min(room / 2);
-            if bytes == 0 {
+        }
+        if let Some(decision) = self.memory(planned, stages) {
+            return decision;
+        }
+        if let Some(decision) = retry(planned, stages, now_ms) {
+            return decision;
+        }
+        self.speed(planned, stages, planned.options)
+    }
+
+    /// Memory first. A node whose free memory will be under its reserve within two passes
+    /// at its current rate of loss sheds now: what other work holds, two passes of that
+    /// loss and half a reserve are kept out of its plan. When other work has stopped growing
+    /// and the plan keeps more than one reserve above what it holds for
+    /// [`BalanceOptions::passes`] passes, the rest is given back.
+    fn memory(&mut self, planned: &Planned, stages: &[StageView<'_>]) -> Option<Decision> {
+        let mut learned = planned.learned.clone();
+        let mut why = Vec::new();
+        let mut urgent = false;
+        let mut seen = Vec::new();
+        for stage in stages {
+            let (node, Some(free)) = (stage.node(), stage.memory_free) else { continue };
+            if seen.contains(&node) {
                 continue;
             }
-            for entry in &mut free {
-                if entry.0 == to {
-                    entry.1 -= bytes;
-                } else if entry.0 == from {
-                    entry.1 += bytes;
+            seen.push(node);
+            // What other work holds now: the node's memory less what is bound there and the free.
+            let others = stage.node_memory.saturating_sub(stage.node_bound).saturating_sub(free);
+            // Lost to other work since the last pass (the loop's own moves do not count).
+            let loss = self.last_others.insert(node.to_owned(), others).map_or(0, |last| others.saturating_sub(last));
+            let outlook = free.saturating_sub(loss.saturating_mul(2));
+            let entry = learned.entry(node.to_owned()).or_default();
+            if outlook < stage.reserve {
+                let keep = others.saturating_add(loss.saturating_mul(2)).saturating_add(stage.reserve / 2);
+                self.returned.remove(node);
+                if keep > entry.memory_taken {
+                    entry.memory_taken = keep.min(stage.node_memory);
+                    urgent = true;
+                    why.push(format!(
+                        "`{node}` had {} free (losing {} a pass), under its {} reserve soon: {} kept out of its plan",
+                        bytes(free),
+                        bytes(loss),
+                        bytes(stage.reserve),
+                        bytes(entry.memory_taken)
+                    ));
                 }
+            } else if loss == 0 && entry.memory_taken > others.saturating_add(stage.reserve) {
+                let passes = self.returned.entry(node.to_owned()).or_default();
+                *passes += 1;
+                if *passes >= planned.options.passes {
+                    let keep = if others == 0 { 0 } else { others.saturating_add(stage.reserve / 2) };
+                    why.push(format!(
+                        "`{node}` had {} free for {passes} passes: {} given back to its plan",
+                        bytes(free),
+                        bytes(entry.memory_taken - keep)
+                    ));
+                    entry.memory_taken = keep;
+                    self.returned.remove(node);
+                }
+            } else {
+                self.returned.remove(node);
             }
-            transfers.push(Transfer { from: nodes[from].name.clone(), to: nodes[to].name.clone(), bytes });
         }
-        Ok(transfers)
+        learned.retain(|_, l| *l != Learned::default());
+        (!why.is_empty()).then(|| Decision::Replan { learned, why: why.join("; "), urgent })
+    }
+
+    /// Speed: skewed stages, held for enough passes, refit every measured machine.
+    fn speed(&mut self, planned: &Planned, stages: &[StageView<'_>], options: BalanceOptions) -> Decision {
+        let ratios: Vec<Option<f64>> = stages
+            .iter()
+            .zip(&planned.predicted)
+            .map(|(s, p)| s.measured_s.filter(|m| m.is_finite() && *m > 0.0).map(|m| (m / p.step_s).ln()))
+            .collect();
+        // Against the other stages; a pipeline with one measured stage is compared with its
+        // prediction.
+        let reference = reference(ratios.iter().flatten().copied());
+        let mut acting = None;
+        for (s, ratio) in ratios.iter().enumerate() {
+            let Some(ratio) = *ratio else {
+                self.streaks[s] = 0;
+                continue;
+            };
+            push(&mut self.ratios[s], ratio);
+            let skew = ratio - reference;
+            let threshold = self.threshold(s, stages[s].tier);
+            push(&mut self.skews[s], skew);
+            self.streaks[s] = match self.streaks[s] {
+                n if skew > threshold => n.max(0) + 1,
+                n if skew < -threshold => n.min(0) - 1,
+                _ => 0,
+            };
+            if self.streaks[s].unsigned_abs() >= u64::from(options.passes)
+                && acting.is_none_or(|(_, worst): (usize, f64)| skew.abs() > worst.abs())
+            {
+                acting = Some((s, skew));
+            }
+        }
+        let Some((s, skew)) = acting else { return Decision::Hold };
+        let mut learned = planned.learned.clone();
+        let recent = options.passes as usize;
+        let mut refit: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for (stage, history) in stages.iter().zip(&self.ratios) {
+            if let Some(m) = median(history.iter().rev().take(recent).copied()) {
+                refit.entry(stage.node()).or_default().push(m);
+            }
+        }
+        for (node, ratios) in refit {
+            let ratio = median(ratios).unwrap_or(0.0).exp();
+            let entry = learned.entry(node.to_owned()).or_default();
+            entry.slowdown = (entry.slowdown * ratio).clamp(0.01, 100.0);
+            // Within the noise of a measurement, a machine is as its figures say.
+            if (entry.slowdown - 1.0).abs() < NOISE {
+                entry.slowdown = 1.0;
+            }
+        }
+        learned.retain(|_, l| *l != Learned::default());
+        let streak = self.streaks[s].unsigned_abs();
+        let why = format!(
+            "stage {s} on `{}` ran {:.2}× its prediction against the other stages for {streak} passes",
+            stages[s].node(),
+            skew.exp()
+        );
+        Decision::Replan { learned, why, urgent: false }
     }
 }
 
-/// The skew of the active nodes' available memory against `threshold`.
-///
-/// # Errors
-/// A threshold of 1 or less; metrics that claim more available than total memory.
-pub fn skew(nodes: &[NodeMetrics], threshold: f64) -> Result<Skew, BalanceError> {
-    if !(threshold > 1.0 && threshold.is_finite()) {
-        return Err(BalanceError::Threshold(threshold));
+/// Machines learned slow that hold no stage, once [`BalanceOptions::retry_after_s`] has
+/// passed since the last re-balance: their slowdown is forgotten so the plan may try them
+/// again (nothing else would measure them; a machine still slow is moved off again, within
+/// the hourly limit).
+fn retry(planned: &Planned, stages: &[StageView<'_>], now_ms: u64) -> Option<Decision> {
+    let last = planned.events.last().map_or(0, |e| e.at_ms);
+    if now_ms < last.saturating_add(planned.options.retry_after_s.saturating_mul(1000)) {
+        return None;
     }
-    if let Some(n) = nodes.iter().find(|n| n.available_memory > n.total_memory) {
-        return Err(BalanceError::Metrics {
-            node: n.name.clone(),
-            available: n.available_memory,
-            total: n.total_memory,
-        });
-    }
-    let active: Vec<&NodeMetrics> = nodes.iter().filter(|n| n.status == Status::Active).collect();
-    let most = active.iter().max_by_key(|n| n.available_memory);
-    let least = active.iter().min_by_key(|n| n.available_memory);
-    let ratio = match (most, least) {
-        (Some(m), Some(l)) if m.available_memory == l.available_memory => 1.0,
-        (Some(_), Some(l)) if l.available_memory == 0 => f64::INFINITY,
-        (Some(m), Some(l)) => m.available_memory as f64 / l.available_memory as f64,
-        _ => 1.0,
-    };
-    Ok(Skew {
-        ratio,
-        most: most.map(|n| n.name.clone()),
-        least: least.map(|n| n.name.clone()),
-        skewed: ratio > threshold,
-    })
-}
-
-/// Splits a stage's layers into `workers` contiguous slices of about equal bytes, so each of
-/// a node's workers gets a share (fewer slices when there are fewer layers).
-pub fn chunk(layers: Range<usize>, bytes_per_layer: &[u64], workers: usize) -> Vec<Range<usize>> {
-    let layers = layers.start.min(bytes_per_layer.len())..layers.end.min(bytes_per_layer.len());
-    let count = layers.len();
-    let slices = workers.clamp(1, count.max(1));
-    if count == 0 {
-        return Vec::new();
-    }
-    let total: u64 = bytes_per_layer[layers.clone()].iter().sum();
-    let mut out = Vec::with_capacity(slices);
-    let mut start = layers.start;
-    let mut running = 0u64;
-    for l in layers.clone() {
-        running += bytes_per_layer[l];
-        let done = out.len() + 1;
-        let remaining_layers = layers.end - l - 1;
-        let remaining_slices = slices - done;
-        // Cut when this slice reached its share, keeping a layer for every slice left.
-        let share = u128::from(total) * done as u128 / slices as u128;
-        if done < slices
-            && (u128::from(running) >= share || remaining_layers == remaining_slices)
-            && remaining_layers >= remaining_slices
-        {
-            out.push(start..l + 1);
-            start = l + 1;
+    let mut learned = planned.learned.clone();
+    let mut forgotten = Vec::new();
+    for (node, l) in &mut learned {
+        if l.slowdown > 1.0 && !stages.iter().any(|s| s.node() == node) {
+            forgotten.push(format!("`{node}` ({:.2}×)", l.slowdown));
+            l.slowdown = 1.0;
         }
     }
-    out.push(start..layers.end);
-    out
+    if forgotten.is_empty() {
+        return None;
+    }
+    learned.retain(|_, l| *l != Learned::default());
+    let minutes = planned.options.retry_after_s / 60;
+    let why = format!("{} ran nothing for {minutes} min: slowdown forgotten, to measure again", forgotten.join(", "));
+    Some(Decision::Replan { learned, why, urgent: false })
+}
+
+/// `problem` with what was learned applied: a machine `slowdown`× slower reaches that
+/// fraction of its figures' bandwidth and compute, and memory other work holds is not the
+/// plan's to use.
+pub fn with_learned(problem: &Problem, learned: &BTreeMap<String, Learned>) -> Problem {
+    let mut problem = problem.clone();
+    for node in &mut problem.nodes {
+        if let Some(l) = learned.get(&node.name) {
+            node.efficiency.bandwidth /= l.slowdown;
+            node.efficiency.compute /= l.slowdown;
+            node.memory = node.memory.saturating_sub(l.memory_taken);
+        }
+    }
+    problem
 }
 
 #[cfg(test)]
 mod tests {
-    use proptest::prelude::*;
-
     use super::*;
+    use crate::spec::Predicted;
 
-    proptest! {
-        /// Chunks tile the stage, one per worker (fewer only when layers run out), and none
-        /// holds more than an even share plus one layer.
-        #[test]
-        fn chunks_tile_the_stage_evenly(
-            bytes in prop::collection::vec(1u64..1000, 1..100),
-            start in 0usize..100,
-            len in 0usize..100,
-            workers in 1usize..16,
-        ) {
-            let start = start % bytes.len();
-            let end = (start + len).min(bytes.len());
-            let chunks = chunk(start..end, &bytes, workers);
-            if start == end {
-                prop_assert!(chunks.is_empty());
-                return Ok(());
-            }
-            prop_assert_eq!(chunks.len(), workers.min(end - start));
-            prop_assert_eq!(chunks[0].start, start);
-            prop_assert_eq!(chunks[chunks.len() - 1].end, end);
-            let total: u64 = bytes[start..end].iter().sum();
-            let largest = *bytes[start..end].iter().max().unwrap();
-            for pair in chunks.windows(2) {
-                prop_assert_eq!(pair[0].end, pair[1].start);
-            }
-            for c in &chunks {
-                prop_assert!(!c.is_empty());
-                let held: u64 = bytes[c.clone()].iter().sum();
-                prop_assert!(held <= total / chunks.len() as u64 + largest, "{:?} holds {} of {}", c, held, total);
-            }
+    fn planned(steps: &[f64]) -> Planned {
+        let scenario = stageplan::Scenario::from_json(
+            r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#,
+        )
+        .unwrap();
+        Planned {
+            scenario,
+            predicted: steps.iter().map(|&step_s| Predicted { step_s, hop_s: 0.0 }).collect(),
+            learned: BTreeMap::new(),
+            options: BalanceOptions::default(),
+            events: Vec::new(),
         }
     }
 
-    fn node(name: &str, total: u64, available: u64) -> NodeMetrics {
-        NodeMetrics { name: name.into(), total_memory: total, available_memory: available, status: Status::Active }
+    fn requests(nodes: &[&str]) -> Vec<StageRequest> {
+        nodes
+            .iter()
+            .map(|n| StageRequest { layers: [0, 1], memory: 4 << 30, gpus: 0, node: Some((*n).to_owned()) })
+            .collect()
     }
 
-    #[test]
-    fn a_threshold_of_one_or_less_is_refused() {
-        for bad in [1.0, 0.5, -2.0, f64::NAN] {
-            let error = skew(&[node("a", 10, 5)], bad).unwrap_err();
-            assert!(error.to_string().contains("must be above 1"), "{error}");
-        }
+    fn views<'a>(requests: &'a [StageRequest], measured: &[f64], free: &[Option<u64>]) -> Vec<StageView<'a>> {
+        requests
+            .iter()
+            .zip(measured)
+            .zip(free)
+            .map(|((request, &m), &memory_free)| StageView {
+                request,
+                tier: Tier::Gpu,
+                measured_s: Some(m),
+                memory_free,
+                reserve: 1 << 30,
+                node_memory: 8 << 30,
+                node_bound: request.memory,
+            })
+            .collect()
     }
 
-    #[test]
-    fn a_balanced_cluster_is_never_skewed() {
-        for nodes in [
-            vec![node("a", 24, 6), node("b", 24, 6), node("c", 24, 6)],
-            // An all-CPU cluster with no VRAM: nothing available anywhere is still balanced.
-            vec![node("cpu1", 0, 0), node("cpu2", 0, 0)],
-            vec![node("full1", 64, 0), node("full2", 64, 0)],
-            vec![node("alone", 80, 3)],
-            vec![],
-        ] {
-            let s = skew(&nodes, 1.0001).unwrap();
-            assert_eq!(s.ratio, 1.0);
-            assert!(!s.skewed);
-            assert!(Balancer::new(4).shed(&nodes).unwrap().is_empty());
+    impl Watch {
+        fn observe_at0(&mut self, planned: &Planned, stages: &[StageView<'_>]) -> Decision {
+            self.observe(planned, stages, 0)
         }
     }
 
     #[test]
-    fn skew_ignores_nodes_that_are_not_active() {
-        let mut nodes = vec![node("a", 24, 12), node("b", 24, 12), node("gone", 24, 0)];
-        nodes[2].status = Status::Down;
-        assert!(!skew(&nodes, 1.5).unwrap().skewed);
-        nodes[2].status = Status::Active;
-        assert!(skew(&nodes, 1.5).unwrap().skewed);
-    }
-
-    #[test]
-    fn shedding_moves_load_to_the_most_headroom_within_the_limit() {
-        let nodes = vec![node("full", 100, 2), node("tight", 100, 5), node("roomy", 100, 80), node("ok", 100, 40)];
-        let transfers = Balancer::new(1).shed(&nodes).unwrap();
-        assert_eq!(transfers, vec![Transfer { from: "full".into(), to: "roomy".into(), bytes: 8 }]);
-        let both = Balancer::new(4).shed(&nodes).unwrap();
-        assert_eq!(both.len(), 2);
-        assert!(both.iter().all(|t| t.to == "roomy"));
-    }
-
-    #[test]
-    fn profiles_retune_thresholds() {
-        let nodes = vec![node("a", 100, 20), node("b", 100, 45)];
-        let mut balancer = Balancer::new(2);
-        assert!(balancer.skew(&nodes).unwrap().skewed, "2.25× skew trips the GPU tier's 1.5×");
-        balancer.consume([ProfileEvent { node: "a".into(), tier: Tier::PlainCpu }]);
-        assert!(!balancer.skew(&nodes).unwrap().skewed, "a plain CPU tolerates up to 3×");
-        balancer.consume([ProfileEvent { node: "a".into(), tier: Tier::Gpu }]);
-        assert!(balancer.skew(&nodes).unwrap().skewed);
-    }
-
-    #[test]
-    fn probes_map_to_tiers() {
-        assert_eq!(Tier::from_profile("discrete_gpu", false), Tier::Gpu);
-        assert_eq!(Tier::from_profile("integrated_gpu", true), Tier::Gpu);
-        assert_eq!(Tier::from_profile("cpu", true), Tier::WideSimdCpu);
-        assert_eq!(Tier::from_profile("cpu", false), Tier::PlainCpu);
-        assert_eq!(Tier::from_profile("something new", false), Tier::PlainCpu);
-        for tier in [Tier::Gpu, Tier::WideSimdCpu, Tier::PlainCpu] {
-            assert!(tier.thresholds().skew > 1.0, "{tier:?}: a threshold of 1 or less would fire forever");
+    fn a_uniformly_slower_pipeline_is_not_skewed() {
+        let planned = planned(&[0.01, 0.01, 0.01]);
+        let requests = requests(&["a", "b", "c"]);
+        let mut watch = Watch::default();
+        for _ in 0..10 {
+            let decision = watch.observe_at0(&planned, &views(&requests, &[0.02, 0.021, 0.019], &[None; 3]));
+            assert_eq!(decision, Decision::Hold);
         }
     }
 
     #[test]
-    fn chunks_cover_the_stage_evenly_by_bytes() {
-        let bytes = [10, 10, 10, 10, 40, 10, 10];
-        let chunks = chunk(0..7, &bytes, 3);
-        assert_eq!(chunks.len(), 3);
-        assert_eq!(chunks.first().unwrap().start, 0);
-        assert_eq!(chunks.last().unwrap().end, 7);
-        for pair in chunks.windows(2) {
-            assert_eq!(pair[0].end, pair[1].start);
+    fn a_slow_stage_acts_after_the_passes_and_refits_every_measured_machine() {
+        let planned = planned(&[0.01, 0.01, 0.01]);
+        let requests = requests(&["a", "b", "c"]);
+        let mut watch = Watch::default();
+        for _ in 0..2 {
+            assert_eq!(watch.observe_at0(&planned, &views(&requests, &[0.01, 0.02, 0.01], &[None; 3])), Decision::Hold);
         }
-        assert_eq!(chunk(2..4, &bytes, 8), vec![2..3, 3..4], "never more slices than layers");
-        assert_eq!(chunk(0..0, &bytes, 3), Vec::<Range<usize>>::new());
+        let Decision::Replan { learned, why, urgent } =
+            watch.observe_at0(&planned, &views(&requests, &[0.01, 0.02, 0.01], &[None; 3]))
+        else {
+            panic!("three skewed passes must act")
+        };
+        assert!(!urgent);
+        assert!(why.starts_with("stage 1 on `b` ran 2.00× its prediction"), "{why}");
+        assert!((learned["b"].slowdown - 2.0).abs() < 1e-9);
+        assert!(!learned.contains_key("a"), "a machine as fast as planned learns nothing");
+    }
+
+    #[test]
+    fn a_pass_back_in_line_restarts_the_count() {
+        let planned = planned(&[0.01, 0.01]);
+        let requests = requests(&["a", "b"]);
+        let mut watch = Watch::default();
+        for measured in [[0.01, 0.02], [0.01, 0.02], [0.01, 0.0101], [0.01, 0.02], [0.01, 0.02]] {
+            assert_eq!(watch.observe_at0(&planned, &views(&requests, &measured, &[None; 2])), Decision::Hold);
+        }
+    }
+
+    #[test]
+    fn a_noisy_history_raises_the_threshold() {
+        let planned = planned(&[0.01, 0.01]);
+        let requests = requests(&["a", "b"]);
+        let mut watch = Watch::default();
+        // Swings of ±25% every pass: 1.3× for three passes is within this stage's noise.
+        for i in 0..12 {
+            let b = if i % 2 == 0 { 0.0125 } else { 0.0075 };
+            watch.observe_at0(&planned, &views(&requests, &[0.01, b], &[None; 2]));
+        }
+        assert!(watch.threshold(1, Tier::Gpu) > 1.3f64.ln(), "{}", watch.threshold(1, Tier::Gpu).exp());
+        for _ in 0..3 {
+            assert_eq!(watch.observe_at0(&planned, &views(&requests, &[0.01, 0.013], &[None; 2])), Decision::Hold);
+        }
+    }
+
+    #[test]
+    fn memory_running_out_sheds_at_once_and_comes_back_after_the_passes() {
+        let mut planned = planned(&[0.01, 0.01]);
+        let requests = requests(&["a", "b"]);
+        let mut watch = Watch::default();
+        let gib = 1u64 << 30;
+        let steps = [0.01, 0.01];
+        // 8 GiB nodes with a 4 GiB stage each: `b` loses 1 GiB a pass to other work.
+        assert_eq!(
+            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(4 * gib)])),
+            Decision::Hold
+        );
+        assert_eq!(
+            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(3 * gib)])),
+            Decision::Hold
+        );
+        let Decision::Replan { learned, why, urgent } =
+            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(2 * gib)]))
+        else {
+            panic!("two passes from the reserve must shed")
+        };
+        assert!(urgent);
+        assert!(why.starts_with("`b` had 2.0 GiB free (losing 1.0 GiB a pass)"), "{why}");
+        // What others hold (2 GiB), two passes of loss, half a reserve.
+        assert_eq!(learned["b"].memory_taken, 2 * gib + 2 * gib + gib / 2);
+        planned.learned = learned;
+        // The other work exits: 4 GiB free again, and nothing held by others.
+        for _ in 0..2 {
+            let free = [Some(4 * gib), Some(4 * gib)];
+            assert_eq!(watch.observe_at0(&planned, &views(&requests, &steps, &free)), Decision::Hold);
+        }
+        let Decision::Replan { learned, why, .. } =
+            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(4 * gib)]))
+        else {
+            panic!("memory free for three passes is given back")
+        };
+        assert!(why.contains("4.5 GiB given back"), "{why}");
+        assert!(learned.is_empty());
     }
 }

@@ -119,17 +119,26 @@ impl Capacity {
         let (gpus, memory) = (stage.gpus, stage.memory);
         let max_gpus = crate::spec::MAX_GPUS_PER_NODE;
         let bucket = |g: u32| (g, memory, 0)..=(g, u64::MAX, usize::MAX);
-        let found = match (placement, gpus) {
-            // The fullest node that fits: least free memory.
-            (Placement::BinPack, 0) => self.ram.range(bucket(0)).next().copied(),
-            // The emptiest: most free memory.
-            (Placement::Spread, 0) => self.ram.range(bucket(0)).next_back().copied(),
-            // The fullest GPU node that fits: fewest free GPUs, then least free memory.
-            (Placement::BinPack, _) => (gpus..=max_gpus).find_map(|g| self.gpu.range(bucket(g)).next().copied()),
-            // The emptiest: most free GPUs, then most free memory.
-            (Placement::Spread, _) => {
-                (gpus..=max_gpus).rev().find_map(|g| self.gpu.range(bucket(g)).next_back().copied())
-            }
+        let pinned = stage.node.as_ref().map(|name| {
+            let &index = self.by_name.get(name)?;
+            let n = &self.nodes[index];
+            (n.free_gpus() >= gpus && n.free_memory >= memory).then(|| n.key(index))
+        });
+        let found = match (pinned, placement, gpus) {
+            // The plan's machine, or nowhere: the stage's prediction is that machine's.
+            (Some(pinned), _, _) => pinned,
+            (None, placement, gpus) => match (placement, gpus) {
+                // The fullest node that fits: least free memory.
+                (Placement::BinPack, 0) => self.ram.range(bucket(0)).next().copied(),
+                // The emptiest: most free memory.
+                (Placement::Spread, 0) => self.ram.range(bucket(0)).next_back().copied(),
+                // The fullest GPU node that fits: fewest free GPUs, then least free memory.
+                (Placement::BinPack, _) => (gpus..=max_gpus).find_map(|g| self.gpu.range(bucket(g)).next().copied()),
+                // The emptiest: most free GPUs, then most free memory.
+                (Placement::Spread, _) => {
+                    (gpus..=max_gpus).rev().find_map(|g| self.gpu.range(bucket(g)).next_back().copied())
+                }
+            },
         };
         let (_, _, index) = found?;
         let mut ids = Vec::with_capacity(gpus as usize);
@@ -168,7 +177,7 @@ mod tests {
 
     #[test]
     fn bin_pack_fills_the_fullest_node_and_spread_the_emptiest() {
-        let stage = StageRequest { layers: [0, 1], memory: 10 << 30, gpus: 1 };
+        let stage = StageRequest { layers: [0, 1], memory: 10 << 30, gpus: 1, node: None };
         let mut capacity = Capacity::new([node("big", 80, 8), node("small", 24, 2)]);
         let first = capacity.place(&stage, Placement::BinPack).unwrap();
         assert_eq!((first.node.as_str(), first.gpus.as_slice()), ("small", &[0][..]));
@@ -181,7 +190,7 @@ mod tests {
 
     #[test]
     fn release_frees_exactly_the_ids_taken() {
-        let stage = StageRequest { layers: [0, 1], memory: 1, gpus: 2 };
+        let stage = StageRequest { layers: [0, 1], memory: 1, gpus: 2, node: None };
         let mut capacity = Capacity::new([node("n", 8, 4)]);
         let a = capacity.place(&stage, Placement::BinPack).unwrap();
         let b = capacity.place(&stage, Placement::BinPack).unwrap();

@@ -5,8 +5,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use stageplan::{Problem, Scenario};
+
+use crate::balance::{Decision, StageView, Tier, Watch};
 use crate::capacity::{Capacity, Unreplayable};
-use crate::spec::{Assignment, Deployment, Node, Status, assignment_key, parse_assignment_key};
+use crate::spec::{
+    Assignment, Deployment, EVENTS_KEPT, Node, Planned, Rebalance, Status, assignment_key, parse_assignment_key,
+};
 use crate::store::{ASSIGNMENTS, DEPLOYMENTS, Expect, NODES, Op, Store, StoreError, Versioned};
 
 /// The loop's inputs: one closed set of events.
@@ -31,10 +36,22 @@ pub enum Event {
     Shutdown,
 }
 
-/// Load per deployment, for autoscaling; injectable so tests and simulations drive it.
+/// What the running deployments measure: load for autoscaling, stage times and free memory
+/// for re-balancing. Injectable, so tests and simulations drive it; the CLI reads it from a
+/// file or a Prometheus server.
 pub trait Metrics {
     /// Mean utilization of the deployment's replicas (1.0 = at capacity), if known.
     fn utilization(&self, deployment: &str) -> Option<f64>;
+
+    /// Measured seconds per decode step of one stage of one replica, if known.
+    fn stage_step_s(&self, _deployment: &str, _replica: u32, _stage: usize) -> Option<f64> {
+        None
+    }
+
+    /// Bytes free on a node now (device memory, or RAM for GPU-less nodes), if known.
+    fn memory_free(&self, _node: &str) -> Option<u64> {
+        None
+    }
 }
 
 /// No metrics: autoscaling holds.
@@ -56,17 +73,27 @@ impl Metrics for BTreeMap<String, f64> {
 /// Failed tries after which a replica missing stages gives back the ones it holds.
 const GIVE_BACK_AFTER: u32 = 3;
 
+/// Turns a planned deployment's scenario into a problem: the CLI reads model files, the
+/// default knows presets and inline configs.
+pub type Resolve = fn(&Scenario) -> Result<Problem, String>;
+
+fn resolve_without_files(scenario: &Scenario) -> Result<Problem, String> {
+    scenario.problem().map_err(|e| e.to_string())
+}
+
 /// Backoff for replicas that do not fit: `base × 2^attempts`, capped, times a jitter in
-/// [0.5, 1] drawn from the replica's id (deterministic: no randomness in the core).
-#[derive(Clone, Debug, PartialEq)]
+/// [0.5, 1] drawn from the replica's id (deterministic: no randomness in the core); and
+/// how planned deployments' scenarios are resolved for re-balancing.
+#[derive(Clone, Debug)]
 pub struct Options {
     pub backoff_base_ms: u64,
     pub backoff_cap_ms: u64,
+    pub resolve: Resolve,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { backoff_base_ms: 1_000, backoff_cap_ms: 300_000 }
+        Options { backoff_base_ms: 1_000, backoff_cap_ms: 300_000, resolve: resolve_without_files }
     }
 }
 
@@ -81,6 +108,12 @@ pub struct PassReport {
     pub pending: Vec<String>,
     /// Deployments autoscaled: name, from, to.
     pub rescaled: Vec<(String, u32, u32)>,
+    /// Planned deployments re-balanced from measurements: name, and what was measured and
+    /// done (also kept in the deployment's record).
+    pub rebalanced: Vec<(String, String)>,
+    /// Planned deployments the loop could not re-balance although it wanted to, with why
+    /// (the hourly limit, a scenario that no longer resolves, a roll that waits).
+    pub held: Vec<(String, String)>,
     /// Records left alone because this version cannot use them, with why (see
     /// [`Snapshot::quarantined`]).
     pub quarantined: Vec<(String, String)>,
@@ -227,13 +260,18 @@ fn canonical_key(key: &str) -> bool {
     parse_assignment_key(key).is_some() && key.rsplitn(3, '/').take(2).all(number)
 }
 
-/// The controller: the pass, and the little it remembers between passes (backoff).
+/// The controller: the pass, and the little it remembers between passes (backoff, what
+/// re-balancing watches). Losing it (a restart) loses no decision: those are in the store.
 #[derive(Clone, Debug, Default)]
 pub struct Controller {
     options: Options,
     backoff: HashMap<String, Backoff>,
     /// Nodes seen by the last pass: a new one ends every backoff, since it may be the room.
     known_nodes: BTreeSet<String>,
+    /// Per planned deployment: the measurements watched for skew.
+    watches: HashMap<String, Watch>,
+    /// Per planned deployment: its scenario's hash and what it resolved to.
+    problems: HashMap<String, (blake3::Hash, Result<Problem, String>)>,
 }
 
 /// A record refused before it is written: it fails the check a pass reads it with.
@@ -303,7 +341,7 @@ fn write_node(store: &mut impl Store, node: &Node) -> Result<(), StoreError> {
 
 impl Controller {
     pub fn new(options: Options) -> Controller {
-        Controller { options, backoff: HashMap::new(), known_nodes: BTreeSet::new() }
+        Controller { options, ..Controller::default() }
     }
 
     /// When a replica (`deployment/replica`) that did not fit will be tried again.
@@ -381,11 +419,63 @@ impl Controller {
             self.backoff.clear();
             self.known_nodes = snapshot.nodes.keys().cloned().collect();
         }
-        self.autoscale(store, &mut snapshot, now_ms, metrics, &mut report)?;
+        let rebalanced = self.rebalance(store, &mut snapshot, now_ms, metrics, &mut report)?;
+        self.autoscale(store, &mut snapshot, now_ms, metrics, &rebalanced, &mut report)?;
         let mut capacity = Capacity::new(snapshot.nodes.values().map(|(n, r)| (n.clone(), *r)));
         self.release(store, &snapshot, &mut capacity, &mut report)?;
         self.place(store, &snapshot, &mut capacity, now_ms, &mut report)?;
         Ok(report)
+    }
+
+    /// Re-balances planned deployments from what they measure (see [`crate::balance`]):
+    /// refits their machines, re-plans with the fewest-moves search and writes the new
+    /// stages, which the release step then moves a replica at a time. Returns the
+    /// deployments written.
+    fn rebalance(
+        &mut self,
+        store: &mut impl Store,
+        snapshot: &mut Snapshot,
+        now_ms: u64,
+        metrics: &dyn Metrics,
+        report: &mut PassReport,
+    ) -> Result<BTreeSet<String>, StoreError> {
+        let Controller { options, watches, problems, .. } = self;
+        let planned = |name: &String| snapshot.deployments.get(name).is_some_and(|(d, _)| d.planned.is_some());
+        watches.retain(|name, _| planned(name));
+        problems.retain(|name, _| planned(name));
+        let mut written = BTreeSet::new();
+        let mut groups = Vec::new();
+        for (name, (deployment, revision)) in &mut snapshot.deployments {
+            let Some(plan) = &deployment.planned else { continue };
+            let hash = blake3::hash(json(&plan.scenario).as_bytes());
+            let resolved = match problems.get(name) {
+                Some((h, resolved)) if *h == hash => resolved,
+                _ => &problems.entry(name.clone()).insert_entry((hash, (options.resolve)(&plan.scenario))).into_mut().1,
+            };
+            let problem = match resolved {
+                Ok(problem) => problem,
+                Err(why) => {
+                    report.held.push((name.clone(), format!("its scenario no longer resolves: {why}")));
+                    continue;
+                }
+            };
+            let views = stage_views(name, deployment, problem, &snapshot.assignments, metrics);
+            let decision = watches.entry(name.clone()).or_default().observe(plan, &views, now_ms);
+            let Decision::Replan { learned, why, urgent } = decision else { continue };
+            match replanned(deployment, plan, problem, learned, &why, urgent, now_ms) {
+                Ok(updated) => {
+                    let event = updated.planned.as_ref().and_then(|p| p.events.last()).map(|e| e.reason.clone());
+                    report.rebalanced.push((name.clone(), event.unwrap_or_default()));
+                    *deployment = updated;
+                    let key = format!("{DEPLOYMENTS}{name}");
+                    groups.push(vec![Op::Put { key, value: json(deployment), expect: Expect::Revision(*revision) }]);
+                    written.insert(name.clone());
+                }
+                Err(held) => report.held.push((name.clone(), held)),
+            }
+        }
+        commit_groups(store, groups, report)?;
+        Ok(written)
     }
 
     fn autoscale(
@@ -394,11 +484,16 @@ impl Controller {
         snapshot: &mut Snapshot,
         now_ms: u64,
         metrics: &dyn Metrics,
+        rebalanced: &BTreeSet<String>,
         report: &mut PassReport,
     ) -> Result<(), StoreError> {
         let mut groups = Vec::new();
         for (name, (deployment, revision)) in &mut snapshot.deployments {
             let Some(rule) = &deployment.autoscale else { continue };
+            if rebalanced.contains(name) {
+                // Written this pass already: its revision moved on. The next pass scales it.
+                continue;
+            }
             let Some(load) = metrics.utilization(name).filter(|u| u.is_finite() && *u >= 0.0) else { continue };
             let ratio = load / rule.target;
             if (ratio - 1.0).abs() <= rule.tolerance {
@@ -445,6 +540,8 @@ impl Controller {
             .collect();
         let (held_deployments, held_nodes, _) = snapshot.quarantine();
         let mut groups = Vec::new();
+        type Changed<'a> = BTreeMap<u32, Vec<(&'a String, &'a Assignment, u64)>>;
+        let mut changed: BTreeMap<&str, Changed<'_>> = BTreeMap::new();
         for (key, (assignment, revision)) in &snapshot.assignments {
             let deployment = parse_assignment_key(key).map_or("", |(name, _, _)| name);
             if held_deployments.contains(deployment) || held_nodes.contains(assignment.node.as_str()) {
@@ -462,7 +559,8 @@ impl Controller {
                 Some(request)
                     if request.memory != assignment.memory
                         || request.gpus as usize != assignment.gpus.len()
-                        || request.layers != assignment.layers =>
+                        || request.layers != assignment.layers
+                        || request.node.as_ref().is_some_and(|n| *n != assignment.node) =>
                 {
                     Some(Release::Changed)
                 }
@@ -475,10 +573,43 @@ impl Controller {
                     Err(Unreplayable::NoRoom | Unreplayable::GpuTaken) => Some(Release::NoRoom),
                 },
             };
-            if let Some(reason) = reason {
-                report.released.push((key.clone(), reason));
-                groups
-                    .push(vec![Op::Delete { key: format!("{ASSIGNMENTS}{key}"), expect: Expect::Revision(*revision) }]);
+            match reason {
+                Some(Release::Changed) => {
+                    let (_, replica, _) = parse_assignment_key(key).unwrap_or_default();
+                    changed
+                        .entry(deployment)
+                        .or_default()
+                        .entry(replica)
+                        .or_default()
+                        .push((key, assignment, *revision));
+                }
+                Some(reason) => {
+                    report.released.push((key.clone(), reason));
+                    groups.push(vec![Op::Delete {
+                        key: format!("{ASSIGNMENTS}{key}"),
+                        expect: Expect::Revision(*revision),
+                    }]);
+                }
+                None => {}
+            }
+        }
+        // Changed stages move a replica at a time, so the others keep serving.
+        for (name, replicas) in changed {
+            let Some((deployment, _)) = snapshot.deployments.get(name) else { continue };
+            let rolling = rolling_replica(name, deployment, snapshot, &report.released, &replicas);
+            for (replica, stages) in replicas {
+                for (key, assignment, revision) in stages {
+                    if Some(replica) == rolling {
+                        report.released.push((key.clone(), Release::Changed));
+                        groups.push(vec![Op::Delete {
+                            key: format!("{ASSIGNMENTS}{key}"),
+                            expect: Expect::Revision(revision),
+                        }]);
+                    } else {
+                        // Still serving with its old stages until its turn.
+                        let _ = capacity.replay(assignment);
+                    }
+                }
             }
         }
         commit_groups(store, groups, report)
@@ -632,6 +763,171 @@ impl Controller {
         let fraction = 0.5 + 0.5 * (draw as f64 / u64::MAX as f64);
         (capped as f64 * fraction) as u64
     }
+}
+
+/// The replica of `deployment` whose changed stages are released this pass, if any: one at
+/// a time, none while another replica is half-placed (mid-roll), and only while the
+/// replicas left complete are at least `min_replicas` (when it is given; a deployment
+/// without it may pause its only pipeline to move it).
+fn rolling_replica(
+    name: &str,
+    deployment: &Deployment,
+    snapshot: &Snapshot,
+    released: &[(String, Release)],
+    changed: &BTreeMap<u32, Vec<(&String, &Assignment, u64)>>,
+) -> Option<u32> {
+    let released: BTreeSet<&str> = released.iter().map(|(k, _)| k.as_str()).collect();
+    let stages = deployment.stages.len();
+    let bound = |replica: u32| {
+        (0..stages)
+            .filter(|&s| {
+                let key = assignment_key(name, replica, s);
+                snapshot.assignments.contains_key(&key) && !released.contains(key.as_str())
+            })
+            .count()
+    };
+    let replicas = deployment.replicas.min(crate::spec::MAX_REPLICAS);
+    let mut complete = 0u32;
+    for replica in 0..replicas {
+        let held = bound(replica);
+        if held > 0 && held < stages {
+            return None;
+        }
+        if held == stages && !changed.contains_key(&replica) {
+            complete += 1;
+        }
+    }
+    let first = *changed.keys().next()?;
+    let floor = deployment.min_replicas.unwrap_or(0);
+    // Replicas with changed stages still serve until released: all but the one rolling.
+    let serving = complete + (changed.len() as u32 - 1);
+    (serving >= floor).then_some(first)
+}
+
+/// Each stage of a planned deployment as re-balancing sees it this pass: its machine's
+/// tier and reserve, its measured step time (the median over the replicas that run the
+/// current stage and report it) and its node's free memory.
+fn stage_views<'a>(
+    name: &str,
+    deployment: &'a Deployment,
+    problem: &Problem,
+    assignments: &BTreeMap<String, (Assignment, u64)>,
+    metrics: &dyn Metrics,
+) -> Vec<StageView<'a>> {
+    deployment
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(s, request)| {
+            let node = request.node.as_deref().unwrap_or_default();
+            let machine = problem.nodes.iter().find(|n| n.name == node);
+            let mut measured: Vec<f64> = (0..deployment.replicas)
+                .filter(|&r| {
+                    assignments.get(&assignment_key(name, r, s)).is_some_and(|(a, _)| {
+                        a.node == node && a.layers == request.layers && a.status == Status::Running
+                    })
+                })
+                .filter_map(|r| metrics.stage_step_s(name, r, s))
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .collect();
+            measured.sort_by(f64::total_cmp);
+            StageView {
+                request,
+                tier: Tier::of(machine.and_then(|m| m.kind)),
+                measured_s: (!measured.is_empty()).then(|| measured[(measured.len() - 1) / 2]),
+                memory_free: metrics.memory_free(node),
+                reserve: machine.map_or(0, |m| m.reserve),
+                node_memory: machine.map_or(0, |m| m.memory),
+                node_bound: assignments.values().filter(|(a, _)| a.node == node).map(|(a, _)| a.memory).sum(),
+            }
+        })
+        .collect()
+}
+
+/// The deployment re-planned with what was learned: new stages, predictions and an event;
+/// or why it is held as it is.
+fn replanned(
+    deployment: &Deployment,
+    planned: &Planned,
+    problem: &Problem,
+    learned: BTreeMap<String, crate::spec::Learned>,
+    why: &str,
+    urgent: bool,
+    now_ms: u64,
+) -> Result<Deployment, String> {
+    let problem = crate::balance::with_learned(problem, &learned);
+    let current: Vec<stageplan::planner::replan::CurrentStage> = deployment
+        .stages
+        .iter()
+        .map(|s| stageplan::planner::replan::CurrentStage {
+            node: s.node.clone().unwrap_or_default(),
+            layers: s.layers,
+        })
+        .collect();
+    let options =
+        stageplan::ReplanOptions { tolerance: planned.options.tolerance, hysteresis: planned.options.hysteresis };
+    let replan = stageplan::replan(&problem, &current, options).map_err(|e| format!("{why}, but {e}"))?;
+    let mut updated = deployment.clone();
+    let mut record = planned.clone();
+    record.learned = learned;
+    let (action, moved_stages) = if replan.plan.feasible {
+        let gpus = |stage: &stageplan::plan::Stage| {
+            let before = deployment.stages.iter().find(|s| s.node.as_deref() == Some(stage.node.as_str()));
+            before.map_or(u32::from(stage.kind == Some(stageplan::presets::DeviceKind::Gpu)), |s| s.gpus)
+        };
+        let (stages, predicted) = crate::spec::planned_stages(&replan.plan, gpus);
+        let moved = stages
+            .iter()
+            .filter(|s| !deployment.stages.iter().any(|o| o.node == s.node && o.layers == s.layers))
+            .count();
+        if moved > 0 && !urgent {
+            let hour_ago = now_ms.saturating_sub(3_600_000);
+            let recent = planned.events.iter().filter(|e| e.moved_stages > 0 && e.at_ms >= hour_ago).count();
+            if recent >= planned.options.max_moves_per_hour as usize {
+                return Err(format!(
+                    "{why}, but it moved {recent} times in the last hour (`max_moves_per_hour` {}): it waits",
+                    planned.options.max_moves_per_hour
+                ));
+            }
+        }
+        updated.stages = stages;
+        record.predicted = predicted;
+        let action = if moved == 0 {
+            format!("kept the split ({})", replan.reason)
+        } else {
+            let moves: Vec<String> = replan
+                .moves
+                .iter()
+                .map(|m| match m.layers {
+                    [0, 0] => format!("the embedding to `{}`", m.to),
+                    [a, b] if a == b => format!("the head to `{}`", m.to),
+                    [a, b] => format!("layers {a}–{} to `{}`", b - 1, m.to),
+                })
+                .collect();
+            format!(
+                "{}, {} moved (the best plan outright: {})",
+                moves.join(", "),
+                stageplan::units::format_bytes(replan.bytes_moved as f64),
+                stageplan::units::format_bytes(replan.best_plan_bytes as f64)
+            )
+        };
+        (action, moved)
+    } else {
+        let reason = replan.plan.diagnostics.first().map_or("", |d| d.message.as_str());
+        (format!("no split fits what is left, so the stages stay: {reason}"), 0)
+    };
+    record.events.push(Rebalance {
+        at_ms: now_ms,
+        reason: format!("{why} → {action}"),
+        moved_stages,
+        bytes_moved: if moved_stages > 0 { replan.bytes_moved } else { 0 },
+        best_plan_bytes: replan.best_plan_bytes,
+    });
+    let drop = record.events.len().saturating_sub(EVENTS_KEPT);
+    record.events.drain(..drop);
+    updated.planned = Some(Box::new(record));
+    updated.check().map_err(|e| format!("{why}, but the re-planned deployment {e}"))?;
+    Ok(updated)
 }
 
 /// A broken invariant found in the store's records.

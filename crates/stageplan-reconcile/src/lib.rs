@@ -31,8 +31,14 @@
 //! the loop never writes one itself (a node, a deployment or an autoscaled replica count
 //! must pass the check a pass reads it with).
 //!
-//! [`balance`] holds what the loop will act on when nodes report skew or run short of
-//! memory (issue #19): skew of headroom against per-tier thresholds, bounded shedding.
+//! A deployment planned from a scenario keeps its plan ([`spec::Planned`]): its stages are
+//! pinned to the plan's machines, each with a predicted step time. Before autoscaling, a
+//! pass compares what the [`Metrics`] source measured with those predictions
+//! ([`balance`]): a stage skewed against the others for several passes refits its
+//! machines' speed, a node whose free memory falls under its reserve sheds layers at once,
+//! and the deployment is re-planned with the fewest-moves search and written back with an
+//! event that says why. Changed stages then move one replica at a time, never leaving
+//! fewer complete replicas than `min_replicas`.
 //!
 //! [`store::MemoryStore`] serves tests, simulations and the browser; the native stores
 //! (redb, etcd) live in `crates/stageplan-store`.
@@ -40,13 +46,17 @@
 pub mod balance;
 mod capacity;
 mod controller;
+pub mod observe;
 pub mod spec;
 pub mod store;
 
 pub use controller::{
-    Controller, Event, Metrics, NoMetrics, Options, PassReport, Release, Snapshot, Violation, check_invariants,
+    Controller, Event, Metrics, NoMetrics, Options, PassReport, Release, Resolve, Snapshot, Violation, check_invariants,
 };
-pub use spec::{Assignment, Autoscale, Deployment, Node, Placement, StageRequest, Status, assignment_key};
+pub use spec::{
+    Assignment, Autoscale, BalanceOptions, Deployment, Learned, Node, Placement, Planned, Predicted, Rebalance,
+    StageRequest, Status, assignment_key, planned_stages,
+};
 pub use store::{Expect, MemoryStore, Op, Store, StoreError, Versioned};
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! What is desired (deployments), what exists (nodes) and what is bound (assignments): the
 //! records the store keeps, as JSON.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use stageplan::Plan;
+use stageplan::{Plan, Scenario};
 
 /// Most GPUs one node may have: GPU ids are kept as a 128-bit set.
 pub const MAX_GPUS_PER_NODE: u32 = 128;
@@ -39,6 +41,126 @@ pub struct Deployment {
     /// a restarted controller keeps the cooldown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scaled_ms: Option<u64>,
+    /// The plan behind `stages`, when they were planned from a scenario: with it the loop
+    /// re-balances the stages from what it measures (see [`crate::balance`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Box<Planned>>,
+}
+
+/// What the loop needs to re-plan a deployment from measurements, and what it has learned.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Planned {
+    /// The scenario as deployed; the loop never edits it (what it learns is kept apart).
+    pub scenario: Scenario,
+    /// What each stage was predicted to take with what is learned, in pipeline order.
+    pub predicted: Vec<Predicted>,
+    /// What measurements taught about machines, by node name; absent: as the scenario says.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub learned: BTreeMap<String, Learned>,
+    #[serde(default)]
+    pub options: BalanceOptions,
+    /// The latest re-balances, oldest first (at most [`EVENTS_KEPT`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<Rebalance>,
+}
+
+/// Re-balances a deployment keeps in its record, the latest.
+pub const EVENTS_KEPT: usize = 20;
+
+/// How eager re-balancing is.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BalanceOptions {
+    /// Passes in a row a stage must be skewed before the loop acts (hysteresis: a slow pass
+    /// or two is noise, not a slower machine).
+    pub passes: u32,
+    /// Re-balances that move layers, per deployment per hour, at most: a flapping machine
+    /// cannot keep the pipeline moving. Shedding memory is never held back by it.
+    pub max_moves_per_hour: u32,
+    /// Accept a split this much slower than the best if it moves fewer bytes (0.03: 3%).
+    pub tolerance: f64,
+    /// Keep the running split unless the best is this much faster (0.05: 5%).
+    pub hysteresis: f64,
+    /// A machine the loop moved every stage off for being slow holds nothing to measure:
+    /// after this many seconds its slowdown is forgotten, so the plan tries it again.
+    pub retry_after_s: u64,
+}
+
+impl Default for BalanceOptions {
+    fn default() -> Self {
+        BalanceOptions { passes: 3, max_moves_per_hour: 4, tolerance: 0.03, hysteresis: 0.05, retry_after_s: 1800 }
+    }
+}
+
+impl BalanceOptions {
+    fn check(&self) -> Result<(), SpecError> {
+        let invalid = |field, value: String, problem| Err(SpecError::Invalid { field, value, problem });
+        if !(1..=1000).contains(&self.passes) {
+            return invalid("planned.options.passes", self.passes.to_string(), "must be from 1 to 1000");
+        }
+        if !(60..=604_800).contains(&self.retry_after_s) {
+            return invalid(
+                "planned.options.retry_after_s",
+                self.retry_after_s.to_string(),
+                "must be from 60 s to a week",
+            );
+        }
+        for (field, value) in
+            [("planned.options.tolerance", self.tolerance), ("planned.options.hysteresis", self.hysteresis)]
+        {
+            if !(0.0..1.0).contains(&value) {
+                return invalid(field, value.to_string(), "must be a fraction from 0 to 1, such as 0.05");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A stage's predicted time per decode step.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Predicted {
+    /// Seconds per step, the hop to the next stage included.
+    pub step_s: f64,
+    /// Of which the hop: it does not slow down with the machine.
+    #[serde(default)]
+    pub hop_s: f64,
+}
+
+/// What measurements taught about one machine.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Learned {
+    /// Measured ÷ planned compute time on this machine: 2 runs twice as slow as its figures.
+    pub slowdown: f64,
+    /// Bytes of the machine's memory that other work holds, kept out of the plan.
+    pub memory_taken: u64,
+}
+
+impl Default for Learned {
+    fn default() -> Self {
+        Learned { slowdown: 1.0, memory_taken: 0 }
+    }
+}
+
+/// One re-balance (or a refit that kept the split), as people read it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rebalance {
+    /// When (ms on the controller's clock).
+    pub at_ms: u64,
+    /// What was measured and what was done, in one sentence.
+    pub reason: String,
+    /// Stages whose layers or node changed.
+    #[serde(default)]
+    pub moved_stages: usize,
+    /// Bytes of weights that move.
+    #[serde(default)]
+    pub bytes_moved: u64,
+    /// Bytes that jumping to the best plan outright would have moved.
+    #[serde(default)]
+    pub best_plan_bytes: u64,
 }
 
 /// What one stage of a replica takes from its node.
@@ -53,6 +175,10 @@ pub struct StageRequest {
     /// Whole GPUs; 0 for a stage held in RAM (a Mac, a CPU box).
     #[serde(default)]
     pub gpus: u32,
+    /// The node the plan put the stage on; the stage is placed there or nowhere (its
+    /// predicted time is that machine's). Absent: any node that fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// How to choose among nodes that fit.
@@ -131,6 +257,26 @@ pub enum Status {
     Failed,
 }
 
+/// A plan's stages as requests pinned to their machines, with what each is predicted to
+/// take; `gpus` says how many GPUs a stage takes.
+pub fn planned_stages(
+    plan: &Plan,
+    gpus: impl Fn(&stageplan::plan::Stage) -> u32,
+) -> (Vec<StageRequest>, Vec<Predicted>) {
+    plan.stages
+        .iter()
+        .map(|s| {
+            let request = StageRequest {
+                layers: s.layers,
+                memory: s.memory.total.saturating_sub(s.memory.reserve),
+                gpus: gpus(s),
+                node: Some(s.node.clone()),
+            };
+            (request, Predicted { step_s: s.time_s, hop_s: s.time.send_s.min(s.time_s * 0.5) })
+        })
+        .unzip()
+}
+
 /// The deterministic id of a replica's stage: `"{deployment}/{replica}/{stage}"`.
 pub fn assignment_key(deployment: &str, replica: u32, stage: usize) -> String {
     format!("{deployment}/{replica}/{stage}")
@@ -178,6 +324,7 @@ impl Deployment {
             stages,
             autoscale: None,
             last_scaled_ms: None,
+            planned: None,
         }
     }
 
@@ -191,6 +338,7 @@ impl Deployment {
                 layers: s.layers,
                 memory: s.memory.total.saturating_sub(s.memory.reserve),
                 gpus: gpus_per_stage,
+                node: None,
             })
             .collect();
         let model = format!("{} {}", plan.model.name, plan.model.weights).trim().to_owned();
@@ -234,6 +382,12 @@ impl Deployment {
             if stage.memory == 0 && stage.gpus == 0 {
                 return invalid("stages[].memory", "0".into(), "asks for nothing; give the stage's bytes");
             }
+            if let Some(node) = &stage.node {
+                valid_name("stages[].node", node)?;
+            }
+        }
+        if let Some(planned) = &self.planned {
+            planned.check(&self.stages)?;
         }
         let (min, max) = (self.min_replicas.unwrap_or(0), self.max_replicas.unwrap_or(u32::MAX));
         if min > max || self.replicas < min || self.replicas > max {
@@ -259,6 +413,51 @@ impl Deployment {
             }
         }
         Ok(())
+    }
+}
+
+impl Planned {
+    /// Checks what re-balancing relies on: one prediction per stage, every stage on a named
+    /// node, figures that are numbers.
+    ///
+    /// # Errors
+    /// The first field that is wrong, with the fix.
+    pub fn check(&self, stages: &[StageRequest]) -> Result<(), SpecError> {
+        let invalid = |field, value: String, problem| Err(SpecError::Invalid { field, value, problem });
+        if self.predicted.len() != stages.len() {
+            return invalid(
+                "planned.predicted",
+                format!("{} entries for {} stages", self.predicted.len(), stages.len()),
+                "must hold one prediction per stage; deploy the scenario again",
+            );
+        }
+        if stages.iter().any(|s| s.node.is_none()) {
+            return invalid(
+                "stages[].node",
+                "none".into(),
+                "is needed on every stage of a planned deployment: its predictions are its machine's",
+            );
+        }
+        for p in &self.predicted {
+            if !(p.step_s.is_finite() && p.step_s > 0.0 && p.hop_s.is_finite() && (0.0..p.step_s).contains(&p.hop_s)) {
+                return invalid(
+                    "planned.predicted[].step_s",
+                    p.step_s.to_string(),
+                    "must be positive seconds, above the hop's `hop_s`",
+                );
+            }
+        }
+        for (name, learned) in &self.learned {
+            valid_name("planned.learned", name)?;
+            if !(learned.slowdown.is_finite() && (0.01..=100.0).contains(&learned.slowdown)) {
+                return invalid(
+                    "planned.learned[].slowdown",
+                    learned.slowdown.to_string(),
+                    "must be a factor from 0.01 to 100",
+                );
+            }
+        }
+        self.options.check()
     }
 }
 
@@ -301,9 +500,10 @@ mod tests {
             min_replicas: None,
             max_replicas: None,
             placement: Placement::BinPack,
-            stages: vec![StageRequest { layers: [0, 1], memory: 1, gpus: 1 }],
+            stages: vec![StageRequest { layers: [0, 1], memory: 1, gpus: 1, node: None }],
             autoscale: None,
             last_scaled_ms: None,
+            planned: None,
         };
         assert!(d.check().unwrap_err().to_string().starts_with("`name` `a b`"));
         d.name = "ok".into();

@@ -14,7 +14,7 @@ fn deployment(name: &str, replicas: u32, stages: &[(u64, u32)]) -> Deployment {
     let stages = stages
         .iter()
         .enumerate()
-        .map(|(i, &(gib, gpus))| StageRequest { layers: [i, i + 1], memory: gib * GIB, gpus })
+        .map(|(i, &(gib, gpus))| StageRequest { layers: [i, i + 1], memory: gib * GIB, gpus, node: None })
         .collect();
     Deployment::new(name, replicas, stages)
 }
@@ -631,4 +631,48 @@ fn keys_listed_under_the_wrong_prefix_are_quarantined_not_a_panic() {
     let report = Controller::default().pass(&mut lying, 0, &NoMetrics).unwrap();
     assert_eq!(report.quarantined.len(), 6, "{report:?}");
     assert!(report.scheduled.is_empty(), "{report:?}");
+}
+
+/// Changed stages move one replica at a time: the others keep serving with their old
+/// stages, and with `min_replicas` as many as it says stay complete.
+#[test]
+fn changed_stages_roll_one_replica_at_a_time() {
+    let nodes = [node("a", 100, 0), node("b", 100, 0)];
+    let mut d = deployment("chat", 3, &[(10, 0), (10, 0)]);
+    let mut world = World::new(&nodes, std::slice::from_ref(&d));
+    world.pass(0);
+    d.stages[1].memory = 12 * GIB;
+    world.event(Event::DeploymentChanged(d.clone()));
+    let complete = |world: &mut World| {
+        let snapshot = world.snapshot();
+        (0..3).filter(|r| (0..2).all(|s| snapshot.assignments.contains_key(&assignment_key("chat", *r, s)))).count()
+    };
+    for pass in 1..=3 {
+        let report = world.pass(pass);
+        let replicas: BTreeSet<&str> =
+            report.released.iter().map(|(k, _)| k.rsplit_once('/').map_or("", |x| x.0)).collect();
+        assert_eq!(replicas.len(), 1, "pass {pass} moved {replicas:?}");
+        assert_eq!(complete(&mut world), 3, "each replica is placed again in the pass that released it");
+    }
+    assert!(world.pass(4).released.is_empty(), "all three rolled");
+    // With `min_replicas` equal to `replicas`, no replica may go: the change waits.
+    d.min_replicas = Some(3);
+    d.stages[1].memory = 11 * GIB;
+    world.event(Event::DeploymentChanged(d));
+    assert!(world.pass(5).released.is_empty(), "min_replicas 3 of 3 holds every replica");
+}
+
+/// A pinned stage goes to its node or stays pending, never elsewhere.
+#[test]
+fn a_pinned_stage_waits_for_its_node() {
+    let nodes = [node("roomy", 100, 0), node("small", 8, 0)];
+    let mut d = deployment("chat", 1, &[(10, 0)]);
+    d.stages[0].node = Some("small".into());
+    let mut world = World::new(&nodes, &[d.clone()]);
+    let report = world.pass(0);
+    assert_eq!(report.pending, vec!["chat/0".to_owned()], "10 GiB does not fit on `small`: {report:?}");
+    d.stages[0].memory = 4 * GIB;
+    world.event(Event::DeploymentChanged(d));
+    world.pass(10_000_000);
+    assert_eq!(world.snapshot().assignments["chat/0/0"].0.node, "small");
 }

@@ -23,7 +23,7 @@ pub fn fill_sample(store: &mut impl Store) -> Result<(), StoreError> {
         let node = Node { name: name.into(), memory: gib * GIB, gpus };
         controller.handle(store, Event::NodeJoined(node), &NoMetrics)?;
     }
-    let stage = |layers: [usize; 2], gib: u64, gpus: u32| StageRequest { layers, memory: gib * GIB, gpus };
+    let stage = |layers: [usize; 2], gib: u64, gpus: u32| StageRequest { layers, memory: gib * GIB, gpus, node: None };
     let deployments = [
         ("llama-70b", 3, vec![stage([0, 40], 40, 1), stage([40, 80], 40, 1)]),
         ("embed", 2, vec![stage([0, 24], 8, 0)]),

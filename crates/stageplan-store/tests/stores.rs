@@ -64,11 +64,12 @@ fn deployment(name: &str, replicas: u32) -> Deployment {
         max_replicas: None,
         placement: Placement::BinPack,
         stages: vec![
-            StageRequest { layers: [0, 40], memory: 20 * GIB, gpus: 1 },
-            StageRequest { layers: [40, 80], memory: 20 * GIB, gpus: 1 },
+            StageRequest { layers: [0, 40], memory: 20 * GIB, gpus: 1, node: None },
+            StageRequest { layers: [40, 80], memory: 20 * GIB, gpus: 1, node: None },
         ],
         autoscale: None,
         last_scaled_ms: None,
+        planned: None,
     }
 }
 

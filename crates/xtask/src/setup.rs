@@ -18,10 +18,18 @@ pub(crate) const NIGHTLY: &str = "nightly-2026-05-19";
 pub(crate) const WASM_BINDGEN: &str = "0.2.130";
 
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
-/// Chromium with its driver for the browser tests, etcd for the state-store tests, and a
-/// C++ toolchain with cmake for llama.cpp.
-pub(crate) const APT_PACKAGES: [&str; 7] =
-    ["mesa-vulkan-drivers", "libvulkan1", "chromium", "chromium-driver", "etcd-server", "cmake", "build-essential"];
+/// Chromium with its driver for the browser tests, etcd for the state-store tests,
+/// Prometheus for the closed loop's, and a C++ toolchain with cmake for llama.cpp.
+pub(crate) const APT_PACKAGES: [&str; 8] = [
+    "mesa-vulkan-drivers",
+    "libvulkan1",
+    "chromium",
+    "chromium-driver",
+    "etcd-server",
+    "prometheus",
+    "cmake",
+    "build-essential",
+];
 
 /// llama.cpp for the engine tests: the source the `llama-cpp-python` sdist on PyPI vendors
 /// (llama.cpp 0c1e57098, ggml 0.25.3, RPC protocol 7), pinned by version and hash.

@@ -12,8 +12,17 @@ use crate::{
     web::{build_embed, build_web},
 };
 
-pub(crate) const FUZZ_TARGETS: [&str; 8] =
-    ["gguf_header", "safetensors_header", "scenario", "replan", "export", "export_text", "redb_store", "llama_bench"];
+pub(crate) const FUZZ_TARGETS: [&str; 9] = [
+    "gguf_header",
+    "safetensors_header",
+    "scenario",
+    "replan",
+    "export",
+    "export_text",
+    "redb_store",
+    "llama_bench",
+    "observations",
+];
 
 /// Seconds each fuzz target runs in `cargo xtask test`.
 pub(crate) const FUZZ_SECONDS_IN_TEST: u64 = 20;
@@ -175,6 +184,19 @@ pub(crate) fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(
         let seeds = [
             "Llama 3.1 70B\0/models/llama.gguf\0registry.example.com/stage:1\x0010.0.0.1:50052",
             "x\nrm -rf ~ #\0$(id)",
+        ];
+        for (i, seed) in seeds.iter().enumerate() {
+            std::fs::write(corpus.join(format!("seed-{i}")), seed).map_err(|e| e.to_string())?;
+        }
+        return Ok(());
+    }
+    if target == "observations" {
+        // A selector byte (4: a metrics file; 0–3: a Prometheus answer to that query), then text.
+        let seeds = [
+            "\x04{\"utilization\": {\"chat\": 0.5}, \"stages\": [{\"deployment\": \"chat\", \"replica\": 0, \"stage\": 1, \"step_s\": 0.03}], \"nodes\": [{\"node\": \"mac\", \"memory_free\": 1024}]}",
+            "\x04{\"chat\": 0.85}",
+            "\x00{\"status\":\"success\",\"data\":{\"resultType\":\"vector\",\"result\":[{\"metric\":{\"deployment\":\"chat\",\"replica\":\"0\",\"stage\":\"2\"},\"value\":[1.7e9,\"0.04\"]}]}}",
+            "\x01{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"parse error\"}",
         ];
         for (i, seed) in seeds.iter().enumerate() {
             std::fs::write(corpus.join(format!("seed-{i}")), seed).map_err(|e| e.to_string())?;

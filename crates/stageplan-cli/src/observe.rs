@@ -1,0 +1,145 @@
+//! Where the loop's measurements come from: `--metrics FILE` (re-read every pass) and
+//! `--prometheus URL` (its query API, asked every pass). Reading fails soft: a source that
+//! is down or answers garbage gives no measurements for that pass, and says so in one line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use stageplan_reconcile::observe::{Observations, Query, add_prometheus};
+
+use crate::outcome::Failure;
+
+/// Largest Prometheus answer read.
+const ANSWER_LIMIT: u64 = 32 << 20;
+
+/// The measurement sources a command was given.
+pub(crate) struct Sources {
+    file: Option<PathBuf>,
+    prometheus: Option<Prometheus>,
+}
+
+struct Prometheus {
+    base: String,
+    queries: Vec<(Query, String)>,
+    agent: ureq::Agent,
+}
+
+/// Checks `--prometheus` and `--prometheus-query NAME=PROMQL`.
+///
+/// # Errors
+/// A URL that is not `http://host:port[/path]`, a query name that is not one of the four,
+/// a query without `=`, or queries without `--prometheus`.
+pub(crate) fn sources(file: Option<PathBuf>, url: Option<String>, queries: &[String]) -> Result<Sources, Failure> {
+    let Some(url) = url else {
+        if !queries.is_empty() {
+            return Err(Failure("`--prometheus-query` needs `--prometheus URL` to ask".into()));
+        }
+        return Ok(Sources { file, prometheus: None });
+    };
+    let base = url.trim_end_matches('/');
+    let host = base.strip_prefix("http://").ok_or_else(|| {
+        Failure(format!(
+            "`--prometheus {}` must start with `http://` (e.g. `http://127.0.0.1:9090`; this build speaks plain HTTP)",
+            stageplan::quote::line(&url)
+        ))
+    })?;
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#') {
+        return Err(Failure(format!(
+            "`--prometheus {}` is not a server address; give `http://host:port`",
+            stageplan::quote::line(&url)
+        )));
+    }
+    let mut chosen: Vec<(Query, String)> = Query::ALL.iter().map(|q| (*q, q.default_promql().to_owned())).collect();
+    for given in queries {
+        let names = || Query::ALL.map(Query::name).join("`, `");
+        let (name, promql) = given.split_once('=').ok_or_else(|| {
+            Failure(format!(
+                "`--prometheus-query {}` must be `NAME=PROMQL`, NAME one of `{}`",
+                stageplan::quote::line(given),
+                names()
+            ))
+        })?;
+        let query = Query::ALL.into_iter().find(|q| q.name() == name.trim()).ok_or_else(|| {
+            Failure(format!(
+                "`--prometheus-query {}`: `{}` is not a query name; use `{}`",
+                stageplan::quote::line(given),
+                stageplan::quote::line(name),
+                names()
+            ))
+        })?;
+        if let Some(slot) = chosen.iter_mut().find(|(q, _)| *q == query) {
+            slot.1 = promql.trim().to_owned();
+        }
+    }
+    // An empty query turns that measurement off.
+    chosen.retain(|(_, promql)| !promql.is_empty());
+    let config =
+        ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(5))).http_status_as_error(false).build();
+    Ok(Sources { file, prometheus: Some(Prometheus { base: base.to_owned(), queries: chosen, agent: config.into() }) })
+}
+
+impl Sources {
+    /// No source: nothing measured.
+    pub(crate) fn none() -> Sources {
+        Sources { file: None, prometheus: None }
+    }
+
+    /// Whether any source was given.
+    pub(crate) fn any(&self) -> bool {
+        self.file.is_some() || self.prometheus.is_some()
+    }
+
+    /// This moment's measurements, and one line per source that gave none (and why).
+    pub(crate) fn read(&self) -> (Observations, Vec<String>) {
+        let mut seen = Observations::default();
+        let mut problems = Vec::new();
+        if let Some(path) = &self.file {
+            let read = crate::input::read_text(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| Observations::from_json(&text));
+            match read {
+                Ok(found) => seen = found,
+                Err(e) => problems.push(format!("`--metrics {}`: {e}", path.display())),
+            }
+        }
+        if let Some(prometheus) = &self.prometheus {
+            // All queries or none: half a picture (times without memory) could mislead.
+            let mut asked = Observations::default();
+            let answered = prometheus.queries.iter().try_for_each(|(query, promql)| {
+                let text = prometheus.ask(promql)?;
+                add_prometheus(*query, &text, &mut asked).map(|_| ())
+            });
+            match answered {
+                Ok(()) => {
+                    seen.utilization.extend(asked.utilization);
+                    seen.steps.extend(asked.steps);
+                    seen.memory_free.extend(asked.memory_free);
+                    seen.token_s.extend(asked.token_s);
+                }
+                Err(e) => problems.push(format!("Prometheus at {}: {e}", stageplan::quote::line(&prometheus.base))),
+            }
+        }
+        (seen, problems)
+    }
+}
+
+impl Prometheus {
+    /// One instant query's answer, as text.
+    fn ask(&self, promql: &str) -> Result<String, String> {
+        let url = format!("{}/api/v1/query", self.base);
+        let mut response =
+            self.agent.get(&url).query("query", promql).call().map_err(|e| format!("cannot be reached ({e})"))?;
+        let status = response.status();
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(ANSWER_LIMIT)
+            .read_to_string()
+            .map_err(|e| format!("answer unreadable ({e})"))?;
+        // Prometheus answers bad queries with 400 and its JSON error, which says more.
+        if !status.is_success() && !text.trim_start().starts_with('{') {
+            return Err(format!("answered HTTP {status}"));
+        }
+        Ok(text)
+    }
+}
