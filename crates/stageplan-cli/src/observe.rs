@@ -115,6 +115,7 @@ impl Sources {
                     seen.steps.extend(asked.steps);
                     seen.memory_free.extend(asked.memory_free);
                     seen.token_s.extend(asked.token_s);
+                    seen.up.extend(asked.up);
                 }
                 Err(e) => problems.push(format!("Prometheus at {}: {e}", stageplan::quote::line(&prometheus.base))),
             }

@@ -112,6 +112,9 @@ pub struct Watch {
     /// Per node: what other work held at the last pass, for its rate of growth (kept
     /// across resets).
     last_others: BTreeMap<String, u64>,
+    /// Per node: passes in a row it reported the opposite of what the plan assumes (down
+    /// while planned on, up while planned off); kept across resets.
+    status: BTreeMap<String, u32>,
 }
 
 fn push(history: &mut VecDeque<f64>, value: f64) {
@@ -170,8 +173,15 @@ impl Watch {
         floor.max(4.0 * mad)
     }
 
-    /// Takes one pass's measurements of a deployment at `now_ms` and decides.
-    pub fn observe(&mut self, planned: &Planned, stages: &[StageView<'_>], now_ms: u64) -> Decision {
+    /// Takes one pass's measurements of a deployment at `now_ms` and decides; `up` says
+    /// which of the scenario's machines report themselves up or down.
+    pub fn observe(
+        &mut self,
+        planned: &Planned,
+        stages: &[StageView<'_>],
+        up: &BTreeMap<String, bool>,
+        now_ms: u64,
+    ) -> Decision {
         let watched: Vec<(String, f64)> =
             stages.iter().zip(&planned.predicted).map(|(s, p)| (s.node().to_owned(), p.step_s)).collect();
         if watched != self.watched {
@@ -182,7 +192,11 @@ impl Watch {
                 watched,
                 returned: BTreeMap::new(),
                 last_others: std::mem::take(&mut self.last_others),
+                status: std::mem::take(&mut self.status),
             };
+        }
+        if let Some(decision) = self.status(planned, up) {
+            return decision;
         }
         if let Some(decision) = self.memory(planned, stages) {
             return decision;
@@ -191,6 +205,36 @@ impl Watch {
             return decision;
         }
         self.speed(planned, stages, planned.options)
+    }
+
+    /// A machine that reports itself down for [`BalanceOptions::passes`] passes is taken
+    /// out of the plan at once (its stages serve nobody); one back up as long is put back.
+    fn status(&mut self, planned: &Planned, up: &BTreeMap<String, bool>) -> Option<Decision> {
+        let mut learned = planned.learned.clone();
+        let mut why = Vec::new();
+        let mut urgent = false;
+        for (node, &is_up) in up {
+            let down = learned.get(node).is_some_and(|l| l.down);
+            if is_up != down {
+                self.status.remove(node);
+                continue;
+            }
+            let passes = self.status.entry(node.clone()).or_default();
+            *passes += 1;
+            if *passes < planned.options.passes {
+                continue;
+            }
+            self.status.remove(node);
+            learned.entry(node.clone()).or_default().down = !is_up;
+            if is_up {
+                why.push(format!("`{node}` reported up for {} passes: back in the plan", planned.options.passes));
+            } else {
+                urgent = true;
+                why.push(format!("`{node}` reported down for {} passes: out of the plan", planned.options.passes));
+            }
+        }
+        learned.retain(|_, l| *l != Learned::default());
+        (!why.is_empty()).then(|| Decision::Replan { learned, why: why.join("; "), urgent })
     }
 
     /// Memory first. A node whose free memory will be under its reserve within two passes
@@ -346,6 +390,10 @@ pub fn with_learned(problem: &Problem, learned: &BTreeMap<String, Learned>) -> P
             node.efficiency.bandwidth /= l.slowdown;
             node.efficiency.compute /= l.slowdown;
             node.memory = node.memory.saturating_sub(l.memory_taken);
+            if l.down {
+                // Nothing fits on a machine that is down.
+                node.memory = 0;
+            }
         }
     }
     problem
@@ -396,7 +444,7 @@ mod tests {
 
     impl Watch {
         fn observe_at0(&mut self, planned: &Planned, stages: &[StageView<'_>]) -> Decision {
-            self.observe(planned, stages, 0)
+            self.observe(planned, stages, &BTreeMap::new(), 0)
         }
     }
 
@@ -454,6 +502,30 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(watch.observe_at0(&planned, &views(&requests, &[0.01, 0.013], &[None; 2])), Decision::Hold);
         }
+    }
+
+    #[test]
+    fn a_machine_down_for_the_passes_leaves_the_plan_and_comes_back() {
+        let mut planned = planned(&[0.01, 0.01]);
+        let requests = requests(&["a", "b"]);
+        let mut watch = Watch::default();
+        let views = views(&requests, &[0.01, 0.01], &[None; 2]);
+        let down: BTreeMap<String, bool> = [("b".to_owned(), false)].into();
+        for _ in 0..2 {
+            assert_eq!(watch.observe(&planned, &views, &down, 0), Decision::Hold);
+        }
+        let Decision::Replan { learned, why, urgent } = watch.observe(&planned, &views, &down, 0) else {
+            panic!("down for three passes")
+        };
+        assert!(urgent && learned["b"].down, "{why}");
+        assert_eq!(why, "`b` reported down for 3 passes: out of the plan");
+        planned.learned = learned;
+        let up: BTreeMap<String, bool> = [("b".to_owned(), true)].into();
+        for _ in 0..2 {
+            assert_eq!(watch.observe(&planned, &views, &up, 0), Decision::Hold);
+        }
+        let Decision::Replan { learned, .. } = watch.observe(&planned, &views, &up, 0) else { panic!("back up") };
+        assert!(learned.is_empty());
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub trait Metrics {
     fn memory_free(&self, _node: &str) -> Option<u64> {
         None
     }
+
+    /// Whether a node reports itself up (serving), if known.
+    fn node_up(&self, _node: &str) -> Option<bool> {
+        None
+    }
 }
 
 /// No metrics: autoscaling holds.
@@ -460,7 +465,9 @@ impl Controller {
                 }
             };
             let views = stage_views(name, deployment, problem, &snapshot.assignments, metrics);
-            let decision = watches.entry(name.clone()).or_default().observe(plan, &views, now_ms);
+            let up: BTreeMap<String, bool> =
+                problem.nodes.iter().filter_map(|n| Some((n.name.clone(), metrics.node_up(&n.name)?))).collect();
+            let decision = watches.entry(name.clone()).or_default().observe(plan, &views, &up, now_ms);
             let Decision::Replan { learned, why, urgent } = decision else { continue };
             match replanned(deployment, plan, problem, learned, &why, urgent, now_ms) {
                 Ok(updated) => {

@@ -8,7 +8,7 @@
 //! ```json
 //! {"utilization": {"chat": 0.85},
 //!  "stages": [{"deployment": "chat", "replica": 0, "stage": 1, "step_s": 0.031}],
-//!  "nodes": [{"node": "mac", "memory_free": 12884901888}],
+//!  "nodes": [{"node": "mac", "memory_free": 12884901888, "up": true}],
 //!  "tokens": [{"deployment": "chat", "token_s": 0.083}]}
 //! ```
 //!
@@ -35,6 +35,8 @@ pub struct Observations {
     pub steps: BTreeMap<(String, u32, usize), f64>,
     /// Free bytes per node.
     pub memory_free: BTreeMap<String, u64>,
+    /// Whether each node reports itself up.
+    pub up: BTreeMap<String, bool>,
     /// Seconds per generated token of a deployment's whole pipeline, as its engine reports
     /// it (llama.cpp's and vLLM's servers measure the pipeline, not its stages).
     pub token_s: BTreeMap<String, f64>,
@@ -49,6 +51,9 @@ impl Metrics for Observations {
     }
     fn memory_free(&self, node: &str) -> Option<u64> {
         self.memory_free.get(node).copied()
+    }
+    fn node_up(&self, node: &str) -> Option<bool> {
+        self.up.get(node).copied()
     }
 }
 
@@ -79,7 +84,10 @@ struct StageLine {
 #[serde(deny_unknown_fields)]
 struct NodeLine {
     node: String,
-    memory_free: u64,
+    #[serde(default)]
+    memory_free: Option<u64>,
+    #[serde(default)]
+    up: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -130,7 +138,12 @@ impl Observations {
             out.steps.insert((s.deployment, s.replica, s.stage), step);
         }
         for n in file.nodes {
-            out.memory_free.insert(n.node, n.memory_free);
+            if let Some(free) = n.memory_free {
+                out.memory_free.insert(n.node.clone(), free);
+            }
+            if let Some(up) = n.up {
+                out.up.insert(n.node, up);
+            }
         }
         for (i, t) in file.tokens.into_iter().enumerate() {
             out.token_s.insert(t.deployment, measure(&format!("tokens[{i}].token_s"), t.token_s)?);
@@ -150,10 +163,12 @@ pub enum Query {
     Utilization,
     /// Seconds per generated token of a deployment's pipeline: label `deployment`.
     Token,
+    /// 1 when a node is up, 0 when down: label `node`.
+    Up,
 }
 
 impl Query {
-    pub const ALL: [Query; 4] = [Query::Step, Query::MemoryFree, Query::Utilization, Query::Token];
+    pub const ALL: [Query; 5] = [Query::Step, Query::MemoryFree, Query::Utilization, Query::Token, Query::Up];
 
     /// The name `--prometheus-query NAME=PROMQL` uses.
     pub fn name(self) -> &'static str {
@@ -162,6 +177,7 @@ impl Query {
             Query::MemoryFree => "memory_free",
             Query::Utilization => "utilization",
             Query::Token => "token",
+            Query::Up => "up",
         }
     }
 
@@ -173,6 +189,7 @@ impl Query {
             Query::Step => "stageplan_stage_step_seconds",
             Query::MemoryFree => "stageplan_node_memory_free_bytes",
             Query::Utilization => "stageplan_deployment_utilization",
+            Query::Up => "stageplan_node_up",
             Query::Token => {
                 "sum by (deployment) (rate(llamacpp:tokens_predicted_seconds_total[1m])) \
                  / sum by (deployment) (rate(llamacpp:tokens_predicted_total[1m])) \
@@ -257,6 +274,7 @@ fn add(query: Query, text: &str, into: &mut Observations) -> Result<usize, Strin
             Query::MemoryFree => label("node").map(|n| into.memory_free.insert(n, value as u64)).is_some(),
             Query::Utilization => label("deployment").map(|d| into.utilization.insert(d, value)).is_some(),
             Query::Token => label("deployment").map(|d| into.token_s.insert(d, value)).is_some(),
+            Query::Up => label("node").map(|n| into.up.insert(n, value >= 0.5)).is_some(),
         };
         used += usize::from(stored);
     }

@@ -136,11 +136,14 @@ pub struct Learned {
     pub slowdown: f64,
     /// Bytes of the machine's memory that other work holds, kept out of the plan.
     pub memory_taken: u64,
+    /// The machine reports itself down: the plan holds nothing on it until it is back.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub down: bool,
 }
 
 impl Default for Learned {
     fn default() -> Self {
-        Learned { slowdown: 1.0, memory_taken: 0 }
+        Learned { slowdown: 1.0, memory_taken: 0, down: false }
     }
 }
 

@@ -42,6 +42,7 @@ impl Rng {
 struct Truth {
     slowdown: BTreeMap<&'static str, f64>,
     stolen: BTreeMap<&'static str, u64>,
+    down: Vec<&'static str>,
 }
 
 impl Truth {
@@ -53,6 +54,9 @@ impl Truth {
         for (node, &stolen) in &self.stolen {
             learned.entry((*node).to_owned()).or_default().memory_taken = stolen;
         }
+        for node in &self.down {
+            learned.entry((*node).to_owned()).or_default().down = true;
+        }
         learned
     }
 }
@@ -61,6 +65,7 @@ impl Truth {
 struct Measured {
     steps: BTreeMap<usize, f64>,
     free: BTreeMap<String, u64>,
+    up: BTreeMap<String, bool>,
 }
 
 impl Metrics for Measured {
@@ -72,6 +77,9 @@ impl Metrics for Measured {
     }
     fn memory_free(&self, node: &str) -> Option<u64> {
         self.free.get(node).copied()
+    }
+    fn node_up(&self, node: &str) -> Option<bool> {
+        self.up.get(node).copied()
     }
 }
 
@@ -104,6 +112,8 @@ struct Outcome {
     refits: usize,
     /// Passes in which some node held more than its memory.
     over_budget: u64,
+    /// Passes in which a stage was bound on a machine that was down.
+    on_down: Vec<u64>,
     /// Per pass: (ms, true tokens/s of the running split, best tokens/s for the truth).
     speed: Vec<(u64, f64, f64)>,
     events: Vec<String>,
@@ -136,8 +146,15 @@ fn simulate(seed: u64, minutes: u64, truth_at: impl Fn(u64) -> Truth) -> Outcome
     controller.pass(&mut store, 0, &stageplan_reconcile::NoMetrics).unwrap();
 
     let mut rng = Rng(seed);
-    let mut outcome =
-        Outcome { passes: 0, moves: Vec::new(), refits: 0, over_budget: 0, speed: Vec::new(), events: Vec::new() };
+    let mut outcome = Outcome {
+        passes: 0,
+        moves: Vec::new(),
+        refits: 0,
+        over_budget: 0,
+        on_down: Vec::new(),
+        speed: Vec::new(),
+        events: Vec::new(),
+    };
     let mut cache: BTreeMap<String, stageplan::Plan> = BTreeMap::new();
     let mut best_cache: Vec<(Truth, f64)> = Vec::new();
     let mut now = PASS_MS;
@@ -163,7 +180,11 @@ fn simulate(seed: u64, minutes: u64, truth_at: impl Fn(u64) -> Truth) -> Outcome
         for (s, stage) in real.stages.iter().enumerate() {
             let key = stageplan_reconcile::assignment_key("chat", 0, s);
             let bound = snapshot.assignments.get(&key).is_some_and(|(a, _)| a.layers == stage.layers);
-            if bound {
+            let down = truth.down.contains(&stage.node.as_str());
+            if bound && down && outcome.on_down.last() != Some(&now) {
+                outcome.on_down.push(now);
+            }
+            if bound && !down {
                 steps.insert(s, stage.time_s * (1.0 + 0.05 * (2.0 * rng.next() - 1.0)));
             }
         }
@@ -179,7 +200,8 @@ fn simulate(seed: u64, minutes: u64, truth_at: impl Fn(u64) -> Truth) -> Outcome
         }
         let running = steps.len() == real.stages.len();
         outcome.speed.push((now, if running { real.tokens_per_s } else { 0.0 }, best));
-        let report = controller.pass(&mut store, now, &Measured { steps, free }).unwrap();
+        let up = base.nodes.iter().map(|n| (n.name.clone(), !truth.down.contains(&n.name.as_str()))).collect();
+        let report = controller.pass(&mut store, now, &Measured { steps, free, up }).unwrap();
         for (_, why) in &report.rebalanced {
             outcome.events.push(format!("{:>5.1} min  {why}", now as f64 / MINUTE as f64));
         }
@@ -199,7 +221,7 @@ fn simulate(seed: u64, minutes: u64, truth_at: impl Fn(u64) -> Truth) -> Outcome
 }
 
 fn slow(node: &'static str, factor: f64) -> Truth {
-    Truth { slowdown: [(node, factor)].into(), stolen: BTreeMap::new() }
+    Truth { slowdown: [(node, factor)].into(), ..Truth::default() }
 }
 
 /// The mean of true ÷ best tokens/s over passes in `[from, to)` ms.
@@ -308,7 +330,7 @@ fn stolen_memory_is_shed_before_the_budget_is_exceeded() {
         } else {
             0
         };
-        Truth { slowdown: BTreeMap::new(), stolen: [("desk", stolen)].into() }
+        Truth { stolen: [("desk", stolen)].into(), ..Truth::default() }
     });
     println!("{}", outcome.events.join("\n"));
     assert_eq!(outcome.over_budget, 0, "a node ran out of memory");
@@ -325,5 +347,28 @@ fn stolen_memory_is_shed_before_the_budget_is_exceeded() {
         gib(moved),
         gib(best),
         recovered * 100.0
+    );
+}
+
+#[test]
+fn a_machine_that_goes_down_leaves_the_plan_and_comes_back() {
+    let (falls, returns) = (10 * MINUTE, 40 * MINUTE);
+    let outcome = simulate(3, 90, |t| Truth {
+        down: if (falls..returns).contains(&t) { vec!["gamer"] } else { Vec::new() },
+        ..Truth::default()
+    });
+    let passes = u64::from(stageplan_reconcile::BalanceOptions::default().passes);
+    let stuck = outcome.on_down.len() as u64;
+    assert!(stuck <= passes, "a stage stayed on the down machine for {stuck} passes\n{}", outcome.events.join("\n"));
+    let served = share_of_best(&outcome, falls + (passes + 1) * PASS_MS, returns);
+    assert!(served >= 0.95, "{:.1}% of the best while `gamer` was down", served * 100.0);
+    let back = share_of_best(&outcome, returns + (passes + 1) * PASS_MS, 90 * MINUTE);
+    assert!(back >= 0.95, "{:.1}% of the best once `gamer` was back", back * 100.0);
+    println!(
+        "gamer down from min 10 to 40: its stage served nobody for {stuck} passes, then {:.1}% of the best without it; \
+         {:.1}% once back; {} moves",
+        served * 100.0,
+        back * 100.0,
+        outcome.moves.len()
     );
 }

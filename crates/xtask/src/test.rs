@@ -191,10 +191,10 @@ pub(crate) fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(
         return Ok(());
     }
     if target == "observations" {
-        // A selector byte (4: a metrics file; 0–3: a Prometheus answer to that query), then text.
+        // A selector byte (5: a metrics file; 0–4: a Prometheus answer to that query), then text.
         let seeds = [
-            "\x04{\"utilization\": {\"chat\": 0.5}, \"stages\": [{\"deployment\": \"chat\", \"replica\": 0, \"stage\": 1, \"step_s\": 0.03}], \"nodes\": [{\"node\": \"mac\", \"memory_free\": 1024}]}",
-            "\x04{\"chat\": 0.85}",
+            "\x05{\"utilization\": {\"chat\": 0.5}, \"stages\": [{\"deployment\": \"chat\", \"replica\": 0, \"stage\": 1, \"step_s\": 0.03}], \"nodes\": [{\"node\": \"mac\", \"memory_free\": 1024}]}",
+            "\x05{\"chat\": 0.85}",
             "\x00{\"status\":\"success\",\"data\":{\"resultType\":\"vector\",\"result\":[{\"metric\":{\"deployment\":\"chat\",\"replica\":\"0\",\"stage\":\"2\"},\"value\":[1.7e9,\"0.04\"]}]}}",
             "\x01{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"parse error\"}",
         ];

@@ -8,7 +8,7 @@ use stageplan_reconcile::observe::{Observations, Query, add_prometheus};
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else { return };
     let Ok(text) = std::str::from_utf8(rest) else { return };
-    let read = match Query::ALL.get(usize::from(selector % 5)) {
+    let read = match Query::ALL.get(usize::from(selector % 6)) {
         None => Observations::from_json(text),
         Some(&query) => {
             let mut seen = Observations::default();
