@@ -19,7 +19,19 @@ import { args, artifacts, check, failures, launch, serve } from './harness.mjs';
 const embed = path.resolve(args.embed ?? 'dist/embed');
 const cli = path.resolve(args.cli ?? 'target/debug/stageplan');
 
-const { origin, close: stopServer } = await serve(embed);
+const { origin, served, close: stopServer } = await serve(embed);
+
+/** Raw and gzip bytes of the files the server sent since `served[from]`, the page itself
+ *  (a documentation page's own HTML) left out. */
+function fetched(from) {
+  const files = [...new Set(served.slice(from).filter((r) => r.status === 200 && r.path !== '/index.html').map((r) => r.path))];
+  const bytes = files.map((f) => fs.readFileSync(path.join(embed, f)));
+  return {
+    files,
+    raw: bytes.reduce((n, b) => n + b.length, 0),
+    gzip: bytes.reduce((n, b) => n + zlib.gzipSync(b, { level: 9 }).length, 0),
+  };
+}
 
 const browser = await launch({ profile: 'stageplan-embed-', viewport: { width: 1000, height: 1400 } });
 
@@ -55,10 +67,27 @@ const tokens = (text) => Number(text.match(/([\d.]+) tok\/s for one user/)[1]);
 
 await check('both widgets render the plans the CLI computes', async () => {
   const started = Date.now();
+  const from = served.length;
   const { page, requests, errors } = await open();
   await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
   metrics.first_widget_plan_ms = await page.evaluate(() => performance.now());
   metrics.first_widget_plan_wall_ms = Date.now() - started;
+  // Issue #20: what a reader downloads to see the first plan, the page's HTML aside.
+  metrics.load_to_plan = fetched(from);
+  assert.ok(metrics.load_to_plan.gzip <= 150_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  // The page's own API call shares the widgets' module: fetched once, ≤ 160 kB for both.
+  await page.waitForFunction(() => document.getElementById('api-example').textContent.includes('tok/s'));
+  const direct = cliPlan({
+    model: { preset: 'llama-3.1-70b', weights: 'q4_k_m' },
+    workload: { context: 8192 },
+    nodes: [{ name: 'desk', device: 'rtx-4090' }, { name: 'gamer', device: 'rtx-3090' }],
+  });
+  assert.equal(await page.locator('#api-example').textContent(), `desk + gamer: ${sig3(direct.stream_tokens_per_s)} tok/s for one user, ${direct.stages.length} stages`);
+  await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
+  metrics.load_with_api = fetched(from);
+  assert.ok(metrics.load_with_api.gzip <= 160_000, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
+  assert.equal(served.slice(from).filter((r) => r.path.endsWith('.wasm')).length, 1, 'one planner module, fetched once');
+  assert.ok(!metrics.load_with_api.files.some((f) => f.startsWith('/more/')), 'the model-file module loads only on use');
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
   for (const [id, scenario] of [['home-70b', inlineScenario], ['laptops-8b', linkedScenario]]) {
     const expected = cliPlan(scenario);
@@ -111,6 +140,34 @@ await check('editing one widget re-plans it and leaves the other alone', async (
   await page.close();
 });
 
+await check('the keyboard reaches every control, and keeps its place across a re-plan', async () => {
+  const { page, errors } = await open();
+  await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
+  const active = () => page.evaluate(() => {
+    const a = document.querySelector('#home-70b').shadowRoot.activeElement;
+    return a ? `${a.tagName.toLowerCase()}.${a.className}${a.type ? `[${a.type}]` : ''}` : null;
+  });
+  await page.locator('#home-70b .sp-weights').focus();
+  await page.keyboard.press('Tab');
+  assert.equal(await active(), 'input.sp-context[number]');
+  const before = await headline(page, 'home-70b');
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('32768');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(([id, text]) => document.querySelector(id).shadowRoot.querySelector('.sp-headline')?.textContent !== text, ['#home-70b', before]);
+  assert.equal(await active(), 'input.sp-context[number]', 'focus stays on the field that re-planned');
+  // On to the machines: a checkbox, then its remove button, by Tab alone.
+  await page.keyboard.press('Tab');
+  assert.equal(await active(), 'input.[checkbox]');
+  await page.keyboard.press('Space');
+  await page.waitForFunction((id) => document.querySelector(id).shadowRoot.querySelectorAll('.sp-node input:not(:checked)').length === 1, '#home-70b');
+  assert.equal(await active(), 'input.[checkbox]', 'focus stays on the switch');
+  await page.keyboard.press('Tab');
+  assert.equal(await active(), 'button.sp-remove[button]');
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 await check('no styles leak in or out', async () => {
   const { page } = await open();
   await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
@@ -135,7 +192,7 @@ await check('without WebAssembly, each widget shows a readable table and says wh
   await page.close();
 });
 
-for (const file of ['widget/stageplan_bg.wasm', 'widget/stageplan.js', 'stage-plan.js', 'stage-plan.css', 'stageplan_bg.wasm', 'stageplan.js', 'node/stageplan_bg.wasm', 'node/stageplan.js']) {
+for (const file of ['stage-plan.js', 'stage-plan.css', 'stageplan_bg.wasm', 'stageplan.js', 'more/stageplan_bg.wasm', 'more/stageplan.js', 'node/stageplan_bg.wasm', 'node/stageplan.js']) {
   const bytes = fs.readFileSync(path.join(embed, file));
   metrics[`size_${file}`] = { raw: bytes.length, gzip: zlib.gzipSync(bytes, { level: 9 }).length };
 }

@@ -62,6 +62,23 @@ test('plan() returns exactly the CLI plan, from text or an object', () => {
   }
 });
 
+test('planView() lays out the CLI plan, with every field declared', () => {
+  const text = read('tests/scenarios/home-70b.json');
+  const cliPlan = runCli('plan', 'tests/scenarios/home-70b.json', '--format', 'json');
+  const view = stageplan.planView(text);
+  conforms(view, 'PlanView');
+  for (const [row, band, bar] of view.rows.map((r, i) => [r, view.bands[i], view.bars[i]])) {
+    conforms(row, 'StageRow');
+    conforms(band, 'Band');
+    conforms(bar, 'MemoryBar');
+  }
+  assert.deepStrictEqual(view.rows.map((r) => `${r.node} ${r.layers}`), cliPlan.stages.map((s) => `${s.node} ${s.layers[0]}–${s.layers[1]}`));
+  assert.match(view.headline, new RegExp(`${Number(cliPlan.stream_tokens_per_s.toPrecision(3))} tok/s for one user`));
+  const without = stageplan.planView(JSON.parse(text), { enabled: [false, true, true, true] });
+  assert.ok(without.rows.every((r) => r.node !== 'desk'));
+  assert.throws(() => stageplan.planView(text, { enabled: [true] }), /`enabled` has 1 entries for 4 nodes/);
+});
+
 test('bad scenarios throw Errors with the CLI message', () => {
   let compared = 0;
   for (const dir of fs.readdirSync(path.join(root, 'tests/cli')).filter((d) => d.startsWith('bad-'))) {
@@ -195,6 +212,7 @@ test("the package resolves by its name: require('stageplan') and import('stagepl
   const run = (args) => execFileSync(process.execPath, args, { cwd: dir, encoding: 'utf8' }).trim();
   assert.equal(run(['-e', "console.log(typeof require('stageplan').plan)"]), 'function');
   assert.equal(run(['--input-type=module', '-e', "import('stageplan').then((m) => console.log(typeof (m.plan ?? m.default.plan)))"]), 'function');
+  assert.equal(run(['-e', "console.log(typeof require('stageplan/more').importHeader)"]), 'function');
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
@@ -203,9 +221,11 @@ test('the package packs clean: every export and the types are in it, nothing els
   const [packed] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: embed, encoding: 'utf8' }));
   const files = new Set(packed.files.map((f) => f.path));
   const manifest = JSON.parse(fs.readFileSync(path.join(embed, 'package.json'), 'utf8'));
-  const targets = [manifest.main, manifest.types, ...Object.values(manifest.exports).flatMap((e) => (typeof e === 'string' ? [e] : Object.values(e)))];
+  // Export targets, conditions nested to any depth (`node: {types, default}`).
+  const leaves = (e) => (typeof e === 'string' ? [e] : Object.values(e).flatMap(leaves));
+  const targets = [manifest.main, manifest.types, ...leaves(manifest.exports)];
   for (const target of targets) assert.ok(files.has(target.replace(/^\.\//, '')), `${target} is exported but not packed`);
-  for (const needed of ['stageplan_bg.wasm', 'node/stageplan_bg.wasm', 'widget/stageplan_bg.wasm', 'README.md', 'package.json']) {
+  for (const needed of ['stageplan_bg.wasm', 'node/stageplan_bg.wasm', 'more/stageplan_bg.wasm', 'README.md', 'package.json']) {
     assert.ok(files.has(needed), `${needed} is not packed`);
   }
   assert.ok(![...files].some((f) => f === 'index.html' || f.startsWith('scenarios/')), 'the example page is not part of the package');

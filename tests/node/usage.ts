@@ -1,9 +1,11 @@
 // Type-checks the declarations against the way a docs site uses the API
 // (`tsc -p tests/node`, strict). It is compiled, never run.
-import init, { importHeader, model, plan, presets, replan, type Plan, type Scenario } from '../../dist/embed/stageplan.js';
+import init, { plan, planView, presets, type Plan, type PlanView, type Scenario } from '../../dist/embed/stageplan.js';
+import initMore, { importHeader, model, replan } from '../../dist/embed/more/stageplan.js';
 
 export async function example(bytes: Uint8Array): Promise<string> {
   await init();
+  await initMore();
   const scenario: Scenario = {
     model: { preset: 'llama-3.1-70b', weights: 'q4_k_m' },
     workload: { context: 8192 },
@@ -26,5 +28,8 @@ export async function example(bytes: Uint8Array): Promise<string> {
   const devices = presets().devices.filter((d) => d.kind === 'gpu').map((d) => d.name);
   const next = replan(result, { ...scenario, nodes: scenario.nodes.slice(1) }, { tolerance: 0.05 });
   lines.push(...next.moves.map((m) => `${m.from ?? 'storage'} → ${m.to}: ${m.bytes}`), devices.join(', '));
+  const view: PlanView = planView(scenario, { enabled: [true, false] });
+  lines.push(view.headline, ...view.rows.map((r) => `${r.node} ${r.layers} ${r.time} ${r.bound}`));
+  lines.push(...view.bars.flatMap((b) => b.segments.map((s) => `${s.part} ${s.pct.toFixed(1)}% ${s.bytes}`)));
   return lines.join('\n');
 }

@@ -8,40 +8,48 @@
 //   <stage-plan src="scenario.json"></stage-plan>
 //
 // Each element renders into its own shadow root, so several can share a page and neither the
-// page's styles nor the widget's leak across. The planner (WebAssembly) loads once per page:
-// `widget/`, the widget's own build, without the JS API's importers.
+// page's styles nor the widget's leak across. The planner is the package's one module
+// (`stageplan.js`), loaded once per page and shared with any API call the page makes. What
+// the element draws — positions, colours, every text — is the planner's `planView`; this
+// file only puts it in the DOM and turns edits into a changed scenario.
 
-import init, { mountWidget } from './widget/stageplan.js';
+import init, { planView, presets } from './stageplan.js';
 
 const here = import.meta.url;
 let loading;
 
-/** Loads the planner once for every widget on the page. */
-function planner() {
-  loading ??= init({ module_or_path: new URL('widget/stageplan_bg.wasm', here) });
+/** Loads the planner once for every widget on the page; a page that also calls the API
+ *  (`import { plan } from 'stageplan'`) awaits this first and shares the one module. */
+export function ready() {
+  loading ??= init({ module_or_path: new URL('stageplan_bg.wasm', here) });
   return loading;
 }
 
+/** An element with attributes and children (strings become text: nothing is parsed as HTML). */
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === false || value === undefined || value === null) continue;
+    node.setAttribute(name, value === true ? '' : String(value));
+  }
+  node.append(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  return node;
+}
+
+/** The core writes names and values between backticks; they are set as code. */
+function prose(text) {
+  const parts = text.split('`');
+  if (parts.length % 2 === 0) return [text];
+  return parts.map((part, i) => (i % 2 === 1 ? el('code', {}, part) : part)).filter((p) => p !== '');
+}
+
 /** A readable table of the scenario, for when the planner is not (yet) there. */
-function scenarioTable(text) {
-  let scenario;
-  try {
-    scenario = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  const table = document.createElement('table');
-  table.className = 'sp-fallback';
+function scenarioTable(scenario) {
+  const table = el('table', { class: 'sp-fallback' });
   const model = scenario.model ?? {};
-  const caption = table.createCaption();
-  caption.textContent = `${model.preset ?? model.name ?? 'model'} · ${model.weights ?? 'bf16'} · context ${scenario.workload?.context ?? 4096}`;
+  table.createCaption().textContent = `${model.preset ?? model.name ?? 'model'} · ${model.weights ?? 'bf16'} · context ${scenario.workload?.context ?? 4096}`;
   const head = table.createTHead().insertRow();
-  for (const title of ['machine', 'device', 'memory']) {
-    const cell = document.createElement('th');
-    cell.scope = 'col';
-    cell.textContent = title;
-    head.append(cell);
-  }
+  for (const title of ['machine', 'device', 'memory']) head.append(el('th', { scope: 'col' }, title));
   const body = table.createTBody();
   for (const node of Array.isArray(scenario.nodes) ? scenario.nodes : []) {
     const row = body.insertRow();
@@ -52,41 +60,165 @@ function scenarioTable(text) {
   return table;
 }
 
+/** The stage diagram and the stage table, as the planner laid them out. */
+function stages(view) {
+  const diagram = el('div', { class: 'diagram', role: 'img', 'aria-label': `stage diagram: ${view.bands.map((b) => b.label).join('; ')}` },
+    view.bands.map((b) => {
+      const band = el('div', { class: `stage-band${b.bottleneck ? ' bottleneck' : ''}`, 'data-node': b.node, title: b.label },
+        el('span', {}, b.label, b.bottleneck ? ' ◀ bottleneck' : ''));
+      band.style.left = `${b.left_pct.toFixed(4)}%`;
+      band.style.width = `${b.width_pct.toFixed(4)}%`;
+      band.style.background = `hsl(${b.hue} 70% 78%)`;
+      return band;
+    }));
+  const rows = view.rows.map((row, i) => {
+    const bar = view.bars[i];
+    const band = view.bands[i];
+    const track = el('div', { class: `bar${bar.over ? ' over' : ''}`, role: 'img', 'aria-label': `${bar.used} of ${bar.budget} used, ${bar.headroom}` },
+      bar.segments.map((s) => {
+        const segment = el('span', { class: `segment ${s.part.replace('/', '-')}`, title: `${s.part}: ${s.bytes}` });
+        segment.style.width = `${s.pct.toFixed(4)}%`;
+        return segment;
+      }));
+    return el('tr', { class: `stage-row${band.bottleneck ? ' bottleneck' : ''}`, 'data-node': row.node },
+      el('th', { scope: 'row' }, row.node, band.bottleneck ? el('span', { class: 'bottleneck-mark' }, ' ◀ bottleneck') : null),
+      el('td', { class: 'layers' }, row.layers),
+      el('td', {}, track, el('small', {}, `${bar.used} / ${bar.budget} · ${bar.headroom}`)),
+      el('td', { class: 'time' }, row.time),
+      el('td', {}, row.bound));
+  });
+  const table = el('table', { class: 'stages' },
+    el('caption', { class: 'visually-hidden' }, 'stages'),
+    el('thead', {}, el('tr', {}, ['node', 'layers', 'memory', 'time/step', 'bound'].map((t) => el('th', { scope: 'col' }, t)))),
+    el('tbody', {}, rows));
+  // Focusable: a region that scrolls sideways on a phone must be reachable by keyboard.
+  return [diagram, el('div', { class: 'table-scroll', tabindex: 0, role: 'region', 'aria-label': 'stages' }, table)];
+}
+
+/** One widget: the scenario as edited, and which machines are on. */
+class Widget {
+  constructor(root, scenario, catalog) {
+    this.root = root;
+    this.scenario = scenario;
+    this.enabled = scenario.nodes.map(() => true);
+    this.catalog = catalog;
+    this.box = el('div', { class: 'sp-widget' });
+    root.append(this.box);
+    this.render();
+  }
+
+  /** Plans the edited scenario and draws it; a planner error is shown in its place. */
+  render() {
+    let view;
+    let error;
+    try {
+      view = planView(this.scenario, { enabled: this.enabled });
+    } catch (e) {
+      error = e.message ?? String(e);
+    }
+    const focused = this.root.activeElement?.dataset?.focus;
+    this.box.replaceChildren(this.controls(view), this.machines(),
+      ...(error ? [el('p', { class: 'sp-error', role: 'alert' }, prose(error))] : this.results(view)));
+    // Keep the keyboard where it was across a redraw.
+    if (focused) this.box.querySelector(`[data-focus="${CSS.escape(focused)}"]`)?.focus();
+  }
+
+  edit(change) {
+    change(this.scenario);
+    this.render();
+  }
+
+  controls(view) {
+    const model = this.scenario.model ?? {};
+    const weights = model.file ? null : el('label', { class: 'sp-field' }, 'weights ',
+      el('select', { class: 'sp-weights', 'data-focus': 'weights' },
+        this.catalog.weights.map((w) => el('option', { value: w, selected: w === (model.weights ?? 'bf16') }, w))));
+    weights?.querySelector('select').addEventListener('change', (e) => this.edit((s) => { s.model = { ...s.model, weights: e.target.value }; }));
+    const context = el('input', { class: 'sp-context', type: 'number', min: 1, step: 1024, 'data-focus': 'context', 'aria-label': 'context' });
+    context.value = this.scenario.workload?.context ?? '';
+    context.addEventListener('change', () => this.edit((s) => {
+      s.workload = { ...s.workload, context: context.value === '' ? undefined : Number(context.value) };
+    }));
+    return el('div', { class: 'sp-controls' },
+      el('span', { class: 'sp-model' }, view?.model ?? model.preset ?? model.name ?? ''),
+      weights,
+      el('label', { class: 'sp-field' }, 'context ', context));
+  }
+
+  machines() {
+    const list = el('ul', { class: 'sp-nodes', 'aria-label': 'machines' });
+    this.scenario.nodes.forEach((node, i) => {
+      const toggle = el('input', { type: 'checkbox', checked: this.enabled[i], 'data-focus': `on:${node.name}` });
+      toggle.addEventListener('change', () => { this.enabled[i] = toggle.checked; this.render(); });
+      const remove = el('button', { type: 'button', class: 'sp-remove', 'aria-label': `remove ${node.name}`, 'data-focus': `remove:${node.name}` }, '×');
+      remove.addEventListener('click', () => {
+        this.enabled.splice(i, 1);
+        this.edit((s) => s.nodes.splice(i, 1));
+      });
+      list.append(el('li', { class: 'sp-node', 'data-node': node.name },
+        el('label', {}, toggle, ` ${node.name} `, el('small', {}, node.device ?? node.memory ?? '')), remove));
+    });
+    const add = el('select', { class: 'sp-add-device', 'aria-label': 'add a machine', 'data-focus': 'add' },
+      el('option', { value: '', selected: true }, '+ add a machine'),
+      this.catalog.devices.map((d) => el('option', { value: d.name }, d.title)));
+    add.addEventListener('change', () => {
+      const device = add.value;
+      if (!device) return;
+      const taken = new Set(this.scenario.nodes.map((n) => n.name));
+      let name = device;
+      for (let k = 2; taken.has(name); k += 1) name = `${device}-${k}`;
+      this.enabled.push(true);
+      this.edit((s) => s.nodes.push({ name, device }));
+    });
+    list.append(el('li', { class: 'sp-add' }, add));
+    return list;
+  }
+
+  results(view) {
+    const best = view.best_other;
+    return [
+      el('p', { class: `sp-headline${view.feasible ? '' : ' infeasible'}` }, prose(view.headline)),
+      ...stages(view),
+      el('p', { class: 'sp-details' }, view.details.map((line) => el('span', { class: 'line' }, prose(line)))),
+      best ? el('p', { class: 'sp-baseline' }, `best split other tools make here (${best.policy}): ${best.figure}`) : null,
+    ].filter(Boolean);
+  }
+}
+
 class StagePlan extends HTMLElement {
   async connectedCallback() {
     if (this.shadowRoot) return;
     const root = this.attachShadow({ mode: 'open' });
-    const style = document.createElement('link');
-    style.rel = 'stylesheet';
-    style.href = new URL('stage-plan.css', here).href;
-    const fallback = document.createElement('div');
-    fallback.append(document.createElement('slot'));
-    const status = document.createElement('p');
-    status.className = 'sp-status';
-    status.setAttribute('role', 'status');
-    status.textContent = 'Loading the planner…';
+    const style = el('link', { rel: 'stylesheet', href: new URL('stage-plan.css', here).href });
+    const fallback = el('div', {}, el('slot'));
+    const status = el('p', { class: 'sp-status', role: 'status' }, 'Loading the planner…');
     root.append(style, fallback, status);
 
-    let text;
+    let scenario;
     try {
-      text = await this.scenarioText();
+      scenario = JSON.parse(await this.scenarioText());
+      if (!scenario || typeof scenario !== 'object' || !Array.isArray(scenario.nodes)) {
+        throw new Error('the scenario is not an object with `nodes`');
+      }
     } catch (error) {
       status.textContent = `No plan: ${error.message}`;
       return;
     }
-    if (!this.querySelector('table')) {
-      const table = scenarioTable(text);
-      if (table) fallback.append(table);
-    }
+    if (!this.querySelector('table')) fallback.append(scenarioTable(scenario));
+    let loaded = false;
     try {
-      await planner();
-      const mount = document.createElement('div');
-      mountWidget(mount, text);
+      await ready();
+      loaded = true;
+      // A scenario that does not plan keeps the fallback and says why.
+      planView(scenario);
+      const catalog = presets();
       fallback.remove();
       status.remove();
-      root.append(mount);
+      new Widget(root, scenario, catalog);
     } catch (error) {
-      status.textContent = `The live planner could not run (${error.message ?? error}); the table shows the scenario.`;
+      status.textContent = loaded
+        ? `No plan: ${error.message ?? error}`
+        : `The live planner could not run (${error.message ?? error}); the table shows the scenario.`;
     }
   }
 

@@ -4,36 +4,88 @@
 //! Errors are the CLI's messages word for word (scenario errors name the JSON path of the
 //! field and the fix), so a docs page and a terminal say the same thing.
 
+#[cfg(feature = "more")]
 use serde::Serialize;
+#[cfg(feature = "more")]
 use stageplan::import::{self, FileEntry, FileKind, ModelReader, Parse, Step};
+#[cfg(feature = "more")]
 use stageplan::model::{HfConfig, ModelSummary};
+#[cfg(feature = "more")]
 use stageplan::planner::replan::{self, ReplanOptions};
+#[cfg(feature = "more")]
 use stageplan::presets::ModelPreset;
-use stageplan::{Model, Plan, Replan, Scenario, TensorType, WeightFormat};
+#[cfg(feature = "api")]
+use stageplan::view::PlanView;
+#[cfg(feature = "more")]
+use stageplan::{Model, Replan, TensorType, WeightFormat};
+use stageplan::{Plan, Problem, Scenario};
 
-/// Plans a scenario given as JSON text, with a model file's header when the scenario's
-/// model is a `file`.
+/// A scenario given as JSON text, checked, when its model is not a file.
+fn problem(scenario: &str) -> Result<Problem, String> {
+    let scenario = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
+    if let Some(name) = scenario.model.file().map_err(|e| e.to_string())? {
+        return Err(format!(
+            "`model.file` names `{name}`; pass its first bytes as `modelFile` ({{name, bytes}}) to `plan` from `stageplan/more`"
+        ));
+    }
+    scenario.problem().map_err(|e| e.to_string())
+}
+
+/// Plans a scenario given as JSON text.
+///
+/// # Errors
+/// The scenario's first problem.
+pub fn plan(scenario: &str) -> Result<Plan, String> {
+    Ok(stageplan::plan(&problem(scenario)?))
+}
+
+/// Plans a scenario whose model is a `file`, from that file's header.
 ///
 /// # Errors
 /// The scenario's first problem, or the file's.
-pub fn plan(scenario: &str, model_file: Option<ModelFile<'_>>) -> Result<Plan, String> {
-    let scenario = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
-    let named = scenario.model.file().map_err(|e| e.to_string())?;
-    let problem = match (named, model_file) {
-        (Some(_), Some(file)) => scenario.problem_with_model(file.model(None)?),
-        (Some(name), None) => {
-            return Err(format!("`model.file` names `{name}`; pass its first bytes as `modelFile` ({{name, bytes}})"));
-        }
-        (None, Some(file)) => {
-            return Err(format!("`modelFile` `{}` was given but the scenario's `model` names no `file`", file.name));
-        }
-        (None, None) => scenario.problem(),
+#[cfg(feature = "more")]
+pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, String> {
+    let parsed = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
+    if parsed.model.file().map_err(|e| e.to_string())?.is_none() {
+        return Err(format!("`modelFile` `{}` was given but the scenario's `model` names no `file`", file.name));
     }
-    .map_err(|e| e.to_string())?;
+    let problem = parsed.problem_with_model(file.model(None)?).map_err(|e| e.to_string())?;
     Ok(stageplan::plan(&problem))
 }
 
+/// A scenario planned with some of its machines switched off and laid out for drawing: what
+/// the `<stage-plan>` element shows. `enabled` has one entry per scenario node (a node with
+/// `count` switches all its copies).
+///
+/// # Errors
+/// The scenario's first problem, or an `enabled` of the wrong length.
+#[cfg(feature = "api")]
+pub fn plan_view(scenario: &str, enabled: Option<&[bool]>) -> Result<PlanView, String> {
+    let parsed = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
+    let problem = problem(scenario)?;
+    let per_node = match enabled {
+        None => vec![true; problem.nodes.len()],
+        Some(enabled) if enabled.len() == parsed.nodes.len() => parsed
+            .nodes
+            .iter()
+            .zip(enabled)
+            .flat_map(|(node, &on)| std::iter::repeat_n(on, node.count.unwrap_or(1) as usize))
+            .collect(),
+        Some(enabled) => {
+            return Err(format!(
+                "`enabled` has {} entries for {} nodes; give one per scenario node",
+                enabled.len(),
+                parsed.nodes.len()
+            ));
+        }
+    };
+    let plan = stageplan::plan_enabled(&problem, &per_node);
+    let index = |name: &str| problem.nodes.iter().position(|n| n.name == name).unwrap_or(0);
+    Ok(stageplan::view::plan_view(&plan, problem.model.num_layers(), &index))
+}
+
 /// A model file's first bytes (at least its whole header) and its name.
+#[cfg(feature = "more")]
 #[derive(Copy, Clone, Debug)]
 pub struct ModelFile<'a> {
     pub name: &'a str,
@@ -42,10 +94,11 @@ pub struct ModelFile<'a> {
     pub size: Option<u64>,
     /// The model's `config.json` beside a safetensors file: the hyperparameters shapes
     /// cannot tell (context length, rope, windows).
-    pub config: Option<&'a HfConfig>,
+    pub config: Option<&'a stageplan::model::HfConfig>,
 }
 
 /// What reading a header gave: a model, or how many bytes to read first.
+#[cfg(feature = "more")]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Header {
@@ -54,6 +107,7 @@ pub enum Header {
     Model(ModelSummary),
 }
 
+#[cfg(feature = "more")]
 impl ModelFile<'_> {
     /// The model the header describes; `weights` applies to a `config.json` only.
     ///
@@ -104,12 +158,13 @@ impl ModelFile<'_> {
 ///
 /// # Errors
 /// Bytes that are not a model file, or a malformed header.
+#[cfg(feature = "more")]
 pub fn import_header(file: ModelFile<'_>, weights: Option<&str>, kv: Option<&str>) -> Result<Header, String> {
     if file.config.is_some() && !file.name.to_ascii_lowercase().ends_with(".safetensors") {
         return Err(format!("`config` goes with a .safetensors file; `{}` states its own hyperparameters", file.name));
     }
     let weights = weights.map(str::parse::<WeightFormat>).transpose().map_err(|e| e.to_string())?;
-    let kv = kv_format(kv)?;
+    let kv = stageplan::tensor_type::kv_format(kv.unwrap_or("f16")).map_err(|e| format!("`kv` {e}"))?;
     Ok(match file.read(weights)? {
         Parse::NeedMore(n) => Header::NeedMore(n),
         Parse::Done(model) => Header::Model(model.summary(kv)),
@@ -120,8 +175,9 @@ pub fn import_header(file: ModelFile<'_>, weights: Option<&str>, kv: Option<&str
 ///
 /// # Errors
 /// An unknown preset, a malformed config, or an unknown weight or KV format.
+#[cfg(feature = "more")]
 pub fn model(preset_or_config: &str, weights: Option<&str>, kv: Option<&str>) -> Result<ModelSummary, String> {
-    let weights = weights.map(str::parse::<WeightFormat>).transpose().map_err(|e| e.to_string())?;
+    let weights = weights.map(str::parse::<stageplan::WeightFormat>).transpose().map_err(|e| e.to_string())?;
     let kv = kv_format(kv)?;
     let text = preset_or_config.trim();
     let model = if text.starts_with('{') {
@@ -132,13 +188,15 @@ pub fn model(preset_or_config: &str, weights: Option<&str>, kv: Option<&str>) ->
     Ok(model.summary(kv))
 }
 
-fn config_model(text: &str, weights: Option<WeightFormat>) -> Result<Model, String> {
+#[cfg(feature = "more")]
+fn config_model(text: &str, weights: Option<stageplan::WeightFormat>) -> Result<Model, String> {
     let config = HfConfig::from_json(text).map_err(|e| e.to_string())?;
     let arch = config.transformer().map_err(|e| e.to_string())?;
     let label = arch.model_type.clone();
     Ok(Model::from_transformer(&label, arch, weights.unwrap_or_default()))
 }
 
+#[cfg(feature = "more")]
 fn kv_format(kv: Option<&str>) -> Result<TensorType, String> {
     let kv = kv.unwrap_or("f16");
     stageplan::tensor_type::kv_format(kv).map_err(|e| format!("`kv` {e}"))
@@ -148,6 +206,7 @@ fn kv_format(kv: Option<&str>) -> Result<TensorType, String> {
 ///
 /// # Errors
 /// A current plan or scenario that does not parse, or options out of range.
+#[cfg(feature = "more")]
 pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Replan, String> {
     let stages = replan::current_from_json(current).map_err(|e| e.to_string())?;
     let problem = Scenario::from_json(scenario).and_then(|s| s.problem()).map_err(|e| e.to_string())?;
@@ -158,7 +217,7 @@ pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Re
     stageplan::replan(&problem, &stages, options).map_err(|e| e.to_string())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "api", feature = "more"))]
 mod tests {
     use super::*;
 
@@ -168,14 +227,14 @@ mod tests {
     fn plans_what_the_cli_plans() {
         let expected = include_str!("../../../tests/cli/plan-home-json/expected");
         let json = &expected[expected.find('{').unwrap()..=expected.rfind('}').unwrap()];
-        assert_eq!(serde_json::to_string_pretty(&plan(HOME, None).unwrap()).unwrap(), json);
+        assert_eq!(serde_json::to_string_pretty(&plan(HOME).unwrap()).unwrap(), json);
     }
 
     #[test]
     fn errors_are_the_cli_messages() {
         let bad = std::fs::read_to_string("../../tests/cli/bad-unknown-preset/scenario.json").unwrap();
         let expected = std::fs::read_to_string("../../tests/cli/bad-unknown-preset/expected").unwrap();
-        let message = plan(&bad, None).unwrap_err();
+        let message = plan(&bad).unwrap_err();
         assert!(expected.contains(&format!("error: {message}\n")), "{message} vs {expected}");
     }
 
@@ -221,11 +280,24 @@ mod tests {
 
     #[test]
     fn replans_from_a_returned_plan() {
-        let running = serde_json::to_string(&plan(HOME, None).unwrap()).unwrap();
+        let running = serde_json::to_string(&plan(HOME).unwrap()).unwrap();
         let same = replan(&running, HOME, None).unwrap();
         assert!(same.kept);
         let error = replan(&running, HOME, Some(r#"{"tolerance": 2}"#)).unwrap_err();
         assert!(error.starts_with("`tolerance` is 2"), "{error}");
         assert!(replan(&running, HOME, Some(r#"{"tolerence": 0.1}"#)).unwrap_err().contains("unknown field"));
+    }
+
+    #[test]
+    fn the_view_is_the_plan_laid_out_with_machines_switched_off() {
+        let view = plan_view(HOME, None).unwrap();
+        let plan = plan(HOME).unwrap();
+        assert_eq!(
+            view.rows.iter().map(|r| r.node.as_str()).collect::<Vec<_>>(),
+            plan.stages.iter().map(|s| s.node.as_str()).collect::<Vec<_>>()
+        );
+        let without_desk = plan_view(HOME, Some(&[false, true, true, true])).unwrap();
+        assert!(without_desk.rows.iter().all(|r| r.node != "desk"), "{:?}", without_desk.rows);
+        assert!(plan_view(HOME, Some(&[true])).unwrap_err().starts_with("`enabled` has 1 entries for 4 nodes"));
     }
 }

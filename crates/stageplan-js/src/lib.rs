@@ -1,46 +1,77 @@
-//! stageplan for JavaScript: the planner as a wasm-bindgen API for browsers and Node, and
-//! the `<stage-plan>` widget for documentation pages.
+//! stageplan for JavaScript: the planner as a wasm-bindgen API for browsers and Node, which
+//! the `<stage-plan>` element (`web/embed/stage-plan.js`, plain DOM) draws from through
+//! `planView`: one module for a page's widgets and API calls (`api`). What only some pages
+//! need — model files, re-planning, model summaries — is the `more` feature, a second module
+//! loaded on demand.
 //!
-//! Values cross the boundary as plain objects (`serde-wasm-bindgen`, JSON-compatible);
+//! Values cross the boundary as plain objects (JSON text parsed by `JSON.parse`);
 //! inputs may be objects or JSON text and are read by the core's own parsers, so errors are
 //! JS `Error`s with the CLI's messages. `stageplan.d.ts` (appended to the generated
-//! declarations) types every function and shape; the functions skip wasm-bindgen's own
+//! declarations, with `api.d.ts` and `more.d.ts` for each feature's functions) types every
+//! function and shape; the functions skip wasm-bindgen's own
 //! signatures, which cannot say "optional".
 
 // Exported functions take JavaScript values by value, as wasm-bindgen passes them.
 #![allow(clippy::needless_pass_by_value)]
 
-#[cfg(feature = "api")]
 use serde::Serialize;
-#[cfg(feature = "api")]
 use serde::de::DeserializeOwned;
 use wasm_bindgen::prelude::*;
 
 pub mod api;
-// `#[wasm_bindgen]` exports it to JavaScript, which Rust's reachability cannot see.
-#[cfg(feature = "widget")]
-#[allow(unreachable_pub)]
-mod widget;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TYPES: &str = include_str!("stageplan.d.ts");
+#[cfg(feature = "api")]
+#[wasm_bindgen(typescript_custom_section)]
+const API_TYPES: &str = include_str!("api.d.ts");
+#[cfg(feature = "more")]
+#[wasm_bindgen(typescript_custom_section)]
+const MORE_TYPES: &str = include_str!("more.d.ts");
 
 /// Plans a scenario: the same plan as `stageplan plan --format json`.
 ///
-/// `modelFile` supplies the header of the model file a scenario names (`model.file`).
+/// `modelFile` supplies the header of the model file a scenario names (`model.file`); only
+/// the `more` module reads one.
 ///
 /// # Errors
 /// A JS `Error` with the CLI's message when the scenario is invalid.
-#[cfg(feature = "api")]
 #[wasm_bindgen(skip_typescript)]
 pub fn plan(
     scenario: JsValue,
     #[wasm_bindgen(js_name = modelFile)] model_file: Option<JsValue>,
 ) -> Result<JsValue, JsError> {
     let scenario = text(&scenario, "scenario")?;
-    let file = model_file.filter(|f| !f.is_undefined() && !f.is_null()).map(|f| model_file_parts(&f)).transpose()?;
-    let file = file.as_ref().map(|(name, bytes, size)| api::ModelFile { name, bytes, size: *size, config: None });
-    output(&api::plan(&scenario, file).map_err(|e| JsError::new(&e))?)
+    let planned = match model_file.filter(|f| !f.is_undefined() && !f.is_null()) {
+        None => api::plan(&scenario),
+        #[cfg(feature = "more")]
+        Some(file) => {
+            let (name, bytes, size) = model_file_parts(&file)?;
+            api::plan_with_file(&scenario, api::ModelFile { name: &name, bytes: &bytes, size, config: None })
+        }
+        #[cfg(not(feature = "more"))]
+        Some(_) => Err("`modelFile`: model files are read by the `stageplan/more` module; call its `plan`".to_owned()),
+    };
+    output(&planned.map_err(|e| JsError::new(&e))?)
+}
+
+/// A scenario planned and laid out for drawing, as `<stage-plan>` shows it: bands across
+/// the layer axis, memory bars, stage rows and the verdict's texts, all computed here.
+/// `options.enabled` switches scenario nodes off (one boolean per node).
+///
+/// # Errors
+/// A JS `Error` with the CLI's message when the scenario is invalid.
+#[cfg(feature = "api")]
+#[wasm_bindgen(js_name = planView, skip_typescript)]
+pub fn plan_view(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsError> {
+    #[derive(Default, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ViewOptions {
+        enabled: Option<Vec<bool>>,
+    }
+    let scenario = text(&scenario, "scenario")?;
+    let options: ViewOptions = read_options(options)?;
+    output(&api::plan_view(&scenario, options.enabled.as_deref()).map_err(|e| JsError::new(&e))?)
 }
 
 /// A model's parameters, bytes per layer, type mix and KV bytes per token, from a preset name
@@ -48,7 +79,7 @@ pub fn plan(
 ///
 /// # Errors
 /// An unknown preset, a malformed config, or an unknown weight or KV format.
-#[cfg(feature = "api")]
+#[cfg(feature = "more")]
 #[wasm_bindgen(skip_typescript)]
 pub fn model(
     #[wasm_bindgen(js_name = presetOrConfig)] preset_or_config: JsValue,
@@ -76,7 +107,7 @@ pub fn presets() -> Result<JsValue, JsError> {
 ///
 /// # Errors
 /// A current plan or scenario that does not parse, or options out of range.
-#[cfg(feature = "api")]
+#[cfg(feature = "more")]
 #[wasm_bindgen(skip_typescript)]
 pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsError> {
     let current = text(&current, "current")?;
@@ -91,7 +122,7 @@ pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> 
 ///
 /// # Errors
 /// Bytes that are not a model file, or a malformed header (with the byte offset).
-#[cfg(feature = "api")]
+#[cfg(feature = "more")]
 #[wasm_bindgen(js_name = importHeader, skip_typescript)]
 pub fn import_header(
     bytes: &[u8],
@@ -111,8 +142,8 @@ pub fn import_header(
     output(&api::import_header(file, options.weights.as_deref(), options.kv.as_deref()).map_err(|e| JsError::new(&e))?)
 }
 
-#[cfg(feature = "api")]
 /// Options of `model` and `importHeader`.
+#[cfg_attr(not(feature = "more"), allow(dead_code))]
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Options {
@@ -123,7 +154,6 @@ struct Options {
     config: Option<serde_json::Value>,
 }
 
-#[cfg(feature = "api")]
 fn read_options<T: DeserializeOwned + Default>(options: Option<JsValue>) -> Result<T, JsError> {
     let Some(options) = options.filter(|o| !o.is_undefined() && !o.is_null()) else {
         return Ok(T::default());
@@ -178,7 +208,7 @@ fn non_finite(value: &JsValue, path: String, depth: usize) -> Option<String> {
     })
 }
 
-#[cfg(feature = "api")]
+#[cfg(feature = "more")]
 /// `{ name, bytes, size? }` of a model file.
 fn model_file_parts(value: &JsValue) -> Result<(String, Vec<u8>, Option<u64>), JsError> {
     let get = |key: &str| js_sys::Reflect::get(value, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED);
@@ -191,29 +221,10 @@ fn model_file_parts(value: &JsValue) -> Result<(String, Vec<u8>, Option<u64>), J
     Ok((name, bytes, size))
 }
 
-#[cfg(feature = "api")]
-/// A Rust value as a plain JS object (maps as objects, 64-bit integers as numbers).
+/// A Rust value as a plain JS object: its JSON text, parsed by the engine's own `JSON.parse`
+/// (one serializer in the module, and integers above 2^53 — sizes over 8 PiB — become the
+/// nearest JavaScript number, as every other figure already is).
 fn output<T: Serialize>(value: &T) -> Result<JsValue, JsError> {
-    // Integers above 2^53 (sizes over 8 PiB) have no exact JavaScript number; they become the
-    // nearest one, as every other figure already is, rather than failing the whole call.
-    let mut json = serde_json::to_value(value).map_err(|e| JsError::new(&e.to_string()))?;
-    to_safe_numbers(&mut json);
-    json.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| JsError::new(&e.to_string()))
-}
-
-#[cfg(feature = "api")]
-fn to_safe_numbers(value: &mut serde_json::Value) {
-    const SAFE: u64 = (1 << 53) - 1;
-    match value {
-        serde_json::Value::Number(n)
-            if n.as_u64().is_some_and(|u| u > SAFE) || n.as_i64().is_some_and(|i| i.unsigned_abs() > SAFE) =>
-        {
-            if let Some(float) = n.as_f64().and_then(serde_json::Number::from_f64) {
-                *n = float;
-            }
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(to_safe_numbers),
-        serde_json::Value::Object(map) => map.values_mut().for_each(to_safe_numbers),
-        _ => {}
-    }
+    let json = serde_json::to_string(value).map_err(|e| JsError::new(&e.to_string()))?;
+    js_sys::JSON::parse(&json).map_err(|_| JsError::new("the planner wrote JSON the engine could not read"))
 }

@@ -1,35 +1,4 @@
 
-// ---- stageplan's API (src/stageplan.d.ts; the Node tests check results against it) ----
-
-/** Plans a scenario: the same plan as `stageplan plan --format json`. Throws an `Error`
- *  with the CLI's message when the scenario is invalid. `modelFile` gives the header of the
- *  file a scenario's `model.file` names. */
-export function plan(scenario: Scenario | string, modelFile?: ModelFile): Plan;
-
-/** A model's parameters, bytes per layer, type mix and KV bytes per token, from a preset
- *  name or a `config.json` (object or text): `stageplan model --format json`. */
-export function model(presetOrConfig: string | HfConfig, options?: ModelOptions): ModelSummary;
-
-/** Every model preset, device preset, weight format and KV-cache format. */
-export function presets(): Catalog;
-
-/** Re-plans a changed cluster from the plan running now (what `plan` returned): the new
- *  plan and the fewest moves that reach it, as `stageplan replan` prints. */
-export function replan(
-  current: Plan | { stages: { node: string; layers: [number, number] }[] } | string,
-  scenario: Scenario | string,
-  options?: ReplanOptions,
-): Replan;
-
-/** Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,
- *  `config.json`): `{ model }` when they hold the whole header, else `{ needMore }`, the
- *  number of bytes to read from the start of the file before calling again. */
-export function importHeader(bytes: Uint8Array, fileName: string, options?: HeaderOptions): Header;
-
-/** Browser build only: mounts a live, editable plan of `scenario` into `container` (what
- *  `<stage-plan>` does inside its shadow root). */
-export function mountWidget(container: HTMLElement, scenario: Scenario | string): void;
-
 // ---- shapes ----
 
 /** A quantity: a number in base units (bytes, bytes/s, FLOP/s, seconds) or text like "24 GiB". */
@@ -350,4 +319,59 @@ export interface Move {
   to: string;
   bytes: number;
   time_s: number;
+}
+
+/** What `planView` returns: a plan laid out for drawing (percentages, texts, colours). */
+export interface PlanView {
+  feasible: boolean;
+  /** `llama-3.1-70b · q4_k_m`. */
+  model: string;
+  rows: StageRow[];
+  bands: Band[];
+  bars: MemoryBar[];
+  /** The verdict: fits, one user's speed, time to first token. */
+  headline: string;
+  details: string[];
+  baselines: BaselineRow[];
+  best_other: BaselineRow | null;
+  ours_figure: string;
+  ours_pct: number;
+  left_out: string[];
+  figures: string[];
+  notes: { level: 'info' | 'warning' | 'error'; message: string; fix: string | null; action: [string, unknown] | null }[];
+  search: string;
+}
+
+export interface StageRow {
+  node: string;
+  /** `0–37`: `[start, end)`. */
+  layers: string;
+  /** `29.1 ms` per decode step. */
+  time: string;
+  bound: 'memory-bound' | 'compute-bound';
+}
+
+export interface Band {
+  node: string;
+  label: string;
+  left_pct: number;
+  width_pct: number;
+  hue: number;
+  bottleneck: boolean;
+}
+
+export interface MemoryBar {
+  node: string;
+  segments: { part: 'weights' | 'kv' | 'embed/head' | 'workspace' | 'reserve'; pct: number; bytes: string }[];
+  used: string;
+  budget: string;
+  headroom: string;
+  over: boolean;
+}
+
+export interface BaselineRow {
+  policy: Policy;
+  figure: string;
+  pct: number;
+  feasible: boolean;
 }

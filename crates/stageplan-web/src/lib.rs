@@ -4,11 +4,10 @@
 //!
 //! - [`state`]: what the user edits, the scenario it makes, the share link.
 //! - [`fields`]: the core's messages placed on the page's fields, machines by name.
-//! - [`view_model`]: a plan laid out for drawing (pure, tested).
 //! - [`sweeps`]: the weight-format table and the context chart (built in the worker).
 //! - [`files`]: model files dropped on the page, header only (run in the worker).
-//! - [`planning`]: from the edited state to a plan and its drawing (page and widget alike).
-//! - [`app`] and [`ui`]: the components, and [`ui::Widget`], the embed widget.
+//! - [`planning`]: from the edited state to a plan and its drawing.
+//! - [`app`] and [`ui`]: the components.
 //! - [`worker`]: the page's side of the worker that measures the device with WebGPU, runs
 //!   the plan as kernels, makes the engine exports and reads model files, and the messages
 //!   both sides exchange.
@@ -20,7 +19,6 @@ pub mod planning;
 pub mod state;
 pub mod sweeps;
 pub mod ui;
-pub mod view_model;
 pub mod worker;
 
 pub use app::App;

@@ -1,13 +1,13 @@
 //! The page's one road from what the user edited to a plan: the scenario, the model (a
-//! dropped file's or the scenario's own), the plan and its drawing, timed. The page and the
-//! embed widget both plan through [`compute`].
+//! dropped file's or the scenario's own), the plan and its drawing, timed: [`compute`]. The
+//! drawing is the core's [`stageplan::view`], which the embed widget draws too.
 
 use stageplan::Plan;
 
 use crate::fields::{InputError, Place};
 use crate::state::{AppState, ModelSource};
-use crate::view_model::{PlanView, plan_view};
 use crate::worker::Dropped;
+use stageplan::view::{PlanView, plan_view};
 
 /// A planned state, or why it cannot be planned.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,7 +11,7 @@ use stageplan::Problem;
 use stageplan::sweep::{FormatRow, by_context, by_weights};
 use stageplan::units::{format_bytes, group_digits, sig3};
 
-use crate::view_model::hue;
+use stageplan::view::hue;
 
 /// The table and the chart for `problem` on the enabled machines.
 pub fn sweeps_html(problem: &Problem, enabled: &[bool]) -> String {

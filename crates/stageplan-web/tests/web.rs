@@ -6,9 +6,9 @@
 use leptos::mount::mount_to;
 use leptos::prelude::*;
 use leptos::task::tick;
+use stageplan::view::plan_view;
 use stageplan_web::state::{AppState, NodeDraft};
 use stageplan_web::ui::Widget;
-use stageplan_web::view_model::plan_view;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 

@@ -16,6 +16,7 @@
 //! - [`planner`]: the `optimal` search and the baselines.
 //! - [`mod@plan`]: the result and its JSON contract.
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
+//! - [`view`]: a plan laid out for drawing, shared by the web page and the widget.
 //! - [`export`]: a plan as llama.cpp, vLLM, exo, Kubernetes, DeepSpeed and Megatron inputs.
 //! - [`limits`]: the largest input accepted, stated once.
 //! - [`quote`]: text from input made safe for shells, YAML, comments and terminals.
@@ -40,6 +41,7 @@ pub mod sweep;
 pub mod tensor_type;
 pub mod units;
 pub mod verdict;
+pub mod view;
 
 pub use cost::CostModel;
 pub use error::{ModelError, ScenarioError};

@@ -121,7 +121,7 @@ pub(crate) fn web_tools() -> Result<(), String> {
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
         let mut ci = Command::new("npm");
         ci.args(["ci", "--no-audit", "--no-fund"]).current_dir(root());
-        step("install wasm-opt and playwright-core from npm", ci)?;
+        step("install wasm-opt, playwright-core, axe-core, typescript and terser from npm", ci)?;
         std::fs::write(&stamp, wanted).map_err(|e| e.to_string())?;
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! The page's components: inputs (model, workload, machines, links), results (plan,
-//! sharing), this device (WebGPU), and the embed widget.
+//! sharing), and this device (WebGPU).
 
 // Leptos' `#[component]` moves each component's body into a hidden inner function that
 // keeps the `pub` written on it; the public component is the wrapper it generates.
@@ -14,12 +14,9 @@ mod inputs;
 mod results;
 #[allow(unreachable_pub)]
 mod sweeps;
-#[allow(unreachable_pub)]
-mod widget;
 
 pub use device::DevicePanel;
 pub use export::ExportPanel;
 pub use inputs::{ClusterPanel, ModelPanel};
 pub use results::{PlanPanel, SharePanel, StagesView};
 pub use sweeps::SweepsPanel;
-pub use widget::Widget;

@@ -9,7 +9,7 @@ use super::inputs::download;
 use crate::fields::InputError;
 use crate::planning::{Computed, Outcome};
 use crate::state::AppState;
-use crate::view_model::{PlanView, code_spans};
+use stageplan::view::{PlanView, code_spans};
 
 /// A core message with its backticked names and values set as code.
 pub(crate) fn prose(text: &str) -> impl IntoView + use<> {
@@ -121,14 +121,14 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
                         <td>
                             <div class="bar" class:over=bar.over role="img"
                                 aria-label=format!("{} of {} used, {}", bar.used, bar.budget, bar.headroom)>
-                                {bar.segments.iter().map(|(part, pct, text)| view! {
-                                    <span class=format!("segment {}", part.replace('/', "-")) style=format!("width:{pct:.4}%") title=format!("{part}: {text}")></span>
+                                {bar.segments.iter().map(|seg| view! {
+                                    <span class=format!("segment {}", seg.part.replace('/', "-")) style=format!("width:{:.4}%", seg.pct) title=format!("{}: {}", seg.part, seg.bytes)></span>
                                 }).collect_view()}
                             </div>
                             <small>{format!("{} / {} · {}", bar.used, bar.budget, bar.headroom)}</small>
                         </td>
                         <td class="time">{format_seconds(s.time_s)}</td>
-                        <td>{crate::view_model::bound_word(s.time.bound)}</td>
+                        <td>{stageplan::view::bound_word(s.time.bound)}</td>
                     </tr>
                 }).collect_view()}
             </tbody>

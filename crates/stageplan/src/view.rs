@@ -1,11 +1,12 @@
-//! What the plan view draws, computed from a plan: positions as percentages, texts, colours.
-//!
-//! Pure data, apart from the DOM: the components only lay it out, and the arithmetic is
-//! tested here (natively and in the browser).
+//! What a drawing of a plan shows, computed from the plan: positions as percentages, texts,
+//! colours. The web page's components and the `<stage-plan>` widget only lay it out, so
+//! the two cannot drift; the arithmetic is tested here.
 
-use stageplan::plan::{Bound, Change, Level, Plan};
-use stageplan::scenario::{Objective, Policy};
-use stageplan::units::{format_bytes, format_seconds, sig3};
+use serde::Serialize;
+
+use crate::plan::{Bound, Change, Level, Plan};
+use crate::scenario::{Objective, Policy};
+use crate::units::{format_bytes, format_seconds, sig3};
 
 /// A node's colour, stable for its position in the cluster list.
 pub fn hue(node_index: usize) -> u32 {
@@ -14,7 +15,7 @@ pub fn hue(node_index: usize) -> u32 {
 }
 
 /// One band of the stage diagram across the layer axis.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Band {
     pub node: String,
     pub label: String,
@@ -25,19 +26,28 @@ pub struct Band {
 }
 
 /// A memory bar: the stage's parts against the node's budget.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MemoryBar {
     pub node: String,
-    /// (part, percent of the bar, bytes text) for weights, KV, embed/head, workspace, reserve.
-    pub segments: Vec<(&'static str, f64, String)>,
+    /// Weights, KV, embed/head, workspace and reserve, in that order.
+    pub segments: Vec<Segment>,
     pub used: String,
     pub budget: String,
     pub headroom: String,
     pub over: bool,
 }
 
+/// One part of a memory bar.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Segment {
+    pub part: &'static str,
+    /// Percent of the bar.
+    pub pct: f64,
+    pub bytes: String,
+}
+
 /// A baseline on the same axis as the plan.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BaselineRow {
     pub policy: &'static str,
     pub figure: String,
@@ -47,7 +57,7 @@ pub struct BaselineRow {
 }
 
 /// A note of the plan, with its fix as a button where the fix is a change to make.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Note {
     pub level: Level,
     pub message: String,
@@ -60,16 +70,32 @@ pub struct Note {
 pub fn change_label(change: &Change) -> String {
     match change {
         Change::Weights(w) => format!("Use {w} weights"),
-        Change::Context(c) => format!("Use a {}-token context", stageplan::units::group_digits(*c)),
+        Change::Context(c) => format!("Use a {}-token context", crate::units::group_digits(*c)),
         Change::Kv(k) => format!("Use a {k} KV cache"),
         Change::CopyNode(n) => format!("Add another {n}"),
     }
 }
 
+/// A stage as the stage table shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageRow {
+    pub node: String,
+    /// `0–37`: the stage's `[start, end)`.
+    pub layers: String,
+    /// Time per decode step, `29.1 ms`.
+    pub time: String,
+    /// `memory-bound` or `compute-bound`.
+    pub bound: &'static str,
+}
+
 /// Everything the plan view shows.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlanView {
     pub feasible: bool,
+    /// The model as planned: `llama-3.1-70b · q4_k_m`.
+    pub model: String,
+    /// One row per stage, beside its band and bar.
+    pub rows: Vec<StageRow>,
     pub bands: Vec<Band>,
     pub bars: Vec<MemoryBar>,
     /// The core's verdict: fits, one user's speed, time to first token.
@@ -77,6 +103,8 @@ pub struct PlanView {
     /// The verdict's further lines: throughput with its concurrency, prefill, context, memory.
     pub details: Vec<String>,
     pub baselines: Vec<BaselineRow>,
+    /// The fastest baseline that fits: the best split other tools make here.
+    pub best_other: Option<BaselineRow>,
     /// This plan on the baselines' axis (tok/s, or time per token for latency).
     pub ours_figure: String,
     pub ours_pct: f64,
@@ -120,7 +148,11 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
                 node: s.node.clone(),
                 segments: parts
                     .iter()
-                    .map(|&(name, bytes)| (name, bytes as f64 * scale, format_bytes(bytes as f64)))
+                    .map(|&(part, bytes)| Segment {
+                        part,
+                        pct: bytes as f64 * scale,
+                        bytes: format_bytes(bytes as f64),
+                    })
                     .collect(),
                 used: format_bytes(m.total as f64),
                 budget: format_bytes(m.budget as f64),
@@ -133,7 +165,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
             }
         })
         .collect();
-    let verdict = stageplan::verdict::Verdict::of(plan);
+    let verdict = crate::verdict::Verdict::of(plan);
     let (headline, details) = (verdict.headline(), verdict.details());
     // Baselines on one axis: tokens/s (longer is better) or latency inverted (shorter is
     // better, so the bar shows speed: 1 / latency).
@@ -153,7 +185,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         Objective::Throughput => format!("{} tok/s", sig3(tokens)),
         Objective::Latency => latency.map_or_else(|| "–".into(), |l| format!("{} per token", format_seconds(l))),
     };
-    let baselines = plan
+    let baselines: Vec<BaselineRow> = plan
         .baselines
         .iter()
         .map(|b| BaselineRow {
@@ -167,8 +199,22 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
             feasible: b.feasible,
         })
         .collect();
+    let rows = plan
+        .stages
+        .iter()
+        .map(|s| StageRow {
+            node: s.node.clone(),
+            layers: format!("{}–{}", s.layers[0], s.layers[1]),
+            time: format_seconds(s.time_s),
+            bound: bound_word(s.time.bound),
+        })
+        .collect();
+    let best_other = baselines.iter().filter(|b| b.feasible).max_by(|a, b| a.pct.total_cmp(&b.pct)).cloned();
     PlanView {
         feasible: plan.feasible,
+        model: format!("{} · {}", plan.model.name, plan.model.weights),
+        rows,
+        best_other,
         bands,
         bars,
         headline,
@@ -218,7 +264,6 @@ fn policy_name(policy: Policy) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::AppState;
 
     /// Issue #18, point 10: notes showed the core's backticks literally.
     #[test]
@@ -232,18 +277,18 @@ mod tests {
         assert_eq!(code_spans("plain"), [(false, "plain".into())]);
     }
 
-    fn view(state: &AppState) -> (Plan, PlanView) {
-        let problem = state.scenario().unwrap().problem().unwrap();
-        let plan = stageplan::plan_enabled(&problem, &state.enabled());
-        let names: Vec<String> = state.nodes.iter().map(|n| n.name.clone()).collect();
-        let index = |name: &str| names.iter().position(|n| n == name).unwrap_or(0);
+    fn view() -> (Plan, PlanView) {
+        let scenario = crate::Scenario::from_json(include_str!("../../../tests/scenarios/home-70b.json")).unwrap();
+        let problem = scenario.problem().unwrap();
+        let plan = crate::plan(&problem);
+        let index = |name: &str| problem.nodes.iter().position(|n| n.name == name).unwrap_or(0);
         let view = plan_view(&plan, problem.model.num_layers(), &index);
         (plan, view)
     }
 
     #[test]
     fn bands_tile_the_layer_axis() {
-        let (plan, view) = view(&AppState::default());
+        let (plan, view) = view();
         assert_eq!(view.bands.len(), plan.stages.len());
         let total: f64 = view.bands.iter().map(|b| b.width_pct).sum();
         assert!((total - 100.0).abs() < 1e-9);
@@ -255,9 +300,9 @@ mod tests {
 
     #[test]
     fn memory_bars_stay_within_their_track_unless_over() {
-        let (_, view) = view(&AppState::default());
+        let (_, view) = view();
         for bar in &view.bars {
-            let filled: f64 = bar.segments.iter().map(|s| s.1).sum();
+            let filled: f64 = bar.segments.iter().map(|s| s.pct).sum();
             assert!(filled <= 100.0 + 1e-9, "{bar:?}");
             assert!(!bar.over);
         }
@@ -265,7 +310,7 @@ mod tests {
 
     #[test]
     fn baselines_share_the_axis_and_ours_is_longest() {
-        let (_, view) = view(&AppState::default());
+        let (_, view) = view();
         assert!((view.ours_pct - 100.0).abs() < 1e-9, "the optimal plan is the best row");
         assert!(view.baselines.iter().all(|b| b.pct <= 100.0 + 1e-9));
         assert_eq!(view.baselines.len(), 3);

@@ -1,0 +1,15 @@
+
+// ---- stageplan's API (src/api.d.ts; the Node tests check results against it) ----
+
+/** Plans a scenario: the same plan as `stageplan plan --format json`. Throws an `Error`
+ *  with the CLI's message when the scenario is invalid. A scenario whose `model.file`
+ *  names a model file is planned by `plan` from `stageplan/more`, with the file's header. */
+export function plan(scenario: Scenario | string): Plan;
+
+/** Every model preset, device preset, weight format and KV-cache format. */
+export function presets(): Catalog;
+
+/** A scenario planned and laid out for drawing, as `<stage-plan>` shows it: bands across the
+ *  layer axis, memory bars, stage rows and the verdict's texts. `enabled` switches scenario
+ *  nodes off (one boolean per node; a node with `count` switches all its copies). */
+export function planView(scenario: Scenario | string, options?: { enabled?: boolean[] }): PlanView;
