@@ -22,9 +22,10 @@ const stageplan = createRequire(import.meta.url)(path.join(embed, 'node/stagepla
 const read = (file) => fs.readFileSync(path.join(root, file), 'utf8');
 const runCli = (...args) => JSON.parse(execFileSync(cli, args, { cwd: root, encoding: 'utf8' }));
 
-/** The interfaces of stageplan.d.ts: name → { required, optional } field names. */
+/** The object shapes the declarations give: name → { required, optional } field names, from
+ *  the hand-written `export interface X { … }` and the generated `export type X = { … };`. */
 function declaredShapes() {
-  const text = fs.readFileSync(path.join(embed, 'stageplan.d.ts'), 'utf8');
+  const text = fs.readFileSync(path.join(embed, 'stageplan.d.ts'), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '');
   const shapes = {};
   for (const match of text.matchAll(/export interface (\w+)(?: extends \w+)? \{([\s\S]*?)\n\}/g)) {
     const required = [];
@@ -35,6 +36,33 @@ function declaredShapes() {
     }
     shapes[match[1]] = { required, optional };
   }
+  for (const match of text.matchAll(/export type (\w+) = \{/g)) {
+    // The body up to its closing brace; fields split at commas outside brackets.
+    let depth = 0;
+    let field = '';
+    const fields = [];
+    for (const ch of text.slice(match.index + match[0].length)) {
+      if ('{[(<'.includes(ch)) depth += 1;
+      if ('}])>'.includes(ch)) {
+        if (depth === 0) break;
+        depth -= 1;
+      }
+      if (ch === ',' && depth === 0) {
+        fields.push(field);
+        field = '';
+      } else {
+        field += ch;
+      }
+    }
+    fields.push(field);
+    const required = [];
+    const optional = [];
+    for (const f of fields) {
+      const named = f.trim().match(/^"?(\w+)"?(\??):/);
+      if (named) (named[2] ? optional : required).push(named[1]);
+    }
+    shapes[match[1]] = { required, optional };
+  }
   return shapes;
 }
 const shapes = declaredShapes();
@@ -42,7 +70,7 @@ const shapes = declaredShapes();
 /** Checks `value`'s keys against the declared interface: every required field present, none undeclared. */
 function conforms(value, name) {
   const shape = shapes[name];
-  assert.ok(shape, `stageplan.d.ts declares ${name}`);
+  assert.ok(shape, `the declarations give ${name}`);
   const keys = Object.keys(value);
   for (const field of shape.required) assert.ok(keys.includes(field), `${name}.${field} is declared but missing`);
   for (const key of keys) {

@@ -6,9 +6,10 @@
 //!
 //! Values cross the boundary as plain objects (JSON text parsed by `JSON.parse`);
 //! inputs may be objects or JSON text and are read by the core's own parsers, so errors are
-//! JS `Error`s with the CLI's messages. `stageplan.d.ts` (appended to the generated
-//! declarations, with `api.d.ts` and `more.d.ts` for each feature's functions) types every
-//! function and shape; the functions skip wasm-bindgen's own
+//! JS `Error`s with the CLI's messages. The declarations appended to wasm-bindgen's are
+//! `outputs.d.ts` (what the functions return, generated from the core's types by
+//! `tests/typescript.rs`), `stageplan.d.ts` (what they take, hand-written) and `api.d.ts`
+//! and `more.d.ts` (each feature's functions); the functions skip wasm-bindgen's own
 //! signatures, which cannot say "optional".
 
 // Exported functions take JavaScript values by value, as wasm-bindgen passes them.
@@ -21,7 +22,7 @@ use wasm_bindgen::prelude::*;
 pub mod api;
 
 #[wasm_bindgen(typescript_custom_section)]
-const TYPES: &str = include_str!("stageplan.d.ts");
+const TYPES: &str = concat!(include_str!("stageplan.d.ts"), include_str!("outputs.d.ts"));
 #[cfg(feature = "api")]
 #[wasm_bindgen(typescript_custom_section)]
 const API_TYPES: &str = include_str!("api.d.ts");

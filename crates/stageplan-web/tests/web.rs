@@ -8,7 +8,6 @@ use leptos::prelude::*;
 use leptos::task::tick;
 use stageplan::view::plan_view;
 use stageplan_web::state::{AppState, NodeDraft};
-use stageplan_web::ui::Widget;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
@@ -76,39 +75,4 @@ async fn the_page_replans_when_a_field_changes() {
     assert_eq!(context.get_attribute("aria-invalid").as_deref(), Some("true"));
     assert!(root.query_selector("#context-error").expect("query").is_some(), "the message beside the field");
     assert!(root.query_selector(".plan-body.stale #plan-headline").expect("query").is_some(), "the last plan, dimmed");
-}
-
-#[wasm_bindgen_test]
-async fn two_widgets_edit_independently() {
-    let scenario = stageplan::Scenario::from_json(
-        r#"{"model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
-            "nodes": [{"name": "a", "device": "rtx-3060-12gb"}, {"name": "b", "device": "m1-16gb"}]}"#,
-    )
-    .expect("valid");
-    let (first, second) = (container(), container());
-    let initial = AppState::from_scenario(&scenario);
-    let again = initial.clone();
-    let _one = mount_to(first.clone(), move || view! { <Widget initial=initial/> });
-    let _two = mount_to(second.clone(), move || view! { <Widget initial=again/> });
-    let headline = |root: &web_sys::HtmlElement| {
-        root.query_selector(".sp-headline").expect("query").and_then(|e| e.text_content()).unwrap_or_default()
-    };
-    let before = headline(&first);
-    assert!(before.contains("tok/s"), "{before}");
-    assert_eq!(headline(&second), before);
-
-    let context: web_sys::HtmlInputElement =
-        first.query_selector(".sp-context").expect("query").expect("field").unchecked_into();
-    context.set_value("131072");
-    context.dispatch_event(&web_sys::Event::new("change").expect("event")).expect("dispatched");
-    tick().await;
-    assert_ne!(headline(&first), before, "a 32× longer context changes the first widget's plan");
-    assert_eq!(headline(&second), before, "and leaves the second alone");
-
-    let remove: web_sys::HtmlElement =
-        second.query_selector(".sp-node[data-node=b] .sp-remove").expect("query").expect("button").unchecked_into();
-    remove.click();
-    tick().await;
-    assert!(second.query_selector(".sp-node[data-node=b]").expect("query").is_none());
-    assert!(first.query_selector(".sp-node[data-node=b]").expect("query").is_some());
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// requests by it.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum DeviceKind {
     /// A discrete GPU: its VRAM. The default when nothing says otherwise.
     #[default]
@@ -33,6 +34,7 @@ impl DeviceKind {
 /// The llama.cpp backend a node runs: it selects the fitted speed terms.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Backend {
     Cuda,
     Metal,

@@ -39,6 +39,7 @@ use crate::model::Model;
 
 /// The engine a plan is for: how it lays out memory, and what exports print by default.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Engine {
     #[default]
     #[serde(rename = "llama.cpp")]

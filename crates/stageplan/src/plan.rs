@@ -11,6 +11,7 @@ use crate::scenario::{Objective, Policy};
 
 /// The result of planning a scenario under one policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Plan {
     pub policy: Policy,
     pub objective: Objective,
@@ -76,6 +77,7 @@ pub struct Plan {
 
 /// The calibration's word on a plan's speed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Accuracy {
     /// Median |predicted ÷ measured − 1| of published llama.cpp decode figures on this class,
     /// each predicted with its source left out of the fit.
@@ -93,6 +95,7 @@ fn one() -> u64 {
 
 /// The pipeline kept full: one group of the workload's `batch` sequences in every stage.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct PipelineFull {
     /// Sequences in flight it needs: `batch` per stage.
     pub sequences: u64,
@@ -105,6 +108,7 @@ pub struct PipelineFull {
 /// The model a plan is for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct PlannedModel {
     pub name: String,
     pub weights: String,
@@ -113,13 +117,14 @@ pub struct PlannedModel {
     /// Routed experts per MoE layer; `null` for a dense model.
     pub experts: Option<u64>,
     /// The model file the scenario named, which exports load unless told otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
 }
 
 /// The workload a plan is for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct PlannedWorkload {
     /// Tokens of context per sequence.
     pub context: u64,
@@ -147,6 +152,7 @@ fn yes() -> bool {
 
 /// One pipeline stage.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Stage {
     pub node: String,
     /// The machine's kind (`gpu`, `unified`, `cpu`) when the scenario or its preset says;
@@ -171,6 +177,7 @@ pub struct Stage {
 
 /// Memory of a stage, in bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct MemoryBreakdown {
     pub weights: u64,
     pub kv: u64,
@@ -186,6 +193,7 @@ pub struct MemoryBreakdown {
 
 /// Time of one decode step in a stage, in seconds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct TimeBreakdown {
     /// Bytes read ÷ bandwidth.
     pub memory_s: f64,
@@ -205,6 +213,7 @@ pub struct TimeBreakdown {
 /// The roofline term that decides a stage's time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Bound {
     Memory,
     Compute,
@@ -212,6 +221,7 @@ pub enum Bound {
 
 /// A node the plan leaves out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct LeftOut {
     pub node: String,
     /// Why, in a sentence.
@@ -223,6 +233,7 @@ pub struct LeftOut {
 
 /// How the plan was found.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Search {
     /// `exact`, `heuristic` or `given` (baselines and manual plans).
     pub method: String,
@@ -236,6 +247,7 @@ pub struct Search {
 
 /// Another policy's plan, in brief.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Baseline {
     pub policy: Policy,
     pub feasible: bool,
@@ -250,6 +262,7 @@ pub struct Baseline {
 
 /// A stage of a baseline plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct BaselineStage {
     pub node: String,
     pub layers: [usize; 2],
@@ -257,6 +270,7 @@ pub struct BaselineStage {
 
 /// A note about the plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Diagnostic {
     pub level: Level,
     pub message: String,
@@ -271,6 +285,7 @@ pub struct Diagnostic {
 /// A change to the scenario that a fix names.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Change {
     /// Set `model.weights` to this format.
     Weights(String),
@@ -285,6 +300,7 @@ pub enum Change {
 /// How much a diagnostic matters.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Level {
     Info,
     Warning,

@@ -99,6 +99,7 @@ impl ModelPreset {
 
 /// A device preset with its published figures.
 #[derive(Copy, Clone, Debug, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct DevicePreset {
     pub name: &'static str,
     pub title: &'static str,
@@ -310,6 +311,7 @@ mod tests {
 /// Every preset and format name: what `stageplan presets --format json` prints and the JS
 /// API's `presets()` returns.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Catalog {
     pub models: Vec<ModelEntry>,
     pub devices: &'static [DevicePreset],
@@ -319,6 +321,7 @@ pub struct Catalog {
 
 /// A model preset in the [`Catalog`].
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct ModelEntry {
     pub name: &'static str,
     pub title: &'static str,

@@ -223,6 +223,7 @@ pub struct StageSpec {
 /// What the planner optimises.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Objective {
     /// Tokens per second of the workload's sequences, in the best number of micro-batches:
     /// minimise the cycle in which each gets a token.
@@ -235,6 +236,7 @@ pub enum Objective {
 /// How layers are split among nodes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Policy {
     /// The best subset, order and split of nodes for the objective.
     #[default]

@@ -195,6 +195,29 @@ pub(crate) fn normalize(s: &str) -> String {
     s.trim().chars().map(|c| if c == '-' || c == ' ' { '_' } else { c.to_ascii_lowercase() }).collect()
 }
 
+/// In TypeScript, a tensor type is one of its names (`"q4_k"`), as it serializes.
+#[cfg(feature = "typescript")]
+impl ts_rs::TS for TensorType {
+    type WithoutGenerics = Self;
+    type OptionInnerType = Self;
+
+    fn name(_: &ts_rs::Config) -> String {
+        "TensorType".to_owned()
+    }
+
+    fn inline(_: &ts_rs::Config) -> String {
+        TensorType::ALL.iter().map(|t| format!("\"{}\"", t.name())).collect::<Vec<_>>().join(" | ")
+    }
+
+    fn decl(cfg: &ts_rs::Config) -> String {
+        format!("type TensorType = {};", Self::inline(cfg))
+    }
+
+    fn decl_concrete(cfg: &ts_rs::Config) -> String {
+        Self::decl(cfg)
+    }
+}
+
 impl Serialize for TensorType {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.name())

@@ -16,6 +16,7 @@ pub fn hue(node_index: usize) -> u32 {
 
 /// One band of the stage diagram across the layer axis.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Band {
     pub node: String,
     pub label: String,
@@ -27,6 +28,7 @@ pub struct Band {
 
 /// A memory bar: the stage's parts against the node's budget.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct MemoryBar {
     pub node: String,
     /// Weights, KV, embed/head, workspace and reserve, in that order.
@@ -39,6 +41,7 @@ pub struct MemoryBar {
 
 /// One part of a memory bar.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Segment {
     pub part: &'static str,
     /// Percent of the bar.
@@ -48,6 +51,7 @@ pub struct Segment {
 
 /// A baseline on the same axis as the plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct BaselineRow {
     pub policy: &'static str,
     pub figure: String,
@@ -58,6 +62,7 @@ pub struct BaselineRow {
 
 /// A note of the plan, with its fix as a button where the fix is a change to make.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Note {
     pub level: Level,
     pub message: String,
@@ -78,6 +83,7 @@ pub fn change_label(change: &Change) -> String {
 
 /// A stage as the stage table shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct StageRow {
     pub node: String,
     /// `0–37`: the stage's `[start, end)`.
@@ -90,6 +96,7 @@ pub struct StageRow {
 
 /// Everything the plan view shows.
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct PlanView {
     pub feasible: bool,
     /// The model as planned: `llama-3.1-70b · q4_k_m`.

@@ -93,8 +93,8 @@ pub fn PlanPanel(
     }
 }
 
-/// The stage diagram across the layer axis and the table of stages with memory bars:
-/// shared by the page and the embed widget.
+/// The stage diagram across the layer axis and the table of stages with memory bars, as
+/// the core's `view` lays them out (the embed's `<stage-plan>` draws the same layout).
 #[component]
 pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
     view! {
@@ -145,8 +145,7 @@ pub fn SharePanel(
     notice: RwSignal<Option<String>>,
 ) -> impl IntoView {
     let link = RwSignal::new(String::new());
-    // Written here, not by `compute`, so the widget (which shows no JSON) carries no plan
-    // serializer.
+    // Written here, when the panel shows, not by `compute` on every edit.
     let plan_json = Memo::new(move |_| {
         computed.with(|c| {
             c.result.as_ref().map(|o| serde_json::to_string_pretty(&o.plan).unwrap_or_default()).unwrap_or_default()

@@ -152,6 +152,7 @@ impl Model {
 
 /// What `stageplan model` reports: sizes per layer, parameters, the type mix, KV per token.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct ModelSummary {
     pub name: String,
     pub weights: String,
@@ -176,6 +177,7 @@ pub struct ModelSummary {
 
 /// One block in a [`ModelSummary`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct LayerSummary {
     pub index: usize,
     pub bytes: u64,
@@ -187,6 +189,7 @@ pub struct LayerSummary {
 
 /// Bytes stored in one tensor type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct TypeBytes {
     #[serde(rename = "type")]
     pub ty: TensorType,

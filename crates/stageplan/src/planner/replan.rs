@@ -33,6 +33,7 @@ use crate::scenario::{Objective, Policy};
 /// How eager re-planning is.
 #[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct ReplanOptions {
     /// Accept plans this much worse than the best (0.03: within 3%) if they move less.
     pub tolerance: f64,
@@ -55,6 +56,7 @@ pub struct CurrentStage {
 
 /// Layers (or the embedding or head) moving from one node to another.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Move {
     /// `[start, end)` of the layers; the embedding travels with layer 0 and the head with the
     /// last layer when their stage changes hands.
@@ -69,6 +71,7 @@ pub struct Move {
 
 /// The new plan and how to get there.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Replan {
     pub plan: Plan,
     pub moves: Vec<Move>,

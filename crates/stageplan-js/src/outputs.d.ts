@@ -1,0 +1,453 @@
+
+// ---- what the API returns: generated from the Rust types by crates/stageplan-js/tests/typescript.rs ----
+
+export type Plan = { policy: Policy, objective: Objective, 
+/**
+ * The model planned, so a plan file stands on its own (exports read it).
+ */
+model: PlannedModel, 
+/**
+ * The engine whose memory layout the stages hold; exports print its commands by
+ * default. Plans from before engines were modelled read as `llama.cpp`.
+ */
+engine: Engine, 
+/**
+ * The workload planned for: context, sequences, KV-cache format.
+ */
+workload: PlannedWorkload, 
+/**
+ * Every stage fits its node's memory (and there is at least one stage).
+ */
+feasible: boolean, 
+/**
+ * Stages in pipeline order. Empty when no plan fits.
+ */
+stages: Array<Stage>, 
+/**
+ * Tokens per second the workload's `batch` sequences reach: `batch ÷ cycle`, where each
+ * sequence gets one token per cycle of `micro_batches` groups through the pipeline
+ * (see [`crate::cost`]). With one sequence, one stream's speed. 0 when no plan fits.
+ */
+tokens_per_s: number, 
+/**
+ * Groups the sequences go through the pipeline in: the count that serves them fastest
+ * (throughput objective), or 1 (latency). Stage times are for steps of
+ * `batch ÷ micro_batches` sequences.
+ */
+micro_batches: number, 
+/**
+ * One step's trip through every stage and back: the sum of stage times. With one
+ * micro-batch, each sequence's time per token. `null` when no plan fits.
+ */
+latency_s: number | null, 
+/**
+ * Tokens per second of sequences that go through the pipeline one step at a time
+ * (no overlap): `batch ÷ latency`. What one interactive stream sees.
+ */
+stream_tokens_per_s: number, 
+/**
+ * Prompt tokens per second during prefill, pipelined by chunks.
+ */
+prefill_tokens_per_s: number, 
+/**
+ * Seconds from a `workload.prompt`-token prompt to its first generated token, for one
+ * sequence: the first chunk's trip through every stage, then a chunk per slowest
+ * stage's time. `null` when no plan fits.
+ */
+time_to_first_token_s: number | null, 
+/**
+ * The same split with the pipeline kept full: more sequences in flight than the workload
+ * has. `null` when no plan fits.
+ */
+pipeline_full: PipelineFull | null, 
+/**
+ * How sure the speed figures are: the calibration's typical error for the backends the
+ * stages run. `null` when no plan fits or a stage plans with spec-sheet peaks.
+ */
+accuracy?: Accuracy | null, 
+/**
+ * Index of the slowest stage.
+ */
+bottleneck: number | null, 
+/**
+ * The longest context every stage still fits at this split; `null` when it does not fit
+ * even the shortest.
+ */
+max_context: number | null, 
+/**
+ * Nodes the plan does not use, and why.
+ */
+left_out: Array<LeftOut>, 
+/**
+ * How the plan was found and how far from the best it can be.
+ */
+search: Search, 
+/**
+ * The other policies on the same cost model, for comparison.
+ */
+baselines?: Array<Baseline>, 
+/**
+ * Notes, warnings and errors, each with a fix where there is one.
+ */
+diagnostics: Array<Diagnostic>, };
+
+export type PlannedModel = { name: string, weights: string, 
+/**
+ * Transformer blocks: stages' `layers` ranges cover `[0, layers)`.
+ */
+layers: number, 
+/**
+ * Routed experts per MoE layer; `null` for a dense model.
+ */
+experts: number | null, 
+/**
+ * The model file the scenario named, which exports load unless told otherwise.
+ */
+file?: string | null, };
+
+export type PlannedWorkload = { 
+/**
+ * Tokens of context per sequence.
+ */
+context: number, 
+/**
+ * Sequences decoded together.
+ */
+batch: number, 
+/**
+ * KV-cache format (`f16`, `q8_0`, …).
+ */
+kv: string, 
+/**
+ * Prompt tokens per prefill step (llama.cpp's `--ubatch-size`); 512 when absent.
+ */
+prefill_chunk: number, 
+/**
+ * Flash attention on (llama.cpp's `--flash-attn`); on when absent.
+ */
+flash_attention: boolean, 
+/**
+ * The prompt length `time_to_first_token_s` is for; 0 in plans from before it was given.
+ */
+prompt: number, };
+
+export type Stage = { node: string, 
+/**
+ * The machine's kind (`gpu`, `unified`, `cpu`) when the scenario or its preset says;
+ * exports name devices and request GPUs by it.
+ */
+kind?: DeviceKind | null, 
+/**
+ * CPU threads the scenario gives the node; exports pass them to the engine.
+ */
+threads?: number | null, 
+/**
+ * `[start, end)`.
+ */
+layers: [number, number], 
+/**
+ * Holds the token embedding (first stage).
+ */
+embedding: boolean, 
+/**
+ * Holds the final norm and LM head (last stage).
+ */
+head: boolean, memory: MemoryBreakdown, time: TimeBreakdown, 
+/**
+ * Time of one decode step in this stage (`batch ÷ micro_batches` sequences), hop
+ * included, in seconds.
+ */
+time_s: number, };
+
+export type MemoryBreakdown = { weights: number, kv: number, embed_head: number, workspace: number, reserve: number, total: number, 
+/**
+ * The node's memory.
+ */
+budget: number, 
+/**
+ * `budget − total`; negative when the stage does not fit.
+ */
+headroom: number, };
+
+export type TimeBreakdown = { 
+/**
+ * Bytes read ÷ bandwidth.
+ */
+memory_s: number, 
+/**
+ * FLOPs ÷ compute.
+ */
+compute_s: number, 
+/**
+ * The backend's fixed cost per layer, for this stage's layers.
+ */
+overhead_s: number, 
+/**
+ * Sending activations to the next stage (or tokens back to the first).
+ */
+send_s: number, 
+/**
+ * Which roofline term decides the stage.
+ */
+bound: Bound, 
+/**
+ * Prefill time per prompt token.
+ */
+prefill_s: number, };
+
+export type Bound = "memory" | "compute";
+
+export type LeftOut = { node: string, 
+/**
+ * Why, in a sentence.
+ */
+reason: string, 
+/**
+ * The best objective value a plan that uses this node reaches (tokens/s for throughput,
+ * seconds per token for latency); `null` when no such plan fits.
+ */
+with_node: number | null, };
+
+export type Search = { 
+/**
+ * `exact`, `heuristic` or `given` (baselines and manual plans).
+ */
+method: string, 
+/**
+ * What was searched, in words.
+ */
+detail: string, 
+/**
+ * A bound no plan can beat, in the objective's unit (tokens/s or seconds per token).
+ */
+bound: number | null, 
+/**
+ * How far the plan can be from the best: `|plan − bound| ÷ bound`; 0 when exact.
+ */
+gap: number | null, };
+
+export type Baseline = { policy: Policy, feasible: boolean, tokens_per_s: number, latency_s: number | null, 
+/**
+ * `[node, start, end]` per stage.
+ */
+stages: Array<BaselineStage>, 
+/**
+ * Why it does not fit, when it does not.
+ */
+problem?: string | null, };
+
+export type BaselineStage = { node: string, layers: [number, number], };
+
+export type Diagnostic = { level: Level, message: string, fix?: string | null, 
+/**
+ * The fix as a change a surface can apply (the page's buttons); the same change `fix`
+ * words.
+ */
+change?: Change | null, };
+
+export type Level = "info" | "warning" | "error";
+
+export type Change = { "weights": string } | { "context": number } | { "kv": string } | { "copy_node": string };
+
+export type Accuracy = { 
+/**
+ * Median |predicted ÷ measured − 1| of published llama.cpp decode figures on this class,
+ * each predicted with its source left out of the fit.
+ */
+typical_error: number, 
+/**
+ * The class it is for: the stages' backend with the largest typical error
+ * (`llama.cpp CUDA`, …).
+ */
+class: string, 
+/**
+ * `tokens_per_s` within the typical error: `[÷ (1 + e), ÷ (1 − e)]`.
+ */
+tokens_per_s_range: [number, number], };
+
+export type PipelineFull = { 
+/**
+ * Sequences in flight it needs: `batch` per stage.
+ */
+sequences: number, 
+/**
+ * `batch ÷ slowest stage`, with steps of `batch` sequences.
+ */
+tokens_per_s: number, 
+/**
+ * Every stage also holds the KV cache of `sequences` sequences.
+ */
+kv_fits: boolean, };
+
+export type Policy = "optimal" | "memory-proportional" | "even" | "greedy" | "manual";
+
+export type Objective = "throughput" | "latency";
+
+export type Engine = "llama.cpp" | "vllm" | "generic";
+
+export type DeviceKind = "gpu" | "unified" | "cpu";
+
+export type Backend = "cuda" | "metal" | "rocm" | "vulkan" | "cpu" | "peak";
+
+export type TensorType = "f32" | "f16" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q8_0" | "q8_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "q8_k" | "iq2_xxs" | "iq2_xs" | "iq3_xxs" | "iq1_s" | "iq4_nl" | "iq3_s" | "iq2_s" | "iq4_xs" | "i8" | "i16" | "i32" | "i64" | "f64" | "iq1_m" | "bf16" | "tq1_0" | "tq2_0" | "mxfp4" | "nvfp4" | "q1_0" | "f8_e4m3" | "f8_e5m2" | "u8" | "f8_e8m0" | "bool" | "u16" | "u32" | "u64" | "c64" | "f4" | "f6_e2m3" | "f6_e3m2";
+
+export type PlanView = { feasible: boolean, 
+/**
+ * The model as planned: `llama-3.1-70b · q4_k_m`.
+ */
+model: string, 
+/**
+ * One row per stage, beside its band and bar.
+ */
+rows: Array<StageRow>, bands: Array<Band>, bars: Array<MemoryBar>, 
+/**
+ * The core's verdict: fits, one user's speed, time to first token.
+ */
+headline: string, 
+/**
+ * The verdict's further lines: throughput with its concurrency, prefill, context, memory.
+ */
+details: Array<string>, baselines: Array<BaselineRow>, 
+/**
+ * The fastest baseline that fits: the best split other tools make here.
+ */
+best_other: BaselineRow | null, 
+/**
+ * This plan on the baselines' axis (tok/s, or time per token for latency).
+ */
+ours_figure: string, ours_pct: number, left_out: Array<string>, 
+/**
+ * Each stage's machine figures (bandwidth · compute); filled by the page's planning.
+ */
+figures: Array<string>, notes: Array<Note>, search: string, };
+
+export type StageRow = { node: string, 
+/**
+ * `0–37`: the stage's `[start, end)`.
+ */
+layers: string, 
+/**
+ * Time per decode step, `29.1 ms`.
+ */
+time: string, 
+/**
+ * `memory-bound` or `compute-bound`.
+ */
+bound: string, };
+
+export type Band = { node: string, label: string, left_pct: number, width_pct: number, hue: number, bottleneck: boolean, };
+
+export type MemoryBar = { node: string, 
+/**
+ * Weights, KV, embed/head, workspace and reserve, in that order.
+ */
+segments: Array<Segment>, used: string, budget: string, headroom: string, over: boolean, };
+
+export type Segment = { part: string, 
+/**
+ * Percent of the bar.
+ */
+pct: number, bytes: string, };
+
+export type BaselineRow = { policy: string, figure: string, 
+/**
+ * Bar length, percent of the best of all rows (ours included).
+ */
+pct: number, feasible: boolean, };
+
+export type Note = { level: Level, message: string, fix: string | null, 
+/**
+ * The button's words and the change it applies.
+ */
+action: [string, Change] | null, };
+
+export type ModelSummary = { name: string, weights: string, 
+/**
+ * Total parameters (a tied embedding counted once).
+ */
+params: number, 
+/**
+ * Bytes of every tensor.
+ */
+weight_bytes: number, embedding_bytes: number, 
+/**
+ * Final norm and LM head (a tied head counts its copy of the embedding).
+ */
+head_bytes: number, tied_embeddings: boolean, 
+/**
+ * KV-cache bytes per token of context, all layers, in `kv_format` (sliding windows
+ * cap some layers' cache; this is the per-token rate below the window).
+ */
+kv_bytes_per_token: number, kv_format: TensorType, hidden_size: number, max_context: number | null, layers: Array<LayerSummary>, 
+/**
+ * Bytes per storage type, largest first.
+ */
+type_mix: Array<TypeBytes>, };
+
+export type LayerSummary = { index: number, bytes: number, params: number, 
+/**
+ * The attention window, when the layer slides.
+ */
+window?: number | null, };
+
+export type TypeBytes = { type: TensorType, bytes: number, };
+
+export type Catalog = { models: Array<ModelEntry>, devices: Array<DevicePreset>, weights: Array<string>, kv: Array<string>, };
+
+export type ModelEntry = { name: string, title: string, published_params: number, };
+
+export type DevicePreset = { name: string, title: string, kind: DeviceKind, 
+/**
+ * Memory as the driver reports it, in bytes.
+ */
+memory: number, 
+/**
+ * Peak memory bandwidth, bytes/s.
+ */
+bandwidth: number, 
+/**
+ * Dense FP16 throughput, FLOP/s.
+ */
+compute: number, 
+/**
+ * Memory the runtime and the OS keep: CUDA/ROCm context and workspaces on a GPU, the
+ * part of unified memory macOS does not give the GPU, the OS on a CPU box.
+ */
+reserve: number, 
+/**
+ * The llama.cpp backend it runs: NVIDIA CUDA, AMD ROCm, Apple Metal, CPU.
+ */
+backend: Backend, };
+
+export type Replan = { plan: Plan, moves: Array<Move>, bytes_moved: number, 
+/**
+ * Bytes that switching to the best plan outright would move, for comparison.
+ */
+best_plan_bytes: number, 
+/**
+ * Moves to different nodes run in parallel: the longest node's total.
+ */
+move_time_s: number, 
+/**
+ * The current plan was kept (no moves).
+ */
+kept: boolean, reason: string, 
+/**
+ * The best plan's value (tokens/s for throughput, seconds per token for latency).
+ */
+best: number | null, };
+
+export type Move = { 
+/**
+ * `[start, end)` of the layers; the embedding travels with layer 0 and the head with the
+ * last layer when their stage changes hands.
+ */
+layers: [number, number], 
+/**
+ * The node that holds them now; `null` when it is gone (reload them from storage).
+ */
+from: string | null, to: string, bytes: number, 
+/**
+ * Time to send them over the link between the two nodes.
+ */
+time_s: number, };
