@@ -178,18 +178,8 @@ enum Command {
         /// Leader lease (etcd): another controller takes over this long after one dies.
         #[arg(long, default_value = "10s")]
         lease: String,
-        /// Measurements, re-read every pass: utilization per deployment for autoscaling
-        /// (`{"DEPLOYMENT": 0.85, …}`, 1.0 = replicas at capacity), or also stage step times
-        /// and free memory for re-balancing (`{"utilization", "stages", "nodes", "tokens"}`).
-        #[arg(long)]
-        metrics: Option<PathBuf>,
-        /// A Prometheus server to ask every pass (`http://127.0.0.1:9090`).
-        #[arg(long)]
-        prometheus: Option<String>,
-        /// Replace a query: `step=`, `memory_free=`, `utilization=` or `token=` PROMQL
-        /// (empty turns it off); repeatable.
-        #[arg(long = "prometheus-query")]
-        prometheus_query: Vec<String>,
+        #[command(flatten)]
+        measured: Measured,
     },
     /// Create or change a deployment: a model's pipeline, replicated.
     Deploy {
@@ -217,20 +207,39 @@ enum Command {
         store: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// Measurements to show against the predictions, as `reconcile --metrics` reads them.
-        #[arg(long)]
-        metrics: Option<PathBuf>,
-        /// A Prometheus server to ask, as `reconcile --prometheus`.
-        #[arg(long)]
-        prometheus: Option<String>,
-        #[arg(long = "prometheus-query")]
-        prometheus_query: Vec<String>,
+        /// What to show against the predictions.
+        #[command(flatten)]
+        measured: Measured,
     },
     /// List model presets, device presets and weight formats.
     Presets {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+}
+
+/// Where the loop's measurements come from (`reconcile`, and `status` to show them).
+#[derive(Debug, clap::Args)]
+struct Measured {
+    /// Measurements (re-read every pass by `reconcile`): utilization per deployment for autoscaling
+    /// (`{"DEPLOYMENT": 0.85, …}`, 1.0 = replicas at capacity), or also stage step times,
+    /// free memory and node status for re-balancing (`{"utilization", "stages", "nodes",
+    /// "tokens"}`).
+    #[arg(long)]
+    metrics: Option<PathBuf>,
+    /// A Prometheus server to ask (every pass, by `reconcile`): `http://127.0.0.1:9090`.
+    #[arg(long)]
+    prometheus: Option<String>,
+    /// Replace a query: `step=`, `memory_free=`, `utilization=`, `token=` or `up=` PROMQL
+    /// (empty turns it off); repeatable.
+    #[arg(long = "prometheus-query")]
+    prometheus_query: Vec<String>,
+}
+
+impl Measured {
+    fn sources(self) -> Result<crate::observe::Sources, Failure> {
+        crate::observe::sources(self.metrics, self.prometheus, &self.prometheus_query)
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -313,13 +322,13 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Calibrate { results, device, bandwidth, compute, model, format } => {
             calibrate(&results, device, bandwidth, compute, model.as_deref(), format)
         }
-        Command::Reconcile { store, interval, passes, id, lease, metrics, prometheus, prometheus_query } => {
+        Command::Reconcile { store, interval, passes, id, lease, measured } => {
             let options = cluster::LoopOptions {
                 interval: cluster::duration("--interval", &interval)?,
                 passes,
                 id,
                 lease: cluster::duration("--lease", &lease)?,
-                sources: crate::observe::sources(metrics, prometheus, &prometheus_query)?,
+                sources: measured.sources()?,
             };
             if options.lease < options.interval * 2 {
                 return Err(Failure(format!(
@@ -346,8 +355,8 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
                 }))
             }
         },
-        Command::Status { store, format, metrics, prometheus, prometheus_query } => {
-            let sources = crate::observe::sources(metrics, prometheus, &prometheus_query)?;
+        Command::Status { store, format, measured } => {
+            let sources = measured.sources()?;
             let status = cluster::status(&store, &sources)?;
             Ok(Outcome::ok(match format {
                 Format::Json => serde_json::to_string_pretty(&status)? + "\n",
