@@ -24,8 +24,42 @@ pub(crate) fn build_web() -> Result<PathBuf, String> {
     smallest_wasm(&mut trunk);
     step("build the web planner (Trunk)", trunk)?;
     let dist = root().join("dist");
+    minify_glue(&dist)?;
     pin_inline_script(&dist.join("index.html"))?;
     Ok(dist)
+}
+
+/// Minifies wasm-bindgen's glue for the page and its worker with terser (Trunk's own JS
+/// minifier cannot parse it; 6.7 → 5.2 KB gzip for the page's), and writes the page glue's
+/// new SHA-384 into the `integrity` of the tag Trunk wrote for it.
+fn minify_glue(dist: &Path) -> Result<(), String> {
+    use base64::Engine;
+    use sha2::Digest;
+    for script in ["stageplan-web.js", "stageplan-worker.js"] {
+        let file = dist.join(script);
+        let mut minify = Command::new("terser");
+        minify.arg(&file).args(["--module", "--compress", "--mangle", "--output"]).arg(&file).env("PATH", tool_path());
+        step(&format!("minify {script}"), minify)?;
+    }
+    let index = dist.join("index.html");
+    let html = std::fs::read_to_string(&index).map_err(|e| format!("{}: {e}", index.display()))?;
+    let glue = std::fs::read(dist.join("stageplan-web.js")).map_err(|e| e.to_string())?;
+    let integrity = format!("sha384-{}", base64::engine::general_purpose::STANDARD.encode(sha2::Sha384::digest(&glue)));
+    // The tag that names the glue, and the `integrity=` value inside it (quoted or not).
+    let at = ["href=/stageplan-web.js", "href=\"/stageplan-web.js\""]
+        .iter()
+        .find_map(|href| html.find(href))
+        .ok_or("dist/index.html has no tag for /stageplan-web.js")?;
+    let tag_start = html[..at].rfind('<').ok_or("no tag around /stageplan-web.js")?;
+    let tag_end = at + html[at..].find('>').ok_or("the glue's tag does not end")?;
+    let tag = &html[tag_start..tag_end];
+    let value_at = tag.find("integrity=").ok_or("the glue's tag has no integrity")? + "integrity=".len();
+    let quoted = tag[value_at..].starts_with('"');
+    let value_start = value_at + usize::from(quoted);
+    let value_len = tag[value_start..].find(if quoted { '"' } else { ' ' }).unwrap_or(tag.len() - value_start);
+    let from = tag_start + value_start;
+    let pinned = format!("{}{integrity}{}", &html[..from], &html[from + value_len..]);
+    std::fs::write(&index, pinned).map_err(|e| e.to_string())
 }
 
 /// Replaces `'unsafe-inline'` in the CSP's `script-src` by the SHA-256 of the one inline
