@@ -50,7 +50,7 @@ pub(crate) fn calibrate(root: &Path) -> Result<(), String> {
             samples.iter().zip(errors).filter(|(s, _)| pick(s)).map(|(_, &e)| e).collect()
         };
         let (p, i, c) = (of(&peak), of(&in_sample), of(&cross));
-        let pct = |v: &[f64], q: f64| format!("{:.0}%", fit::quantile(v, q) * 100.0);
+        let pct = |v: &[f64], q: f64| format!("{:.1}%", fit::quantile(v, q) * 100.0);
         println!(
             "| {name} | {} | {} / {} | {} / {} | {} / {} |",
             c.len(),
@@ -63,6 +63,7 @@ pub(crate) fn calibrate(root: &Path) -> Result<(), String> {
         );
     };
     row("all decode", &|_| true);
+    row("GPU and Apple decode (no CPU rows)", &|s: &Sample| s.backend != Backend::Cpu);
     for backend in Backend::FITTED {
         row(&format!("llama.cpp {}", backend.title()), &|s: &Sample| s.backend == backend);
     }

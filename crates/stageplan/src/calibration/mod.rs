@@ -13,7 +13,8 @@
 //! `η` (bandwidth reached on F16 weights), `τ` (seconds per layer per token) and `μ` (weight
 //! storage relative to F16) are fitted, and on a CPU running `threads` threads `η` is at most
 //! `threads · β ÷ peak` (`β`: what one thread decodes per second). They are fitted by `cargo xtask calibrate` to the table under
-//! `tests/calibration/` — least squares on the log of predicted ÷ measured tokens/s — and
+//! `tests/calibration/` — a robust (Huber) fit of the log of predicted ÷ measured tokens/s,
+//! each source's rows weighted by `1 ÷ √rows` (see [`fit::fit`]) — and
 //! written to `fitted.rs`, with each backend's typical error when its source is left out of
 //! the fit. A node's `backend` selects them (from its preset, else its kind); `"peak"` turns
 //! them off.
@@ -154,7 +155,8 @@ mod tests {
         let errors: Vec<f64> = samples.iter().map(|s| terms.error(s)).collect();
         let peaks: Vec<f64> = samples.iter().map(|s| Terms::PEAK.error(s)).collect();
         assert!(quantile(&errors, 0.5) <= 0.10, "in-sample median {:.3}", quantile(&errors, 0.5));
-        assert!(quantile(&errors, 0.9) <= 0.35, "in-sample p90 {:.3}", quantile(&errors, 0.9));
+        // The robust fit gives up some of the tail for the median (see `fit::fit`).
+        assert!(quantile(&errors, 0.9) <= 0.40, "in-sample p90 {:.3}", quantile(&errors, 0.9));
         assert!(quantile(&errors, 0.5) < quantile(&peaks, 0.5) / 3.0, "calibration must beat the peaks");
     }
 
