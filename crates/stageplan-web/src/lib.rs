@@ -2,7 +2,7 @@
 //! page. Nothing leaves the page: plans are computed in it, model files are read in its
 //! worker (headers only), and WebGPU measures the device it runs on.
 //!
-//! - [`state`]: what the user edits, the scenario it makes, the share link.
+//! - [`state`]: what the user edits, the scenario it makes, the share link ([`base64url`]).
 //! - [`fields`]: the core's messages placed on the page's fields, machines by name.
 //! - [`sweeps`]: the weight-format table and the context chart (built in the worker).
 //! - [`files`]: model files dropped on the page, header only (run in the worker).
@@ -13,6 +13,7 @@
 //!   both sides exchange.
 
 pub mod app;
+pub mod base64url;
 pub mod fields;
 pub mod files;
 pub mod planning;

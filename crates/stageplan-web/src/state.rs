@@ -5,8 +5,6 @@
 //! as the CLI does and its errors name the same fields. The whole state travels in the URL
 //! fragment (`#s1.` + base64url JSON): versioned, bounded in size, decoded defensively.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use stageplan::Scenario;
@@ -360,7 +358,7 @@ impl AppState {
     /// The share-link fragment: `s1.` + base64url of the state's JSON.
     pub fn to_fragment(&self) -> String {
         let json = serde_json::to_vec(self).unwrap_or_default();
-        format!("s1.{}", URL_SAFE_NO_PAD.encode(json))
+        format!("s1.{}", crate::base64url::encode(&json))
     }
 
     /// Reads a share-link fragment (with or without the leading `#`).
@@ -379,9 +377,8 @@ impl AppState {
         let Some(payload) = fragment.strip_prefix("s1.") else {
             return Err(ShareError("the share link is not a stageplan link (it should start with `s1.`)".into()));
         };
-        let bytes = URL_SAFE_NO_PAD
-            .decode(payload)
-            .map_err(|_| ShareError("the share link is damaged (not base64url); copy it again".into()))?;
+        let bytes = crate::base64url::decode(payload)
+            .ok_or_else(|| ShareError("the share link is damaged (not base64url); copy it again".into()))?;
         if bytes.first() != Some(&b'{') {
             return Err(ShareError("the share link does not hold a plan (not a JSON object); copy it again".into()));
         }
@@ -493,7 +490,7 @@ mod tests {
             let error = AppState::from_fragment(fragment).unwrap_err().to_string();
             assert!(error.contains(expected), "{fragment:.20}: {error}");
         }
-        let not_state = format!("s1.{}", URL_SAFE_NO_PAD.encode(br#"{"nodes": 5}"#));
+        let not_state = format!("s1.{}", crate::base64url::encode(br#"{"nodes": 5}"#));
         assert!(AppState::from_fragment(&not_state).unwrap_err().to_string().contains("does not hold a plan"));
         let many = AppState { nodes: vec![NodeDraft::preset("x", "l4"); MAX_NODES + 1], ..AppState::default() };
         assert!(AppState::from_fragment(&many.to_fragment()).unwrap_err().to_string().contains("over"));
