@@ -418,6 +418,38 @@ await check('a dropped GGUF and a safetensors set are read by their headers only
   await page.close();
 });
 
+await check('llama-bench results dropped on a machine fit it, as `stageplan calibrate` does (#15: 5)', async () => {
+  const page = await open();
+  const file = path.join(root, 'tests/cli/calibrate-llama-bench/results.json');
+  const expected = JSON.parse(execFileSync(cli, ['calibrate', file, '--device', 'rtx-4090', '--format', 'json'], { encoding: 'utf8' })).node;
+  const drop = (name, body) => page.evaluateHandle(([name, body]) => {
+    const transfer = new DataTransfer();
+    transfer.items.add(new File([body], name, { type: 'application/json' }));
+    return transfer;
+  }, [name, body]);
+  const desk = '.node[data-node="desk"] .node-head';
+  await page.dispatchEvent(desk, 'drop', { dataTransfer: await drop('results.json', fs.readFileSync(file, 'utf8')) });
+  await page.waitForFunction(() => document.querySelector('#machines-said')?.textContent.startsWith('`desk` fitted'));
+  assert.match(await text(page, '#machines-said'), /^`desk` fitted to 1 decode test on llama.cpp CUDA in `results.json`: \d+% of its figures' bandwidth/);
+  const scenario = JSON.parse(await text(page, '#scenario-json'));
+  const fitted = scenario.nodes.find((n) => n.name === 'desk');
+  assert.deepEqual({ backend: fitted.backend, efficiency: fitted.efficiency }, { backend: expected.backend, efficiency: expected.efficiency });
+  // The page plans with the fit, as the CLI does with the same scenario.
+  const verdict = await text(page, '#plan-headline');
+  assert.equal(Number(verdict.match(/([\d.]+) tok\/s for one user/)[1]), sig3(cliPlan(JSON.stringify(scenario)).stream_tokens_per_s));
+  // A file that is not llama-bench's: one line at the notice, the fit kept.
+  await page.dispatchEvent(desk, 'drop', { dataTransfer: await drop('notes.json', '{"hello": "world"}\n') });
+  await page.waitForFunction(() => document.querySelector('#notice')?.textContent.includes('notes.json'));
+  assert.ok(!(await text(page, '#notice')).includes('\n'));
+  const kept = JSON.parse(await text(page, '#scenario-json')).nodes.find((n) => n.name === 'desk');
+  assert.equal(kept.backend, expected.backend);
+  // Another device: the fit was to the old one's figures, so it goes.
+  await page.selectOption('.node[data-node="desk"] .node-device', 'rtx-3090');
+  const moved = JSON.parse(await text(page, '#scenario-json')).nodes.find((n) => n.name === 'desk');
+  assert.equal(moved.efficiency, undefined);
+  await page.close();
+});
+
 await check('hostile share links and files get a message, never a blank page', async () => {
   for (const [hash, expected] of [['#s1.!!!', /damaged/], ['#nonsense', /not a stageplan link/], [`#s1.${'A'.repeat(40000)}`, /over the/]]) {
     const page = await open(hash);

@@ -512,8 +512,9 @@ fn calibrate(
     let fit = bench::fit_node(&tests, &node, model).map_err(Failure)?;
     let mut ready = node.clone();
     ready["name"] = "this-machine".into();
-    ready["backend"] = fit.backend.name().into();
-    ready["efficiency"] = serde_json::json!({ "bandwidth": (fit.efficiency * 1000.0).round() / 1000.0 });
+    if let (Some(ready), serde_json::Value::Object(fields)) = (ready.as_object_mut(), fit.fields(&node)) {
+        ready.extend(fields);
+    }
     let stdout = match format {
         Format::Json => {
             let tests: Vec<serde_json::Value> = fit
@@ -528,10 +529,8 @@ fn calibrate(
         }
         Format::Table => {
             let mut out = format!(
-                "{} decode test{} on llama.cpp {}:\n\n  model            weights   measured   predicted (fitted terms)   with this node\n",
-                fit.tests.len(),
-                if fit.tests.len() == 1 { "" } else { "s" },
-                fit.backend.title()
+                "{}:\n\n  model            weights   measured   predicted (fitted terms)   with this node\n",
+                fit.summary()
             );
             for t in &fit.tests {
                 out.push_str(&format!(

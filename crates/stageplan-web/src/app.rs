@@ -91,7 +91,7 @@ pub fn App() -> impl IntoView {
         <main class="layout">
             <section class="inputs" aria-label="scenario">
                 <ModelPanel state=state dropped=dropped notice=notice worker=worker problem=problem/>
-                <ClusterPanel state=state problem=problem/>
+                <ClusterPanel state=state problem=problem notice=notice worker=worker/>
             </section>
             <section class="results" aria-label="plan">
                 <PlanPanel state=state computed=computed shown=shown problem=problem/>

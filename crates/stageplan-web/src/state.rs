@@ -68,6 +68,11 @@ pub struct NodeDraft {
     pub reserve: String,
     /// What-if: a switched-off node is kept but not planned on.
     pub enabled: bool,
+    /// The node's `backend` and `efficiency` as JSON text (an object, or empty): fitted
+    /// from the machine's own llama-bench results dropped on its row, or read from a
+    /// scenario. Kept as text, so the page never needs their types.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub fit: String,
 }
 
 impl NodeDraft {
@@ -81,6 +86,8 @@ impl NodeDraft {
     /// it leaves, written out to edit.
     pub fn choose_device(&mut self, device: &str) {
         let leaving = std::mem::replace(&mut self.device, device.to_owned());
+        // A fit was to the figures it leaves.
+        self.fit.clear();
         if !device.is_empty() {
             (self.kind, self.memory, self.bandwidth, self.compute, self.reserve) = Default::default();
             return;
@@ -229,6 +236,10 @@ impl AppState {
                     if !value.is_null() {
                         node.insert(key.into(), value);
                     }
+                }
+                // Only the two fields a fit holds, whatever a share link carries.
+                if let Ok(Value::Object(fit)) = serde_json::from_str(&n.fit) {
+                    node.extend(fit.into_iter().filter(|(key, _)| key == "backend" || key == "efficiency"));
                 }
                 Value::Object(node)
             })
@@ -385,7 +396,10 @@ impl AppState {
         let state: AppState = serde_json::from_slice(&bytes)
             .map_err(|e| ShareError(format!("the share link does not hold a plan ({e}); copy it again")))?;
         let texts = std::iter::once(&state.model.config).chain(
-            state.nodes.iter().flat_map(|n| [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve]),
+            state
+                .nodes
+                .iter()
+                .flat_map(|n| [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve, &n.fit]),
         );
         if state.nodes.len() > MAX_NODES || texts.into_iter().any(|t| t.len() > MAX_TEXT) {
             return Err(ShareError(format!("the share link holds more than {MAX_NODES} nodes or an over-long field")));
@@ -407,11 +421,24 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
         compute: text(spec.compute.map(stageplan::units::Compute::get), Dimension::Compute),
         reserve: text(spec.reserve.map(stageplan::units::Bytes::get), Dimension::Memory),
         enabled: true,
+        fit: fit_text(spec),
     };
     match spec.count {
         Some(count) => (1..=count.min(MAX_NODES as u32)).map(|k| draft(format!("{}-{k}", spec.name))).collect(),
         None => vec![draft(spec.name.clone())],
     }
+}
+
+/// A scenario node's `backend` and `efficiency` as a draft keeps them (see [`NodeDraft::fit`]).
+fn fit_text(spec: &NodeSpec) -> String {
+    let mut fit = serde_json::Map::new();
+    if let Some(backend) = spec.backend {
+        fit.insert("backend".into(), json!(backend.name()));
+    }
+    if let Some(e) = spec.efficiency {
+        fit.insert("efficiency".into(), json!({"bandwidth": e.bandwidth, "compute": e.compute}));
+    }
+    if fit.is_empty() { String::new() } else { Value::Object(fit).to_string() }
 }
 
 /// The core's default link as the page writes it (`1.25 GB/s`, `0.5 ms`).
@@ -474,6 +501,27 @@ mod tests {
         assert!(fragment.starts_with("s1."));
         assert!(fragment.len() < 1024, "{} characters", fragment.len());
         assert_eq!(AppState::from_fragment(&format!("#{fragment}")).unwrap(), state);
+    }
+
+    /// A llama-bench fit (issue #15) is part of its machine: in the scenario, through the
+    /// JSON editor and a share link; a share link cannot use it to rewrite other fields; it
+    /// goes when the machine's device changes, since it was fitted to that device's figures.
+    #[test]
+    fn a_fit_travels_with_its_machine_until_its_device_changes() {
+        let mut state = AppState::default();
+        state.nodes[0].fit =
+            r#"{"backend": "cuda", "efficiency": {"bandwidth": 0.9}, "name": "other", "count": 9}"#.into();
+        let node = &state.scenario_json()["nodes"][0];
+        assert_eq!((&node["backend"], &node["efficiency"]["bandwidth"]), (&json!("cuda"), &json!(0.9)));
+        assert_eq!((&node["name"], node.get("count")), (&json!(state.nodes[0].name), None));
+        let scenario = state.scenario().unwrap();
+        let edited = AppState::from_scenario(&scenario);
+        assert_eq!(edited.scenario().unwrap(), scenario);
+        let shared = AppState::from_fragment(&edited.to_fragment()).unwrap();
+        assert_eq!(shared.scenario().unwrap(), scenario);
+        let mut machine = shared.nodes[0].clone();
+        machine.choose_device("l4");
+        assert!(machine.fit.is_empty());
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //!
 //! The messages are JSON text, defined once for both sides: an [`Asked`] (a [`Request`] and
 //! its id) in, an [`Answer`] (a [`Reply`] and the id it answers) out. A request that comes
-//! with files ([`Request::ReadModel`]) is posted as an array: its JSON text, then the files
+//! with files ([`Request::ReadModel`], [`Request::Calibrate`]) is posted as an array: its JSON text, then the files
 //! (a `File` crosses to a worker as a handle; its bytes are read there, a slice at a time). An answer without an id
 //! is about the worker itself — it did not load, or it stopped — and concerns every request
 //! still waiting. A message the page cannot read becomes an error message, not a crash.
@@ -80,6 +80,21 @@ pub enum Request {
     /// scenario's JSON on the enabled machines; `dropped`: with the model the worker last
     /// read from dropped files (it keeps it, so the page never sends a model back).
     Sweeps { scenario: String, enabled: Vec<bool>, dropped: bool },
+    /// The llama-bench results posted with the request (`llama-bench -o json` or `jsonl`)
+    /// fitted to a machine, as `stageplan calibrate` fits them: `node` is its scenario
+    /// node's JSON (`device`, or its figures).
+    Calibrate { node: String },
+}
+
+/// A machine fitted to its own llama-bench results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Calibrated {
+    /// The machine's name, as the request's node had it.
+    pub node: String,
+    /// What the fit adds to its scenario node, as JSON text: `backend` and `efficiency`.
+    pub fit: String,
+    /// What was fitted, in a sentence.
+    pub said: String,
 }
 
 /// A model read from dropped files, and what reading it cost.
@@ -149,6 +164,7 @@ pub enum Reply {
     Sharded(ShardedRun),
     Exported(Export),
     ModelRead(Box<Dropped>),
+    Calibrated(Calibrated),
     /// The sweeps' markup, escaped, to set in place.
     Swept(String),
     /// The request failed (no WebGPU, a device error, no probe yet, a plan that cannot be
@@ -210,7 +226,8 @@ impl PageWorker {
         self.send_with_files(request, &[])
     }
 
-    /// [`PageWorker::send`], with files the request reads ([`Request::ReadModel`]).
+    /// [`PageWorker::send`], with files the request reads ([`Request::ReadModel`],
+    /// [`Request::Calibrate`]).
     pub fn send_with_files(&self, request: Request, files: &[web_sys::File]) -> u64 {
         let id = self.last_id.get() + 1;
         self.last_id.set(id);

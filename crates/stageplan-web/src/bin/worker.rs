@@ -8,7 +8,7 @@ use std::rc::Rc;
 use stageplan_gpu::router::RoundRobin;
 use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
-use stageplan_web::worker::{Answer, Asked, Measured, Reply, Request, ShardedRun, StageRun};
+use stageplan_web::worker::{Answer, Asked, Calibrated, Measured, Reply, Request, ShardedRun, StageRun};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
@@ -86,6 +86,10 @@ async fn serve(
                 Err(message) => Reply::Failed(message),
             });
         }
+        Request::Calibrate { node } => reply(match calibrate(&files, &node).await {
+            Ok(fitted) => Reply::Calibrated(fitted),
+            Err(message) => Reply::Failed(message),
+        }),
         Request::ReadModel => reply(match stageplan_web::files::read_model(files).await {
             Ok(read) => {
                 *last_model.borrow_mut() = Some(read.model.clone());
@@ -94,6 +98,36 @@ async fn serve(
             Err(message) => Reply::Failed(message),
         }),
     }
+}
+
+/// A machine (`node`: its scenario node's JSON) fitted to the llama-bench results in
+/// `files`, as `stageplan calibrate` fits it.
+async fn calibrate(files: &[web_sys::File], node: &str) -> Result<Calibrated, String> {
+    use stageplan::calibration::bench;
+    use stageplan::quote::line;
+    let [file] = files else {
+        return Err("drop one llama-bench results file (`llama-bench -o json` or `-o jsonl`) on a machine".into());
+    };
+    let name = line(&file.name()).into_owned();
+    if file.size() > stageplan::limits::MAX_TEXT_BYTES as f64 {
+        return Err(format!("`{name}` is over 64 MiB; llama-bench results are far smaller"));
+    }
+    let text = wasm_bindgen_futures::JsFuture::from(file.text())
+        .await
+        .ok()
+        .and_then(|t| t.as_string())
+        .ok_or_else(|| format!("`{name}` cannot be read as text"))?;
+    let node: serde_json::Value = serde_json::from_str(node).map_err(|e| e.to_string())?;
+    let tests = bench::parse(&text).map_err(|e| format!("`{name}`: {e}"))?;
+    let fit = bench::fit_node(&tests, &node, None).map_err(|e| format!("`{name}`: {e}"))?;
+    let machine = node["name"].as_str().unwrap_or_default().to_owned();
+    let said = format!(
+        "`{}` fitted to {} in `{name}`: {:.0}% of its figures' bandwidth; choose its device again to drop the fit",
+        line(&machine),
+        fit.summary(),
+        fit.efficiency * 100.0
+    );
+    Ok(Calibrated { node: machine, fit: fit.fields(&node).to_string(), said })
 }
 
 /// The sweeps' markup for a scenario; `model`: with the model last read from dropped files

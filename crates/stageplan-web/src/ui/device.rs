@@ -51,7 +51,9 @@ pub fn DevicePanel(
                 }
                 Reply::Failed(message) if kind == Task::Sharded => sharded_note.set(message.clone()),
                 Reply::Failed(message) => status.set(message.clone()),
-                Reply::Ready | Reply::Exported(_) | Reply::ModelRead(_) | Reply::Swept(_) => return,
+                Reply::Ready | Reply::Exported(_) | Reply::ModelRead(_) | Reply::Calibrated(_) | Reply::Swept(_) => {
+                    return;
+                }
             }
             task.set(None);
         });

@@ -310,8 +310,49 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
 
 /// The machines and the links between them.
 #[component]
-pub fn ClusterPanel(state: RwSignal<AppState>, problem: Memo<Option<InputError>>) -> impl IntoView {
+pub fn ClusterPanel(
+    state: RwSignal<AppState>,
+    problem: Memo<Option<InputError>>,
+    notice: RwSignal<Option<String>>,
+    worker: StoredValue<PageWorker, LocalStorage>,
+) -> impl IntoView {
     let chosen = RwSignal::new("rtx-4090".to_owned());
+    // A machine's llama-bench results, dropped on its row, are read and fitted in the worker
+    // (`stageplan calibrate`'s road); the fit lands in the machine's draft.
+    let waiting = RwSignal::new(0_u64);
+    let said =
+        RwSignal::new("Drop a machine's llama-bench -o json results on its row to fit its speed to them.".to_owned());
+    worker.with_value(|w| {
+        w.answers(waiting, move |reply| {
+            match reply {
+                Reply::Calibrated(fitted) => {
+                    state.update(|s| {
+                        if let Some(n) = s.nodes.iter_mut().find(|n| n.name == fitted.node) {
+                            n.fit.clone_from(&fitted.fit);
+                        }
+                    });
+                    said.set(fitted.said.clone());
+                }
+                Reply::Failed(message) => notice.set(Some(message.clone())),
+                _ => return false,
+            }
+            true
+        });
+    });
+    let drop = move |ev: web_sys::DragEvent| {
+        let row = ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()?.closest("li.node").ok()?);
+        let file = ev.data_transfer().and_then(|d| d.files()?.get(0));
+        let (Some(row), Some(file)) = (row, file) else { return };
+        ev.prevent_default();
+        let name = row.get_attribute("data-node").unwrap_or_default();
+        let node = state.with_untracked(|s| {
+            let index = s.nodes.iter().position(|n| n.name == name)?;
+            s.scenario_json()["nodes"].get(index).map(ToString::to_string)
+        });
+        if let Some(node) = node {
+            waiting.set(worker.with_value(|w| w.send_with_files(Request::Calibrate { node }, &[file])));
+        }
+    };
     let add = move |_| {
         let device = chosen.get_untracked();
         state.update(|s| {
@@ -342,7 +383,8 @@ pub fn ClusterPanel(state: RwSignal<AppState>, problem: Memo<Option<InputError>>
     view! {
         <fieldset class="panel">
             <legend>"Machines"</legend>
-            <ul class="nodes">
+            <p id="machines-said" class="hint" aria-live="polite">{move || said.get()}</p>
+            <ul class="nodes" on:dragover=move |ev: web_sys::DragEvent| ev.prevent_default() on:drop=drop>
                 <For each=move || state.with(|s| s.nodes.iter().map(|n| n.id).collect::<Vec<_>>()) key=|id| *id let:id>
                     <NodeRow state=state id=id problem=problem/>
                 </For>

@@ -164,6 +164,24 @@ pub struct NodeFit {
     pub tests: Vec<Checked>,
 }
 
+impl NodeFit {
+    /// What the fit adds to the machine's scenario node: its `backend`, and
+    /// `efficiency.bandwidth` to three decimals (`compute` kept from `node`, if it has one).
+    pub fn fields(&self, node: &serde_json::Value) -> serde_json::Value {
+        let mut efficiency = serde_json::json!({ "bandwidth": (self.efficiency * 1000.0).round() / 1000.0 });
+        if let Some(compute) = node.pointer("/efficiency/compute") {
+            efficiency["compute"] = compute.clone();
+        }
+        serde_json::json!({ "backend": self.backend.name(), "efficiency": efficiency })
+    }
+
+    /// `3 decode tests on llama.cpp CUDA`.
+    pub fn summary(&self) -> String {
+        let n = self.tests.len();
+        format!("{n} decode test{} on llama.cpp {}", if n == 1 { "" } else { "s" }, self.backend.title())
+    }
+}
+
 /// Fits `efficiency.bandwidth` of a node with `node` figures (a scenario node's JSON
 /// object: `device`, or `bandwidth` and `compute`) to the decode tests.
 ///
@@ -302,6 +320,12 @@ mod tests {
         let t = &fit.tests[0];
         assert!((t.with_node / t.measured - 1.0).abs() < 1e-6, "{fit:?}");
         assert!(fit.efficiency > 0.5 && fit.efficiency < 1.5, "{fit:?}");
+        // What a scenario node gets: the backend, the bandwidth factor, the node's own compute.
+        let fields = fit.fields(&serde_json::json!({"device": "rtx-4090", "efficiency": {"compute": 0.7}}));
+        assert_eq!(fields["backend"], "cuda");
+        assert_eq!(fields["efficiency"]["compute"], 0.7);
+        assert_eq!(fields["efficiency"]["bandwidth"], (fit.efficiency * 1000.0).round() / 1000.0);
+        assert_eq!(fit.summary(), "1 decode test on llama.cpp CUDA");
     }
 
     #[test]
