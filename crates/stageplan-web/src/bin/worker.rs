@@ -110,7 +110,8 @@ async fn calibrate(files: &[web_sys::File], node: &str) -> Result<Calibrated, St
     };
     let name = line(&file.name()).into_owned();
     if file.size() > stageplan::limits::MAX_TEXT_BYTES as f64 {
-        return Err(format!("`{name}` is over 64 MiB; llama-bench results are far smaller"));
+        let limit = stageplan::limits::MAX_TEXT_BYTES >> 20;
+        return Err(format!("`{name}` is over {limit} MiB; llama-bench results are far smaller"));
     }
     let text = wasm_bindgen_futures::JsFuture::from(file.text())
         .await
