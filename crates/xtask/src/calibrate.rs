@@ -11,7 +11,13 @@ use stageplan::calibration::fit::{self, Sample, Terms};
 use stageplan::calibration::table::{TableFiles, decode_samples};
 
 /// Where the fit starts: the peaks, with a small per-layer cost.
-const START: Terms = Terms { bandwidth: [0.8; 5], per_layer_s: [5e-5; 5], weights: [1.0; 3], thread_bandwidth: 1e10 };
+const START: Terms = Terms {
+    bandwidth: [0.8; 5],
+    per_layer_s: [5e-5; 5],
+    weights: [1.0; 3],
+    thread_bandwidth: 1e10,
+    pre_graphs_per_layer_s: 5e-5,
+};
 
 pub(crate) fn calibrate(root: &Path) -> Result<(), String> {
     let dir = root.join("tests/calibration");
@@ -102,8 +108,13 @@ pub(crate) fn calibrate(root: &Path) -> Result<(), String> {
     }
     let _ = write!(
         out,
-        "    ],\n    q8: {:.4},\n    legacy: {:.4},\n    kquant: {:.4},\n    thread_bandwidth: {:.4e},\n    provenance: {:?},\n}};\n",
-        fitted.q8, fitted.legacy, fitted.kquant, fitted.thread_bandwidth, fitted.provenance
+        "    ],\n    q8: {:.4},\n    legacy: {:.4},\n    kquant: {:.4},\n    thread_bandwidth: {:.4e},\n    pre_graphs_per_layer_s: {:.4e},\n    provenance: {:?},\n}};\n",
+        fitted.q8,
+        fitted.legacy,
+        fitted.kquant,
+        fitted.thread_bandwidth,
+        fitted.pre_graphs_per_layer_s,
+        fitted.provenance
     );
     let target = root.join("crates/stageplan/src/calibration/fitted.rs");
     std::fs::write(&target, out).map_err(|e| format!("{}: {e}", target.display()))?;

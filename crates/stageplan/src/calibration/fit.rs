@@ -37,6 +37,8 @@ pub struct Sample {
     /// The device's peak bandwidth (bytes/s) and, on a CPU, the threads it ran with.
     pub bandwidth: f64,
     pub threads: Option<f64>,
+    /// Measured on a CUDA build from before CUDA graphs (see [`Terms::pre_graphs_per_layer_s`]).
+    pub before_cuda_graphs: bool,
     pub stages: Vec<Stage>,
     /// Measured seconds per token.
     pub measured_s: f64,
@@ -55,12 +57,21 @@ pub struct Terms {
     pub weights: [f64; 3],
     /// Bytes of F16 weights one CPU thread decodes per second (`β`).
     pub thread_bandwidth: f64,
+    /// Seconds per layer per token that CUDA builds from before CUDA graphs paid on top of
+    /// `τ_CUDA`: fitted so that their rows count as evidence for the other terms, never
+    /// applied to a plan (plans are for the builds people run now).
+    pub pre_graphs_per_layer_s: f64,
 }
 
 impl Terms {
     /// Peaks: what the cost model predicted before calibration.
-    pub const PEAK: Terms =
-        Terms { bandwidth: [1.0; 5], per_layer_s: [0.0; 5], weights: [1.0; 3], thread_bandwidth: f64::INFINITY };
+    pub const PEAK: Terms = Terms {
+        bandwidth: [1.0; 5],
+        per_layer_s: [0.0; 5],
+        weights: [1.0; 3],
+        thread_bandwidth: f64::INFINITY,
+        pre_graphs_per_layer_s: 0.0,
+    };
 
     /// The terms in `fitted`.
     pub fn of(fitted: &Fitted) -> Terms {
@@ -69,6 +80,7 @@ impl Terms {
             per_layer_s: fitted.backends.map(|t| t.per_layer_s),
             weights: [fitted.q8, fitted.legacy, fitted.kquant],
             thread_bandwidth: fitted.thread_bandwidth,
+            pre_graphs_per_layer_s: fitted.pre_graphs_per_layer_s,
         }
     }
 
@@ -82,6 +94,7 @@ impl Terms {
             Some(i) => (self.bandwidth[i], self.per_layer_s[i]),
             None => (1.0, 0.0),
         };
+        let tau = if sample.before_cuda_graphs { tau + self.pre_graphs_per_layer_s } else { tau };
         let mu = match sample.weights {
             WeightClass::Float => 1.0,
             WeightClass::Q8 => self.weights[0],
@@ -108,6 +121,7 @@ impl Terms {
         v.extend(self.per_layer_s.iter().map(|x| x.max(1e-9).ln()));
         v.extend(self.weights.iter().map(|x| x.ln()));
         v.push(self.thread_bandwidth.min(1e15).ln());
+        v.push(self.pre_graphs_per_layer_s.max(1e-9).ln());
         v
     }
 
@@ -118,6 +132,7 @@ impl Terms {
             per_layer_s: [e(5), e(6), e(7), e(8), e(9)],
             weights: [e(10), e(11), e(12)],
             thread_bandwidth: e(13),
+            pre_graphs_per_layer_s: e(14),
         }
     }
 }
@@ -225,6 +240,7 @@ pub fn fitted(terms: Terms, samples: &[Sample], cross_validated: &[f64], provena
         legacy: terms.weights[1],
         kquant: terms.weights[2],
         thread_bandwidth: terms.thread_bandwidth,
+        pre_graphs_per_layer_s: terms.pre_graphs_per_layer_s,
         provenance,
     }
 }
@@ -239,6 +255,7 @@ mod tests {
             weights: WeightClass::Float,
             bandwidth: 1e11,
             threads: None,
+            before_cuda_graphs: false,
             stages: vec![Stage { memory_s, compute_s: 0.0, layers, send_s: 0.0 }],
             measured_s: 1.0,
             source: source.into(),
@@ -255,6 +272,7 @@ mod tests {
             per_layer_s: [5e-5, 1e-4, 7e-5, 3e-5, 2e-4],
             weights: [1.0; 3],
             thread_bandwidth: 1e10,
+            pre_graphs_per_layer_s: 1e-4,
         };
         let mut samples = Vec::new();
         for (i, &b) in Backend::FITTED.iter().enumerate() {
@@ -269,12 +287,20 @@ mod tests {
             s.measured_s = truth.predict(&s);
             samples.push(s);
         }
+        // CUDA builds from before graphs, on a small and a large model.
+        for (j, (m, l)) in [(0.002, 22.0), (0.05, 80.0)].into_iter().enumerate() {
+            let mut s = sample(Backend::Cuda, m, l, &truth, &format!("s{j}"));
+            s.before_cuda_graphs = true;
+            s.measured_s = truth.predict(&s);
+            samples.push(s);
+        }
         let refs: Vec<&Sample> = samples.iter().collect();
         let got = fit(&refs, Terms { per_layer_s: [1e-5; 5], thread_bandwidth: 5e9, ..Terms::PEAK });
         for (a, b) in got.bandwidth.iter().zip(truth.bandwidth) {
             assert!((a / b - 1.0).abs() < 0.01, "{got:?}");
         }
         assert!((got.thread_bandwidth / truth.thread_bandwidth - 1.0).abs() < 0.01, "{got:?}");
+        assert!((got.pre_graphs_per_layer_s / truth.pre_graphs_per_layer_s - 1.0).abs() < 0.01, "{got:?}");
         assert!(leave_one_source_out(&samples, got).iter().all(|&e| e < 0.02));
     }
 

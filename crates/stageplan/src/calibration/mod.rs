@@ -12,7 +12,9 @@
 //!
 //! `η` (bandwidth reached on F16 weights), `τ` (seconds per layer per token) and `μ` (weight
 //! storage relative to F16) are fitted, and on a CPU running `threads` threads `η` is at most
-//! `threads · β ÷ peak` (`β`: what one thread decodes per second). They are fitted by `cargo xtask calibrate` to the table under
+//! `threads · β ÷ peak` (`β`: what one thread decodes per second). CUDA rows measured before
+//! CUDA graphs (dated before [`table::CUDA_GRAPHS`]) pay a further per-layer term in the fit,
+//! which plans never pay. They are fitted by `cargo xtask calibrate` to the table under
 //! `tests/calibration/` — a robust (Huber) fit of the log of predicted ÷ measured tokens/s,
 //! each source's rows weighted by `1 ÷ √rows` (see [`fit::fit`]) — and
 //! written to `fitted.rs`, with each backend's typical error when its source is left out of
@@ -80,6 +82,10 @@ pub struct Fitted {
     /// Bytes of F16 weights one CPU thread decodes per second (`β`): a CPU node with
     /// `threads` reaches at most `threads · β` of its bandwidth.
     pub thread_bandwidth: f64,
+    /// Seconds per layer per token that CUDA builds from before CUDA graphs (llama.cpp PR
+    /// #6766, on master by May 2024) paid on top of `τ_CUDA`. Fitted so that the table's older
+    /// CUDA rows are evidence for the other terms; plans never use it.
+    pub pre_graphs_per_layer_s: f64,
     /// What the terms were fitted to, in words.
     pub provenance: &'static str,
 }
@@ -160,6 +166,25 @@ mod tests {
         assert!(quantile(&errors, 0.5) < quantile(&peaks, 0.5) / 3.0, "calibration must beat the peaks");
     }
 
+    /// CUDA rows dated before CUDA graphs get their own per-layer term; later and undated
+    /// rows, and other backends of any date, do not.
+    #[test]
+    fn cuda_rows_from_before_graphs_are_told_apart() {
+        let (samples, _) = decode_samples(&files()).unwrap();
+        let before = |source: &str| {
+            let mut of = samples.iter().filter(|s| s.source.starts_with(source)).map(|s| s.before_cuda_graphs);
+            let first = of.next().expect(source);
+            assert!(of.all(|b| b == first), "{source}: mixed");
+            first
+        };
+        assert!(before("ggml-org/llama.cpp issue #6763"));
+        assert!(before("ggml-org/llama.cpp PR #4812"));
+        assert!(!before("ggml-org/llama.cpp PR #7302"));
+        assert!(!before("ggml-org/llama.cpp discussion #15013"));
+        assert!(!before("ggml-org/llama.cpp discussion #4167"), "Metal rows of any date");
+        assert!(fitted::FITTED.pre_graphs_per_layer_s > fitted::FITTED.backend(Backend::Cuda).unwrap().per_layer_s);
+    }
+
     /// A sample's prediction is what the cost model plans with the fitted terms applied.
     #[test]
     fn samples_predict_what_the_cost_model_plans() {
@@ -172,6 +197,7 @@ mod tests {
             weights: WeightClass::KQuant,
             bandwidth: 1008e9,
             threads: None,
+            before_cuda_graphs: false,
             stages: at_peak.stages.iter().map(fit::Stage::from).collect(),
             measured_s: 1.0,
             source: String::new(),

@@ -18,6 +18,12 @@ pub struct TableFiles<'a> {
     pub configs: &'a [(&'a str, &'a str)],
 }
 
+/// The month from which llama.cpp's CUDA backend ran each decode step as one CUDA graph
+/// (PR #6766; issue #6763 and the PR measured master without them on 2024-04-19, and PR
+/// #7302 measured master with them on 2024-05-15). CUDA rows dated earlier paid a kernel
+/// launch per op per token: their own per-layer term ([`super::fit::Terms::pre_graphs_per_layer_s`]).
+pub const CUDA_GRAPHS: &str = "2024-05";
+
 /// Decode rows as samples, and the rows left out with why.
 pub fn decode_samples(files: &TableFiles) -> Result<(Vec<Sample>, Vec<String>), String> {
     let devices = records(files.devices)?;
@@ -80,11 +86,15 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
         other => return Err(format!("backend `{other}` has no fitted terms")),
     };
     let measured: f64 = row.get("value").parse().map_err(|_| "bad value")?;
+    // ISO dates compare as text; a row without a date is taken to be recent.
+    let date = row.get("date");
+    let before_cuda_graphs = backend == Backend::Cuda && !date.is_empty() && date < CUDA_GRAPHS;
     Ok(Sample {
         backend,
         weights: WeightClass::of(row.get("weights")),
         bandwidth: bandwidth * 1e9,
         threads,
+        before_cuda_graphs,
         stages: plan.stages.iter().map(Stage::from).collect(),
         measured_s: 1.0 / measured,
         source: row.get("source").split(" (").next().unwrap_or_default().to_owned(),
