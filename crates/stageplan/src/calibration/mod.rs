@@ -82,9 +82,9 @@ pub struct Fitted {
     /// Bytes of F16 weights one CPU thread decodes per second (`β`): a CPU node with
     /// `threads` reaches at most `threads · β` of its bandwidth.
     pub thread_bandwidth: f64,
-    /// Seconds per layer per token that CUDA builds from before CUDA graphs (llama.cpp PR
-    /// #6766, on master by May 2024) paid on top of `τ_CUDA`. Fitted so that the table's older
-    /// CUDA rows are evidence for the other terms; plans never use it.
+    /// Seconds per layer per token that CUDA rows dated before [`table::CUDA_GRAPHS`] paid on
+    /// top of `τ_CUDA`. Fitted so that the table's older CUDA rows are evidence for the other
+    /// terms; plans never use it.
     pub pre_graphs_per_layer_s: f64,
     /// What the terms were fitted to, in words.
     pub provenance: &'static str,
@@ -167,7 +167,7 @@ mod tests {
     }
 
     /// CUDA rows dated before CUDA graphs get their own per-layer term; later and undated
-    /// rows, and other backends of any date, do not.
+    /// rows, and other backends, do not.
     #[test]
     fn cuda_rows_from_before_graphs_are_told_apart() {
         let (samples, _) = decode_samples(&files()).unwrap();
@@ -181,7 +181,7 @@ mod tests {
         assert!(before("ggml-org/llama.cpp PR #4812"));
         assert!(!before("ggml-org/llama.cpp PR #7302"));
         assert!(!before("ggml-org/llama.cpp discussion #15013"));
-        assert!(!before("ggml-org/llama.cpp discussion #4167"), "Metal rows of any date");
+        assert!(!before("ggml-org/llama.cpp discussion #4167"), "Metal rows");
         assert!(fitted::FITTED.pre_graphs_per_layer_s > fitted::FITTED.backend(Backend::Cuda).unwrap().per_layer_s);
     }
 
