@@ -146,7 +146,7 @@ pub(crate) fn fuzz(python: &Path, seconds: u64) -> Result<(), String> {
         seed_corpus(target, &seeds, &corpus)?;
         // cargo-fuzz needs the nightly toolchain; `rustup run` selects it.
         let mut run = Command::new("rustup");
-        run.current_dir(root().join("crates/stageplan"))
+        run.current_dir(root())
             // No AddressSanitizer: the code under test forbids `unsafe`, and without ASan's
             // overhead each second reaches about five times more inputs.
             .args(["run", NIGHTLY, "cargo", "fuzz", "run", "--sanitizer", "none", target])
@@ -163,7 +163,7 @@ pub(crate) fn fuzz(python: &Path, seconds: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The libFuzzer dictionary for a target, under `crates/stageplan/fuzz/dicts/`.
+/// The libFuzzer dictionary for a target, under `fuzz/dicts/`.
 pub(crate) fn fuzz_dictionary(target: &str) -> Option<PathBuf> {
     let name = match target {
         "gguf_header" => "gguf",
@@ -172,7 +172,7 @@ pub(crate) fn fuzz_dictionary(target: &str) -> Option<PathBuf> {
         "export_text" => "export_text",
         _ => return None,
     };
-    Some(root().join("crates/stageplan/fuzz/dicts").join(format!("{name}.dict")))
+    Some(root().join("fuzz/dicts").join(format!("{name}.dict")))
 }
 
 /// The first 128 KiB of each reference file (headers and some data) for the parsers; the
