@@ -46,13 +46,22 @@
 pub mod balance;
 mod capacity;
 mod controller;
+mod invariants;
+mod metrics;
 pub mod observe;
+mod pass;
+mod replan;
+mod report;
+mod snapshot;
 pub mod spec;
 pub mod store;
+mod writes;
 
-pub use controller::{
-    Controller, Event, Metrics, NoMetrics, Options, PassReport, Release, Resolve, Snapshot, Violation, check_invariants,
-};
+pub use controller::{Controller, Event, Options, Resolve};
+pub use invariants::{Violation, check_invariants};
+pub use metrics::{Metrics, NoMetrics};
+pub use report::{PassReport, Release};
+pub use snapshot::Snapshot;
 pub use spec::{
     Assignment, Autoscale, BalanceOptions, Deployment, Learned, Node, Placement, Planned, Predicted, Rebalance,
     StageRequest, Status, assignment_key, planned_stages,

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use stageplan::quote::line;
 
-use crate::controller::Metrics;
+use crate::metrics::Metrics;
 
 /// Most series one answer may hold: far above any fleet, far below what runs out of memory.
 pub const MAX_SERIES: usize = 200_000;

@@ -1,0 +1,133 @@
+//! The pass's third step: release assignments that are no longer desired, whose node left
+//! or shrank, or whose replica failed, and roll changed stages one replica at a time so the
+//! others keep serving. What stays bound is replayed onto the capacity the place step uses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::capacity::{Capacity, Unreplayable};
+use crate::report::{PassReport, Release};
+use crate::snapshot::Snapshot;
+use crate::spec::{Assignment, Deployment, Status, assignment_key, parse_assignment_key};
+use crate::store::{ASSIGNMENTS, Expect, Op, Store, StoreError};
+use crate::writes::commit_groups;
+
+pub(crate) fn release(
+    store: &mut impl Store,
+    snapshot: &Snapshot,
+    capacity: &mut Capacity,
+    report: &mut PassReport,
+) -> Result<(), StoreError> {
+    let failed: BTreeSet<&str> = snapshot
+        .assignments
+        .iter()
+        .filter(|(_, (a, _))| a.status == Status::Failed)
+        .filter_map(|(key, _)| key.rsplit_once('/').map(|(replica, _)| replica))
+        .collect();
+    let (held_deployments, held_nodes, _) = snapshot.quarantine();
+    let mut groups = Vec::new();
+    type Changed<'a> = BTreeMap<u32, Vec<(&'a String, &'a Assignment, u64)>>;
+    let mut changed: BTreeMap<&str, Changed<'_>> = BTreeMap::new();
+    for (key, (assignment, revision)) in &snapshot.assignments {
+        let deployment = parse_assignment_key(key).map_or("", |(name, _, _)| name);
+        if held_deployments.contains(deployment) || held_nodes.contains(assignment.node.as_str()) {
+            // Left bound: a record this version cannot read is no reason to release.
+            let _ = capacity.replay(assignment);
+            continue;
+        }
+        let desired = parse_assignment_key(key).and_then(|(name, replica, stage)| {
+            let (deployment, _) = snapshot.deployments.get(name)?;
+            (replica < deployment.replicas).then_some(())?;
+            deployment.stages.get(stage)
+        });
+        let reason = match desired {
+            None => Some(Release::NotDesired),
+            Some(request)
+                if request.memory != assignment.memory
+                    || request.gpus as usize != assignment.gpus.len()
+                    || request.layers != assignment.layers
+                    || request.node.as_ref().is_some_and(|n| *n != assignment.node) =>
+            {
+                Some(Release::Changed)
+            }
+            Some(_) if key.rsplit_once('/').is_some_and(|(replica, _)| failed.contains(replica)) => {
+                Some(Release::Failed)
+            }
+            Some(_) => match capacity.replay(assignment) {
+                Ok(()) => None,
+                Err(Unreplayable::NodeGone) => Some(Release::NodeGone),
+                Err(Unreplayable::NoRoom | Unreplayable::GpuTaken) => Some(Release::NoRoom),
+            },
+        };
+        match reason {
+            Some(Release::Changed) => {
+                let (_, replica, _) = parse_assignment_key(key).unwrap_or_default();
+                changed.entry(deployment).or_default().entry(replica).or_default().push((key, assignment, *revision));
+            }
+            Some(reason) => {
+                report.released.push((key.clone(), reason));
+                groups
+                    .push(vec![Op::Delete { key: format!("{ASSIGNMENTS}{key}"), expect: Expect::Revision(*revision) }]);
+            }
+            None => {}
+        }
+    }
+    // Changed stages move a replica at a time, so the others keep serving.
+    for (name, replicas) in changed {
+        let Some((deployment, _)) = snapshot.deployments.get(name) else { continue };
+        let rolling = rolling_replica(name, deployment, snapshot, &report.released, &replicas);
+        for (replica, stages) in replicas {
+            for (key, assignment, revision) in stages {
+                if Some(replica) == rolling {
+                    report.released.push((key.clone(), Release::Changed));
+                    groups.push(vec![Op::Delete {
+                        key: format!("{ASSIGNMENTS}{key}"),
+                        expect: Expect::Revision(revision),
+                    }]);
+                } else {
+                    // Still serving with its old stages until its turn.
+                    let _ = capacity.replay(assignment);
+                }
+            }
+        }
+    }
+    commit_groups(store, groups, report)
+}
+
+/// The replica of `deployment` whose changed stages are released this pass, if any: one at
+/// a time, none while another replica is half-placed (mid-roll), and only while the
+/// replicas left complete are at least `min_replicas` (when it is given; a deployment
+/// without it may pause its only pipeline to move it).
+fn rolling_replica(
+    name: &str,
+    deployment: &Deployment,
+    snapshot: &Snapshot,
+    released: &[(String, Release)],
+    changed: &BTreeMap<u32, Vec<(&String, &Assignment, u64)>>,
+) -> Option<u32> {
+    let released: BTreeSet<&str> = released.iter().map(|(k, _)| k.as_str()).collect();
+    let stages = deployment.stages.len();
+    let bound = |replica: u32| {
+        (0..stages)
+            .filter(|&s| {
+                let key = assignment_key(name, replica, s);
+                snapshot.assignments.contains_key(&key) && !released.contains(key.as_str())
+            })
+            .count()
+    };
+    let replicas = deployment.replicas.min(crate::spec::MAX_REPLICAS);
+    let mut complete = 0u32;
+    for replica in 0..replicas {
+        let held = bound(replica);
+        if held > 0 && held < stages {
+            return None;
+        }
+        if held == stages && !changed.contains_key(&replica) {
+            complete += 1;
+        }
+    }
+    let first = *changed.keys().next()?;
+    let floor = deployment.min_replicas.unwrap_or(0);
+    // Replicas with changed stages still serve until released: all but the one rolling.
+    let serving = complete + (changed.len() as u32 - 1);
+    (serving >= floor).then_some(first)
+}
