@@ -7,17 +7,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use stageplan::calibration::Backend;
-use stageplan::calibration::fit::{self, Sample, Terms};
-use stageplan::calibration::table::{TableFiles, decode_samples};
-
-/// Where the fit starts: the peaks, with a small per-layer cost.
-const START: Terms = Terms {
-    bandwidth: [0.8; 5],
-    per_layer_s: [5e-5; 5],
-    weights: [1.0; 3],
-    thread_bandwidth: 1e10,
-    pre_graphs_per_layer_s: 5e-5,
-};
+use stageplan_calibration::fit::{self, Sample, Terms};
+use stageplan_calibration::table::{TableFiles, decode_samples};
 
 pub(crate) fn calibrate(root: &Path) -> Result<(), String> {
     let dir = root.join("tests/calibration");
@@ -36,8 +27,8 @@ pub(crate) fn calibrate(root: &Path) -> Result<(), String> {
         println!("left out: {why}");
     }
     let all: Vec<&Sample> = samples.iter().collect();
-    let terms = fit::fit(&all, START);
-    let cross = fit::leave_one_source_out(&samples, START);
+    let terms = fit::fit(&all, Terms::START);
+    let cross = fit::leave_one_source_out(&samples, Terms::START);
     let peak: Vec<f64> = samples.iter().map(|s| Terms::PEAK.error(s)).collect();
     let in_sample: Vec<f64> = samples.iter().map(|s| terms.error(s)).collect();
     let sources = {

@@ -4,13 +4,20 @@
 //! Each decode test (`n_gen > 0`, no prompt) is a measured time per token for a model of
 //! `model_size` bytes and `model_n_params` parameters. The model's shape comes from the
 //! preset with the nearest parameter count (or the one given); the cost model predicts the
-//! test with the backend's fitted terms, and the node's `efficiency.bandwidth` is what
-//! makes prediction and measurement agree (the median over the tests). Fields are those
+//! test with the backend's fitted terms — planning the one-node scenario the test describes,
+//! built as a value — and the node's `efficiency.bandwidth` is what makes prediction and
+//! measurement agree (the median over the tests). Fields are those
 //! llama.cpp's `tools/llama-bench/llama-bench.cpp` prints (`test::get_fields`).
 
 use serde::Deserialize;
 
 use super::Backend;
+use crate::device::Efficiency;
+use crate::engine::Engine;
+use crate::limits::MAX_THREADS;
+use crate::presets::ModelPreset;
+use crate::scenario::{LinksSpec, ModelSpec, NodeSpec, Objective, Policy, Scenario, WorkloadSpec};
+use crate::units::Bytes;
 
 /// One llama-bench test, with the fields this reads.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -102,7 +109,7 @@ pub fn backend_of(test: &BenchTest) -> Backend {
 }
 
 /// The model preset with the parameter count nearest `params` (within 15%), for the shape.
-pub fn nearest_preset(params: u64) -> Option<&'static crate::presets::ModelPreset> {
+pub fn nearest_preset(params: u64) -> Option<&'static ModelPreset> {
     crate::presets::MODELS
         .iter()
         .map(|p| (p, (p.published_params / params as f64).ln().abs()))
@@ -186,15 +193,17 @@ impl NodeFit {
 /// object: `device`, or `bandwidth` and `compute`) to the decode tests.
 ///
 /// # Errors
-/// No decode test, or no model shape for one (`model` names a preset to use).
+/// No decode test, a node that is not a scenario node, or no model shape for a test
+/// (`model` names a preset to use).
 pub fn fit_node(
     tests: &[BenchTest],
     node: &serde_json::Value,
-    model: Option<&'static crate::presets::ModelPreset>,
+    model: Option<&'static ModelPreset>,
 ) -> Result<NodeFit, String> {
     let decode = decode_tests(tests);
     let first = decode.first().ok_or_else(|| BenchError::NoDecode.to_string())?;
     let backend = backend_of(first);
+    let node = machine(node, backend)?;
     let predict = |test: &BenchTest, efficiency: f64| -> Result<(f64, f64, f64, String), String> {
         let preset = model.or_else(|| nearest_preset(test.model_n_params)).ok_or_else(|| {
             format!(
@@ -203,22 +212,7 @@ pub fn fit_node(
                 crate::quote::line(&test.model_type)
             )
         })?;
-        let mut node = node.clone();
-        node["name"] = "this".into();
-        node["backend"] = backend.name().into();
-        node["memory"] = "4 TiB".into();
-        node["reserve"] = 0.into();
-        node["efficiency"] = serde_json::json!({"bandwidth": efficiency});
-        if backend == Backend::Cpu && test.n_threads > 0 {
-            node["threads"] = test.n_threads.min(u64::from(crate::limits::MAX_THREADS)).into();
-        }
-        let scenario = serde_json::json!({
-            "model": {"preset": preset.name, "weights": weights_of(test)},
-            "workload": {"context": (test.n_depth + test.n_gen).max(1), "batch": 1},
-            "nodes": [node],
-        });
-        let problem =
-            crate::Scenario::from_json(&scenario.to_string()).and_then(|s| s.problem()).map_err(|e| e.to_string())?;
+        let problem = bench_scenario(test, preset, &node, efficiency).problem().map_err(|e| e.to_string())?;
         let plan = crate::plan(&problem);
         let stage = plan.stages.first().ok_or("the model does not fit 4 TiB")?;
         Ok((stage.time_s, stage.time.memory_s, stage.time.overhead_s + stage.time.send_s, preset.name.to_owned()))
@@ -233,7 +227,7 @@ pub fn fit_node(
             if left > 0.0 { memory_s / left } else { 1.5 }
         })
         .collect();
-    let efficiency = super::fit::quantile(&solved, 0.5).clamp(0.05, 1.5);
+    let efficiency = super::quantile(&solved, 0.5).clamp(0.05, 1.5);
     let mut checked = Vec::new();
     for (test, (fitted, _, _, name)) in decode.iter().zip(at_fitted) {
         let (with_node, _, _, _) = predict(test, efficiency)?;
@@ -246,6 +240,47 @@ pub fn fit_node(
         });
     }
     Ok(NodeFit { backend, efficiency, tests: checked })
+}
+
+/// The machine that ran the tests, from its scenario node: named `this`, on `backend`, with
+/// room for any model (4 TiB, nothing reserved).
+fn machine(node: &serde_json::Value, backend: Backend) -> Result<NodeSpec, String> {
+    let mut fields = node.as_object().cloned().ok_or("a machine is a JSON object like `{\"device\": \"rtx-4090\"}`")?;
+    fields.insert("name".to_owned(), "this".into());
+    let mut spec: NodeSpec = serde_json::from_value(fields.into()).map_err(|e| format!("the machine: {e}"))?;
+    spec.backend = Some(backend);
+    spec.memory = Some(Bytes::new(4.0 * 1024f64.powi(4)).map_err(|e| e.to_string())?);
+    spec.reserve = Some(Bytes::default());
+    Ok(spec)
+}
+
+/// The one-node scenario a decode test measured: `node` at `efficiency` of its bandwidth
+/// (on top of the backend's fitted terms) and, on a CPU, the test's threads; `preset` in the
+/// test's weight format; one sequence of the test's depth and generated tokens.
+fn bench_scenario(test: &BenchTest, preset: &ModelPreset, node: &NodeSpec, efficiency: f64) -> Scenario {
+    let mut node = node.clone();
+    node.efficiency = Some(Efficiency { bandwidth: efficiency, ..Efficiency::default() });
+    if node.backend == Some(Backend::Cpu) && test.n_threads > 0 {
+        node.threads = Some(u32::try_from(test.n_threads).unwrap_or(MAX_THREADS).min(MAX_THREADS));
+    }
+    Scenario {
+        model: ModelSpec {
+            preset: Some(preset.name.to_owned()),
+            weights: Some(weights_of(test)),
+            ..ModelSpec::default()
+        },
+        workload: WorkloadSpec {
+            context: test.n_depth.saturating_add(test.n_gen).max(1),
+            batch: 1,
+            ..WorkloadSpec::default()
+        },
+        nodes: vec![node],
+        links: LinksSpec::default(),
+        objective: Objective::default(),
+        policy: Policy::default(),
+        engine: Engine::default(),
+        stages: None,
+    }
 }
 
 #[cfg(test)]
@@ -342,5 +377,16 @@ mod tests {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(want) && !e.contains('\n'), "{e}");
         }
+    }
+
+    #[test]
+    fn a_machine_that_is_no_scenario_node_is_an_error() {
+        let tests = parse(JSON).unwrap();
+        for node in [serde_json::json!("rtx-4090"), serde_json::json!({"device": "rtx-4090", "memroy": "8 GiB"})] {
+            let e = fit_node(&tests, &node, None).unwrap_err();
+            assert!(e.contains("machine") && !e.contains('\n'), "{e}");
+        }
+        let e = fit_node(&tests, &serde_json::json!({"device": "rtx-9090"}), None).unwrap_err();
+        assert!(e.contains("nodes[0].device"), "{e}");
     }
 }

@@ -3,9 +3,15 @@
 //! A [`Sample`] is one published decode measurement reduced to what the cost model computes
 //! at spec-sheet peaks — per stage, the memory and compute roofline terms and the layer
 //! count — so that a prediction with any terms is a few multiplications, and exactly what
-//! the cost model would predict with those terms applied.
+//! the cost model would predict with those terms applied. [`fit()`] finds the terms that
+//! explain the samples best, [`leave_one_source_out`] what they are worth on figures they were
+//! not fitted to, and [`fitted()`] turns both into the core's [`Fitted`] constants.
 
-use super::{Backend, BackendTerms, Fitted, WeightClass};
+use stageplan::calibration::{Backend, BackendTerms, Fitted, WeightClass};
+
+/// The `q`-quantile (0–1) of values, nearest rank: the core's, which its llama-bench fit uses
+/// too.
+pub use stageplan::calibration::quantile;
 
 /// One stage of a measured pipeline, at spec-sheet peaks.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,9 +23,9 @@ pub struct Stage {
     pub send_s: f64,
 }
 
-impl From<&crate::plan::Stage> for Stage {
+impl From<&stageplan::plan::Stage> for Stage {
     /// A planned stage's terms; plan with `backend: peak` for the terms at peaks.
-    fn from(stage: &crate::plan::Stage) -> Stage {
+    fn from(stage: &stageplan::plan::Stage) -> Stage {
         Stage {
             memory_s: stage.time.memory_s,
             compute_s: stage.time.compute_s,
@@ -71,6 +77,15 @@ impl Terms {
         weights: [1.0; 3],
         thread_bandwidth: f64::INFINITY,
         pre_graphs_per_layer_s: 0.0,
+    };
+
+    /// Where `cargo xtask calibrate` starts the fit: the peaks, with a small per-layer cost.
+    pub const START: Terms = Terms {
+        bandwidth: [0.8; 5],
+        per_layer_s: [5e-5; 5],
+        weights: [1.0; 3],
+        thread_bandwidth: 1e10,
+        pre_graphs_per_layer_s: 5e-5,
     };
 
     /// The terms in `fitted`.
@@ -208,17 +223,6 @@ pub fn leave_one_source_out(samples: &[Sample], start: Terms) -> Vec<f64> {
     errors
 }
 
-/// The `q`-quantile (0–1) of `values`, nearest rank; 0 when empty.
-pub fn quantile(values: &[f64], q: f64) -> f64 {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
-}
-
 /// The fitted terms with each backend's typical error (median of `cross_validated` over its
 /// rows) and row count.
 pub fn fitted(terms: Terms, samples: &[Sample], cross_validated: &[f64], provenance: &'static str) -> Fitted {
@@ -302,12 +306,5 @@ mod tests {
         assert!((got.thread_bandwidth / truth.thread_bandwidth - 1.0).abs() < 0.01, "{got:?}");
         assert!((got.pre_graphs_per_layer_s / truth.pre_graphs_per_layer_s - 1.0).abs() < 0.01, "{got:?}");
         assert!(leave_one_source_out(&samples, got).iter().all(|&e| e < 0.02));
-    }
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        assert_eq!(quantile(&[3.0, 1.0, 2.0, 4.0], 0.5), 2.0);
-        assert_eq!(quantile(&[3.0, 1.0, 2.0, 4.0], 0.9), 4.0);
-        assert_eq!(quantile(&[], 0.5), 0.0);
     }
 }

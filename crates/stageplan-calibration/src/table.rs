@@ -1,12 +1,17 @@
 //! The calibration table (`tests/calibration/`) as samples: each decode row becomes the
-//! scenario it describes — its model and weight format, `device_count` alike devices at
+//! problem it describes — its model and weight format, `device_count` alike devices at
 //! their spec-sheet peaks (`devices.csv`), split evenly as llama.cpp splits alike GPUs, one
-//! sequence — planned by the cost model at peaks. The files are read by the caller (the core
-//! does no I/O) and passed in as text.
+//! sequence — built from the core's types and planned by the cost model at peaks. The files
+//! are read by the caller and passed in as text.
 
-use super::fit::{Sample, Stage};
-use super::{Backend, WeightClass};
-use crate::scenario::Scenario;
+use stageplan::calibration::{Backend, WeightClass};
+use stageplan::limits::{MAX_CONTEXT, MAX_NODES};
+use stageplan::model::{HfConfig, Model, WeightFormat};
+use stageplan::presets::ModelPreset;
+use stageplan::problem::{DEFAULT_PROMPT, Efficiency, Link, Links, Node, Problem, Workload};
+use stageplan::scenario::{Objective, Policy};
+
+use crate::fit::{Sample, Stage};
 
 /// The files of the table, as text: `measurements.csv`, `devices.csv`, `models.csv`, and
 /// the model configs `models.csv` names, by file name.
@@ -21,7 +26,9 @@ pub struct TableFiles<'a> {
 /// The month from which llama.cpp's CUDA backend ran each decode step as one CUDA graph
 /// (PR #6766; issue #6763 and the PR measured master without them on 2024-04-19, and PR
 /// #7302 measured master with them on 2024-05-15). CUDA rows dated earlier paid a kernel
-/// launch per op per token: their own per-layer term ([`super::fit::Terms::pre_graphs_per_layer_s`]).
+/// launch per op per token: their own per-layer term ([`Terms::pre_graphs_per_layer_s`]).
+///
+/// [`Terms::pre_graphs_per_layer_s`]: crate::fit::Terms::pre_graphs_per_layer_s
 pub const CUDA_GRAPHS: &str = "2024-05";
 
 /// Decode rows as samples, and the rows left out with why.
@@ -48,32 +55,31 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
     let bandwidth: f64 = device.get("peak_bandwidth_gb_s").parse().map_err(|_| "no peak bandwidth")?;
     // No published compute peak: decode at one sequence is bound by bandwidth anyway.
     let tflops: f64 = device.get("peak_fp16_tflops").parse().unwrap_or(1e6);
+    if !(bandwidth.is_finite() && bandwidth > 0.0 && tflops.is_finite() && tflops > 0.0) {
+        return Err(format!("peaks of {bandwidth} GB/s and {tflops} TFLOPS; give positive figures"));
+    }
     let model = models.iter().find(|m| m.get("model") == row.get("model")).ok_or("model not in models.csv")?;
-    let mut spec = match model.get("config").strip_prefix("preset:") {
-        Some(preset) => serde_json::json!({"preset": preset}),
+    let weights: WeightFormat =
+        row.get("weights").to_ascii_lowercase().parse().map_err(|e: stageplan::ModelError| e.to_string())?;
+    let model = match model.get("config").strip_prefix("preset:") {
+        Some(preset) => ModelPreset::find(preset).and_then(|p| p.model(weights)).map_err(|e| e.to_string())?,
         None => {
             let text = configs.iter().find(|(name, _)| *name == model.get("config")).ok_or("config file missing")?.1;
-            serde_json::json!({"config": serde_json::from_str::<serde_json::Value>(text).map_err(|e| e.to_string())?})
+            let arch = HfConfig::from_json(text).and_then(|c| c.transformer()).map_err(|e| e.to_string())?;
+            let name = arch.model_type.clone();
+            Model::from_transformer(&name, arch, weights)
         }
     };
-    spec["weights"] = row.get("weights").to_ascii_lowercase().into();
     let count: usize = row.get("device_count").parse().map_err(|_| "bad device_count")?;
-    let context: u64 = row.get("context").parse().unwrap_or(128);
-    let nodes: Vec<serde_json::Value> = (0..count)
-        .map(|i| {
-            serde_json::json!({"name": format!("d{i}"), "memory": "4 TiB", "reserve": 0, "backend": "peak",
-                "bandwidth": format!("{bandwidth} GB/s"), "compute": format!("{tflops} TFLOPS")})
-        })
-        .collect();
+    if !(1..=MAX_NODES).contains(&count) {
+        return Err(format!("device_count is {count}; give 1 to {MAX_NODES}"));
+    }
+    let context: u64 = row.get("context").parse::<u64>().unwrap_or(128).max(1);
+    if context > MAX_CONTEXT {
+        return Err(format!("context is {context}; give at most {MAX_CONTEXT}"));
+    }
     let threads: Option<f64> = row.get("threads").parse().ok().filter(|_| row.get("backend") == "CPU");
-    let scenario = serde_json::json!({
-        "model": spec, "workload": {"context": context.max(1), "batch": 1}, "nodes": nodes,
-        "links": {"default": {"bandwidth": "1 TB/s", "latency": "0 s"}},
-        "policy": "even", "objective": "latency",
-    });
-    let problem =
-        Scenario::from_json(&scenario.to_string()).map_err(|e| e.to_string())?.problem().map_err(|e| e.to_string())?;
-    let plan = crate::plan(&problem);
+    let plan = stageplan::plan(&peak_problem(model, count, bandwidth, tflops, context));
     if !plan.feasible {
         return Err("does not fit 4 TiB".into());
     }
@@ -107,6 +113,37 @@ fn sample(row: &Record, devices: &[Record], models: &[Record], configs: &[(&str,
             row.get("threads")
         ),
     })
+}
+
+/// The problem a row describes: `count` alike devices with 4 TiB each and nothing reserved,
+/// at `bandwidth_gb_s` and `tflops` with no calibration applied (`backend: peak`), on 1 TB/s
+/// links without latency; one sequence of `context` tokens, layers split evenly, latency
+/// the objective.
+fn peak_problem(model: Model, count: usize, bandwidth_gb_s: f64, tflops: f64, context: u64) -> Problem {
+    let nodes: Vec<Node> = (0..count)
+        .map(|i| Node {
+            name: format!("d{i}"),
+            device: None,
+            kind: None,
+            memory: 4 << 40,
+            bandwidth: bandwidth_gb_s * 1e9,
+            compute: tflops * 1e12,
+            reserve: 0,
+            efficiency: Efficiency::default(),
+            backend: Backend::Peak,
+            threads: None,
+        })
+        .collect();
+    Problem {
+        model,
+        workload: Workload { context, batch: 1, prompt: DEFAULT_PROMPT.min(context), ..Workload::default() },
+        links: Links::uniform(nodes.len(), Link { bandwidth: 1e12, latency: 0.0 }),
+        nodes,
+        objective: Objective::Latency,
+        policy: Policy::Even,
+        manual: None,
+        file: None,
+    }
 }
 
 /// A CSV row by column name.
