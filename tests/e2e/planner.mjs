@@ -220,6 +220,15 @@ await check('a wrong input is marked at its field, by machine name, over the las
   assert.equal(await mac.locator('.field-error code').first().textContent(), 'mac');
   assert.ok(!(await text(page, '#error')).includes('nodes['), await text(page, '#error'));
   await shot(page, '05b-field-error');
+  // A check after parsing (the third machine's bandwidth is 0): placed by the error's path
+  // data (`nodes[2].bandwidth`), even with a machine name that reads like another path.
+  await mac.locator('.node-memory').fill('64');
+  await mac.locator('.node-name').fill('nodes[0].memory');
+  const renamed = page.locator('li.node[data-node="nodes[0].memory"]');
+  await renamed.locator('.node-bandwidth').fill('0');
+  await renamed.locator('.node-bandwidth[aria-invalid="true"]').waitFor();
+  assert.match(await renamed.locator('.field-error').textContent(), /^nodes\[0\]\.memory bandwidth is 0/);
+  assert.equal(await page.locator('li.node[data-node="desk"] [aria-invalid="true"]').count(), 0);
   await page.close();
 });
 

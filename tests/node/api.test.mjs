@@ -121,12 +121,19 @@ test('bad scenarios throw Errors with the CLI message', () => {
     assert.throws(() => stageplan.plan(fs.readFileSync(path.join(folder, 'scenario.json'), 'utf8')), (error) => {
       assert.ok(error instanceof Error, `${dir}: an Error`);
       assert.equal(error.message, message, dir);
+      // The field a message names first is the error's `path`, as data.
+      const named = message.match(/^`((?:model|workload|nodes|links|objective|policy|engine|stages)\b[^`]*)`/);
+      if (named) assert.equal(error.path, named[1], dir);
       return true;
     });
     compared += 1;
   }
   assert.ok(compared >= 15, `compared ${compared} cases`);
   assert.throws(() => stageplan.plan(undefined), /`scenario` is missing/);
+  // A nested field: the third machine's bandwidth, with the value as it was written.
+  const third = JSON.parse(fs.readFileSync(path.join(root, 'tests/scenarios/home-70b.json'), 'utf8'));
+  third.nodes[2].bandwidth = '0 GB/s';
+  assert.throws(() => stageplan.plan(third), (e) => e.path === 'nodes[2].bandwidth' && e.value === '"0 GB/s"' && /^`nodes\[2\]\.bandwidth` is 0/.test(e.message));
   assert.throws(() => stageplan.plan({ model: { preset: 'llama-3.1-8b' }, nodes: [{ name: 'a', device: 'rtx-4090' }] }, { name: 'x.gguf', bytes: new Uint8Array(4) }), /`modelFile` `x.gguf` was given/);
 });
 

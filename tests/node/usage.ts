@@ -1,6 +1,6 @@
 // Type-checks the declarations against the way a docs site uses the API
 // (`tsc -p tests/node`, strict). It is compiled, never run.
-import init, { plan, planView, presets, type Plan, type PlanView, type Scenario } from '../../dist/embed/stageplan.js';
+import init, { plan, planView, presets, type Plan, type PlanView, type Scenario, type ScenarioError } from '../../dist/embed/stageplan.js';
 import initMore, { importHeader, model, replan } from '../../dist/embed/more/stageplan.js';
 
 export async function example(bytes: Uint8Array): Promise<string> {
@@ -28,6 +28,12 @@ export async function example(bytes: Uint8Array): Promise<string> {
   const devices = presets().devices.filter((d) => d.kind === 'gpu').map((d) => d.name);
   const next = replan(result, { ...scenario, nodes: scenario.nodes.slice(1) }, { tolerance: 0.05 });
   lines.push(...next.moves.map((m) => `${m.from ?? 'storage'} → ${m.to}: ${m.bytes}`), devices.join(', '));
+  try {
+    plan({ ...scenario, nodes: [{ name: 'x', memory: '0 GiB' }] });
+  } catch (e) {
+    const error = e as ScenarioError;
+    if (error.path !== undefined) lines.push(`${error.path}: ${error.value ?? ''} ${error.message}`);
+  }
   const view: PlanView = planView(scenario, { enabled: [true, false] });
   lines.push(view.headline, ...view.rows.map((r) => `${r.node} ${r.layers} ${r.time} ${r.bound}`));
   lines.push(...view.bars.flatMap((b) => b.segments.map((s) => `${s.part} ${s.pct.toFixed(1)}% ${s.bytes}`)));

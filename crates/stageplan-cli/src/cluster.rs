@@ -148,9 +148,9 @@ pub(crate) fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Fai
             }
             other => (other.to_string(), here.to_path_buf()),
         };
-        let mut parsed =
-            Scenario::from_json(&scenario_text).map_err(|e| at(format!("`scenario`: {}", Failure::from(e).0)))?;
-        let problem = crate::load::problem(&base, &parsed).map_err(|e| at(format!("`scenario`: {}", e.0)))?;
+        let checked =
+            crate::load::check(&base, scenario_text.as_str()).map_err(|e| at(format!("`scenario`: {}", e.0)))?;
+        let (mut parsed, problem) = (checked.scenario, checked.problem);
         // The loop re-reads a model file from anywhere: keep its path absolute.
         if let Some(file) = parsed.model.file.as_mut() {
             *file = std::path::absolute(base.join(&*file)).unwrap_or_else(|_| base.join(&*file)).display().to_string();
@@ -583,7 +583,7 @@ fn measure(sources: &Sources) -> Observations {
 /// How the loop turns a planned deployment's scenario into a problem: like `plan`, model
 /// files included (their paths were made absolute by `deploy`).
 fn resolve(scenario: &Scenario) -> Result<stageplan::Problem, String> {
-    crate::load::problem(Path::new("."), scenario).map_err(|e| e.0)
+    crate::load::check(Path::new("."), scenario.clone()).map(|c| c.problem).map_err(|e| e.0)
 }
 
 /// `stageplan reconcile`: a pass every interval. A redb file is opened for each pass so

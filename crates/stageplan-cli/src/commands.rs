@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use stageplan::export::{ExportOptions, Target};
 use stageplan::presets::ModelPreset;
-use stageplan::{Objective, Policy, Scenario, WeightFormat};
+use stageplan::{Objective, Policy, Scenario, ScenarioInput, WeightFormat};
 
 use crate::outcome::{Failure, Outcome};
 use crate::{cluster, gpu, input, load, render};
@@ -308,7 +308,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Replan { current, scenario, tolerance, hysteresis, format } => {
             let stages = stageplan::planner::replan::current_from_json(&read(&current)?)
                 .map_err(|e| Failure(format!("`{}`: {e}", current.display())))?;
-            let problem = load_problem(&scenario, &Scenario::from_json(&read(&scenario)?)?)?;
+            let problem = load_problem(&scenario, read(&scenario)?.as_str())?;
             let result = stageplan::replan(&problem, &stages, stageplan::ReplanOptions { tolerance, hysteresis })?;
             let stdout = match format {
                 Format::Json => serde_json::to_string_pretty(&result)? + "\n",
@@ -392,7 +392,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
             Ok(Outcome::ok(stdout))
         }
         Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
-            let problem = load_problem(&scenario, &Scenario::from_json(&read(&scenario)?)?)?;
+            let problem = load_problem(&scenario, read(&scenario)?.as_str())?;
             if width == 0 || tokens == 0 || micro_batches == 0 || replicas == 0 || width > 8192 || replicas > 16 {
                 return Err(Failure(
                     "`--width` (1–8192), `--tokens`, `--micro-batches` and `--replicas` (1–16) must be positive".into(),
@@ -446,7 +446,7 @@ fn plan(
             PolicyArg::Manual => Policy::Manual,
         };
     }
-    let problem = load_problem(path, &scenario)?;
+    let problem = load_problem(path, scenario)?;
     let plan = stageplan::plan(&problem);
     let verified = if verify {
         const LIMIT: u64 = 200_000_000;
@@ -482,9 +482,9 @@ fn plan(
 }
 
 /// Checks a scenario read from `path` (`-`: standard input) into a problem.
-fn load_problem(path: &Path, scenario: &Scenario) -> Result<stageplan::Problem, Failure> {
+fn load_problem<'a>(path: &Path, scenario: impl Into<ScenarioInput<'a>>) -> Result<stageplan::Problem, Failure> {
     let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
-    load::problem(base, scenario)
+    Ok(load::check(base, scenario)?.problem)
 }
 
 /// `stageplan calibrate`: the node that predicts a machine's llama-bench decode tests.
@@ -627,7 +627,7 @@ fn export(
         let options = ExportOptions::for_plan(&plan);
         (plan, options)
     } else {
-        let problem = load_problem(path, &Scenario::from_json(&text)?)?;
+        let problem = load_problem(path, text.as_str())?;
         (stageplan::plan(&problem), ExportOptions::for_problem(&problem))
     };
     if !plan.feasible {

@@ -9,18 +9,15 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use stageplan::import::{self, FileEntry, FileKind, ModelReader, ReadError, Step};
-use stageplan::{Model, WeightFormat};
+use stageplan::{Checked, Model, ScenarioInput, WeightFormat};
 
 use crate::input;
 use crate::outcome::Failure;
 
-/// The one road from a scenario to a problem in the CLI: checks it, reading the headers of
-/// a model file it names (relative to `base`, the scenario file's folder).
-pub(crate) fn problem(base: &Path, scenario: &stageplan::Scenario) -> Result<stageplan::Problem, Failure> {
-    Ok(match scenario.model.file()? {
-        Some(file) => scenario.problem_with_model(model_file(&base.join(file), None)?.model)?,
-        None => scenario.problem()?,
-    })
+/// The core's one road from a scenario to a problem ([`stageplan::check`]), reading the
+/// headers of a model file the scenario names (relative to `base`, the scenario file's folder).
+pub(crate) fn check<'a>(base: &Path, scenario: impl Into<ScenarioInput<'a>>) -> Result<Checked, Failure> {
+    stageplan::check(scenario, |file| Ok(model_file(&base.join(file), None)?.model))
 }
 
 /// A model read from files, and what reading it cost.

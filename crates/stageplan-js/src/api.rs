@@ -2,7 +2,10 @@
 //! calls; `lib.rs` only converts values at the boundary.
 //!
 //! Errors are the CLI's messages word for word (scenario errors name the JSON path of the
-//! field and the fix), so a docs page and a terminal say the same thing.
+//! field and the fix), so a docs page and a terminal say the same thing; a scenario's error
+//! also carries that path and the value written there as data ([`Failure`]).
+
+use std::fmt;
 
 #[cfg(feature = "more")]
 use serde::Serialize;
@@ -16,27 +19,62 @@ use stageplan::planner::replan::{self, ReplanOptions};
 use stageplan::presets::ModelPreset;
 #[cfg(feature = "api")]
 use stageplan::view::PlanView;
+use stageplan::{Checked, Plan, ScenarioError};
 #[cfg(feature = "more")]
 use stageplan::{Model, Replan, TensorType, WeightFormat};
-use stageplan::{Plan, Problem, Scenario};
 
-/// A scenario given as JSON text, checked, when its model is not a file.
-fn problem(scenario: &str) -> Result<Problem, String> {
-    let scenario = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
-    if let Some(name) = scenario.model.file().map_err(|e| e.to_string())? {
-        return Err(format!(
-            "`model.file` names `{name}`; pass its first bytes as `modelFile` ({{name, bytes}}) to `plan` from `stageplan/more`"
-        ));
+/// Why a call failed: the CLI's message and, for a scenario's field, its JSON path and the
+/// value written there — what a JS `Error` carries as `path` and `value`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    pub message: String,
+    /// The field's JSON path (`nodes[2].bandwidth`); `None` for the input as a whole.
+    pub path: Option<String>,
+    /// The value written at `path`, as JSON text.
+    pub value: Option<String>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
     }
-    scenario.problem().map_err(|e| e.to_string())
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure { message, path: None, value: None }
+    }
+}
+
+impl From<ScenarioError> for Failure {
+    fn from(error: ScenarioError) -> Failure {
+        let path = Some(error.path.clone()).filter(|p| !p.is_empty());
+        Failure { message: error.to_string(), path, value: error.value }
+    }
+}
+
+/// A scenario given as JSON text, checked; a model file it names is refused, naming the call
+/// that reads one.
+fn check(scenario: &str) -> Result<Checked, Failure> {
+    Ok(stageplan::check(scenario, |name| {
+        let mut error = ScenarioError::field(
+            "model.file",
+            format!(
+                "names `{}`; pass its first bytes as `modelFile` ({{name, bytes}}) to `plan` from `stageplan/more`",
+                stageplan::quote::line(name)
+            ),
+        );
+        error.value = serde_json::to_string(name).ok();
+        Err(error)
+    })?)
 }
 
 /// Plans a scenario given as JSON text.
 ///
 /// # Errors
 /// The scenario's first problem.
-pub fn plan(scenario: &str) -> Result<Plan, String> {
-    Ok(stageplan::plan(&problem(scenario)?))
+pub fn plan(scenario: &str) -> Result<Plan, Failure> {
+    Ok(stageplan::plan(&check(scenario)?.problem))
 }
 
 /// Plans a scenario whose model is a `file`, from that file's header.
@@ -44,13 +82,16 @@ pub fn plan(scenario: &str) -> Result<Plan, String> {
 /// # Errors
 /// The scenario's first problem, or the file's.
 #[cfg(feature = "more")]
-pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, String> {
-    let parsed = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
-    if parsed.model.file().map_err(|e| e.to_string())?.is_none() {
-        return Err(format!("`modelFile` `{}` was given but the scenario's `model` names no `file`", file.name));
+pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, Failure> {
+    let mut read = false;
+    let checked = stageplan::check(scenario, |_| {
+        read = true;
+        file.model(None).map_err(Failure::from)
+    })?;
+    if !read {
+        return Err(format!("`modelFile` `{}` was given but the scenario's `model` names no `file`", file.name).into());
     }
-    let problem = parsed.problem_with_model(file.model(None)?).map_err(|e| e.to_string())?;
-    Ok(stageplan::plan(&problem))
+    Ok(stageplan::plan(&checked.problem))
 }
 
 /// A scenario planned with some of its machines switched off and laid out for drawing: what
@@ -60,9 +101,8 @@ pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, Strin
 /// # Errors
 /// The scenario's first problem, or an `enabled` of the wrong length.
 #[cfg(feature = "api")]
-pub fn plan_view(scenario: &str, enabled: Option<&[bool]>) -> Result<PlanView, String> {
-    let parsed = Scenario::from_json(scenario).map_err(|e| e.to_string())?;
-    let problem = problem(scenario)?;
+pub fn plan_view(scenario: &str, enabled: Option<&[bool]>) -> Result<PlanView, Failure> {
+    let Checked { scenario: parsed, problem } = check(scenario)?;
     let per_node = match enabled {
         None => vec![true; problem.nodes.len()],
         Some(enabled) if enabled.len() == parsed.nodes.len() => parsed
@@ -72,11 +112,15 @@ pub fn plan_view(scenario: &str, enabled: Option<&[bool]>) -> Result<PlanView, S
             .flat_map(|(node, &on)| std::iter::repeat_n(on, node.count.unwrap_or(1) as usize))
             .collect(),
         Some(enabled) => {
-            return Err(format!(
-                "`enabled` has {} entries for {} nodes; give one per scenario node",
-                enabled.len(),
-                parsed.nodes.len()
-            ));
+            return Err(Failure {
+                message: format!(
+                    "`enabled` has {} entries for {} nodes; give one per scenario node",
+                    enabled.len(),
+                    parsed.nodes.len()
+                ),
+                path: Some("enabled".into()),
+                value: None,
+            });
         }
     };
     let plan = stageplan::plan_enabled(&problem, &per_node);
@@ -207,14 +251,14 @@ fn kv_format(kv: Option<&str>) -> Result<TensorType, String> {
 /// # Errors
 /// A current plan or scenario that does not parse, or options out of range.
 #[cfg(feature = "more")]
-pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Replan, String> {
+pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Replan, Failure> {
     let stages = replan::current_from_json(current).map_err(|e| e.to_string())?;
-    let problem = Scenario::from_json(scenario).and_then(|s| s.problem()).map_err(|e| e.to_string())?;
+    let problem = check(scenario)?.problem;
     let options: ReplanOptions = match options {
         Some(text) => serde_json::from_str(text).map_err(|e| format!("re-plan options: {e}"))?,
         None => ReplanOptions::default(),
     };
-    stageplan::replan(&problem, &stages, options).map_err(|e| e.to_string())
+    Ok(stageplan::replan(&problem, &stages, options).map_err(|e| e.to_string())?)
 }
 
 #[cfg(all(test, feature = "api", feature = "more"))]
@@ -236,6 +280,18 @@ mod tests {
         let expected = std::fs::read_to_string("../../tests/cli/bad-unknown-preset/expected").unwrap();
         let message = plan(&bad).unwrap_err();
         assert!(expected.contains(&format!("error: {message}\n")), "{message} vs {expected}");
+    }
+
+    #[test]
+    fn a_scenario_error_carries_its_field_and_value() {
+        let mut scenario: serde_json::Value = serde_json::from_str(HOME).unwrap();
+        scenario["nodes"][2]["bandwidth"] = serde_json::json!("0 GB/s");
+        let error = plan(&scenario.to_string()).unwrap_err();
+        assert_eq!(error.path.as_deref(), Some("nodes[2].bandwidth"));
+        assert_eq!(error.value.as_deref(), Some("\"0 GB/s\""));
+        assert!(error.message.starts_with("`nodes[2].bandwidth` is 0"), "{error}");
+        let file = plan(r#"{"model": {"file": "m.gguf"}, "nodes": []}"#).unwrap_err();
+        assert_eq!((file.path.as_deref(), file.value.as_deref()), (Some("model.file"), Some("\"m.gguf\"")));
     }
 
     #[test]
@@ -284,8 +340,8 @@ mod tests {
         let same = replan(&running, HOME, None).unwrap();
         assert!(same.kept);
         let error = replan(&running, HOME, Some(r#"{"tolerance": 2}"#)).unwrap_err();
-        assert!(error.starts_with("`tolerance` is 2"), "{error}");
-        assert!(replan(&running, HOME, Some(r#"{"tolerence": 0.1}"#)).unwrap_err().contains("unknown field"));
+        assert!(error.message.starts_with("`tolerance` is 2"), "{error}");
+        assert!(replan(&running, HOME, Some(r#"{"tolerence": 0.1}"#)).unwrap_err().message.contains("unknown field"));
     }
 
     #[test]
@@ -298,6 +354,6 @@ mod tests {
         );
         let without_desk = plan_view(HOME, Some(&[false, true, true, true])).unwrap();
         assert!(without_desk.rows.iter().all(|r| r.node != "desk"), "{:?}", without_desk.rows);
-        assert!(plan_view(HOME, Some(&[true])).unwrap_err().starts_with("`enabled` has 1 entries for 4 nodes"));
+        assert!(plan_view(HOME, Some(&[true])).unwrap_err().message.starts_with("`enabled` has 1 entries for 4 nodes"));
     }
 }

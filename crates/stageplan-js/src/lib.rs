@@ -6,7 +6,8 @@
 //!
 //! Values cross the boundary as plain objects (JSON text parsed by `JSON.parse`);
 //! inputs may be objects or JSON text and are read by the core's own parsers, so errors are
-//! JS `Error`s with the CLI's messages. The declarations appended to wasm-bindgen's are
+//! JS `Error`s with the CLI's messages; a scenario's error also has `path` (the field's JSON
+//! path, `nodes[2].bandwidth`) and `value` (what was written there, as JSON text). The declarations appended to wasm-bindgen's are
 //! `outputs.d.ts` (what the functions return, generated from the core's types by
 //! `tests/typescript.rs`), `stageplan.d.ts` (what they take, hand-written) and `api.d.ts`
 //! and `more.d.ts` (each feature's functions); the functions skip wasm-bindgen's own
@@ -36,12 +37,13 @@ const MORE_TYPES: &str = include_str!("more.d.ts");
 /// the `more` module reads one.
 ///
 /// # Errors
-/// A JS `Error` with the CLI's message when the scenario is invalid.
+/// A JS `Error` with the CLI's message, the field's `path` and its `value` when the scenario
+/// is invalid.
 #[wasm_bindgen(skip_typescript)]
 pub fn plan(
     scenario: JsValue,
     #[wasm_bindgen(js_name = modelFile)] model_file: Option<JsValue>,
-) -> Result<JsValue, JsError> {
+) -> Result<JsValue, JsValue> {
     let scenario = text(&scenario, "scenario")?;
     let planned = match model_file.filter(|f| !f.is_undefined() && !f.is_null()) {
         None => api::plan(&scenario),
@@ -51,9 +53,11 @@ pub fn plan(
             api::plan_with_file(&scenario, api::ModelFile { name: &name, bytes: &bytes, size, config: None })
         }
         #[cfg(not(feature = "more"))]
-        Some(_) => Err("`modelFile`: model files are read by the `stageplan/more` module; call its `plan`".to_owned()),
+        Some(_) => Err(api::Failure::from(
+            "`modelFile`: model files are read by the `stageplan/more` module; call its `plan`".to_owned(),
+        )),
     };
-    output(&planned.map_err(|e| JsError::new(&e))?)
+    Ok(output(&planned.map_err(js_failure)?)?)
 }
 
 /// A scenario planned and laid out for drawing, as `<stage-plan>` shows it: bands across
@@ -61,10 +65,11 @@ pub fn plan(
 /// `options.enabled` switches scenario nodes off (one boolean per node).
 ///
 /// # Errors
-/// A JS `Error` with the CLI's message when the scenario is invalid.
+/// A JS `Error` with the CLI's message, the field's `path` and its `value` when the scenario
+/// is invalid.
 #[cfg(feature = "api")]
 #[wasm_bindgen(js_name = planView, skip_typescript)]
-pub fn plan_view(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsError> {
+pub fn plan_view(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsValue> {
     #[derive(Default, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct ViewOptions {
@@ -72,7 +77,7 @@ pub fn plan_view(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue,
     }
     let scenario = text(&scenario, "scenario")?;
     let options: ViewOptions = read_options(options)?;
-    output(&api::plan_view(&scenario, options.enabled.as_deref()).map_err(|e| JsError::new(&e))?)
+    Ok(output(&api::plan_view(&scenario, options.enabled.as_deref()).map_err(js_failure)?)?)
 }
 
 /// A model's parameters, bytes per layer, type mix and KV bytes per token, from a preset name
@@ -110,11 +115,11 @@ pub fn presets() -> Result<JsValue, JsError> {
 /// A current plan or scenario that does not parse, or options out of range.
 #[cfg(feature = "more")]
 #[wasm_bindgen(skip_typescript)]
-pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsError> {
+pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsValue> {
     let current = text(&current, "current")?;
     let scenario = text(&scenario, "scenario")?;
     let options = options.filter(|o| !o.is_undefined() && !o.is_null()).map(|o| text(&o, "options")).transpose()?;
-    output(&api::replan(&current, &scenario, options.as_deref()).map_err(|e| JsError::new(&e))?)
+    Ok(output(&api::replan(&current, &scenario, options.as_deref()).map_err(js_failure)?)?)
 }
 
 /// Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,
@@ -153,6 +158,18 @@ struct Options {
     file_size: Option<u64>,
     /// `config.json` (object or text) for a safetensors file.
     config: Option<serde_json::Value>,
+}
+
+/// A JS `Error` with the message, and `path` and `value` when the failure has them.
+fn js_failure(failure: api::Failure) -> JsValue {
+    let error = js_sys::Error::new(&failure.message);
+    for (key, value) in [("path", failure.path), ("value", failure.value)] {
+        if let Some(value) = value {
+            // Setting a property on a fresh `Error` object cannot fail.
+            let _ = js_sys::Reflect::set(&error, &JsValue::from_str(key), &JsValue::from_str(&value));
+        }
+    }
+    error.into()
 }
 
 fn read_options<T: DeserializeOwned + Default>(options: Option<JsValue>) -> Result<T, JsError> {

@@ -96,6 +96,15 @@ export interface HeaderOptions extends ModelOptions {
   config?: HfConfig | string;
 }
 
+/** What `plan`, `planView` and `replan` throw for an invalid scenario: an `Error` with the
+ *  CLI's message, the JSON path of the field it is about and the value written there. */
+export interface ScenarioError extends Error {
+  /** The field's JSON path (`nodes[2].bandwidth`); absent for the scenario as a whole. */
+  path?: string;
+  /** The value written at `path`, as JSON text (`"\"0 GB/s\""`). */
+  value?: string;
+}
+
 /** The first bytes of a model file (at least its header). */
 export interface ModelFile {
   name: string;

@@ -1,8 +1,10 @@
-//! Where an input's problem is shown. The core words its errors for the CLI, naming JSON
-//! paths (`nodes[2].memory`); the page maps each path to the field the user typed in, and
+//! Where an input's problem is shown. The core's errors carry the JSON path of their field
+//! as data (`nodes[2].memory`); the page maps each path to the field the user typed in, and
 //! names machines by their names, so a message sits beside its field and says "`mac`
 //! memory", not "`nodes[2].memory`". The core's message is otherwise kept as it is: the
 //! page and the CLI never disagree about what is wrong.
+
+use stageplan::ScenarioError;
 
 /// A field of the page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,23 +39,23 @@ const NODE_PARTS: [&str; 7] = ["name", "device", "kind", "memory", "bandwidth", 
 /// The page's machines, in scenario order (`nodes[i]`): each one's id and name.
 pub type Machines<'a> = [(u64, &'a str)];
 
-/// Places a core message about the page's scenario: the field its leading `` `path` ``
-/// names, with `nodes[i]` written as the machine's name and serde's " at line L column C"
-/// dropped (the page's JSON is not what the user wrote). `config`: the model is a pasted
-/// config.json, whose own errors name its fields bare (`hidden_size`).
-pub fn place(machines: &Machines<'_>, config: bool, message: &str) -> InputError {
-    let message = message.split(" at line ").next().unwrap_or(message);
-    let Some((path, rest)) = message.strip_prefix('`').and_then(|m| m.split_once('`')) else {
-        return InputError { place: None, message: message.to_owned() };
-    };
+/// Places a core error about the page's scenario on the field its path names, with
+/// `nodes[i]` written as the machine's name and serde's " at line L column C" dropped (the
+/// page's JSON is not what the user wrote). `config`: the model is a pasted config.json,
+/// whose own errors name its fields bare (`hidden_size`).
+pub fn place(machines: &Machines<'_>, config: bool, error: &ScenarioError) -> InputError {
+    let shown = |message: String| message.split(" at line ").next().unwrap_or(&message).to_owned();
+    let path = error.path.as_str();
     if let Some((index, part)) = node_path(path)
         && let Some(&(id, name)) = machines.get(index)
     {
         let part = NODE_PARTS.iter().copied().find(|p| *p == part).unwrap_or("name");
         let what = if part == "name" { String::new() } else { format!(" {part}") };
         let name = if name.trim().is_empty() { format!("machine {}", index + 1) } else { name.to_owned() };
-        return InputError::at(Place::Node(id, part), format!("`{}`{what}{rest}", stageplan::quote::line(&name)));
+        let message = error.message_about(&format!("`{}`{what}", stageplan::quote::line(&name)));
+        return InputError::at(Place::Node(id, part), shown(message));
     }
+    let message = shown(error.to_string());
     let field = match path {
         "workload.context" => Some("context"),
         "workload.batch" => Some("batch"),
@@ -66,7 +68,7 @@ pub fn place(machines: &Machines<'_>, config: bool, message: &str) -> InputError
         p if p.starts_with("model.config") || (config && !p.contains(['.', '['])) => Some("config"),
         _ => None,
     };
-    InputError { place: field.map(Place::Field), message: message.to_owned() }
+    InputError { place: field.map(Place::Field), message }
 }
 
 /// `nodes[3].memory` → `(3, "memory")`; `nodes[3]` → `(3, "")`.

@@ -4,9 +4,10 @@
 
 use stageplan::Plan;
 
-use crate::fields::{InputError, Place};
-use crate::state::{AppState, ModelSource};
+use crate::fields::InputError;
+use crate::state::AppState;
 use crate::worker::Dropped;
+use stageplan::ScenarioError;
 use stageplan::view::{PlanView, plan_view};
 
 /// A planned state, or why it cannot be planned.
@@ -36,23 +37,22 @@ pub struct Computed {
 /// The scenario's first problem, worded as the CLI words it, placed on its field.
 pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, InputError> {
     let scenario = state.scenario()?;
-    let model_file = |message: String| InputError::at(Place::Field("model-file"), message);
-    let problem = match (state.model.source, dropped) {
-        (ModelSource::File, Some(file)) => scenario.problem_with_model(file.model.clone()),
-        (ModelSource::File, None) if !state.model.file.trim().is_empty() => {
-            return Err(model_file(format!(
+    // The model a scenario's `model.file` names is the one dropped on the page.
+    let dropped_model = |file: &str| match dropped {
+        Some(dropped) => Ok(dropped.model.clone()),
+        None if !file.trim().is_empty() => Err(ScenarioError::about(
+            "model.file",
+            format!(
                 "this plan was made from the model file `{}`: drop it on the page again to plan it (files never leave your machine, so links cannot carry them)",
-                state.model.file.trim()
-            )));
-        }
-        (ModelSource::File, None) => {
-            return Err(model_file(
-                "drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it".into(),
-            ));
-        }
-        _ => scenario.problem(),
-    }
-    .map_err(|e| state.place(&e.to_string()))?;
+                stageplan::quote::line(file.trim())
+            ),
+        )),
+        None => Err(ScenarioError::about(
+            "model.file",
+            "drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it",
+        )),
+    };
+    let problem = stageplan::check(scenario, dropped_model).map_err(|e| state.place(&e))?.problem;
     let enabled = state.enabled();
     let plan = stageplan::plan_enabled(&problem, &enabled);
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();

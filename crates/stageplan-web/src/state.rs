@@ -281,13 +281,13 @@ impl AppState {
         }
         let text = serde_json::to_string(&self.scenario_json())
             .map_err(|e| InputError { place: None, message: e.to_string() })?;
-        Scenario::from_json(&text).map_err(|e| self.place(&e.to_string()))
+        Scenario::from_json(&text).map_err(|e| self.place(&e))
     }
 
-    /// A core message about this state's scenario, placed on its field (see [`crate::fields`]).
-    pub fn place(&self, message: &str) -> InputError {
+    /// A core error about this state's scenario, placed on its field (see [`crate::fields`]).
+    pub fn place(&self, error: &stageplan::ScenarioError) -> InputError {
         let machines: Vec<(u64, &str)> = self.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
-        crate::fields::place(&machines, self.model.source == ModelSource::Config, message)
+        crate::fields::place(&machines, self.model.source == ModelSource::Config, error)
     }
 
     /// Applies a plan's fix (the page's "no plan fits" buttons).
@@ -480,11 +480,12 @@ fn base_unit(dimension: Dimension) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stageplan::ScenarioError;
 
     #[test]
     fn the_default_state_plans() {
         let scenario = AppState::default().scenario().unwrap();
-        let problem = scenario.problem().unwrap();
+        let problem = stageplan::check(scenario.clone(), stageplan::check::no_model_files).unwrap().problem;
         assert!(stageplan::plan(&problem).feasible);
         // The page's link fields show the core's default link, as written by a person.
         let state = AppState::default();
@@ -581,7 +582,7 @@ mod tests {
         let node = &mut state.nodes[0];
         (node.device, node.memory, node.bandwidth, node.compute, node.reserve) =
             (String::new(), "64".into(), "400".into(), "27".into(), "0".into());
-        let problem = state.scenario().unwrap().problem().unwrap();
+        let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
         let planned = &problem.nodes[0];
         assert_eq!(planned.memory, 64 << 30);
         assert_eq!((planned.bandwidth, planned.compute), (400e9, 27e12));
@@ -608,7 +609,8 @@ mod tests {
         let scenario = Scenario::from_json(text).unwrap();
         let state = AppState::from_scenario(&scenario);
         let again = state.scenario().unwrap();
-        let (a, b) = (scenario.problem().unwrap(), again.problem().unwrap());
+        let checked = |s: Scenario| stageplan::check(s, stageplan::check::no_model_files).unwrap().problem;
+        let (a, b) = (checked(scenario), checked(again));
         assert_eq!(a.nodes, b.nodes);
         assert_eq!(a.links, b.links);
         assert_eq!(a.workload, b.workload);
@@ -619,35 +621,49 @@ mod tests {
         let state = AppState::default();
         let mac = state.nodes[2].id;
         let machines: Vec<(u64, &str)> = state.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
-        let place = |message: &str| crate::fields::place(&machines, false, message);
-        let placed = place("`nodes[2].memory` is 64 bytes; write a unit, e.g. `64 GiB`");
+        let place = |error: ScenarioError| crate::fields::place(&machines, false, &error);
+        let placed = place(ScenarioError::field("nodes[2].memory", "is 64 bytes; write a unit, e.g. `64 GiB`"));
         assert_eq!(
             placed,
             InputError::at(Place::Node(mac, "memory"), "`mac` memory is 64 bytes; write a unit, e.g. `64 GiB`")
         );
-        let placed = place("`workload.context`: invalid type: string \"x\", expected u64 at line 1 column 82");
+        // The place comes from the path, never from the words: a message that starts with
+        // another field's name in backticks is still placed by its path.
+        let placed = place(ScenarioError::field("nodes[2].bandwidth", "`nodes[0].memory` is not this field"));
+        assert_eq!(placed.place, Some(Place::Node(mac, "bandwidth")));
+        let text = r#"{"model": {"preset": "llama-3.1-8b"}, "workload": {"context": "x"}, "nodes": []}"#;
+        let placed = place(Scenario::from_json(text).unwrap_err());
         assert_eq!(
             placed,
             InputError::at(Place::Field("context"), "`workload.context`: invalid type: string \"x\", expected u64")
         );
-        let placed = place("`nodes[0]` is named twice");
+        let placed = place(ScenarioError::field("nodes[0]", "is named twice"));
         assert_eq!(placed.place, Some(Place::Node(state.nodes[0].id, "name")));
         assert_eq!(placed.message, "`desk` is named twice");
-        assert_eq!(place("the scenario has no nodes").place, None);
-        assert_eq!(place("`nodes[9].memory` is wrong").place, None, "no such machine: left unplaced");
-        assert_eq!(place("`links.default.latency` is negative").place, Some(Place::Field("link-latency")));
+        assert_eq!(place(ScenarioError::field("", "the scenario has no nodes")).place, None);
+        assert_eq!(
+            place(ScenarioError::field("nodes[9].memory", "is wrong")).place,
+            None,
+            "no such machine: left unplaced"
+        );
+        assert_eq!(
+            place(ScenarioError::field("links.default.latency", "is negative")).place,
+            Some(Place::Field("link-latency"))
+        );
     }
 
     #[test]
     fn a_fix_applies_to_the_fields_it_names() {
         let mut state =
             AppState { model: ModelDraft { weights: "f16".into(), ..ModelDraft::default() }, ..AppState::default() };
-        let problem = state.scenario().unwrap().problem().unwrap();
-        let plan = stageplan::plan(&problem);
+        let checked = |state: &AppState| {
+            stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem
+        };
+        let plan = stageplan::plan(&checked(&state));
         assert!(!plan.feasible, "a 70B model in f16 does not fit 24 + 24 + 48 GiB");
         let change = plan.diagnostics.iter().find_map(|d| d.change.clone()).expect("a fix to apply");
         state.apply(&change);
-        assert!(stageplan::plan(&state.scenario().unwrap().problem().unwrap()).feasible, "{change:?} makes it fit");
+        assert!(stageplan::plan(&checked(&state)).feasible, "{change:?} makes it fit");
         state.apply(&Change::CopyNode("mac".into()));
         state.apply(&Change::CopyNode("mac".into()));
         let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();

@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn the_context_chart_stays_in_its_box_and_marks_the_scenario() {
         let state = AppState::default();
-        let problem = state.scenario().unwrap().problem().unwrap();
+        let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
         let points = stageplan::sweep::by_context(&problem, &state.enabled());
         let chart = context_chart(&points, 8192, &|_| 0).unwrap();
         let inside = |points: &str| {
@@ -230,7 +230,7 @@ mod tests {
     fn machine_names_stay_text() {
         let mut state = AppState::default();
         state.nodes[0].name = "<img src=x onerror=alert(1)>".into();
-        let problem = state.scenario().unwrap().problem().unwrap();
+        let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
         let html = sweeps_html(&problem, &state.enabled());
         assert!(!html.contains("<img"), "{html}");
         assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));

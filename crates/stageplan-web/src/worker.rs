@@ -378,7 +378,8 @@ mod tests {
     fn exports_of_a_plan_that_crossed_to_the_worker_are_unchanged() {
         let scenario =
             stageplan::Scenario::from_json(include_str!("../../../tests/export/home-70b/scenario.json")).unwrap();
-        let mut plan: Plan = stageplan::plan(&scenario.problem().unwrap());
+        let mut plan: Plan =
+            stageplan::plan(&stageplan::check(scenario.clone(), stageplan::check::no_model_files).unwrap().problem);
         let options = ExportOptions::default();
         let mut x = 1.234_567_890_123_456_7_f64;
         for _ in 0..500 {

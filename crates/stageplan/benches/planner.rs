@@ -21,7 +21,7 @@ const EXPERTS: &str = include_str!("../../../tests/scenarios/experts-2000x256.js
 fn problem(json: &str, edit: impl FnOnce(&mut Scenario)) -> Problem {
     let mut scenario = Scenario::from_json(json).expect("bench scenario parses");
     edit(&mut scenario);
-    scenario.problem().expect("bench scenario is valid")
+    stageplan::check(scenario, stageplan::check::no_model_files).expect("bench scenario is valid").problem
 }
 
 fn bench(c: &mut Criterion) {

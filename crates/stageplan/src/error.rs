@@ -49,23 +49,91 @@ pub(crate) fn suggest(suggestion: Option<&str>) -> String {
     }
 }
 
-/// A scenario that cannot be planned as written.
+/// A scenario that cannot be planned as written: where (its JSON path, as data every
+/// surface marks a field from), what was written there, and what to do.
+///
+/// The message is one line: `` `path` problem `` (or `` `path`: problem `` after a syntax or
+/// `config.json` error), or the problem alone when it is about the scenario as a whole.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ScenarioError {
-    /// The text is not JSON, or a field has the wrong shape.
-    #[error("{0}")]
-    Syntax(String),
-    /// A field is present but wrong; `field` is its JSON path (`nodes[1].memory`).
-    #[error("`{field}` {problem}")]
-    Field { field: String, problem: String },
-    /// The model part failed.
-    #[error(transparent)]
-    Model(#[from] ModelError),
+#[error("{}", self.message_about(&format!("`{}`", self.path)))]
+pub struct ScenarioError {
+    /// The field's JSON path (`nodes[2].bandwidth`, `model.config.hidden_size`); empty: the
+    /// scenario as a whole.
+    pub path: String,
+    /// The value written at `path`, as compact JSON (shortened past 200 characters), when the
+    /// scenario's text was at hand and had one there.
+    pub value: Option<String>,
+    /// What is wrong and what to write instead, without the path.
+    pub problem: String,
+    /// How the message names the path.
+    form: Form,
+}
+
+/// How a message names its path.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Form {
+    /// `` `path` is 0; … ``: a checked field.
+    Field,
+    /// `` `path`: invalid type … ``: the reader's words after a colon.
+    Colon,
+    /// The problem names what it is about itself (`unknown model preset …`).
+    Bare,
 }
 
 impl ScenarioError {
-    pub(crate) fn field(field: impl Into<String>, problem: impl Into<String>) -> ScenarioError {
-        ScenarioError::Field { field: field.into(), problem: problem.into() }
+    /// A problem with the field at `field` (a JSON path; empty: the scenario as a whole).
+    pub fn field(field: impl Into<String>, problem: impl Into<String>) -> ScenarioError {
+        ScenarioError { path: field.into(), value: None, problem: problem.into(), form: Form::Field }
+    }
+
+    /// A problem with the field at `path` whose message names what it is about itself (the
+    /// path is data for placing it, not part of the text).
+    pub fn about(path: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+        ScenarioError { path: path.into(), value: None, problem: message.into(), form: Form::Bare }
+    }
+
+    /// The reader's own words about the field at `path` (a wrong type, an unknown key).
+    pub(crate) fn syntax(path: impl Into<String>, problem: impl Into<String>) -> ScenarioError {
+        ScenarioError { path: path.into(), value: None, problem: problem.into(), form: Form::Colon }
+    }
+
+    /// The message with `subject` in place of `` `path` `` (a page says "`` `mac` `` memory" for
+    /// `nodes[2].memory`); the problem alone when the error is about the scenario as a whole.
+    pub fn message_about(&self, subject: &str) -> String {
+        match self.form {
+            _ if self.path.is_empty() => self.problem.clone(),
+            Form::Field => format!("{subject} {}", self.problem),
+            Form::Colon => format!("{subject}: {}", self.problem),
+            Form::Bare => self.problem.clone(),
+        }
+    }
+
+    /// The same error with `value`, the JSON written at its path in `document`, when there is one.
+    pub(crate) fn with_value_from(mut self, document: &serde_json::Value) -> ScenarioError {
+        if self.path.is_empty() {
+            return self;
+        }
+        self.value = crate::json::value_at(document, &self.path).map(|v| {
+            let text = v.to_string();
+            match text.char_indices().nth(200) {
+                Some((cut, _)) => format!("{}…", &text[..cut]),
+                None => text,
+            }
+        });
+        self
+    }
+}
+
+impl From<ModelError> for ScenarioError {
+    fn from(error: ModelError) -> ScenarioError {
+        let problem = error.to_string();
+        match error {
+            ModelError::Config { field, message } => ScenarioError::syntax(field, message),
+            ModelError::Invalid { field, problem } => ScenarioError::field(field, problem),
+            ModelError::Unsupported { .. } => ScenarioError::about("model.config", problem),
+            ModelError::UnknownPreset { .. } => ScenarioError::about("model.preset", problem),
+            ModelError::UnknownWeights { .. } => ScenarioError::about("model.weights", problem),
+        }
     }
 }
 

@@ -169,6 +169,27 @@ pub(crate) fn path_at(text: &str, line: usize, column: usize, end_kind: End) -> 
     path
 }
 
+/// The value at `path` (as [`path_at`] writes paths: `nodes[2].memory`) in `document`; `None`
+/// when nothing is there. A key holding `.` or `[` cannot be told from a path's own
+/// punctuation: such a path finds nothing.
+pub(crate) fn value_at<'a>(document: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    let mut value = document;
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('[') {
+            let (index, after) = after.split_once(']')?;
+            value = value.get(index.parse::<usize>().ok()?)?;
+            rest = after;
+        } else {
+            let key_part = rest.strip_prefix('.').unwrap_or(rest);
+            let end = key_part.find(['.', '[']).unwrap_or(key_part.len());
+            value = value.get(&key_part[..end])?;
+            rest = &key_part[end..];
+        }
+    }
+    Some(value)
+}
+
 /// The index just past the string that opens at `open`; `None` when the input ends first.
 fn string_end(bytes: &[u8], open: usize) -> Option<usize> {
     let mut i = open + 1;
@@ -295,6 +316,25 @@ mod tests {
             let text = format!(r#"{{"model": {{"preset": "llama-3.1-8b"}}, "nodes": [], "policy": {policy}}}"#);
             assert_eq!(from_str::<crate::Scenario>(&text).unwrap_err().0, path, "{text}");
         }
+    }
+
+    #[test]
+    fn values_are_found_at_their_paths() {
+        let document: serde_json::Value =
+            serde_json::from_str(r#"{"nodes": [{"name": "a"}, {"name": "b", "memory": "x", "tags": [1, 2]}]}"#)
+                .unwrap();
+        for (path, value) in [
+            ("nodes[1].memory", Some("\"x\"")),
+            ("nodes[1].tags[1]", Some("2")),
+            ("nodes[0]", Some(r#"{"name":"a"}"#)),
+            ("nodes[2]", None),
+            ("nodes[x]", None),
+            ("nodes.memory", None),
+            ("nodes[1", None),
+        ] {
+            assert_eq!(value_at(&document, path).map(ToString::to_string).as_deref(), value, "{path}");
+        }
+        assert_eq!(value_at(&document, ""), Some(&document));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! stageplan: split a large model across mismatched machines, and prove the split is best.
 //!
 //! A [`Scenario`] names a model (a preset, a Hugging Face `config.json`, or later a file
-//! header), a workload, the machines and the links between them. [`Scenario::problem`]
-//! checks it into a [`Problem`]; [`plan()`] returns the best contiguous split of layers over a
+//! header), a workload, the machines and the links between them. [`check()`], the one road
+//! every surface takes, reads and checks it into a [`Problem`]; [`plan()`] returns the best contiguous split of layers over a
 //! subset and order of the machines, with memory and time per stage, the bottleneck, the
 //! nodes left out and why, and the splits other tools would choose on the same cost model.
 //!
@@ -22,6 +22,7 @@
 //! - [`quote`]: text from input made safe for shells, YAML, comments and terminals.
 
 pub mod calibration;
+pub mod check;
 pub mod cost;
 pub mod device;
 pub mod engine;
@@ -43,6 +44,7 @@ pub mod units;
 pub mod verdict;
 pub mod view;
 
+pub use check::{Checked, ScenarioInput, check};
 pub use cost::CostModel;
 pub use error::{ModelError, ScenarioError};
 pub use model::{Model, WeightFormat};

@@ -184,7 +184,7 @@ impl Scenario {
     ///
     /// # Errors
     /// The first problem found, naming its field.
-    pub fn problem(&self) -> Result<Problem, ScenarioError> {
+    pub(crate) fn problem(&self) -> Result<Problem, ScenarioError> {
         self.problem_with_model(self.model.resolve()?)
     }
 
@@ -193,7 +193,7 @@ impl Scenario {
     ///
     /// # Errors
     /// The first problem found, naming its field.
-    pub fn problem_with_model(&self, model: Model) -> Result<Problem, ScenarioError> {
+    pub(crate) fn problem_with_model(&self, model: Model) -> Result<Problem, ScenarioError> {
         let file = self.model.file()?.map(str::to_owned);
         let workload = Workload { engine: self.engine, ..self.workload.check()? };
         let nodes = self.check_nodes()?;

@@ -278,29 +278,34 @@ impl Objective {
     }
 }
 impl Scenario {
-    /// Reads a scenario from JSON text.
+    /// Reads a scenario from JSON text. (To plan it, [`crate::check`] reads and checks in one.)
     ///
     /// # Errors
-    /// [`ScenarioError::Syntax`] with the JSON path of the offending field.
+    /// The text is not a JSON object or not a scenario's shape: a [`ScenarioError`] with the
+    /// JSON path of the offending field and the value written there.
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
         if !text.trim_start().starts_with('{') {
-            return Err(ScenarioError::Syntax(
-                "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`"
-                    .to_owned(),
+            return Err(ScenarioError::field(
+                "",
+                "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`",
             ));
         }
         crate::json::from_str(text).map_err(|(path, inner)| {
-            let message = inner.to_string();
             // serde_json appends " at line L column C"; keep it, it helps find the spot.
-            if path.is_empty() {
+            let message = inner.to_string();
+            let error = if path.is_empty() {
                 let hint = if message.starts_with("missing field") {
                     "; a scenario needs at least `model` and `nodes`"
                 } else {
                     ""
                 };
-                ScenarioError::Syntax(format!("{message}{hint}"))
+                ScenarioError::field("", format!("{message}{hint}"))
             } else {
-                ScenarioError::Syntax(format!("`{path}`: {message}"))
+                ScenarioError::syntax(path, message)
+            };
+            match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(document) => error.with_value_from(&document),
+                Err(_) => error,
             }
         })
     }

@@ -15,9 +15,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use stageplan::Plan;
 use stageplan::export::{ExportOptions, Target, export, llama_cpp_layers};
 use stageplan::presets::DeviceKind;
-use stageplan::{Plan, Scenario};
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// A stage as an engine would run it: machine and layers `[start, end)`.
@@ -37,7 +37,8 @@ fn cases() -> Vec<PathBuf> {
 
 fn load(dir: &Path) -> (Plan, ExportOptions) {
     let scenario = std::fs::read_to_string(dir.join("scenario.json")).expect("scenario");
-    let problem = Scenario::from_json(&scenario).and_then(|s| s.problem()).expect("a valid scenario");
+    let problem =
+        stageplan::check(scenario.as_str(), stageplan::check::no_model_files).expect("a valid scenario").problem;
     let plan = stageplan::plan(&problem);
     assert!(plan.feasible, "{}: the case's plan must fit", dir.display());
     let mut options = ExportOptions::for_problem(&problem);

@@ -215,13 +215,14 @@ fn an_imported_file_plans() {
     let (dir, _) = fixtures();
     let (header, _, _) = gguf_header(&dir.join("dense.gguf"));
     let model = import::gguf_model("dense", &[header]).unwrap();
-    let scenario = stageplan::Scenario::from_json(
+    let problem = stageplan::check(
         r#"{"model": {"file": "dense.gguf"}, "nodes": [{"name": "a", "memory": "6 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0},
             {"name": "b", "memory": "6 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0}],
             "workload": {"context": 64, "workspace": 0}}"#,
+        |_| Ok::<_, stageplan::ScenarioError>(model),
     )
-    .unwrap();
-    let problem = scenario.problem_with_model(model).unwrap();
+    .unwrap()
+    .problem;
     let plan = stageplan::plan(&problem);
     assert!(plan.feasible, "{:?}", plan.diagnostics);
     assert_eq!(plan.stages.last().unwrap().layers[1], 4);

@@ -54,7 +54,9 @@ pub(crate) fn quality() -> Result<String, String> {
             let mut scenario = Scenario::from_json(&text).map_err(|e| format!("{name}: {e}"))?;
             scenario.objective = objective;
             scenario.policy = Policy::Optimal;
-            let problem = scenario.problem().map_err(|e| format!("{name}: {e}"))?;
+            let problem = stageplan::check(scenario, stageplan::check::no_model_files)
+                .map_err(|e| format!("{name}: {e}"))?
+                .problem;
             let plan = stageplan::plan(&problem);
             let figure = |feasible: bool, tokens: f64, latency: Option<f64>| {
                 if !feasible {

@@ -134,13 +134,14 @@ async fn calibrate(files: &[web_sys::File], node: &str) -> Result<Calibrated, St
 /// The sweeps' markup for a scenario; `model`: with the model last read from dropped files
 /// (`Some(None)`: none was read since this worker started).
 fn sweeps(scenario: &str, enabled: &[bool], model: Option<Option<stageplan::Model>>) -> Result<String, String> {
-    let scenario = stageplan::Scenario::from_json(scenario).map_err(|e| e.to_string())?;
-    let problem = match model {
-        Some(Some(model)) => scenario.problem_with_model(model),
-        Some(None) => return Err("drop the model file again to compare formats and contexts".into()),
-        None => scenario.problem(),
-    }
-    .map_err(|e| e.to_string())?;
+    let dropped_model = |_: &str| match model {
+        Some(Some(model)) => Ok(model),
+        _ => Err(stageplan::ScenarioError::about(
+            "model.file",
+            "drop the model file again to compare formats and contexts",
+        )),
+    };
+    let problem = stageplan::check(scenario, dropped_model).map_err(|e| e.to_string())?.problem;
     Ok(stageplan_web::sweeps::sweeps_html(&problem, enabled))
 }
 

@@ -212,7 +212,9 @@ pub fn fit_node(
                 crate::quote::line(&test.model_type)
             )
         })?;
-        let problem = bench_scenario(test, preset, &node, efficiency).problem().map_err(|e| e.to_string())?;
+        let problem = crate::check(bench_scenario(test, preset, &node, efficiency), crate::check::no_model_files)
+            .map_err(|e| e.to_string())?
+            .problem;
         let plan = crate::plan(&problem);
         let stage = plan.stages.first().ok_or("the model does not fit 4 TiB")?;
         Ok((stage.time_s, stage.time.memory_s, stage.time.overhead_s + stage.time.send_s, preset.name.to_owned()))

@@ -27,12 +27,11 @@ use crate::units::{format_bandwidth, format_bytes, format_compute, format_flops,
 ///
 /// # Examples
 /// ```
-/// use stageplan::Scenario;
-/// let scenario = Scenario::from_json(r#"{
+/// let checked = stageplan::check(r#"{
 ///     "model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
 ///     "nodes": [{"name": "desk", "device": "rtx-4090"}, {"name": "laptop", "device": "m1-16gb"}]
-/// }"#).unwrap();
-/// let plan = stageplan::plan(&scenario.problem().unwrap());
+/// }"#, stageplan::check::no_model_files).unwrap();
+/// let plan = stageplan::plan(&checked.problem);
 /// assert!(plan.feasible);
 /// assert_eq!(plan.stages[0].layers, [0, 32]); // all on the 4090: the laptop would slow it down
 /// ```
