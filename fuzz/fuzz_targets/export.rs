@@ -12,12 +12,13 @@ use stageplan::export::{ExportOptions, Target, export};
 fn plan() -> &'static Plan {
     static PLAN: OnceLock<Plan> = OnceLock::new();
     PLAN.get_or_init(|| {
-        let problem = stageplan::Scenario::from_json(
+        let problem = stageplan::check(
             r#"{"model": {"preset": "mixtral-8x7b", "weights": "q4_k_m"},
                 "nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "m4-pro-64gb"},
                           {"name": "c", "device": "cpu-ddr5-dual-channel"}]}"#,
+            stageplan::check::no_model_files,
         )
-        .and_then(|s| s.problem())
+        .map(|c| c.problem)
         .expect("the fixed scenario is valid");
         stageplan::plan(&problem)
     })

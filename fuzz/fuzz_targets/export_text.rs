@@ -13,13 +13,14 @@ use stageplan::export::{ExportOptions, Target, export};
 fn plan() -> &'static Plan {
     static PLAN: OnceLock<Plan> = OnceLock::new();
     PLAN.get_or_init(|| {
-        let problem = stageplan::Scenario::from_json(
+        let problem = stageplan::check(
             // Small, so each run is quick: two stages are enough to print every kind of line.
             r#"{"model": {"preset": "llama-3.2-1b", "weights": "q4_k_m"},
                 "nodes": [{"name": "a", "device": "rtx-3060-12gb"}, {"name": "b", "device": "rtx-3060-12gb"}],
                 "policy": "even"}"#,
+            stageplan::check::no_model_files,
         )
-        .and_then(|s| s.problem())
+        .map(|c| c.problem)
         .expect("the fixed scenario is valid");
         let plan = stageplan::plan(&problem);
         assert!(plan.feasible && plan.stages.len() == 2, "the fixed plan has two stages");

@@ -10,12 +10,13 @@ use stageplan::planner::replan::current_from_json;
 fn problem() -> &'static stageplan::Problem {
     static PROBLEM: OnceLock<stageplan::Problem> = OnceLock::new();
     PROBLEM.get_or_init(|| {
-        stageplan::Scenario::from_json(
+        stageplan::check(
             r#"{"model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
                 "nodes": [{"name": "a", "device": "rtx-3060-12gb"}, {"name": "b", "device": "m1-16gb"},
                           {"name": "c", "device": "rtx-4060-ti-16gb"}]}"#,
+            stageplan::check::no_model_files,
         )
-        .and_then(|s| s.problem())
+        .map(|c| c.problem)
         .expect("the fixed scenario is valid")
     })
 }

@@ -6,8 +6,8 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(scenario) = stageplan::Scenario::from_json(text) else { return };
-    let Ok(problem) = scenario.problem() else { return };
+    let Ok(checked) = stageplan::check(text, stageplan::check::no_model_files) else { return };
+    let problem = checked.problem;
     // Keep each run short: the planner is exponential in distinct nodes by design.
     if problem.nodes.len() > 12 || problem.model.num_layers() > 512 {
         return;

@@ -123,7 +123,7 @@ pub fn plan_view(scenario: &str, enabled: Option<&[bool]>) -> Result<PlanView, F
             });
         }
     };
-    let plan = stageplan::plan_enabled(&problem, &per_node);
+    let plan = stageplan::plan_with(&problem, stageplan::planner::PlanOptions::default().enabled(&per_node));
     let index = |name: &str| problem.nodes.iter().position(|n| n.name == name).unwrap_or(0);
     Ok(stageplan::view::plan_view(&plan, problem.model.num_layers(), &index))
 }

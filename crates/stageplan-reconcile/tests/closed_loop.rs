@@ -84,7 +84,7 @@ impl Metrics for Measured {
 }
 
 fn problem() -> Problem {
-    Scenario::from_json(SCENARIO).expect("a valid scenario").problem().expect("it resolves")
+    stageplan::check(SCENARIO, stageplan::check::no_model_files).expect("a valid scenario that resolves").problem
 }
 
 /// The true plan of a split: the stages' times on the machines as they really are.
@@ -97,12 +97,12 @@ fn truth_of(base: &Problem, truth: &Truth, stages: &[(String, [usize; 2])]) -> s
     let index = |name: &str| problem.nodes.iter().position(|n| n.name == name).expect("a known node");
     problem.manual = Some(stages.iter().map(|(n, l)| (index(n), l[0], l[1])).collect());
     problem.policy = Policy::Manual;
-    stageplan::plan_bare(&problem)
+    stageplan::plan_with(&problem, stageplan::planner::PlanOptions::bare())
 }
 
 /// The best plan for the machines as they really are.
 fn best_of(base: &Problem, truth: &Truth) -> f64 {
-    stageplan::plan_bare(&with_learned(base, &truth.learned())).tokens_per_s
+    stageplan::plan_with(&with_learned(base, &truth.learned()), stageplan::planner::PlanOptions::bare()).tokens_per_s
 }
 
 struct Outcome {

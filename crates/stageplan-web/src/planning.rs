@@ -54,7 +54,7 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
     };
     let problem = stageplan::check(scenario, dropped_model).map_err(|e| state.place(&e))?.problem;
     let enabled = state.enabled();
-    let plan = stageplan::plan_enabled(&problem, &enabled);
+    let plan = stageplan::plan_with(&problem, stageplan::planner::PlanOptions::default().enabled(&enabled));
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
     let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);
     let layers = problem.model.num_layers();
@@ -62,8 +62,10 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
     // The figures each stage was planned with: a preset's are otherwise not on screen.
     view.figures = figures(&problem, &plan);
     let overflow = (!plan.feasible).then(|| {
-        let closest =
-            stageplan::planner::plan_policy_enabled(&problem, &enabled, stageplan::Policy::MemoryProportional);
+        let closest = stageplan::plan_with(
+            &problem,
+            stageplan::planner::PlanOptions::bare().enabled(&enabled).policy(stageplan::Policy::MemoryProportional),
+        );
         let mut view = plan_view(&closest, layers, &index);
         view.figures = figures(&problem, &closest);
         (closest, view)

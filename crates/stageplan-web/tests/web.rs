@@ -40,8 +40,10 @@ fn share_links_round_trip_in_the_browser() {
 #[wasm_bindgen_test]
 fn the_view_model_lays_out_the_default_plan() {
     let state = AppState::default();
-    let problem = state.scenario().expect("valid").problem().expect("plannable");
-    let plan = stageplan::plan_enabled(&problem, &state.enabled());
+    let problem = stageplan::check(state.scenario().expect("valid"), stageplan::check::no_model_files)
+        .expect("plannable")
+        .problem;
+    let plan = stageplan::plan_with(&problem, stageplan::planner::PlanOptions::default().enabled(&state.enabled()));
     let view = plan_view(&plan, problem.model.num_layers(), &|_| 0);
     let covered: f64 = view.bands.iter().map(|b| b.width_pct).sum();
     assert!((covered - 100.0).abs() < 1e-9);

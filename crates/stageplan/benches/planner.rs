@@ -13,6 +13,7 @@
 //! scenario files under `tests/scenarios/`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use stageplan::planner::PlanOptions;
 use stageplan::{Objective, Policy, Problem, Scenario};
 
 const HOME: &str = include_str!("../../../tests/scenarios/home-70b-8.json");
@@ -22,6 +23,11 @@ fn problem(json: &str, edit: impl FnOnce(&mut Scenario)) -> Problem {
     let mut scenario = Scenario::from_json(json).expect("bench scenario parses");
     edit(&mut scenario);
     stageplan::check(scenario, stageplan::check::no_model_files).expect("bench scenario is valid").problem
+}
+
+/// The plan alone: the search's own cost, without baselines and explanations.
+fn bare(problem: &Problem) -> stageplan::Plan {
+    stageplan::plan_with(problem, PlanOptions::bare())
 }
 
 fn bench(c: &mut Criterion) {
@@ -37,18 +43,18 @@ fn bench(c: &mut Criterion) {
     });
     // Eight sequences: every micro-batch count from 1 to 8, each a bisection of capped searches.
     let eight = problem(HOME, |s| s.workload.batch = 8);
-    group.bench_function("bare-throughput", |b| b.iter(|| stageplan::plan_bare(&throughput)));
-    group.bench_function("bare-throughput-8-sequences", |b| b.iter(|| stageplan::plan_bare(&eight)));
-    group.bench_function("bare-latency", |b| b.iter(|| stageplan::plan_bare(&latency)));
-    group.bench_function("bare-throughput-pair-links", |b| b.iter(|| stageplan::plan_bare(&pairwise)));
+    group.bench_function("bare-throughput", |b| b.iter(|| bare(&throughput)));
+    group.bench_function("bare-throughput-8-sequences", |b| b.iter(|| bare(&eight)));
+    group.bench_function("bare-latency", |b| b.iter(|| bare(&latency)));
+    group.bench_function("bare-throughput-pair-links", |b| b.iter(|| bare(&pairwise)));
     group.bench_function("plan-throughput", |b| b.iter(|| stageplan::plan(&throughput)));
     group.bench_function("plan-latency", |b| b.iter(|| stageplan::plan(&latency)));
     for policy in [Policy::MemoryProportional, Policy::Even, Policy::Greedy] {
         let baseline = problem(HOME, |s| s.policy = policy);
-        group.bench_function(format!("bare-{}", policy.name()), |b| b.iter(|| stageplan::plan_bare(&baseline)));
+        group.bench_function(format!("bare-{}", policy.name()), |b| b.iter(|| bare(&baseline)));
     }
     // Re-planning after the machine with the most layers drops out.
-    let running = stageplan::plan_bare(&throughput);
+    let running = bare(&throughput);
     let current: Vec<stageplan::planner::replan::CurrentStage> = running
         .stages
         .iter()
@@ -65,10 +71,10 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     let big = problem(EXPERTS, |_| {});
     let big_latency = problem(EXPERTS, |s| s.objective = Objective::Latency);
-    group.bench_function("bare-throughput", |b| b.iter(|| stageplan::plan_bare(&big)));
-    group.bench_function("bare-latency", |b| b.iter(|| stageplan::plan_bare(&big_latency)));
+    group.bench_function("bare-throughput", |b| b.iter(|| bare(&big)));
+    group.bench_function("bare-latency", |b| b.iter(|| bare(&big_latency)));
     let proportional = problem(EXPERTS, |s| s.policy = Policy::MemoryProportional);
-    group.bench_function("bare-memory-proportional", |b| b.iter(|| stageplan::plan_bare(&proportional)));
+    group.bench_function("bare-memory-proportional", |b| b.iter(|| bare(&proportional)));
     group.finish();
 }
 

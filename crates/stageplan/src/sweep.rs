@@ -36,7 +36,7 @@ pub struct ContextPoint {
 }
 
 fn plan(problem: &Problem, enabled: &[bool]) -> Plan {
-    crate::planner::plan_policy_enabled(problem, enabled, problem.policy)
+    crate::plan_with(problem, crate::planner::PlanOptions::bare().enabled(enabled))
 }
 
 /// [`TABLE_FORMATS`] (and the problem's own format, if it is another) planned on the
@@ -134,7 +134,10 @@ mod tests {
         let fitting: Vec<&FormatRow> = rows.iter().filter(|r| r.fits).collect();
         assert!(fitting.len() >= 3 && fitting[0].tokens_per_s < fitting[fitting.len() - 1].tokens_per_s, "{fitting:?}");
         let current = rows.iter().find(|r| r.current).unwrap();
-        assert_eq!(current.tokens_per_s, crate::plan_bare(&problem).stream_tokens_per_s);
+        assert_eq!(
+            current.tokens_per_s,
+            crate::plan_with(&problem, crate::planner::PlanOptions::bare()).stream_tokens_per_s
+        );
     }
 
     #[test]

@@ -36,31 +36,64 @@ use crate::units::{format_bandwidth, format_bytes, format_compute, format_flops,
 /// assert_eq!(plan.stages[0].layers, [0, 32]); // all on the 4090: the laptop would slow it down
 /// ```
 pub fn plan(problem: &Problem) -> Plan {
-    let cost = CostModel::new(problem);
-    let allowed = vec![true; problem.nodes.len()];
-    plan_with(problem, &cost, &allowed, problem.policy, problem.objective, true)
+    plan_with(problem, PlanOptions::default())
 }
 
-/// The plan alone: no baselines, no left-out explanations, no fixes. For callers that
-/// re-plan often and show only the split (and for benchmarking the search itself).
-pub fn plan_bare(problem: &Problem) -> Plan {
-    let cost = CostModel::new(problem);
-    let allowed = vec![true; problem.nodes.len()];
-    plan_with(problem, &cost, &allowed, problem.policy, problem.objective, false)
+/// What to plan beyond the problem as written. The default: every machine, the problem's
+/// own policy, explained (baselines, left-out machines, fixes).
+#[derive(Copy, Clone, Debug, Default)]
+pub struct PlanOptions<'a> {
+    /// The machines that may be used, one entry per problem node (what-if: a machine
+    /// switched off); `None`: all. An entry past the problem's nodes is ignored, a missing
+    /// one is off.
+    pub enabled: Option<&'a [bool]>,
+    /// The split to make instead of the problem's policy (the page's memory-proportional
+    /// split that shows how far over each machine is when nothing fits).
+    pub policy: Option<Policy>,
+    /// The plan alone, without baselines, left-out explanations or fixes: for callers that
+    /// re-plan often and show only the split (sweeps, re-planning, the search's benchmarks).
+    pub bare: bool,
 }
 
-/// The split `policy` makes on the enabled nodes, evaluated, without explanations: for
-/// sweeps that re-plan many variants of one scenario (see [`crate::sweep`]), and, when
-/// nothing fits, the memory-proportional split that shows how far over each machine is.
-pub fn plan_policy_enabled(problem: &Problem, enabled: &[bool], policy: crate::scenario::Policy) -> Plan {
-    let cost = CostModel::new(problem);
-    plan_with(problem, &cost, enabled, policy, problem.objective, false)
+impl<'a> PlanOptions<'a> {
+    /// The plan alone (see [`PlanOptions::bare`]).
+    pub fn bare() -> PlanOptions<'a> {
+        PlanOptions { bare: true, ..PlanOptions::default() }
+    }
+
+    /// Only the machines marked in `enabled`.
+    #[must_use]
+    pub fn enabled(self, enabled: &'a [bool]) -> PlanOptions<'a> {
+        PlanOptions { enabled: Some(enabled), ..self }
+    }
+
+    /// Under `policy` instead of the problem's.
+    #[must_use]
+    pub fn policy(self, policy: Policy) -> PlanOptions<'a> {
+        PlanOptions { policy: Some(policy), ..self }
+    }
 }
 
-/// Plans with only the nodes marked in `enabled` (what-if: a node switched off).
-pub fn plan_enabled(problem: &Problem, enabled: &[bool]) -> Plan {
+/// Plans `problem` with `options`: the one planner entry besides [`plan`], which is this
+/// with the defaults.
+///
+/// # Examples
+/// ```
+/// use stageplan::planner::PlanOptions;
+/// let checked = stageplan::check(r#"{
+///     "model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
+///     "nodes": [{"name": "desk", "device": "rtx-4090"}, {"name": "laptop", "device": "m1-16gb"}]
+/// }"#, stageplan::check::no_model_files).unwrap();
+/// let without_desk = stageplan::plan_with(&checked.problem, PlanOptions::bare().enabled(&[false, true]));
+/// assert_eq!(without_desk.stages[0].node, "laptop");
+/// ```
+pub fn plan_with(problem: &Problem, options: PlanOptions<'_>) -> Plan {
     let cost = CostModel::new(problem);
-    plan_with(problem, &cost, enabled, problem.policy, problem.objective, true)
+    let allowed: Vec<bool> = (0..problem.nodes.len())
+        .map(|i| options.enabled.is_none_or(|enabled| enabled.get(i).copied().unwrap_or(false)))
+        .collect();
+    let policy = options.policy.unwrap_or(problem.policy);
+    plan_on(problem, &cost, &allowed, policy, problem.objective, !options.bare)
 }
 
 /// The best plan found by exhaustive search over every ordered subset and split, when the
@@ -82,7 +115,7 @@ pub fn verify(problem: &Problem, limit: u64) -> Option<Plan> {
     Some(plan)
 }
 
-fn plan_with(
+pub(crate) fn plan_on(
     problem: &Problem,
     cost: &CostModel,
     allowed: &[bool],
@@ -131,7 +164,7 @@ fn plan_with(
         .iter()
         .filter(|&&p| p != policy && p != Policy::Manual)
         .map(|&p| {
-            let other = plan_with(problem, cost, allowed, p, objective, false);
+            let other = plan_on(problem, cost, allowed, p, objective, false);
             Baseline {
                 policy: p,
                 feasible: other.feasible,

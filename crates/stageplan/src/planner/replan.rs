@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::search::{self, Split, value};
-use super::{evaluate, plan_with};
+use super::{evaluate, plan_on};
 use crate::cost::CostModel;
 use crate::model::Place;
 use crate::plan::Plan;
@@ -176,7 +176,7 @@ pub fn replan(problem: &Problem, current: &[CurrentStage], options: ReplanOption
         Objective::Latency => seconds,
     };
     let Some((best_seconds, best_stages)) = found.best else {
-        let plan = plan_with(problem, &cost, &allowed, Policy::Optimal, objective, true);
+        let plan = plan_on(problem, &cost, &allowed, Policy::Optimal, objective, true);
         return Ok(Replan {
             plan,
             moves: Vec::new(),
@@ -572,7 +572,7 @@ mod tests {
         slower.nodes[b].bandwidth *= 0.6;
         let r = replan(&slower, &running(&now), ReplanOptions::default()).unwrap();
         assert!(!r.kept, "{}", r.reason);
-        let best = crate::plan_bare(&slower);
+        let best = crate::plan_with(&slower, crate::planner::PlanOptions::bare());
         assert!(
             r.plan.tokens_per_s >= best.tokens_per_s / 1.03 - 1e-9,
             "{} vs {}",
@@ -622,7 +622,7 @@ mod tests {
             let r = replan(&noisy, &current, ReplanOptions::default()).unwrap();
             assert!(r.kept && r.moves.is_empty(), "step {step}: {}", r.reason);
             current = running(&r.plan);
-            let best = running(&crate::plan_bare(&noisy));
+            let best = running(&crate::plan_with(&noisy, crate::planner::PlanOptions::bare()));
             if best != naive {
                 naive_changes += 1;
                 naive = best;
@@ -644,7 +644,7 @@ mod tests {
         let r = replan(&bigger, &running(&now), ReplanOptions::default()).unwrap();
         assert!(!r.kept, "{}", r.reason);
         assert!(r.plan.stages.iter().any(|s| s.node == "h"));
-        let best = crate::plan_bare(&bigger);
+        let best = crate::plan_with(&bigger, crate::planner::PlanOptions::bare());
         assert!(r.plan.tokens_per_s >= best.tokens_per_s / 1.03 - 1e-9);
         assert!(r.bytes_moved <= bytes_to(&bigger, &now, &best));
     }

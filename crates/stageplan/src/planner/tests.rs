@@ -482,10 +482,10 @@ fn what_if_a_node_goes_away() {
     let mut busy = problem.clone();
     busy.workload.batch = 3;
     assert!(plan(&busy).tokens_per_s > 2.5 * all.tokens_per_s);
-    let without_a = plan_enabled(&problem, &[false, true, true]);
+    let without_a = plan_with(&problem, PlanOptions::default().enabled(&[false, true, true]));
     assert!(without_a.feasible);
     assert!(without_a.stages.iter().all(|s| s.node != "a"));
-    let only_a = plan_enabled(&problem, &[true, false, false]);
+    let only_a = plan_with(&problem, PlanOptions::default().enabled(&[true, false, false]));
     assert!(!only_a.feasible);
 }
 
