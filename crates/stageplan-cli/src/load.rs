@@ -20,6 +20,13 @@ pub(crate) fn check<'a>(base: &Path, scenario: impl Into<ScenarioInput<'a>>) -> 
     stageplan::check(scenario, |file| Ok(model_file(&base.join(file), None)?.model))
 }
 
+/// Checks a scenario read from `path` (`-`: standard input) into a problem: a model file
+/// it names is relative to the scenario file's folder.
+pub(crate) fn problem<'a>(path: &Path, scenario: impl Into<ScenarioInput<'a>>) -> Result<stageplan::Problem, Failure> {
+    let base = if path == Path::new("-") { Path::new(".") } else { path.parent().unwrap_or(Path::new(".")) };
+    Ok(check(base, scenario)?.problem)
+}
+
 /// A model read from files, and what reading it cost.
 pub(crate) struct Loaded {
     pub model: Model,

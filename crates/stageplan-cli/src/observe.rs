@@ -79,14 +79,19 @@ pub(crate) fn sources(file: Option<PathBuf>, url: Option<String>, queries: &[Str
 }
 
 impl Sources {
-    /// No source: nothing measured.
-    pub(crate) fn none() -> Sources {
-        Sources { file: None, prometheus: None }
-    }
-
     /// Whether any source was given.
     pub(crate) fn any(&self) -> bool {
         self.file.is_some() || self.prometheus.is_some()
+    }
+
+    /// This pass's measurements; a source that is down or unreadable gives none, and the
+    /// placement stays as it is (one warning per source per pass, never a stop).
+    pub(crate) fn measure(&self) -> Observations {
+        let (seen, problems) = self.read();
+        for problem in problems {
+            tracing::warn!(problem = %stageplan::quote::line(&problem), "no measurements this pass; placement stays as it is");
+        }
+        seen
     }
 
     /// This moment's measurements, and one line per source that gave none (and why).

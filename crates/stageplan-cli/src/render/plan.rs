@@ -1,34 +1,20 @@
-//! Text output: tables a person reads in a terminal, without colour.
+//! A plan as a table (`plan`, `replan`, `plan --verify`).
 //!
 //! Memory bars stack the parts of a stage against its node's budget:
 //! `█` weights, `▓` KV cache, `▒` embedding and head, `░` workspace and reserve, `·` free.
 
 use std::fmt::Write;
 
-use stageplan::model::ModelSummary;
 use stageplan::plan::{Level, Plan};
-use stageplan::presets::{DEVICES, MODELS};
-use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds, group_digits, sig3};
-use stageplan::{Objective, Problem, WeightFormat};
+use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
+use stageplan::{Objective, Problem};
+
+use super::cell;
 
 const BAR: usize = 24;
-/// Longest name a table cell shows; longer ones end in `…`.
-const NAME_CELL: usize = 40;
-
-/// A name from the input as a table cell: one line, no terminal controls, at most
-/// [`NAME_CELL`] characters.
-fn cell(name: &str) -> String {
-    let name = stageplan::quote::line(name);
-    if name.chars().count() <= NAME_CELL {
-        return name.into_owned();
-    }
-    let mut cut: String = name.chars().take(NAME_CELL - 1).collect();
-    cut.push('…');
-    cut
-}
 
 /// The plan as a table with its figures, left-out nodes, baselines and notes.
-pub(crate) fn plan(problem: &Problem, plan: &Plan) -> String {
+pub(crate) fn table(problem: &Problem, plan: &Plan) -> String {
     let mut out = String::new();
     let model = &problem.model;
     let w = &problem.workload;
@@ -173,7 +159,7 @@ pub(crate) fn plan(problem: &Problem, plan: &Plan) -> String {
 /// A re-plan: why, the new plan, and the moves that reach it.
 pub(crate) fn replan(problem: &Problem, replan: &stageplan::Replan) -> String {
     let mut out = format!("{}\n\n", stageplan::quote::line(&replan.reason));
-    out.push_str(&plan(problem, &replan.plan));
+    out.push_str(&table(problem, &replan.plan));
     if replan.kept {
         return out;
     }
@@ -249,96 +235,4 @@ fn bar(weights: u64, kv: u64, embed_head: u64, other: u64, budget: u64) -> Strin
 
 fn short_bytes(bytes: u64) -> String {
     format_bytes(bytes as f64)
-}
-
-/// A model's summary.
-pub(crate) fn model(s: &ModelSummary) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "{} · {}", stageplan::quote::line(&s.name), s.weights);
-    let _ = writeln!(out, "parameters      {} ({})", params(s.params), group_digits(s.params));
-    let _ = writeln!(
-        out,
-        "weights         {} ({} bytes)",
-        format_bytes(s.weight_bytes as f64),
-        group_digits(s.weight_bytes)
-    );
-    let _ = writeln!(
-        out,
-        "embedding       {}{}",
-        format_bytes(s.embedding_bytes as f64),
-        if s.tied_embeddings { " (tied: the last stage keeps a copy as the LM head)" } else { "" }
-    );
-    let _ = writeln!(out, "head            {} (final norm and LM head)", format_bytes(s.head_bytes as f64));
-    let _ = writeln!(out, "KV cache        {} per token ({})", format_bytes(s.kv_bytes_per_token as f64), s.kv_format);
-    if let Some(max) = s.max_context {
-        let _ = writeln!(out, "max context     {} tokens", group_digits(max));
-    }
-    let mix: Vec<String> = s
-        .type_mix
-        .iter()
-        .map(|t| format!("{} {:.1}%", t.ty, t.bytes as f64 * 100.0 / s.weight_bytes.max(1) as f64))
-        .collect();
-    let _ = writeln!(out, "type mix        {}", mix.join(", "));
-    let _ = writeln!(out, "\n  layer  bytes                  params       window");
-    for layer in &s.layers {
-        let _ = writeln!(
-            out,
-            "  {:<5}  {:<21}  {:<11}  {}",
-            layer.index,
-            format!("{} ({})", format_bytes(layer.bytes as f64), group_digits(layer.bytes)),
-            params(layer.params),
-            layer.window.map_or_else(|| "–".to_owned(), group_digits)
-        );
-    }
-    out
-}
-
-/// The line that says how little of the files was read.
-pub(crate) fn reads(files: usize, bytes_read: u64, file_bytes: u64) -> String {
-    format!(
-        "\nread {} of {} ({:.2}%) from {files} file{}: the headers\n",
-        format_bytes(bytes_read as f64),
-        format_bytes(file_bytes as f64),
-        bytes_read as f64 * 100.0 / file_bytes.max(1) as f64,
-        if files == 1 { "" } else { "s" }
-    )
-}
-
-fn params(n: u64) -> String {
-    let n = n as f64;
-    if n >= 1e9 { format!("{:.2} B", n / 1e9) } else { format!("{:.1} M", n / 1e6) }
-}
-
-/// Model presets, device presets and weight formats.
-pub(crate) fn presets() -> String {
-    let mut out = String::from("model presets\n");
-    for m in MODELS {
-        let _ = writeln!(out, "  {:<18} {:<48} {:>8}", m.name, m.title, params(m.published_params as u64));
-    }
-    out.push_str("\ndevice presets            memory      bandwidth    compute (fp16)  reserve\n");
-    for d in DEVICES {
-        let _ = writeln!(
-            out,
-            "  {:<22}  {:>10}  {:>10}  {:>14}  {:>9}   {}",
-            d.name,
-            format_bytes(d.memory),
-            format_bandwidth(d.bandwidth),
-            format_compute(d.compute),
-            format_bytes(d.reserve),
-            d.title
-        );
-    }
-    out.push_str("\nweight formats\n  ");
-    let names: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
-    out.push_str(&names.join(", "));
-    out.push_str("\n\nKV-cache formats\n  ");
-    let kv: Vec<&str> = stageplan::tensor_type::KV_FORMATS.iter().map(|t| t.name()).collect();
-    out.push_str(&kv.join(", "));
-    out.push('\n');
-    out
-}
-
-/// The same, as JSON.
-pub(crate) fn presets_json() -> serde_json::Value {
-    serde_json::to_value(stageplan::presets::catalog()).unwrap_or_default()
 }

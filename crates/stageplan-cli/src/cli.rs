@@ -1,0 +1,291 @@
+//! The command line as clap reads it: every subcommand, flag and value, with the doc
+//! comments that are its `--help`. Nothing here runs a command; `commands` does.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::observe::Sources;
+use crate::outcome::Failure;
+
+/// Where `--store` points when it is not given: a redb file in the working folder.
+pub(crate) const STORE_DEFAULT: &str = "stageplan.redb";
+
+/// Split a large model across mismatched machines, and prove the split is best.
+#[derive(Debug, Parser)]
+#[command(name = "stageplan", version, about, max_term_width = 100)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Plan a scenario: which layers go on which machine, how fast, and why.
+    Plan {
+        /// The scenario file (JSON); `-` reads standard input.
+        scenario: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// Override the scenario's objective.
+        #[arg(long, value_enum)]
+        objective: Option<ObjectiveArg>,
+        /// Override the scenario's policy.
+        #[arg(long, value_enum)]
+        policy: Option<PolicyArg>,
+        /// Also search every ordered subset and split exhaustively (small scenarios) and
+        /// confirm the plan is optimal.
+        #[arg(long)]
+        verify: bool,
+    },
+    /// Re-plan a cluster that changed: the new plan and the fewest moves that reach it.
+    Replan {
+        /// The plan running now: what `stageplan plan --format json` printed.
+        current: PathBuf,
+        /// The changed cluster's scenario (nodes gone, added, slower, with less memory).
+        scenario: PathBuf,
+        /// Accept plans this much slower than the best when they move fewer bytes (0.03: 3%).
+        #[arg(long, default_value_t = 0.03)]
+        tolerance: f64,
+        /// Keep the running plan unless the best is this much faster (0.05: 5%).
+        #[arg(long, default_value_t = 0.05)]
+        hysteresis: f64,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Show a model's parameters, bytes per layer and type mix.
+    Model {
+        /// A model preset name, or a file: `.gguf` (any part of a split set), `.safetensors`,
+        /// `model.safetensors.index.json` or `config.json`. Only headers are read.
+        model: String,
+        /// Weight format (e.g. `bf16`, `q4_k_m`); defaults to `bf16`.
+        #[arg(long)]
+        weights: Option<String>,
+        /// KV-cache format for the per-token KV size.
+        #[arg(long, default_value = "f16")]
+        kv: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Fit a machine's scenario node to its own llama-bench results (`llama-bench -o json`):
+    /// the efficiency on top of the backend's fitted terms that predicts them.
+    Calibrate {
+        /// llama-bench's JSON or JSONL output.
+        results: PathBuf,
+        /// The machine's device preset, for its peak figures.
+        #[arg(long)]
+        device: Option<String>,
+        /// Peak memory bandwidth without a preset (e.g. `1008 GB/s`).
+        #[arg(long)]
+        bandwidth: Option<String>,
+        /// Peak FP16 compute without a preset (e.g. `165 TFLOPS`).
+        #[arg(long)]
+        compute: Option<String>,
+        /// The model preset with the tested model's shape (default: the nearest parameter count).
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Measure this machine's GPU adapters (bandwidth, f32/f16 matmul, memory), or with
+    /// `--cpu` its CPU as llama.cpp's CPU backend uses it; print a ready node.
+    Probe {
+        /// Only this adapter (see the list); all by default.
+        #[arg(long, conflicts_with_all = ["cpu", "threads"])]
+        adapter: Option<usize>,
+        /// Measure the CPU instead: memory read bandwidth and matmul rate with `--threads`.
+        /// The default on a machine whose only adapters are software renderers.
+        #[arg(long)]
+        cpu: bool,
+        /// Measure the GPU adapters even when they are all software renderers.
+        #[arg(long, conflicts_with_all = ["cpu", "threads"])]
+        gpu: bool,
+        /// CPU threads to measure with, as llama.cpp's `-t` (default: every logical core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Small sizes: a few seconds even on a software adapter.
+        #[arg(long)]
+        quick: bool,
+        /// Also allocate up to this much (e.g. `8 GiB`) to find usable memory, then free it.
+        #[arg(long)]
+        memory_cap: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Run a scenario's plan on this machine's GPU devices as an MLP stack: predicted vs measured.
+    RunSharded {
+        /// The scenario file (JSON).
+        scenario: PathBuf,
+        /// Width of each MLP layer.
+        #[arg(long, default_value_t = 256)]
+        width: u32,
+        /// Rows (tokens) per micro-batch.
+        #[arg(long, default_value_t = 64)]
+        tokens: u32,
+        /// Micro-batches streamed through the pipeline.
+        #[arg(long, default_value_t = 8)]
+        micro_batches: u32,
+        /// Copies of the pipeline; requests are routed across them.
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
+    },
+    /// Turn a plan into what an engine takes: llama.cpp flags, vLLM, exo, Kubernetes, DeepSpeed,
+    /// Megatron.
+    Export {
+        /// A plan (`stageplan plan --format json` output) or a scenario, which is planned first.
+        plan_or_scenario: PathBuf,
+        /// The engine: llama.cpp, vllm, exo, kubernetes (k8s), deepspeed, megatron. Default:
+        /// the engine the plan was made for (its `engine`).
+        #[arg(long)]
+        to: Option<String>,
+        /// A node's network address, `NODE=HOST[:PORT]`; defaults to the node's name.
+        #[arg(long = "host", value_name = "NODE=ADDR")]
+        hosts: Vec<String>,
+        /// The node that runs `llama-server` or the Ray head; defaults to the first stage's.
+        #[arg(long)]
+        main: Option<String>,
+        /// The model as the engine names it (a `.gguf` path, a Hugging Face id).
+        #[arg(long)]
+        model: Option<String>,
+        /// Container image for Kubernetes.
+        #[arg(long)]
+        image: Option<String>,
+        /// `text` prints the file; `json` prints `{target, file_name, text, notes}`.
+        #[arg(long, value_enum, default_value_t = ExportFormat::Text)]
+        format: ExportFormat,
+    },
+    /// Run the control loop: keep every deployment's replicas placed as nodes come and go.
+    Reconcile {
+        /// The state: a redb file (created if missing) or `etcd://host:port[/prefix]`.
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+        /// Time between passes.
+        #[arg(long, default_value = "5s")]
+        interval: String,
+        /// Stop after this many passes (default: run until killed; every write is atomic).
+        #[arg(long)]
+        passes: Option<u64>,
+        /// This controller's name in leader election (etcd).
+        #[arg(long, default_value = "stageplan")]
+        id: String,
+        /// Leader lease (etcd): another controller takes over this long after one dies.
+        #[arg(long, default_value = "10s")]
+        lease: String,
+        #[command(flatten)]
+        measured: Measured,
+    },
+    /// Create or change a deployment: a model's pipeline, replicated.
+    Deploy {
+        /// A deployment: `name`, `replicas` (optional `min_replicas`, `max_replicas`,
+        /// `placement`, `autoscale`) and either `stages` or a `scenario` to plan them from.
+        deployment: PathBuf,
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+    },
+    /// Remove a deployment and release its stage bindings (also one this version cannot read).
+    Undeploy {
+        /// The deployment's name.
+        name: String,
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+    },
+    /// Register, remove or list the machines the loop places stages on.
+    Nodes {
+        #[command(subcommand)]
+        action: NodesAction,
+    },
+    /// Deployments (desired, running, pending), nodes (used / total) and invariants.
+    Status {
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// What to show against the predictions.
+        #[command(flatten)]
+        measured: Measured,
+    },
+    /// List model presets, device presets and weight formats.
+    Presets {
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+/// Where the loop's measurements come from (`reconcile`, and `status` to show them).
+#[derive(Debug, clap::Args)]
+pub(crate) struct Measured {
+    /// Measurements (re-read every pass by `reconcile`): utilization per deployment for autoscaling
+    /// (`{"DEPLOYMENT": 0.85, …}`, 1.0 = replicas at capacity), or also stage step times,
+    /// free memory and node status for re-balancing (`{"utilization", "stages", "nodes",
+    /// "tokens"}`).
+    #[arg(long)]
+    pub(crate) metrics: Option<PathBuf>,
+    /// A Prometheus server to ask (every pass, by `reconcile`): `http://127.0.0.1:9090`.
+    #[arg(long)]
+    pub(crate) prometheus: Option<String>,
+    /// Replace a query: `step=`, `memory_free=`, `utilization=`, `token=` or `up=` PROMQL
+    /// (empty turns it off); repeatable.
+    #[arg(long = "prometheus-query")]
+    pub(crate) prometheus_query: Vec<String>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum NodesAction {
+    /// Register a node (or change its capacity: stages that no longer fit are released).
+    Add {
+        name: String,
+        /// Memory stages may take, e.g. `80 GiB`.
+        #[arg(long)]
+        memory: String,
+        #[arg(long, default_value_t = 0)]
+        gpus: u32,
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+    },
+    /// Remove a node; the next pass moves its stages.
+    Remove {
+        name: String,
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+    },
+    List {
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ExportFormat {
+    Text,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub(crate) enum ObjectiveArg {
+    Throughput,
+    Latency,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub(crate) enum PolicyArg {
+    Optimal,
+    MemoryProportional,
+    Even,
+    Greedy,
+    Manual,
+}
+
+impl Measured {
+    /// The measurement sources these flags name, checked.
+    pub(crate) fn sources(self) -> Result<Sources, Failure> {
+        crate::observe::sources(self.metrics, self.prometheus, &self.prometheus_query)
+    }
+}

@@ -1,0 +1,58 @@
+//! The subcommands: [`run`] hands each its arguments; each module is one command's body,
+//! from arguments to output text and an exit code.
+
+mod calibrate;
+mod deploy;
+mod export;
+mod model;
+mod nodes;
+mod plan;
+mod presets;
+mod probe;
+mod reconcile;
+mod replan;
+mod run_sharded;
+mod status;
+
+use crate::cli::{Cli, Command, NodesAction};
+use crate::outcome::{Failure, Outcome};
+
+/// Runs one command.
+///
+/// # Errors
+/// Bad input: unreadable files, malformed scenarios, unknown names.
+pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
+    match cli.command {
+        Command::Plan { scenario, format, objective, policy, verify } => {
+            plan::plan(&scenario, format, objective, policy, verify)
+        }
+        Command::Replan { current, scenario, tolerance, hysteresis, format } => {
+            replan::replan(&current, &scenario, stageplan::ReplanOptions { tolerance, hysteresis }, format)
+        }
+        Command::Model { model, weights, kv, format } => model::model(&model, weights.as_deref(), &kv, format),
+        Command::Presets { format } => presets::presets(format),
+        Command::Calibrate { results, device, bandwidth, compute, model, format } => {
+            calibrate::calibrate(&results, device, bandwidth, compute, model.as_deref(), format)
+        }
+        Command::Reconcile { store, interval, passes, id, lease, measured } => {
+            reconcile::reconcile(&store, &interval, passes, id, &lease, measured)
+        }
+        Command::Deploy { deployment, store } => deploy::deploy(&store, &deployment),
+        Command::Undeploy { name, store } => deploy::undeploy(&store, &name),
+        Command::Nodes { action } => match action {
+            NodesAction::Add { name, memory, gpus, store } => nodes::add(&store, &name, &memory, gpus),
+            NodesAction::Remove { name, store } => nodes::remove(&store, &name),
+            NodesAction::List { store, format } => nodes::list(&store, format),
+        },
+        Command::Status { store, format, measured } => status::status(&store, format, measured),
+        Command::Export { plan_or_scenario, to, hosts, main, model, image, format } => {
+            export::export(&plan_or_scenario, export::ExportRequest { to, hosts, main, model, image }, format)
+        }
+        Command::Probe { adapter, cpu, gpu, threads, quick, memory_cap, format } => {
+            probe::probe(probe::ProbeRequest { adapter, cpu, gpu, threads, quick, memory_cap }, format)
+        }
+        Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
+            run_sharded::run_sharded(&scenario, &run_sharded::ShardedOptions { width, tokens, micro_batches, replicas })
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! `stageplan nodes add`, `remove` and `list`: the machines the loop places stages on.
+
+use stageplan::units::Bytes;
+use stageplan_reconcile::store::NODES;
+use stageplan_reconcile::{Controller, Event, NoMetrics, Node, Snapshot};
+
+use crate::cli::Format;
+use crate::cluster::ClusterStatus;
+use crate::outcome::{Failure, Outcome};
+use crate::{render, store};
+
+/// `stageplan nodes add`.
+pub(super) fn add(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Outcome, Failure> {
+    let bytes = Bytes::parse(memory).map_err(|e| Failure(format!("`--memory`: {e}")))?;
+    // The scenario's limit, with its words: past it the number would be stored clamped.
+    if bytes.get() > 1e18 {
+        return Err(Failure(format!("`--memory`: `{memory}` is over an exabyte; check the unit")));
+    }
+    let node = Node { name: name.to_owned(), memory: bytes.get() as u64, gpus };
+    node.check().map_err(|e| Failure(format!("node {e}")))?;
+    let mut store = store::open(store)?;
+    Controller::default().handle(&mut store, Event::NodeJoined(node), &NoMetrics)?;
+    Ok(Outcome::ok(render::cluster::node_added(name, bytes, gpus)))
+}
+
+/// `stageplan nodes remove`.
+pub(super) fn remove(store: &str, name: &str) -> Result<Outcome, Failure> {
+    store::must_exist(store)?;
+    let mut store = store::open(store)?;
+    let snapshot = Snapshot::load(&mut store)?;
+    let quarantined = snapshot.quarantined.iter().any(|(key, _)| key.strip_prefix(NODES) == Some(name));
+    if !snapshot.nodes.contains_key(name) && !quarantined {
+        let known: Vec<&str> = snapshot.nodes.keys().map(String::as_str).collect();
+        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        return Err(Failure(format!("node `{name}` is not registered; registered: {known}")));
+    }
+    Controller::default().handle(&mut store, Event::NodeLeft(name.to_owned()), &NoMetrics)?;
+    Ok(Outcome::ok(render::cluster::node_removed(name)))
+}
+
+/// `stageplan nodes list`: each node's memory and GPUs, used and total.
+pub(super) fn list(store: &str, format: Format) -> Result<Outcome, Failure> {
+    let mut store = store::open_read_only(store)?;
+    let snapshot = Snapshot::load(&mut store)?;
+    let nodes = ClusterStatus::of(&snapshot, None).nodes;
+    Ok(Outcome::ok(match format {
+        Format::Json => serde_json::to_string_pretty(&nodes)? + "\n",
+        Format::Table => render::cluster::nodes(&nodes),
+    }))
+}
