@@ -50,7 +50,7 @@ pub use error::{ModelError, ScenarioError};
 pub use model::{Model, WeightFormat};
 pub use plan::Plan;
 pub use planner::replan::{Replan, ReplanOptions, replan};
-pub use planner::{plan, plan_with, verify};
+pub use planner::{plan, plan_with};
 pub use problem::Problem;
 pub use scenario::{Objective, Policy, Scenario};
 pub use tensor_type::TensorType;

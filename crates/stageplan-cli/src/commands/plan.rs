@@ -38,7 +38,7 @@ pub(super) fn plan(
     let plan = stageplan::plan(&problem);
     let verified = if verify {
         const LIMIT: u64 = 200_000_000;
-        Some(stageplan::verify(&problem, LIMIT).ok_or_else(|| {
+        Some(stageplan::planner::verify(&problem, LIMIT).ok_or_else(|| {
             Failure(format!(
                 "`--verify` searches at most {LIMIT} plans and this scenario has more; drop `--verify` or use fewer nodes"
             ))
