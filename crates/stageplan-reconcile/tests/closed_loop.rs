@@ -95,7 +95,8 @@ fn truth_of(base: &Problem, truth: &Truth, stages: &[(String, [usize; 2])]) -> s
         node.memory = base.nodes.iter().find(|n| n.name == node.name).map_or(node.memory, |n| n.memory);
     }
     let index = |name: &str| problem.nodes.iter().position(|n| n.name == name).expect("a known node");
-    problem.manual = Some(stages.iter().map(|(n, l)| (index(n), l[0], l[1])).collect());
+    problem.manual =
+        Some(stages.iter().map(|(n, l)| stageplan::problem::Placement::new(index(n), l[0], l[1])).collect());
     problem.policy = Policy::Manual;
     stageplan::plan_with(&problem, stageplan::planner::PlanOptions::bare())
 }

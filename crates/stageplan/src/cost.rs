@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use crate::engine::{self, Buffers, Dims, Engine, Shape};
 use crate::model::{Model, Place};
-use crate::problem::{Links, Node, Problem, Workload};
+use crate::problem::{Links, Node, Placement, Problem, Workload};
 
 /// Bytes per activation element crossing a stage boundary (f16/bf16).
 pub const ACTIVATION_BYTES: f64 = 2.0;
@@ -382,7 +382,7 @@ impl CostModel {
     /// micro-batches `k` (at most one per stage) and the cycle in which every sequence gets
     /// one token, `max(Σ t_s, k · max t_s)` with stage times for `batch / k` sequences.
     /// `self` must be the cost model of whole-batch steps.
-    pub fn best_schedule(&self, stages: &[(usize, usize, usize)]) -> Schedule {
+    pub fn best_schedule(&self, stages: &[Placement]) -> Schedule {
         let times = self.stage_times(stages);
         let mut best = Schedule { micro_batches: 1, cycle_s: times.iter().sum() };
         let most = self.batch.min(stages.len() as u64);
@@ -396,7 +396,7 @@ impl CostModel {
     }
 
     /// `max(Σ t_s, k · max t_s)` with this cost model's step: the cycle of `k` micro-batches.
-    pub fn cycle_s(&self, stages: &[(usize, usize, usize)], k: u64) -> f64 {
+    pub fn cycle_s(&self, stages: &[Placement], k: u64) -> f64 {
         let times = self.stage_times(stages);
         let sum: f64 = times.iter().sum();
         let max = times.iter().copied().fold(0.0, f64::max);
@@ -599,18 +599,18 @@ impl CostModel {
     }
 
     /// Time of every stage of an assignment, in pipeline order, including hops.
-    pub fn stage_times(&self, stages: &[(usize, usize, usize)]) -> Vec<f64> {
+    pub fn stage_times(&self, stages: &[Placement]) -> Vec<f64> {
         let count = stages.len();
         stages
             .iter()
             .enumerate()
-            .map(|(s, &(node, start, end))| {
+            .map(|(s, &Placement { node, start, end })| {
                 let send = if count == 1 {
                     0.0
                 } else if s + 1 == count {
-                    self.return_s(node, stages[0].0)
+                    self.return_s(node, stages[0].node)
                 } else {
-                    self.hop_s(node, stages[s + 1].0)
+                    self.hop_s(node, stages[s + 1].node)
                 };
                 self.roofline_s(node, start, end) + send
             })
@@ -767,7 +767,7 @@ mod tests {
                 "links": {"default": {"bandwidth": "1 GB/s", "latency": "1 ms"}},
                 "nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-4090"}]}"#,
         );
-        let times = c.stage_times(&[(0, 0, 8), (1, 8, 16)]);
+        let times = c.stage_times(&[Placement::new(0, 0, 8), Placement::new(1, 8, 16)]);
         let hop = 1e-3 + 4.0 * 2048.0 * 2.0 / 1e9;
         let ret = 1e-3 + 4.0 * 4.0 / 1e9;
         assert!((times[0] - c.roofline_s(0, 0, 8) - hop).abs() < 1e-15);

@@ -161,8 +161,31 @@ impl Links {
     }
 }
 
-/// One stage of an assignment: `(node index, first layer, end layer)`, the range half-open.
-pub type Placement = (usize, usize, usize);
+/// One stage of an assignment: a node and the layers `start..end` it holds, the range
+/// half-open. `Copy` and three words, as the planner's inner loops pass it by value; it
+/// serializes as the `[node, start, end]` triple it replaced.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// The node's index in [`Problem::nodes`].
+    pub node: usize,
+    /// The first layer the stage holds.
+    pub start: usize,
+    /// One past the last layer the stage holds.
+    pub end: usize,
+}
+
+impl Placement {
+    /// `node` holding layers `start..end`.
+    pub const fn new(node: usize, start: usize, end: usize) -> Self {
+        Self { node, start, end }
+    }
+}
+
+impl Serialize for Placement {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (self.node, self.start, self.end).serialize(serializer)
+    }
+}
 
 /// A scenario after checking: ready to plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -173,7 +196,7 @@ pub struct Problem {
     pub links: Links,
     pub objective: Objective,
     pub policy: Policy,
-    /// Manual stages as (node index, start, end).
+    /// Manual stages, in pipeline order.
     pub manual: Option<Vec<Placement>>,
     /// The model file the scenario names (`model.file`), for exports to load.
     pub file: Option<String>,
@@ -408,7 +431,7 @@ impl Scenario {
         if stages.is_empty() {
             return Err(ScenarioError::field("stages", "is empty; give at least one stage"));
         }
-        let mut out = Vec::with_capacity(stages.len());
+        let mut out: Vec<Placement> = Vec::with_capacity(stages.len());
         let mut expected_start = 0u64;
         for (i, stage) in stages.iter().enumerate() {
             let at = format!("stages[{i}]");
@@ -418,7 +441,7 @@ impl Scenario {
                     format!("`{}` is not a node; use a name from `nodes`", stage.node),
                 )
             })?;
-            if out.iter().any(|&(n, _, _)| n == node) {
+            if out.iter().any(|p| p.node == node) {
                 return Err(ScenarioError::field(
                     format!("{at}.node"),
                     format!("`{}` already has a stage; give each node one contiguous range", stage.node),
@@ -448,7 +471,7 @@ impl Scenario {
                     format!("`[{start}, {end}]` ends past the model's {layers} layers; end the last stage at {layers}"),
                 ));
             }
-            out.push((node, start as usize, end as usize));
+            out.push(Placement::new(node, start as usize, end as usize));
             expected_start = end;
         }
         if expected_start != layers as u64 {

@@ -5,6 +5,7 @@
 
 use super::search::Split;
 use crate::cost::CostModel;
+use crate::problem::Placement;
 
 /// vLLM's default (`get_pp_indices`): `L / P` layers each; the remainder goes one each to the
 /// second-to-last rank, then the one before, and so on — never to the last, which also holds
@@ -66,7 +67,7 @@ pub(crate) fn greedy(cost: &CostModel) -> Split {
     let mut j = 0;
     for &k in &order {
         if cost.fits(k, j, l) {
-            stages.push((k, j, l));
+            stages.push(Placement::new(k, j, l));
             return stages;
         }
         let mut e = j;
@@ -74,13 +75,13 @@ pub(crate) fn greedy(cost: &CostModel) -> Split {
             e += 1;
         }
         if e > j {
-            stages.push((k, j, e));
+            stages.push(Placement::new(k, j, e));
             j = e;
         }
     }
     match stages.last_mut() {
-        Some(last) => last.2 = l,
-        None => stages.push((order[0], 0, l)),
+        Some(last) => last.end = l,
+        None => stages.push(Placement::new(order[0], 0, l)),
     }
     stages
 }
@@ -90,7 +91,7 @@ fn from_counts(counts: &[usize]) -> Split {
     let mut start = 0;
     for (node, &count) in counts.iter().enumerate() {
         if count > 0 {
-            stages.push((node, start, start + count));
+            stages.push(Placement::new(node, start, start + count));
             start += count;
         }
     }

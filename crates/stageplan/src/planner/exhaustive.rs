@@ -4,6 +4,7 @@
 
 use super::search::Split;
 use crate::cost::CostModel;
+use crate::problem::Placement;
 use crate::scenario::Objective;
 
 /// Plans an exhaustive search would visit; `None` when it would not fit in a `u64`.
@@ -53,7 +54,7 @@ pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usiz
             if !cost.fits(first, 0, end) {
                 break;
             }
-            walk.stages.push((first, 0, end));
+            walk.stages.push(Placement::new(first, 0, end));
             walk.extend();
             walk.stages.pop();
         }
@@ -81,7 +82,7 @@ impl Walk {
         let counts = self.costs.len();
         let l = self.costs[0].layers();
         let closed = self.stages.len() - 1;
-        let (k, a, b) = self.stages[closed];
+        let Placement { node: k, start: a, end: b } = self.stages[closed];
         let at = closed * counts;
         if b == l {
             if self.required.is_some_and(|r| !self.used[r]) {
@@ -90,7 +91,7 @@ impl Walk {
             let mut v = f64::INFINITY;
             // At most one micro-batch per stage.
             for (c, cost) in self.costs.iter().enumerate().take(closed + 1) {
-                let send = if closed == 0 { 0.0 } else { cost.return_s(k, self.stages[0].0) };
+                let send = if closed == 0 { 0.0 } else { cost.return_s(k, self.stages[0].node) };
                 let t = cost.roofline_s(k, a, b) + send;
                 let cycle = match self.objective {
                     Objective::Throughput => (self.sums[at + c] + t).max((c + 1) as f64 * self.maxes[at + c].max(t)),
@@ -118,7 +119,7 @@ impl Walk {
                 if !self.costs[0].fits(next, b, end) {
                     break;
                 }
-                self.stages.push((next, b, end));
+                self.stages.push(Placement::new(next, b, end));
                 self.extend();
                 self.stages.pop();
             }

@@ -1,7 +1,7 @@
 //! Planning: turn a checked scenario into a [`Plan`] under its policy, with the other
 //! policies beside it, the nodes left out and why, and fixes when nothing fits.
 //!
-//! Every policy produces an assignment (`(node, start, end)` per stage); one evaluator turns
+//! Every policy produces an assignment (a [`Placement`] per stage); one evaluator turns
 //! any assignment into a plan through the [`CostModel`], so optimal, baseline, manual and
 //! exhaustive plans are measured with the same ruler.
 
@@ -16,7 +16,7 @@ use crate::plan::{
     Accuracy, Baseline, BaselineStage, Bound, Change, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan,
     PlannedModel, PlannedWorkload, Search, Stage, TimeBreakdown,
 };
-use crate::problem::Problem;
+use crate::problem::{Placement, Problem};
 use crate::scenario::{Objective, Policy};
 use crate::units::{format_bandwidth, format_bytes, format_compute, format_flops, format_seconds, group_digits, sig3};
 
@@ -188,16 +188,16 @@ fn restricted(cost: &CostModel, allowed: &[bool]) -> CostModel {
 }
 
 /// Maps node positions of a restricted cost model back to the scenario's indices.
-fn unrestrict(stages: &[(usize, usize, usize)], allowed: &[bool]) -> Vec<(usize, usize, usize)> {
+fn unrestrict(stages: &[Placement], allowed: &[bool]) -> Vec<Placement> {
     let indices: Vec<usize> = (0..allowed.len()).filter(|&k| allowed[k]).collect();
-    stages.iter().map(|&(k, a, b)| (indices[k], a, b)).collect()
+    stages.iter().map(|&p| Placement { node: indices[p.node], ..p }).collect()
 }
 
 /// Turns an assignment into a plan: breakdowns, pipeline figures, longest context.
 pub(crate) fn evaluate(
     problem: &Problem,
     cost: &CostModel,
-    stages: &[(usize, usize, usize)],
+    stages: &[Placement],
     policy: Policy,
     objective: Objective,
 ) -> Plan {
@@ -217,13 +217,13 @@ pub(crate) fn evaluate(
         cost
     };
     let mut out = Vec::with_capacity(count);
-    for (s, &(node, start, end)) in stages.iter().enumerate() {
+    for (s, &Placement { node, start, end }) in stages.iter().enumerate() {
         let next = if count == 1 {
             None
         } else if s + 1 == count {
-            Some(stages[0].0)
+            Some(stages[0].node)
         } else {
-            Some(stages[s + 1].0)
+            Some(stages[s + 1].node)
         };
         let time = step_cost.time(node, start, end, next);
         let memory = cost.memory(node, start, end);
@@ -257,7 +257,7 @@ pub(crate) fn evaluate(
             },
         });
     }
-    let feasible = !stages.is_empty() && stages.iter().all(|&(k, a, b)| cost.fits(k, a, b));
+    let feasible = !stages.is_empty() && stages.iter().all(|p| cost.fits(p.node, p.start, p.end));
     let bottleneck =
         out.iter().enumerate().max_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s).then(b.0.cmp(&a.0))).map(|(i, _)| i);
     let latency: f64 = out.iter().map(|s| s.time_s).sum();
@@ -269,7 +269,7 @@ pub(crate) fn evaluate(
         PipelineFull {
             sequences,
             tokens_per_s: batch / slowest,
-            kv_fits: stages.iter().all(|&(k, a, b)| cost.fits_sequences(k, a, b, sequences)),
+            kv_fits: stages.iter().all(|p| cost.fits_sequences(p.node, p.start, p.end, sequences)),
         }
     });
     Plan {
@@ -322,10 +322,10 @@ pub(crate) fn evaluate(
 
 /// The calibration's typical error for the least certain backend among the stages' nodes;
 /// `None` when a stage plans with spec-sheet peaks.
-fn accuracy(problem: &Problem, stages: &[(usize, usize, usize)], tokens_per_s: f64) -> Option<Accuracy> {
+fn accuracy(problem: &Problem, stages: &[Placement], tokens_per_s: f64) -> Option<Accuracy> {
     let mut worst: Option<&crate::calibration::BackendTerms> = None;
-    for &(k, _, _) in stages {
-        let terms = crate::calibration::FITTED.backend(problem.nodes[k].backend)?;
+    for p in stages {
+        let terms = crate::calibration::FITTED.backend(problem.nodes[p.node].backend)?;
         if worst.is_none_or(|w| terms.typical_error > w.typical_error) {
             worst = Some(terms);
         }
@@ -341,9 +341,9 @@ fn accuracy(problem: &Problem, stages: &[(usize, usize, usize)], tokens_per_s: f
 
 /// The longest context at which every stage of this split still fits, capped at the model's
 /// own maximum when it states one.
-fn max_context(problem: &Problem, cost: &CostModel, stages: &[(usize, usize, usize)]) -> Option<u64> {
+fn max_context(problem: &Problem, cost: &CostModel, stages: &[Placement]) -> Option<u64> {
     let cap = problem.model.arch.max_context.unwrap_or(1 << 26).max(1);
-    let fits = |context: u64| stages.iter().all(|&(k, a, b)| cost.fits_at_context(k, a, b, context));
+    let fits = |context: u64| stages.iter().all(|p| cost.fits_at_context(p.node, p.start, p.end, context));
     if !fits(1) {
         return None;
     }

@@ -27,7 +27,7 @@ use super::{evaluate, plan_on};
 use crate::cost::CostModel;
 use crate::model::Place;
 use crate::plan::Plan;
-use crate::problem::Problem;
+use crate::problem::{Placement, Problem};
 use crate::scenario::{Objective, Policy};
 
 /// How eager re-planning is.
@@ -189,7 +189,7 @@ pub fn replan(problem: &Problem, current: &[CurrentStage], options: ReplanOption
         });
     };
     let current_assignment: Option<Split> =
-        current.iter().map(|s| index(&s.node).map(|k| (k, s.layers[0], s.layers[1]))).collect();
+        current.iter().map(|s| index(&s.node).map(|k| Placement::new(k, s.layers[0], s.layers[1]))).collect();
     let current_seconds = current_assignment.as_ref().and_then(|a| value(&cost, a, objective));
 
     let (stages, kept, reason) = match current_seconds {
@@ -245,7 +245,7 @@ pub fn replan(problem: &Problem, current: &[CurrentStage], options: ReplanOption
         bound: Some(to_value(best_seconds)),
         gap: plan.objective_value().map(|v| ((v - to_value(best_seconds)) / to_value(best_seconds)).abs()),
     };
-    let moves_to = |stages: &[(usize, usize, usize)]| moves(problem, &cost, &owner, old_first, old_last, stages);
+    let moves_to = |stages: &[Placement]| moves(problem, &cost, &owner, old_first, old_last, stages);
     let moves = if kept { Vec::new() } else { moves_to(&stages) };
     let bytes_moved = moves.iter().map(|m| m.bytes).sum();
     let best_plan_bytes = moves_to(&best_stages).iter().map(|m| m.bytes).sum();
@@ -274,7 +274,7 @@ pub(crate) fn moves(
     owner: &[Option<usize>],
     old_first: Option<usize>,
     old_last: Option<usize>,
-    stages: &[(usize, usize, usize)],
+    stages: &[Placement],
 ) -> Vec<Move> {
     let layer_bytes: Vec<u64> = problem.model.layers().iter().map(|l| l.bytes).collect();
     let name = |k: Option<usize>| k.map(|k| problem.nodes[k].name.clone());
@@ -286,7 +286,7 @@ pub(crate) fn moves(
         link.time(bytes as f64)
     };
     let mut out: Vec<Move> = Vec::new();
-    for &(to, start, end) in stages {
+    for &Placement { node: to, start, end } in stages {
         let mut l = start;
         while l < end {
             let from = owner[l];
@@ -308,7 +308,7 @@ pub(crate) fn moves(
         }
     }
     let l = cost.layers();
-    let (first, last) = (stages[0].0, stages[stages.len() - 1].0);
+    let (first, last) = (stages[0].node, stages[stages.len() - 1].node);
     let extra = [(old_first, first, Place::Embedding, [0, 0]), (old_last, last, Place::Head, [l, l])];
     for (old, new, place, layers) in extra {
         if old != Some(new) {
@@ -482,11 +482,11 @@ impl Mover<'_> {
             }
         }
         let (_, mut mask, i, j) = answer?;
-        let mut stages = vec![(nodes[i], j, l)];
+        let mut stages = vec![Placement::new(nodes[i], j, l)];
         let mut end = j;
         while mask != 0 {
             let (start, pos) = from[mask * width + end];
-            stages.push((nodes[pos as usize], start as usize, end));
+            stages.push(Placement::new(nodes[pos as usize], start as usize, end));
             mask &= !(1 << pos);
             end = start as usize;
         }
@@ -529,8 +529,8 @@ mod tests {
         let owner: Vec<Option<usize>> = (0..problem.model.num_layers())
             .map(|l| now.stages.iter().find(|s| s.layers[0] <= l && l < s.layers[1]).and_then(|s| index(&s.node)))
             .collect();
-        let stages: Vec<(usize, usize, usize)> =
-            target.stages.iter().map(|s| (index(&s.node).unwrap(), s.layers[0], s.layers[1])).collect();
+        let stages: Vec<Placement> =
+            target.stages.iter().map(|s| Placement::new(index(&s.node).unwrap(), s.layers[0], s.layers[1])).collect();
         let (first, last) = (index(&now.stages[0].node), index(&now.stages[now.stages.len() - 1].node));
         moves(problem, &cost, &owner, first, last, &stages).iter().map(|m| m.bytes).sum()
     }

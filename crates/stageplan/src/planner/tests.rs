@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::{Model, Place, Tensor, Transformer};
-use crate::problem::{Link, Links, Node, Workload};
+use crate::problem::{Link, Links, Node, Placement, Workload};
 use crate::scenario::Scenario;
 use crate::tensor_type::TensorType;
 
@@ -199,10 +199,10 @@ fn check_against_exhaustive(instance: &Instance, objective: Objective) -> Result
     Ok(())
 }
 
-fn plan_assignment(problem: &Problem, plan: &Plan) -> Vec<(usize, usize, usize)> {
+fn plan_assignment(problem: &Problem, plan: &Plan) -> Vec<Placement> {
     plan.stages
         .iter()
-        .map(|s| (problem.nodes.iter().position(|n| n.name == s.node).unwrap(), s.layers[0], s.layers[1]))
+        .map(|s| Placement::new(problem.nodes.iter().position(|n| n.name == s.node).unwrap(), s.layers[0], s.layers[1]))
         .collect()
 }
 
@@ -243,7 +243,7 @@ proptest! {
             match (expected, found.best) {
                 (None, None) => {}
                 (Some((want, _)), Some((got, stages))) => {
-                    prop_assert!(stages.iter().any(|s| s.0 == r), "uses the required node");
+                    prop_assert!(stages.iter().any(|s| s.node == r), "uses the required node");
                     prop_assert!(got <= want || close(got, want), "{objective:?}: {got} worse than {want}");
                 }
                 (want, got) => prop_assert!(false, "exhaustive {want:?} vs optimal {got:?}"),
@@ -261,7 +261,7 @@ proptest! {
         let exact = search::least_sum(&cost, &nodes, None);
         let rough = search::heuristic(&cost, &nodes, None);
         if let Some((value, stages)) = &rough.best {
-            prop_assert!(stages.iter().all(|&(k, a, b)| cost.fits(k, a, b)), "heuristic plan fits");
+            prop_assert!(stages.iter().all(|p| cost.fits(p.node, p.start, p.end)), "heuristic plan fits");
             prop_assert!(close(cost.stage_times(stages).iter().sum(), *value), "heuristic plan's value is true");
             let (best, _) = exact.best.clone().expect("exact finds a plan when the heuristic does");
             prop_assert!(*value >= best || close(*value, best));
@@ -287,7 +287,7 @@ proptest! {
         let cost = CostModel::new(&problem);
         let plan = plan(&problem);
         for k in 0..problem.nodes.len() {
-            if let Some(alone) = search::value(&cost, &[(k, 0, problem.model.num_layers())], Objective::Throughput) {
+            if let Some(alone) = search::value(&cost, &[Placement::new(k, 0, problem.model.num_layers())], Objective::Throughput) {
                 prop_assert!(plan.feasible);
                 let ours = problem.workload.batch as f64 / plan.tokens_per_s;
                 prop_assert!(ours <= alone || close(ours, alone));
@@ -297,24 +297,18 @@ proptest! {
 }
 
 /// Every assignment (ordered subset of nodes, contiguous split), for brute-force checks.
-fn every_assignment(nodes: usize, layers: usize) -> Vec<Vec<(usize, usize, usize)>> {
-    fn walk(
-        nodes: usize,
-        layers: usize,
-        start: usize,
-        stages: &mut Vec<(usize, usize, usize)>,
-        out: &mut Vec<Vec<(usize, usize, usize)>>,
-    ) {
+fn every_assignment(nodes: usize, layers: usize) -> Vec<Vec<Placement>> {
+    fn walk(nodes: usize, layers: usize, start: usize, stages: &mut Vec<Placement>, out: &mut Vec<Vec<Placement>>) {
         if start == layers {
             out.push(stages.clone());
             return;
         }
         for k in 0..nodes {
-            if stages.iter().any(|s| s.0 == k) {
+            if stages.iter().any(|s| s.node == k) {
                 continue;
             }
             for end in start + 1..=layers {
-                stages.push((k, start, end));
+                stages.push(Placement::new(k, start, end));
                 walk(nodes, layers, end, stages, out);
                 stages.pop();
             }
@@ -380,16 +374,16 @@ proptest! {
             .collect();
         let first = problem.nodes.iter().position(|n| n.name == current[0].node);
         let last = problem.nodes.iter().position(|n| n.name == current[current.len() - 1].node);
-        let bytes = |a: &[(usize, usize, usize)]| replan::moves(&problem, &cost, &owner, first, last, a).iter().map(|m| m.bytes).sum::<u64>();
+        let bytes = |a: &[Placement]| replan::moves(&problem, &cost, &owner, first, last, a).iter().map(|m| m.bytes).sum::<u64>();
         prop_assert!(result.bytes_moved <= bytes(&best_stages), "moves more than the best plan");
 
-        let slowest = |a: &[(usize, usize, usize)]| cost.stage_times(a).into_iter().fold(0.0, f64::max);
+        let slowest = |a: &[Placement]| cost.stage_times(a).into_iter().fold(0.0, f64::max);
         let tau = slowest(&best_stages) * (1.0 + tolerance);
         let mover = replan::Mover { cost: &cost, owner: &owner, old_first: first, old_last: last, model: &problem };
         let found = mover.least_moves(tau).expect("the best plan is within the bound");
         let cheapest = every_assignment(problem.nodes.len(), problem.model.num_layers())
             .into_iter()
-            .filter(|a| a.iter().all(|&(k, s, e)| cost.fits(k, s, e)) && slowest(a) <= tau)
+            .filter(|a| a.iter().all(|p| cost.fits(p.node, p.start, p.end)) && slowest(a) <= tau)
             .map(|a| bytes(&a))
             .min()
             .expect("the best plan is within the bound");

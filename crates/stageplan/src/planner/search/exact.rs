@@ -4,6 +4,7 @@ use super::Split;
 use super::heuristic::{fixed_order_min_sum, speed_order};
 use super::tables::{Closing, FinalCosts, relax};
 use crate::cost::{CostModel, Regime};
+use crate::problem::Placement;
 
 /// The nodes a search may use, their equivalence classes, and each node's regime.
 pub(crate) struct Space<'a> {
@@ -146,11 +147,11 @@ impl<'a> Space<'a> {
             }
         }
         if let Some((_, mut mask, i, j)) = answer {
-            let mut stages = vec![(self.nodes[i], j, l)];
+            let mut stages = vec![Placement::new(self.nodes[i], j, l)];
             let mut end = j;
             while mask != 0 {
                 let (start, pos) = from[mask * width + end];
-                stages.push((self.nodes[pos as usize], start as usize, end));
+                stages.push(Placement::new(self.nodes[pos as usize], start as usize, end));
                 mask &= !(1 << pos);
                 end = start as usize;
             }
@@ -238,13 +239,13 @@ impl<'a> Space<'a> {
                                 .min_by(|x, y| x.0.total_cmp(&y.0))
                         };
                         if let Some((total, s)) = finish.filter(|(t, _)| *t < best) {
-                            let mut stages = vec![(self.nodes[p], s, l)];
+                            let mut stages = vec![Placement::new(self.nodes[p], s, l)];
                             let (mut at, mut last, mut begin) = (mask, p, s);
                             while at != 1 << f {
                                 let (start, prev) = from[(at * m + last) * width + begin];
                                 at &= !(1 << last);
                                 (last, begin) = (prev as usize, start as usize);
-                                stages.push((self.nodes[last], begin, stages[stages.len() - 1].1));
+                                stages.push(Placement::new(self.nodes[last], begin, stages[stages.len() - 1].start));
                             }
                             stages.reverse();
                             answer = Some((total, stages));

@@ -3,6 +3,7 @@
 use super::tables::{Closing, relax};
 use super::{Found, Split, bound::lower_bound};
 use crate::cost::CostModel;
+use crate::problem::Placement;
 use crate::units::group_digits;
 
 /// Nodes fastest first, judged on a middle layer.
@@ -147,7 +148,7 @@ pub(super) fn fixed_order_min_sum(
         (value, first, last, owner) = (next_value, next_first, next_last, next_owner);
     }
     let (_, pos, j) = answer?;
-    let mut stages = vec![(order[pos], j, l)];
+    let mut stages = vec![Placement::new(order[pos], j, l)];
     let (mut end, mut at) = (j, pos);
     while end > 0 {
         let by = owner_before[at][end];
@@ -156,7 +157,7 @@ pub(super) fn fixed_order_min_sum(
         }
         let by = by as usize;
         let begin = start_of[by][end] as usize;
-        stages.push((order[by], begin, end));
+        stages.push(Placement::new(order[by], begin, end));
         (end, at) = (begin, by);
     }
     stages.reverse();

@@ -49,6 +49,7 @@ mod heuristic;
 mod tables;
 
 use crate::cost::CostModel;
+use crate::problem::Placement;
 use crate::scenario::Objective;
 use crate::units::group_digits;
 
@@ -58,8 +59,8 @@ pub(crate) use fit::any_fit;
 pub(crate) use heuristic::heuristic;
 use heuristic::{fixed_order_min_sum, speed_order};
 
-/// A candidate split of the layers: `(node, start, end)` per stage, in pipeline order.
-pub(crate) type Split = Vec<(usize, usize, usize)>;
+/// A candidate split of the layers: one placement per stage, in pipeline order.
+pub(crate) type Split = Vec<Placement>;
 
 /// What the search found.
 #[derive(Clone, Debug)]
@@ -80,8 +81,8 @@ const EXACT_WORK_LIMIT: f64 = 4e8;
 const EXACT_CELL_LIMIT: f64 = 1.2e7;
 
 /// The objective value of an assignment in seconds, or `None` when a stage does not fit.
-pub(crate) fn value(cost: &CostModel, stages: &[(usize, usize, usize)], objective: Objective) -> Option<f64> {
-    if stages.is_empty() || stages.iter().any(|&(k, a, b)| !cost.fits(k, a, b)) {
+pub(crate) fn value(cost: &CostModel, stages: &[Placement], objective: Objective) -> Option<f64> {
+    if stages.is_empty() || stages.iter().any(|p| !cost.fits(p.node, p.start, p.end)) {
         return None;
     }
     Some(match objective {
