@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use stageplan::calibration::Backend;
+use stageplan::limits::MAX_THREADS;
 use stageplan::presets::DeviceKind;
 use stageplan::scenario::{NodeSpec, ProbeProvenance};
 use stageplan::units::{Bandwidth, Bytes, Compute, format_bytes};
@@ -28,9 +29,6 @@ pub enum CpuError {
     #[error("could not start thread {started} of {threads} ({why}); use fewer `--threads`")]
     Spawn { started: usize, threads: usize, why: String },
 }
-
-/// More threads than any machine llama.cpp runs on.
-pub const MAX_THREADS: usize = 4096;
 
 /// Sizes of the measurement.
 #[derive(Clone, Debug, Serialize)]
@@ -97,7 +95,9 @@ pub struct CpuProbe {
 /// `/proc/meminfo`.
 pub fn probe(options: &CpuOptions, progress: &mut dyn FnMut(&str)) -> Result<CpuProbe, CpuError> {
     let logical_cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    if options.threads == 0 || options.threads > MAX_THREADS {
+    // A scenario's bound on `threads`, so the node this probe writes is one it accepts
+    // (`as`: 4096 fits any `usize`).
+    if options.threads == 0 || options.threads > MAX_THREADS as usize {
         return Err(CpuError::Threads(options.threads));
     }
     let (memory_total, memory_available) = meminfo()?;

@@ -5,6 +5,8 @@
 //!   reference writers, the CLI fixtures, the core built for `wasm32-unknown-unknown`, the
 //!   web planner and the embed widget in headless Chromium, the JS API on Node, and each
 //!   fuzz target for a bounded time.
+//! - `cargo xtask checks`: only the repository-wide checks (no module circles, no file over
+//!   900 lines, no constant defined twice) that `test` runs after formatting.
 //! - `cargo xtask fuzz [SECONDS]`: only the fuzz targets, each for SECONDS (default 60).
 //! - `cargo xtask gpu`: on a machine with a GPU, in one run: build, check the kernels on
 //!   every adapter, probe them, time the kernels against the CPU, and run a plan sharded
@@ -23,6 +25,7 @@
 
 mod bench;
 mod calibrate;
+mod checks;
 mod setup;
 mod test;
 mod web;
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(),
+        Some("checks") => checks::checks(),
         Some("serve") => serve(args.get(1).and_then(|p| p.parse().ok()).unwrap_or(8080)),
         Some("plan") => plan(args.get(1).map_or(EXAMPLE, String::as_str)),
         Some("bench") => bench(),
@@ -59,7 +63,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | fuzz [SECONDS] | gpu | embed"
+                "usage: cargo xtask test | checks | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | fuzz [SECONDS] | gpu | embed"
             );
             return ExitCode::from(2);
         }

@@ -6,7 +6,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::{
-    EXAMPLE, WASM_TARGET, browser_env, cache, cargo, quiet_mesa, root,
+    EXAMPLE, WASM_TARGET, browser_env, cache, cargo,
+    checks::checks,
+    quiet_mesa, root,
     setup::{NIGHTLY, llama_cpp, setup, tool_path},
     step, target_dir,
     web::{build_embed, build_web},
@@ -34,6 +36,7 @@ pub(crate) fn test() -> Result<(), String> {
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     step("formatting", fmt)?;
+    checks()?;
     let mut clippy = cargo();
     clippy.args(["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"]);
     step("lints", clippy)?;

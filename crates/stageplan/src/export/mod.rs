@@ -27,6 +27,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+// The planner's bounds: a plan past them did not come from `stageplan plan`. `MAX_LAYERS` is
+// also small enough that every count and share stays exact in llama.cpp's float32 split, and
+// `MAX_CONTEXT` far below the 32-bit integer llama.cpp and vLLM take.
+use crate::limits::{MAX_CONTEXT, MAX_LAYERS};
 use crate::plan::Plan;
 use crate::presets::{DeviceKind, ModelPreset};
 use crate::problem::Problem;
@@ -205,7 +209,9 @@ impl<'p> Layout<'p> {
         if plan.workload.context == 0 || plan.workload.context > MAX_CONTEXT {
             return plan_error(
                 "workload.context",
-                "is missing or out of range (1 to 2^31 tokens); export a plan `stageplan plan` printed",
+                &format!(
+                    "is missing or out of range (1 to {MAX_CONTEXT} tokens); export a plan `stageplan plan` printed"
+                ),
             );
         }
         if plan.workload.batch == 0 || plan.workload.batch > 1 << 20 {
@@ -424,12 +430,6 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
     };
     Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
 }
-
-/// Most blocks a model may have ([`crate::limits::MAX_LAYERS`]): far above any real one, and
-/// small enough that every count and share stays exact in llama.cpp's float32 split.
-const MAX_LAYERS: usize = crate::limits::MAX_LAYERS;
-/// Most context tokens: llama.cpp and vLLM take it as a 32-bit integer.
-const MAX_CONTEXT: u64 = 1 << 31;
 
 /// Node names become host names, Kubernetes label values and shell words unquoted: ASCII
 /// letters, digits, `-`, `_`, `.`, at most 63, starting and ending with a letter or digit.
