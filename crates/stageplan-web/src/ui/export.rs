@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use stageplan::export::{Export, Target};
 
-use super::inputs::download;
+use super::text::download;
 use crate::planning::Computed;
 use crate::worker::{PageWorker, Reply, Request};
 

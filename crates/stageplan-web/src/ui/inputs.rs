@@ -8,6 +8,7 @@ use stageplan::tensor_type::KV_FORMATS;
 use stageplan::units::format_bytes;
 use wasm_bindgen::JsCast;
 
+use super::text::prose;
 use crate::fields::{InputError, Place};
 use crate::state::{AppState, ModelSource, NodeDraft, PairDraft};
 use crate::worker::{Dropped, PageWorker, Reply, Request};
@@ -19,11 +20,7 @@ pub(crate) fn problem_at(problem: Memo<Option<InputError>>, place: Place) -> Sig
 
 /// A field's problem beside it, and its id for the input's `aria-describedby`.
 fn field_error(id: String, message: Signal<Option<String>>) -> impl IntoView {
-    move || {
-        message
-            .get()
-            .map(|m| view! { <span class="field-error" id=id.clone() role="alert">{super::results::prose(&m)}</span> })
-    }
+    move || message.get().map(|m| view! { <span class="field-error" id=id.clone() role="alert">{prose(&m)}</span> })
 }
 
 /// A labelled text input bound to one string of the state, marked when it is what is wrong.
@@ -457,21 +454,4 @@ fn PairForm(state: RwSignal<AppState>) -> impl IntoView {
             }>"Add link"</button>
         </div>
     }
-}
-
-/// Downloads `text` as a file.
-pub fn download(name: &str, text: &str) {
-    let Some(document) = web_sys::window().and_then(|w| w.document()) else { return };
-    let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(text));
-    let options = web_sys::BlobPropertyBag::new();
-    options.set_type("application/json");
-    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options) else { return };
-    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else { return };
-    if let Ok(anchor) = document.create_element("a") {
-        let anchor: web_sys::HtmlAnchorElement = anchor.unchecked_into();
-        anchor.set_href(&url);
-        anchor.set_download(name);
-        anchor.click();
-    }
-    let _ = web_sys::Url::revoke_object_url(&url);
 }

@@ -1,5 +1,6 @@
 //! The page's components: inputs (model, workload, machines, links), results (plan,
-//! sharing), and this device (WebGPU).
+//! sharing), and this device (WebGPU); `text` holds what they all use to show a core
+//! message and to save a file.
 
 // Leptos' `#[component]` moves each component's body into a hidden inner function that
 // keeps the `pub` written on it; the public component is the wrapper it generates.
@@ -14,6 +15,7 @@ mod inputs;
 mod results;
 #[allow(unreachable_pub)]
 mod sweeps;
+mod text;
 
 pub use device::DevicePanel;
 pub use export::ExportPanel;

@@ -5,19 +5,11 @@ use stageplan::Plan;
 use stageplan::plan::Level;
 use stageplan::units::format_seconds;
 
-use super::inputs::download;
+use super::text::{download, prose};
 use crate::fields::InputError;
 use crate::planning::{Computed, Outcome};
 use crate::state::AppState;
-use stageplan::view::{PlanView, code_spans};
-
-/// A core message with its backticked names and values set as code.
-pub(crate) fn prose(text: &str) -> impl IntoView + use<> {
-    code_spans(text)
-        .into_iter()
-        .map(|(code, part)| if code { view! { <code>{part}</code> }.into_any() } else { part.into_any() })
-        .collect_view()
-}
+use stageplan::view::PlanView;
 
 /// The plan: stage diagram, memory bars, figures, left-out nodes, baselines, notes. While an
 /// input is wrong, its problem leads and the last plan that planned stays below, dimmed.
