@@ -329,10 +329,10 @@ mod tests {
         assert!(probe.bandwidth.median > 1e8 && probe.compute.median > 1e6, "{probe:?}");
         let node = probe.node("box");
         let json = serde_json::to_string(&node).unwrap();
-        let back =
-            stageplan::Scenario::from_json(&format!(r#"{{"model": {{"preset": "llama-3.2-1b"}}, "nodes": [{json}]}}"#))
-                .expect("the node is a valid scenario node");
-        let problem = back.problem().expect("it checks");
+        let scenario = format!(r#"{{"model": {{"preset": "llama-3.2-1b"}}, "nodes": [{json}]}}"#);
+        let problem = stageplan::check(scenario.as_str(), stageplan::check::no_model_files)
+            .expect("the node is a valid scenario node")
+            .problem;
         assert_eq!(problem.nodes[0].threads, Some(2));
         assert_eq!(problem.nodes[0].kind, Some(DeviceKind::Cpu));
         assert_eq!(problem.nodes[0].backend, Backend::Cpu);
