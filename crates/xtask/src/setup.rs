@@ -80,8 +80,8 @@ pub(crate) fn setup() -> Result<PathBuf, String> {
     web_tools()?;
     let fuzz_version = output("cargo", &["fuzz", "--version"]).unwrap_or_default();
     if !fuzz_version.contains(CARGO_FUZZ) {
-        let mut install = Command::new("cargo");
-        install.args(["install", "cargo-fuzz", "--version", CARGO_FUZZ, "--locked"]);
+        let mut install = cargo_install();
+        install.args(["cargo-fuzz", "--version", CARGO_FUZZ, "--locked"]);
         step("install cargo-fuzz", install)?;
     }
     Ok(python)
@@ -106,13 +106,13 @@ pub(crate) fn web_tools() -> Result<(), String> {
     let bindgen = output("wasm-bindgen", &["--version"]).unwrap_or_default();
     if !bindgen.contains(WASM_BINDGEN) {
         // Not `--locked`: its lockfile names a crate version the registry mirror lacks.
-        let mut install = Command::new("cargo");
-        install.args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN]);
+        let mut install = cargo_install();
+        install.args(["wasm-bindgen-cli", "--version", WASM_BINDGEN]);
         step("install wasm-bindgen's CLI and test runner", install)?;
     }
     if !output("trunk", &["--version"]).unwrap_or_default().contains(TRUNK) {
-        let mut install = Command::new("cargo");
-        install.args(["install", "trunk", "--version", TRUNK, "--locked"]);
+        let mut install = cargo_install();
+        install.args(["trunk", "--version", TRUNK, "--locked"]);
         step("install Trunk", install)?;
     }
     let lock = root().join("package-lock.json");
@@ -125,6 +125,21 @@ pub(crate) fn web_tools() -> Result<(), String> {
         std::fs::write(&stamp, wanted).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// `cargo install` for the tools the tests run, built for build time rather than speed:
+/// Trunk's own release profile asks for fat LTO in one codegen unit, which made its install
+/// the longest step of a cold run (15 minutes beside other builds on 2 cores). The tools
+/// spend their time waiting on rustc, wasm-opt and browsers, so plain optimisation serves.
+fn cargo_install() -> Command {
+    let mut install = Command::new("cargo");
+    install
+        .arg("install")
+        .env("CARGO_PROFILE_RELEASE_LTO", "false")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "1")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false");
+    install
 }
 
 /// PATH with the npm tools and cargo's installed binaries first, as Trunk needs.
