@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use stageplan::export::{ExportOptions, Target};
+use stageplan::export::{ExportError, ExportInput, ExportOptions, Target};
 
 use crate::cli::ExportFormat;
 use crate::outcome::{Failure, Outcome};
@@ -24,16 +24,19 @@ pub(super) struct ExportRequest {
 pub(super) fn export(path: &Path, request: ExportRequest, format: ExportFormat) -> Result<Outcome, Failure> {
     let target = request.to.map(|to| to.parse::<Target>().map_err(|e| Failure(format!("`--to`: {e}")))).transpose()?;
     let text = input::read_text(path)?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Failure(format!("`{}` is not valid JSON ({e}); give a plan or a scenario", path.display())))?;
-    let (plan, mut options) = if stageplan::export::is_plan(&value) {
-        let plan =
-            stageplan::export::plan_from_json(&text).map_err(|e| Failure(format!("`{}`: {e}", path.display())))?;
-        let options = ExportOptions::for_plan(&plan);
-        (plan, options)
-    } else {
-        let problem = load::problem(path, text.as_str())?;
-        (stageplan::plan(&problem), ExportOptions::for_problem(&problem))
+    let input = stageplan::export::read_input(&text).map_err(|e| match e {
+        ExportError::NotJson(_) => Failure(format!("`{}` {e}", path.display())),
+        _ => Failure(format!("`{}`: {e}", path.display())),
+    })?;
+    let (plan, mut options) = match input {
+        ExportInput::Plan(plan) => {
+            let options = ExportOptions::for_plan(&plan);
+            (*plan, options)
+        }
+        ExportInput::Scenario => {
+            let problem = load::problem(path, text.as_str())?;
+            (stageplan::plan(&problem), ExportOptions::for_problem(&problem))
+        }
     };
     if !plan.feasible {
         let why = plan.diagnostics.first().map_or_else(String::new, |d| format!(": {}", d.message));

@@ -137,6 +137,9 @@ pub enum ExportError {
     Option { option: &'static str, value: String, problem: &'static str },
     #[error("the plan {0}; export what `stageplan plan --format json` printed")]
     Json(String),
+    /// The text is not JSON at all (serde_json's words).
+    #[error("is not valid JSON ({0}); give a plan or a scenario")]
+    NotJson(String),
 }
 
 /// Settings an export cannot read from the plan.
@@ -392,26 +395,40 @@ impl<'p> Layout<'p> {
 /// Whether a JSON document is a plan rather than a scenario: by a field every plan has and
 /// no scenario may (`feasible`), or a `plan` wrapper. A manual-policy scenario has `stages`
 /// too, so `stages` cannot tell them apart.
-pub fn is_plan(value: &serde_json::Value) -> bool {
+fn is_plan(value: &serde_json::Value) -> bool {
     value.get("feasible").is_some() || (value.get("plan").is_some() && value.get("nodes").is_none())
 }
 
-/// Reads a plan from what `stageplan plan --format json` printed (also with `--verify`) or
-/// from a re-plan's output (`{"plan": …}`).
+/// What an export was given: a plan file, or a scenario to plan first.
+#[derive(Clone, Debug)]
+pub enum ExportInput {
+    Plan(Box<Plan>),
+    /// A scenario: plan it through [`crate::check`] (which reads the text again, for the
+    /// paths in its errors).
+    Scenario,
+}
+
+/// Reads what an export was given, parsing it once: a plan as `stageplan plan --format
+/// json` prints it (also with `--verify`), a re-plan's output (`{"plan": …}`), or a scenario.
 ///
 /// # Errors
-/// Text that is not JSON or not a plan, naming the field.
-pub fn plan_from_json(text: &str) -> Result<Plan, ExportError> {
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| ExportError::Json(format!("is not valid JSON ({e})")))?;
-    match value.get("plan") {
-        Some(inner) if value.get("stages").is_none() => serde_json::from_value(inner.clone())
-            .map_err(|e| ExportError::Json(format!("has a `plan` that is not one ({e})"))),
+/// Text that is not JSON, or a plan that is not one, naming the field.
+pub fn read_input(text: &str) -> Result<ExportInput, ExportError> {
+    let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| ExportError::NotJson(e.to_string()))?;
+    if !is_plan(&value) {
+        return Ok(ExportInput::Scenario);
+    }
+    let wrapped = value.get("stages").is_none();
+    let plan = match value.get_mut("plan") {
+        Some(inner) if wrapped => serde_json::from_value(inner.take())
+            .map_err(|e| ExportError::Json(format!("has a `plan` that is not one ({e})")))?,
+        // A bare plan is read from its text, so an error names the field at its position.
         _ => crate::json::from_str(text).map_err(|(path, e)| {
             let at = if path.is_empty() { String::new() } else { format!(" at `{path}`") };
             ExportError::Json(format!("is not a plan{at}: {e}"))
-        }),
-    }
+        })?,
+    };
+    Ok(ExportInput::Plan(Box::new(plan)))
 }
 
 /// Exports `plan` to `target`.
