@@ -17,6 +17,8 @@ use stageplan::model::{HfConfig, ModelSummary};
 use stageplan::planner::replan::{self, ReplanOptions};
 #[cfg(feature = "more")]
 use stageplan::presets::ModelPreset;
+#[cfg(feature = "more")]
+use stageplan::problem::Workload;
 #[cfg(feature = "api")]
 use stageplan::view::PlanView;
 use stageplan::{Checked, Plan, ScenarioError};
@@ -208,7 +210,7 @@ pub fn import_header(file: ModelFile<'_>, weights: Option<&str>, kv: Option<&str
         return Err(format!("`config` goes with a .safetensors file; `{}` states its own hyperparameters", file.name));
     }
     let weights = weights.map(str::parse::<WeightFormat>).transpose().map_err(|e| e.to_string())?;
-    let kv = stageplan::tensor_type::kv_format(kv.unwrap_or("f16")).map_err(|e| format!("`kv` {e}"))?;
+    let kv = kv_format(kv)?;
     Ok(match file.read(weights)? {
         Parse::NeedMore(n) => Header::NeedMore(n),
         Parse::Done(model) => Header::Model(model.summary(kv)),
@@ -240,10 +242,10 @@ fn config_model(text: &str, weights: Option<stageplan::WeightFormat>) -> Result<
     Ok(Model::from_transformer(&label, arch, weights.unwrap_or_default()))
 }
 
+/// The KV format named, or the default workload's when none is.
 #[cfg(feature = "more")]
 fn kv_format(kv: Option<&str>) -> Result<TensorType, String> {
-    let kv = kv.unwrap_or("f16");
-    stageplan::tensor_type::kv_format(kv).map_err(|e| format!("`kv` {e}"))
+    kv.map_or(Ok(Workload::DEFAULT.kv), |kv| stageplan::tensor_type::kv_format(kv).map_err(|e| format!("`kv` {e}")))
 }
 
 /// Re-plans a changed cluster from the plan running now (what `plan` returned).

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use stageplan::Scenario;
 use stageplan::plan::Change;
+use stageplan::problem::Workload;
 use stageplan::scenario::{LinksSpec, NodeSpec, Objective, Policy};
 use stageplan::units::{Dimension, parse_quantity};
 
@@ -141,7 +142,7 @@ impl Default for AppState {
             model: ModelDraft::default(),
             context: "8192".into(),
             batch: "1".into(),
-            kv: "f16".into(),
+            kv: Workload::DEFAULT.kv.name().into(),
             nodes: vec![
                 NodeDraft::preset("desk", "rtx-4090"),
                 NodeDraft::preset("gamer", "rtx-3090"),

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::problem::Workload;
 use crate::scenario::{Objective, Policy};
 
 /// The result of planning a scenario under one policy.
@@ -133,21 +134,21 @@ pub struct PlannedWorkload {
     /// KV-cache format (`f16`, `q8_0`, …).
     pub kv: String,
     /// Prompt tokens per prefill step (llama.cpp's `--ubatch-size`); 512 when absent.
-    #[serde(default = "default_chunk")]
+    #[serde(default = "default_prefill_chunk")]
     pub prefill_chunk: u64,
     /// Flash attention on (llama.cpp's `--flash-attn`); on when absent.
-    #[serde(default = "yes")]
+    #[serde(default = "default_flash_attention")]
     pub flash_attention: bool,
     /// The prompt length `time_to_first_token_s` is for; 0 in plans from before it was given.
     pub prompt: u64,
 }
 
-fn default_chunk() -> u64 {
-    512
+fn default_prefill_chunk() -> u64 {
+    Workload::DEFAULT.prefill_chunk
 }
 
-fn yes() -> bool {
-    true
+fn default_flash_attention() -> bool {
+    Workload::DEFAULT.flash_attention
 }
 
 /// One pipeline stage.

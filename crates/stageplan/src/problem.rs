@@ -38,18 +38,27 @@ pub struct Workload {
 /// `pp512`, the prompt test published benchmarks report.
 pub const DEFAULT_PROMPT: u64 = 512;
 
+impl Workload {
+    /// What a scenario plans for where it leaves out `workload` or any of its fields: 4,096
+    /// tokens of context, one sequence, an f16 KV cache, the engine's own buffers, 512-token
+    /// prefill steps (llama.cpp's `n_ubatch`), flash attention on and the time to first token
+    /// for a [`DEFAULT_PROMPT`]-token prompt, on llama.cpp. Stated once: [`WorkloadSpec::default`],
+    /// a plan file's absent fields and the surfaces' default `kv` read it.
+    pub const DEFAULT: Workload = Workload {
+        context: 4096,
+        batch: 1,
+        kv: TensorType::F16,
+        workspace: None,
+        prefill_chunk: 512,
+        flash_attention: true,
+        prompt: DEFAULT_PROMPT,
+        engine: Engine::LlamaCpp,
+    };
+}
+
 impl Default for Workload {
     fn default() -> Self {
-        Workload {
-            context: 4096,
-            batch: 1,
-            kv: TensorType::F16,
-            workspace: None,
-            prefill_chunk: 512,
-            flash_attention: true,
-            prompt: DEFAULT_PROMPT,
-            engine: Engine::LlamaCpp,
-        }
+        Workload::DEFAULT
     }
 }
 
@@ -637,6 +646,12 @@ fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_omitted_workload_checks_into_the_default() {
+        assert_eq!(WorkloadSpec::default().check(), Ok(Workload::DEFAULT));
+        assert_eq!(Workload::default(), Workload::DEFAULT);
+    }
 
     #[test]
     fn efficiency_is_fitted_per_roofline_term() {

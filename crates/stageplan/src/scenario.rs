@@ -26,6 +26,7 @@ use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
 use crate::error::ScenarioError;
 use crate::model::HfConfig;
+use crate::problem::Workload;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
 /// A scenario exactly as written in the file.
@@ -95,14 +96,16 @@ pub struct WorkloadSpec {
 }
 
 impl Default for WorkloadSpec {
+    /// [`Workload::DEFAULT`] as written in a scenario.
     fn default() -> Self {
+        let Workload { context, batch, kv, prefill_chunk, flash_attention, .. } = Workload::DEFAULT;
         WorkloadSpec {
-            context: 4096,
-            batch: 1,
-            kv: "f16".to_owned(),
+            context,
+            batch,
+            kv: kv.name().to_owned(),
             workspace: None,
-            prefill_chunk: 512,
-            flash_attention: true,
+            prefill_chunk,
+            flash_attention,
             prompt: None,
         }
     }
