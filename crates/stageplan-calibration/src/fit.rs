@@ -7,7 +7,8 @@
 //! explain the samples best, [`leave_one_source_out`] what they are worth on figures they were
 //! not fitted to, and [`fitted()`] turns both into the core's [`Fitted`] constants.
 
-use stageplan::calibration::{Backend, BackendTerms, Fitted, WeightClass};
+use stageplan::calibration::{BackendTerms, Fitted, WeightClass};
+use stageplan::device::Backend;
 
 /// The `q`-quantile (0–1) of values, nearest rank: the core's, which its llama-bench fit uses
 /// too.

@@ -4,11 +4,13 @@
 //! sequence — built from the core's types and planned by the cost model at peaks. The files
 //! are read by the caller and passed in as text.
 
-use stageplan::calibration::{Backend, WeightClass};
+use stageplan::calibration::WeightClass;
+use stageplan::device::Backend;
+use stageplan::device::Efficiency;
 use stageplan::limits::{MAX_CONTEXT, MAX_NODES};
 use stageplan::model::{HfConfig, Model, WeightFormat};
 use stageplan::presets::ModelPreset;
-use stageplan::problem::{DEFAULT_PROMPT, Efficiency, Link, Links, Node, Problem, Workload};
+use stageplan::problem::{DEFAULT_PROMPT, Link, Links, Node, Problem, Workload};
 use stageplan::scenario::{Objective, Policy};
 
 use crate::fit::{Sample, Stage};

@@ -1,8 +1,10 @@
 //! The real table (`tests/calibration/`) against the core's fitted constants and cost model.
 
-use stageplan::calibration::{Backend, FITTED, WeightClass};
+use stageplan::calibration::{FITTED, WeightClass};
+use stageplan::device::Backend;
+use stageplan::device::Efficiency;
 use stageplan::presets::{DevicePreset, ModelPreset};
-use stageplan::problem::{DEFAULT_LINK, Efficiency, Links, Node, Problem, Workload};
+use stageplan::problem::{DEFAULT_LINK, Links, Node, Problem, Workload};
 use stageplan::scenario::{Objective, Policy};
 use stageplan::{Model, WeightFormat};
 
@@ -117,7 +119,7 @@ fn samples_predict_what_the_cost_model_plans() {
         (backend("rtx-4090"), backend("mi300x"), backend("m2-max-96gb")),
         (Backend::Cuda, Backend::Rocm, Backend::Metal)
     );
-    assert_eq!(Backend::of_kind(Some(stageplan::presets::DeviceKind::Cpu)), Backend::Cpu);
+    assert_eq!(Backend::of_kind(Some(stageplan::device::DeviceKind::Cpu)), Backend::Cpu);
 }
 
 /// The configs the table names have the parameter counts their model cards publish.

@@ -62,7 +62,7 @@ pub(crate) enum Command {
         #[arg(long)]
         weights: Option<String>,
         /// KV-cache format for the per-token KV size.
-        #[arg(long, default_value = "f16")]
+        #[arg(long, default_value = stageplan::problem::Workload::DEFAULT.kv.name())]
         kv: String,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,

@@ -14,7 +14,7 @@ use stageplan::{Checked, Model, ScenarioInput, WeightFormat};
 use crate::input;
 use crate::outcome::Failure;
 
-/// The core's one road from a scenario to a problem ([`stageplan::check`]), reading the
+/// The core's one road from a scenario to a problem ([`stageplan::check()`]), reading the
 /// headers of a model file the scenario names (relative to `base`, the scenario file's folder).
 pub(crate) fn check<'a>(base: &Path, scenario: impl Into<ScenarioInput<'a>>) -> Result<Checked, Failure> {
     stageplan::check(scenario, |file| Ok(model_file(&base.join(file), None)?.model))

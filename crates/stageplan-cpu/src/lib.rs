@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
-use stageplan::calibration::Backend;
+use stageplan::device::Backend;
+use stageplan::device::DeviceKind;
 use stageplan::limits::MAX_THREADS;
-use stageplan::presets::DeviceKind;
 use stageplan::scenario::{NodeSpec, ProbeProvenance};
 use stageplan::units::{Bandwidth, Bytes, Compute, format_bytes};
 

@@ -31,8 +31,8 @@ pub use error::GpuError;
 pub use probe::{Probe, ProbeOptions, probe};
 
 use stageplan::CostModel;
+use stageplan::device::Efficiency;
 use stageplan::model::{Model, Place, Tensor, Transformer};
-use stageplan::problem::Efficiency;
 use stageplan::problem::{Link, Links, Node, Workload};
 use stageplan::tensor_type::TensorType;
 
@@ -116,7 +116,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
             compute: p.compute_f32.median,
             reserve: 0,
             efficiency: Efficiency::default(),
-            backend: stageplan::calibration::Backend::Peak,
+            backend: stageplan::device::Backend::Peak,
             threads: None,
         })
         .collect();

@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use stageplan::Problem;
-use stageplan::presets::DeviceKind;
+use stageplan::device::DeviceKind;
 
 use crate::spec::{BalanceOptions, Learned, Planned, StageRequest};
 

@@ -38,7 +38,7 @@ pub(crate) fn replanned(
     let (action, moved_stages) = if replan.plan.feasible {
         let gpus = |stage: &stageplan::plan::Stage| {
             let before = deployment.stages.iter().find(|s| s.node.as_deref() == Some(stage.node.as_str()));
-            before.map_or(u32::from(stage.kind == Some(stageplan::presets::DeviceKind::Gpu)), |s| s.gpus)
+            before.map_or(u32::from(stage.kind == Some(stageplan::device::DeviceKind::Gpu)), |s| s.gpus)
         };
         let (stages, predicted) = crate::spec::planned_stages(&replan.plan, gpus);
         let moved = stages

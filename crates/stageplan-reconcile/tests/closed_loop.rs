@@ -126,8 +126,7 @@ fn simulate(seed: u64, minutes: u64, truth_at: impl Fn(u64) -> Truth) -> Outcome
     let plan = stageplan::plan(&base);
     assert!(plan.feasible);
     let scenario = Scenario::from_json(SCENARIO).unwrap();
-    let gpu =
-        |kind: Option<stageplan::presets::DeviceKind>| u32::from(kind == Some(stageplan::presets::DeviceKind::Gpu));
+    let gpu = |kind: Option<stageplan::device::DeviceKind>| u32::from(kind == Some(stageplan::device::DeviceKind::Gpu));
     let (stages, predicted) = planned_stages(&plan, |s| gpu(s.kind));
     let mut deployment = Deployment::new("chat", 1, stages);
     deployment.planned = Some(Box::new(Planned {

@@ -168,7 +168,9 @@ impl Default for AppState {
 
 /// Limits on a decoded state: a share link is untrusted input.
 pub const MAX_FRAGMENT: usize = 32 * 1024;
-const MAX_NODES: usize = 256;
+/// Machines a share link may hold (fewer than the planner takes, `limits::MAX_NODES`: a link is
+/// typed by hand or pasted, and each machine is a row on the page).
+const MAX_SHARED_NODES: usize = 256;
 const MAX_TEXT: usize = 16 * 1024;
 
 /// Why a share link could not be read.
@@ -402,8 +404,10 @@ impl AppState {
                 .iter()
                 .flat_map(|n| [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve, &n.fit]),
         );
-        if state.nodes.len() > MAX_NODES || texts.into_iter().any(|t| t.len() > MAX_TEXT) {
-            return Err(ShareError(format!("the share link holds more than {MAX_NODES} nodes or an over-long field")));
+        if state.nodes.len() > MAX_SHARED_NODES || texts.into_iter().any(|t| t.len() > MAX_TEXT) {
+            return Err(ShareError(format!(
+                "the share link holds more than {MAX_SHARED_NODES} nodes or an over-long field"
+            )));
         }
         Ok(state)
     }
@@ -425,7 +429,7 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
         fit: fit_text(spec),
     };
     match spec.count {
-        Some(count) => (1..=count.min(MAX_NODES as u32)).map(|k| draft(format!("{}-{k}", spec.name))).collect(),
+        Some(count) => (1..=count.min(MAX_SHARED_NODES as u32)).map(|k| draft(format!("{}-{k}", spec.name))).collect(),
         None => vec![draft(spec.name.clone())],
     }
 }
@@ -542,7 +546,7 @@ mod tests {
         }
         let not_state = format!("s1.{}", crate::base64url::encode(br#"{"nodes": 5}"#));
         assert!(AppState::from_fragment(&not_state).unwrap_err().to_string().contains("does not hold a plan"));
-        let many = AppState { nodes: vec![NodeDraft::preset("x", "l4"); MAX_NODES + 1], ..AppState::default() };
+        let many = AppState { nodes: vec![NodeDraft::preset("x", "l4"); MAX_SHARED_NODES + 1], ..AppState::default() };
         assert!(AppState::from_fragment(&many.to_fragment()).unwrap_err().to_string().contains("over"));
     }
 

@@ -738,7 +738,7 @@ mod tests {
         };
         let (peak, cuda) = (cost(&json("peak")), cost(&json("cuda")));
         let (p, c) = (peak.time(0, 0, 32, None), cuda.time(0, 0, 32, None));
-        let terms = crate::calibration::FITTED.backend(crate::calibration::Backend::Cuda).unwrap();
+        let terms = crate::calibration::FITTED.backend(crate::device::Backend::Cuda).unwrap();
         // Bandwidth reached: the backend's fraction for F16 times the k-quant multiplier.
         let reached = terms.bandwidth * crate::calibration::FITTED.kquant;
         assert!((c.memory_s * reached / p.memory_s - 1.0).abs() < 1e-12);
@@ -756,7 +756,7 @@ mod tests {
             .memory_s
         };
         let fitted = &crate::calibration::FITTED;
-        let one_thread = fitted.thread_bandwidth / fitted.backend(crate::calibration::Backend::Cpu).unwrap().bandwidth;
+        let one_thread = fitted.thread_bandwidth / fitted.backend(crate::device::Backend::Cpu).unwrap().bandwidth;
         assert!((cpu(r#", "threads": 1"#) / cpu("") * one_thread / 460.8e9 - 1.0).abs() < 1e-9);
     }
 

@@ -159,7 +159,7 @@ pub struct Stage {
     /// The machine's kind (`gpu`, `unified`, `cpu`) when the scenario or its preset says;
     /// exports name devices and request GPUs by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<crate::presets::DeviceKind>,
+    pub kind: Option<crate::device::DeviceKind>,
     /// CPU threads the scenario gives the node; exports pass them to the engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<u32>,

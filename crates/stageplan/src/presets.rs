@@ -9,8 +9,7 @@
 
 use serde::Serialize;
 
-use crate::device::Backend;
-pub use crate::device::DeviceKind;
+use crate::device::{Backend, DeviceKind};
 use crate::error::{ModelError, closest};
 use crate::model::{HfConfig, Model, WeightFormat};
 

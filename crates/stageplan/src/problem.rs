@@ -4,8 +4,7 @@
 
 use serde::Serialize;
 
-pub use crate::device::Efficiency;
-use crate::device::{Backend, DeviceKind};
+use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
@@ -59,6 +58,24 @@ impl Workload {
 impl Default for Workload {
     fn default() -> Self {
         Workload::DEFAULT
+    }
+}
+
+// Beside `Workload::DEFAULT` rather than in `scenario`: the file format does not depend on
+// the checked types (this module checks the one into the other).
+impl Default for WorkloadSpec {
+    /// [`Workload::DEFAULT`] as written in a scenario.
+    fn default() -> Self {
+        let Workload { context, batch, kv, prefill_chunk, flash_attention, .. } = Workload::DEFAULT;
+        WorkloadSpec {
+            context,
+            batch,
+            kv: kv.name().to_owned(),
+            workspace: None,
+            prefill_chunk,
+            flash_attention,
+            prompt: None,
+        }
     }
 }
 

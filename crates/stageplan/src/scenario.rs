@@ -26,7 +26,6 @@ use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
 use crate::error::ScenarioError;
 use crate::model::HfConfig;
-use crate::problem::Workload;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
 /// A scenario exactly as written in the file.
@@ -93,22 +92,6 @@ pub struct WorkloadSpec {
     /// (llama-bench's prompt test, the figure reviewers publish), or the context if shorter.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<u64>,
-}
-
-impl Default for WorkloadSpec {
-    /// [`Workload::DEFAULT`] as written in a scenario.
-    fn default() -> Self {
-        let Workload { context, batch, kv, prefill_chunk, flash_attention, .. } = Workload::DEFAULT;
-        WorkloadSpec {
-            context,
-            batch,
-            kv: kv.name().to_owned(),
-            workspace: None,
-            prefill_chunk,
-            flash_attention,
-            prompt: None,
-        }
-    }
 }
 
 /// A workspace size, or `"auto"`.
@@ -281,7 +264,7 @@ impl Objective {
     }
 }
 impl Scenario {
-    /// Reads a scenario from JSON text. (To plan it, [`crate::check`] reads and checks in one.)
+    /// Reads a scenario from JSON text. (To plan it, [`crate::check()`] reads and checks in one.)
     ///
     /// # Errors
     /// The text is not a JSON object or not a scenario's shape: a [`ScenarioError`] with the

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use stageplan::Plan;
+use stageplan::device::DeviceKind;
 use stageplan::export::{ExportOptions, Target, export, llama_cpp_layers};
-use stageplan::presets::DeviceKind;
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// A stage as an engine would run it: machine and layers `[start, end)`.

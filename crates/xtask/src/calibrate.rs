@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use stageplan::calibration::Backend;
+use stageplan::device::Backend;
 use stageplan_calibration::fit::{self, Sample, Terms};
 use stageplan_calibration::table::{TableFiles, decode_samples};
 

@@ -35,13 +35,9 @@ pub(crate) const MAX_LINES: usize = 900;
 pub(crate) const NOTE_LINES: usize = 600;
 
 /// Constant names that may be defined in more than one place, and why.
-pub(crate) const REPEATABLE: [(&str, &str); 3] = [
+pub(crate) const REPEATABLE: [(&str, &str); 2] = [
     ("NONE", "a function's own sentinel for an empty table cell, in the cell's type"),
     ("GIB", "the unit 2^30 bytes, written in the type at hand (f64 figures, u64 records); not a bound"),
-    // TODO(#31): the page's bound on machines in its state (a share link, a node's `count`)
-    // is a different fact from the core's `limits::MAX_NODES`: rename it in
-    // `stageplan-web/src/state.rs` (`MAX_PAGE_NODES`) once that file's rework has landed.
-    ("MAX_NODES", "stageplan-web's state.rs, renamed after its rework (TODO above)"),
 ];
 
 /// A source file: its path from the repository root, with `/` between folders, and its text.

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use stageplan::presets::DeviceKind;
+use stageplan::device::DeviceKind;
 use stageplan::quote::line;
 use stageplan_reconcile::spec::MAX_GPUS_PER_NODE;
 use stageplan_reconcile::store::{ASSIGNMENTS, DEPLOYMENTS};

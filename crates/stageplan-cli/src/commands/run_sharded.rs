@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use stageplan::Problem;
-use stageplan::problem::Efficiency;
+use stageplan::device::Efficiency;
 use stageplan_gpu::router::ByThroughput;
 use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use stageplan::problem::Efficiency;
+use stageplan::device::Efficiency;
 use stageplan::units::{format_bandwidth, format_bytes, format_compute, format_seconds, sig3};
 use stageplan_gpu::Probe;
 use stageplan_gpu::sharded::{MlpSpec, ShardedReport};

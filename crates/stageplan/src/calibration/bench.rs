@@ -11,7 +11,7 @@
 
 use serde::Deserialize;
 
-use super::Backend;
+use crate::device::Backend;
 use crate::device::Efficiency;
 use crate::engine::Engine;
 use crate::limits::MAX_THREADS;

@@ -28,7 +28,8 @@
 
 mod fitted;
 
-pub use crate::device::Backend;
+use crate::device::Backend;
+
 pub use fitted::FITTED;
 
 /// How weights are stored, as far as reading them costs: classes the fit tells apart.

@@ -30,9 +30,10 @@ use serde::{Deserialize, Serialize};
 // The planner's bounds: a plan past them did not come from `stageplan plan`. `MAX_LAYERS` is
 // also small enough that every count and share stays exact in llama.cpp's float32 split, and
 // `MAX_CONTEXT` far below the 32-bit integer llama.cpp and vLLM take.
+use crate::device::DeviceKind;
 use crate::limits::{MAX_CONTEXT, MAX_LAYERS};
 use crate::plan::Plan;
-use crate::presets::{DeviceKind, ModelPreset};
+use crate::presets::ModelPreset;
 use crate::problem::Problem;
 
 pub use llama_cpp::{llama_cpp_layers, tensor_split};
@@ -403,7 +404,7 @@ fn is_plan(value: &serde_json::Value) -> bool {
 #[derive(Clone, Debug)]
 pub enum ExportInput {
     Plan(Box<Plan>),
-    /// A scenario: plan it through [`crate::check`] (which reads the text again, for the
+    /// A scenario: plan it through [`crate::check()`] (which reads the text again, for the
     /// paths in its errors).
     Scenario,
 }

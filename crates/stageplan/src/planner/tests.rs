@@ -124,10 +124,10 @@ impl Instance {
                 bandwidth,
                 compute,
                 reserve,
-                efficiency: crate::problem::Efficiency::default(),
+                efficiency: crate::device::Efficiency::default(),
                 // Half the nodes with llama.cpp's fitted per-layer cost: the searches must be
                 // exact with it as without.
-                backend: if i % 2 == 0 { crate::calibration::Backend::Peak } else { crate::calibration::Backend::Cuda },
+                backend: if i % 2 == 0 { crate::device::Backend::Peak } else { crate::device::Backend::Cuda },
                 threads: None,
             })
             .collect();
