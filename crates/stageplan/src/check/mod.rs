@@ -7,6 +7,8 @@
 //! from the file's header (the CLI from disk, the page from a dropped file, the JS API from
 //! given bytes), or its own error saying why it cannot.
 
+mod fields;
+
 use crate::error::ScenarioError;
 use crate::model::Model;
 use crate::problem::Problem;
@@ -107,7 +109,7 @@ pub fn no_model_files(file: &str) -> Result<Model, ScenarioError> {
 mod tests {
     use super::*;
 
-    const HOME: &str = include_str!("../../../tests/scenarios/home-70b.json");
+    const HOME: &str = include_str!("../../../../tests/scenarios/home-70b.json");
 
     #[test]
     fn text_and_value_check_alike() {

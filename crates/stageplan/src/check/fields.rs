@@ -1,0 +1,510 @@
+//! Every field of a scenario checked into a [`Problem`]: ranges, units, unique names,
+//! presets and weight formats resolved, links per pair, manual stages in range. Each error
+//! names the field by its JSON path and says what to write. Reached only through
+//! [`crate::check()`].
+
+use crate::device::Backend;
+use crate::engine::Engine;
+use crate::error::{ModelError, ScenarioError, suggest};
+use crate::limits::{
+    MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
+    MAX_THREADS,
+};
+use crate::model::{Model, WeightFormat};
+use crate::presets::{DevicePreset, ModelPreset};
+use crate::problem::{DEFAULT_LINK, DEFAULT_PROMPT, Link, Links, Node, Placement, Problem, Workload};
+use crate::scenario::{ModelSpec, Policy, Scenario, WorkloadSpec, Workspace};
+use crate::tensor_type::TensorType;
+use crate::units::{Bandwidth, Bytes, Compute, Seconds};
+
+// Here rather than in `scenario`: the file format does not depend on the checked types.
+impl Default for WorkloadSpec {
+    /// [`Workload::DEFAULT`] as written in a scenario.
+    fn default() -> Self {
+        let Workload { context, batch, kv, prefill_chunk, flash_attention, .. } = Workload::DEFAULT;
+        WorkloadSpec {
+            context,
+            batch,
+            kv: kv.name().to_owned(),
+            workspace: None,
+            prefill_chunk,
+            flash_attention,
+            prompt: None,
+        }
+    }
+}
+
+impl Scenario {
+    /// Checks every field and resolves presets.
+    ///
+    /// # Errors
+    /// The first problem found, naming its field.
+    pub(crate) fn problem(&self) -> Result<Problem, ScenarioError> {
+        self.problem_with_model(self.model.resolve()?)
+    }
+
+    /// Checks every field but `model`, planning `model` instead: how a caller that read a
+    /// model file (`"model": {"file": …}`) supplies what it found.
+    ///
+    /// # Errors
+    /// The first problem found, naming its field.
+    pub(crate) fn problem_with_model(&self, model: Model) -> Result<Problem, ScenarioError> {
+        let file = self.model.file()?.map(str::to_owned);
+        let workload = Workload { engine: self.engine, ..self.workload.check()? };
+        let nodes = self.check_nodes()?;
+        let cells = nodes.len().saturating_mul(model.num_layers());
+        if cells > MAX_NODE_LAYERS {
+            return Err(ScenarioError::field(
+                "nodes",
+                format!(
+                    "lists {} machines for a {}-layer model; the planner takes at most {MAX_NODE_LAYERS} machines × layers: plan on fewer machines",
+                    nodes.len(),
+                    model.num_layers()
+                ),
+            ));
+        }
+        let links = self.check_links(&nodes)?;
+        let manual = self.check_stages(&nodes, model.num_layers())?;
+        Ok(Problem { model, workload, nodes, links, objective: self.objective, policy: self.policy, manual, file })
+    }
+
+    fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
+        if self.nodes.is_empty() {
+            return Err(ScenarioError::field(
+                "nodes",
+                "is empty; list at least one machine, e.g. `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`",
+            ));
+        }
+        // The machines `count` expands to, checked before any is built.
+        let mut total = 0usize;
+        for (i, spec) in self.nodes.iter().enumerate() {
+            let count = spec.count.unwrap_or(1);
+            if count == 0 {
+                return Err(ScenarioError::field(format!("nodes[{i}].count"), "is 0; give at least 1"));
+            }
+            total = total.saturating_add(count as usize);
+            if total > MAX_NODES {
+                return Err(ScenarioError::field(
+                    format!("nodes[{i}].count"),
+                    format!(
+                        "brings the cluster past {MAX_NODES} machines; plan at most {MAX_NODES} (group alike machines with `count`)"
+                    ),
+                ));
+            }
+        }
+        let mut nodes: Vec<Node> = Vec::with_capacity(total);
+        // Which spec each node came from, to name the field of a repeated name.
+        let mut spec_of: Vec<usize> = Vec::with_capacity(total);
+        for (i, spec) in self.nodes.iter().enumerate() {
+            let at = |field: &str| format!("nodes[{i}].{field}");
+            let name = spec.name.trim();
+            if name.chars().count() > MAX_NAME_CHARS {
+                return Err(ScenarioError::field(
+                    at("name"),
+                    format!("is {} characters long; give a name of at most {MAX_NAME_CHARS}", name.chars().count()),
+                ));
+            }
+            if let Some(c) = name.chars().find(|&c| c.is_control()) {
+                return Err(ScenarioError::field(
+                    at("name"),
+                    format!("holds the control character U+{:04X}; use letters, digits and punctuation", u32::from(c)),
+                ));
+            }
+            if name.is_empty() {
+                return Err(ScenarioError::field(at("name"), "is empty; give every node a unique name"));
+            }
+            let preset = match &spec.device {
+                None => None,
+                Some(device) => Some(DevicePreset::find(device).map_err(|suggestion| {
+                    ScenarioError::field(
+                        at("device"),
+                        format!(
+                            "`{device}` is not a device preset{}; run `stageplan presets` to list them, or give `memory`, `bandwidth` and `compute` instead",
+                            suggest(suggestion.as_deref())
+                        ),
+                    )
+                })?),
+            };
+            let pick = |own: Option<f64>, preset_value: Option<f64>, field: &str, example: &str| {
+                own.or(preset_value).ok_or_else(|| {
+                    ScenarioError::field(
+                        at(field),
+                        format!("is missing; give it (e.g. `{example}`) or pick a `device` preset"),
+                    )
+                })
+            };
+            let memory = pick(spec.memory.map(Bytes::get), preset.map(|p| p.memory), "memory", "24 GiB")?;
+            let bandwidth =
+                pick(spec.bandwidth.map(Bandwidth::get), preset.map(|p| p.bandwidth), "bandwidth", "1008 GB/s")?;
+            let compute = pick(spec.compute.map(Compute::get), preset.map(|p| p.compute), "compute", "165 TFLOPS")?;
+            let reserve = spec.reserve.map(Bytes::get).or(preset.map(|p| p.reserve)).unwrap_or(0.0);
+            for (value, field) in [(bandwidth, "bandwidth"), (compute, "compute")] {
+                if value <= 0.0 {
+                    return Err(ScenarioError::field(at(field), "is 0; it must be greater than 0"));
+                }
+            }
+            for (value, field) in [(memory, "memory"), (reserve, "reserve")] {
+                if value > MAX_BYTES {
+                    return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
+                }
+            }
+            let kind = spec.kind.or(preset.map(|p| p.kind));
+            let efficiency = spec.efficiency.unwrap_or_default();
+            for (value, field) in
+                [(efficiency.bandwidth, "efficiency.bandwidth"), (efficiency.compute, "efficiency.compute")]
+            {
+                if !(value > 0.0 && value <= 1.5) {
+                    return Err(ScenarioError::field(
+                        at(field),
+                        format!("is {value}; give a fraction above 0, such as 0.8"),
+                    ));
+                }
+            }
+            let backend = spec.backend.or(preset.map(|p| p.backend)).unwrap_or_else(|| Backend::of_kind(kind));
+            if let Some(threads) = spec.threads
+                && !(1..=MAX_THREADS).contains(&threads)
+            {
+                return Err(ScenarioError::field(
+                    at("threads"),
+                    format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
+                ));
+            }
+            let count = spec.count.unwrap_or(1);
+            for k in 1..=count {
+                let name = if spec.count.is_some() { format!("{name}-{k}") } else { name.to_owned() };
+                spec_of.push(i);
+                nodes.push(Node {
+                    name,
+                    device: spec.device.clone(),
+                    kind,
+                    memory: memory as u64,
+                    bandwidth,
+                    compute,
+                    reserve: reserve as u64,
+                    efficiency,
+                    backend,
+                    threads: spec.threads,
+                });
+            }
+        }
+        // Repeated names: pairwise, which [`MAX_NODES`] bounds at half a million string
+        // comparisons (a sort would cost the web page's download more than it saves here).
+        for k in 1..nodes.len() {
+            if nodes[..k].iter().any(|n| n.name == nodes[k].name) {
+                return Err(ScenarioError::field(
+                    format!("nodes[{}].name", spec_of[k]),
+                    format!("`{}` is used twice; give every node a unique name", nodes[k].name),
+                ));
+            }
+        }
+        Ok(nodes)
+    }
+
+    fn check_links(&self, nodes: &[Node]) -> Result<Links, ScenarioError> {
+        let default = match &self.links.default {
+            Some(l) => check_link(l.bandwidth, l.latency, "links.default")?,
+            None => DEFAULT_LINK,
+        };
+        if self.links.pairs.len() > MAX_LINK_PAIRS {
+            return Err(ScenarioError::field(
+                "links.pairs",
+                format!(
+                    "lists {} pairs; give at most {MAX_LINK_PAIRS} and let `links.default` cover the rest",
+                    self.links.pairs.len()
+                ),
+            ));
+        }
+        let mut links = Links::uniform(nodes.len(), default);
+        // Names sorted once, each pair's names found by binary search.
+        let mut by_name: Vec<(&str, usize)> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        by_name.sort_unstable();
+        for (i, pair) in self.links.pairs.iter().enumerate() {
+            let at = format!("links.pairs[{i}]");
+            let link = check_link(pair.bandwidth, pair.latency, &at)?;
+            let index = |name: &str| {
+                by_name.binary_search_by(|(n, _)| (*n).cmp(name)).map(|at| by_name[at].1).map_err(|_| {
+                    ScenarioError::field(
+                        format!("{at}.between"),
+                        format!("names `{name}`, which is not a node; use a name from `nodes`"),
+                    )
+                })
+            };
+            let (a, b) = (index(&pair.between[0])?, index(&pair.between[1])?);
+            if a == b {
+                return Err(ScenarioError::field(
+                    format!("{at}.between"),
+                    "names the same node twice; a link joins two nodes",
+                ));
+            }
+            links.set(a, b, link);
+        }
+        Ok(links)
+    }
+
+    fn check_stages(&self, nodes: &[Node], layers: usize) -> Result<Option<Vec<Placement>>, ScenarioError> {
+        let Some(stages) = &self.stages else {
+            if self.policy == Policy::Manual {
+                return Err(ScenarioError::field(
+                    "stages",
+                    "is missing; the `manual` policy needs stages like `[{\"node\": \"desk\", \"layers\": [0, 40]}]`",
+                ));
+            }
+            return Ok(None);
+        };
+        if self.policy != Policy::Manual {
+            return Err(ScenarioError::field(
+                "stages",
+                format!(
+                    "is given but `policy` is `{}`; set `\"policy\": \"manual\"` or remove `stages`",
+                    self.policy.name()
+                ),
+            ));
+        }
+        if stages.is_empty() {
+            return Err(ScenarioError::field("stages", "is empty; give at least one stage"));
+        }
+        let mut out: Vec<Placement> = Vec::with_capacity(stages.len());
+        let mut expected_start = 0u64;
+        for (i, stage) in stages.iter().enumerate() {
+            let at = format!("stages[{i}]");
+            let node = nodes.iter().position(|n| n.name == stage.node).ok_or_else(|| {
+                ScenarioError::field(
+                    format!("{at}.node"),
+                    format!("`{}` is not a node; use a name from `nodes`", stage.node),
+                )
+            })?;
+            if out.iter().any(|p| p.node == node) {
+                return Err(ScenarioError::field(
+                    format!("{at}.node"),
+                    format!("`{}` already has a stage; give each node one contiguous range", stage.node),
+                ));
+            }
+            let [start, end] = stage.layers;
+            if start >= end {
+                return Err(ScenarioError::field(
+                    format!("{at}.layers"),
+                    format!("`[{start}, {end}]` is empty; a stage is `[start, end)` with start < end"),
+                ));
+            }
+            if start != expected_start {
+                let problem = if start < expected_start {
+                    "overlaps the stage before"
+                } else {
+                    "leaves a gap after the stage before"
+                };
+                return Err(ScenarioError::field(
+                    format!("{at}.layers"),
+                    format!("`[{start}, {end}]` {problem}; start it at {expected_start}"),
+                ));
+            }
+            if end > layers as u64 {
+                return Err(ScenarioError::field(
+                    format!("{at}.layers"),
+                    format!("`[{start}, {end}]` ends past the model's {layers} layers; end the last stage at {layers}"),
+                ));
+            }
+            out.push(Placement::new(node, start as usize, end as usize));
+            expected_start = end;
+        }
+        if expected_start != layers as u64 {
+            return Err(ScenarioError::field(
+                format!("stages[{}].layers", stages.len() - 1),
+                format!("ends at {expected_start} but the model has {layers} layers; end the last stage at {layers}"),
+            ));
+        }
+        Ok(Some(out))
+    }
+}
+
+fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {
+    if bandwidth.get() <= 0.0 {
+        return Err(ScenarioError::field(format!("{at}.bandwidth"), "is 0; it must be greater than 0"));
+    }
+    Ok(Link { bandwidth: bandwidth.get(), latency: latency.get() })
+}
+
+impl ModelSpec {
+    /// The model file to read, when the spec names one (and only that).
+    ///
+    /// # Errors
+    /// A file together with a preset, a config or a weight format.
+    pub fn file(&self) -> Result<Option<&str>, ScenarioError> {
+        let Some(file) = &self.file else { return Ok(None) };
+        if self.preset.is_some() || self.config.is_some() {
+            return Err(ScenarioError::field(
+                "model",
+                "gives more than one of `preset`, `config` and `file`; keep one",
+            ));
+        }
+        if self.weights.is_some() {
+            return Err(ScenarioError::field(
+                "model.weights",
+                "cannot change the formats a model file stores; remove `weights` or use a `preset`",
+            ));
+        }
+        Ok(Some(file))
+    }
+
+    /// The model this spec names, with its weight format applied.
+    ///
+    /// # Errors
+    /// Unknown preset or weight format, a bad config, or none/several of `preset`, `config`, `file`.
+    pub fn resolve(&self) -> Result<Model, ScenarioError> {
+        let weights: WeightFormat = match &self.weights {
+            Some(w) => w.parse().map_err(|e: ModelError| match e {
+                ModelError::UnknownWeights { name, suggestion } => ScenarioError::field(
+                    "model.weights",
+                    format!(
+                        "`{name}` is not a weight format{}; run `stageplan presets` to list them",
+                        suggest(suggestion.as_deref())
+                    ),
+                ),
+                other => other.into(),
+            })?,
+            None => WeightFormat::default(),
+        };
+        match (&self.preset, &self.config, &self.file) {
+            (Some(preset), None, None) => {
+                let preset = ModelPreset::find(preset).map_err(|e| match e {
+                    ModelError::UnknownPreset { name, suggestion } => ScenarioError::field(
+                        "model.preset",
+                        format!(
+                            "`{name}` is not a model preset{}; run `stageplan presets` to list them",
+                            suggest(suggestion.as_deref())
+                        ),
+                    ),
+                    other => other.into(),
+                })?;
+                Ok(preset.model(weights)?)
+            }
+            (None, Some(config), None) => {
+                let arch = config.transformer().map_err(|e| e.within("model.config"))?;
+                let name = self.name.clone().unwrap_or_else(|| arch.model_type.clone());
+                Ok(Model::from_transformer(&name, arch, weights))
+            }
+            (None, None, Some(_)) => Err(ScenarioError::field(
+                "model.file",
+                "cannot be read here; the CLI reads model files, a library caller passes the model's config or header",
+            )),
+            (None, None, None) => Err(ScenarioError::field(
+                "model",
+                "names no model; give `preset` (e.g. `llama-3.1-8b`), `config` (a config.json object) or `file`",
+            )),
+            _ => Err(ScenarioError::field("model", "gives more than one of `preset`, `config` and `file`; keep one")),
+        }
+    }
+}
+
+impl WorkloadSpec {
+    /// Checks ranges and parses the KV format.
+    ///
+    /// # Errors
+    /// A zero context, batch or chunk, or an unknown KV format.
+    pub fn check(&self) -> Result<Workload, ScenarioError> {
+        if self.context == 0 || self.context > MAX_CONTEXT {
+            return Err(ScenarioError::field(
+                "workload.context",
+                format!("is {}; give a context between 1 and 67108864 tokens", self.context),
+            ));
+        }
+        if self.batch == 0 || self.batch > MAX_BATCH {
+            return Err(ScenarioError::field(
+                "workload.batch",
+                format!("is {}; give between 1 and 1048576 sequences", self.batch),
+            ));
+        }
+        if self.prefill_chunk == 0 || self.prefill_chunk > MAX_PREFILL_CHUNK {
+            return Err(ScenarioError::field(
+                "workload.prefill_chunk",
+                format!("is {}; give between 1 and 1048576 tokens (llama.cpp uses 512)", self.prefill_chunk),
+            ));
+        }
+        let prompt = match self.prompt {
+            Some(prompt) if prompt == 0 || prompt > self.context => {
+                return Err(ScenarioError::field(
+                    "workload.prompt",
+                    format!("is {prompt}; give between 1 and the context's {} tokens", self.context),
+                ));
+            }
+            Some(prompt) => prompt,
+            None => DEFAULT_PROMPT.min(self.context),
+        };
+        let kv = parse_kv(&self.kv)?;
+        let workspace = match &self.workspace {
+            Some(Workspace::Size(bytes)) if bytes.get() > MAX_BYTES => {
+                return Err(ScenarioError::field(
+                    "workload.workspace",
+                    "is over an exabyte; check the unit, or write `\"auto\"` for llama.cpp-like buffers",
+                ));
+            }
+            Some(Workspace::Size(bytes)) => Some(bytes.get() as u64),
+            Some(Workspace::Auto(_)) | None => None,
+        };
+        if !self.flash_attention && kv.is_quantized() {
+            return Err(ScenarioError::field(
+                "workload.flash_attention",
+                format!(
+                    "is false with a `{}` KV cache; llama.cpp needs flash attention for a quantized V cache: set it true or use `kv` f16",
+                    self.kv
+                ),
+            ));
+        }
+        Ok(Workload {
+            context: self.context,
+            batch: self.batch,
+            kv,
+            workspace,
+            prefill_chunk: self.prefill_chunk,
+            flash_attention: self.flash_attention,
+            prompt,
+            engine: Engine::default(),
+        })
+    }
+}
+
+fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
+    crate::tensor_type::kv_format(name).map_err(|e| ScenarioError::field("workload.kv", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Objective;
+
+    #[test]
+    fn an_omitted_workload_checks_into_the_default() {
+        assert_eq!(WorkloadSpec::default().check(), Ok(Workload::DEFAULT));
+        assert_eq!(Workload::default(), Workload::DEFAULT);
+    }
+
+    fn problem(json: &str) -> Result<Problem, ScenarioError> {
+        Scenario::from_json(json).and_then(|s| s.problem())
+    }
+
+    const MINIMAL: &str = r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#;
+
+    #[test]
+    fn fills_defaults() {
+        let p = problem(MINIMAL).unwrap();
+        assert_eq!(p.workload, Workload::default());
+        assert_eq!(p.objective, Objective::Throughput);
+        assert_eq!(p.policy, Policy::Optimal);
+        assert_eq!(p.nodes[0].memory, 24564 * 1024 * 1024);
+        assert!(p.links.is_uniform());
+    }
+
+    #[test]
+    fn expands_counts_and_applies_overrides() {
+        let p = problem(
+            r#"{"model": {"preset": "llama-3.1-8b"},
+                "nodes": [{"name": "gpu", "device": "rtx-3090", "count": 3, "memory": "20 GiB"}],
+                "links": {"pairs": [{"between": ["gpu-1", "gpu-3"], "bandwidth": "10 Gbit/s", "latency": "1 ms"}]}}"#,
+        )
+        .unwrap();
+        let names: Vec<&str> = p.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["gpu-1", "gpu-2", "gpu-3"]);
+        assert_eq!(p.nodes[1].memory, 20 << 30);
+        assert_eq!(p.links.get(2, 0).latency, 1e-3);
+        assert_eq!(p.links.get(0, 1), DEFAULT_LINK);
+    }
+}
