@@ -1,6 +1,6 @@
 //! A scenario after checking: the model resolved, every figure a number, names unique,
 //! links per pair, manual stages in range — ready to plan. The checking itself is
-//! [`crate::check`]'s (`check/fields.rs`).
+//! [`crate::check()`]'s (`check/fields.rs`).
 
 use serde::Serialize;
 
@@ -34,7 +34,7 @@ impl Workload {
     /// What a scenario plans for where it leaves out `workload` or any of its fields: 4,096
     /// tokens of context, one sequence, an f16 KV cache, the engine's own buffers, 512-token
     /// prefill steps (llama.cpp's `n_ubatch`), flash attention on and the time to first token
-    /// for a [`DEFAULT_PROMPT`]-token prompt, on llama.cpp. Stated once: [`WorkloadSpec::default`],
+    /// for a [`DEFAULT_PROMPT`]-token prompt, on llama.cpp. Stated once: [`WorkloadSpec::default`](crate::scenario::WorkloadSpec),
     /// a plan file's absent fields and the surfaces' default `kv` read it.
     pub const DEFAULT: Workload = Workload {
         context: 4096,
