@@ -24,6 +24,14 @@ struct Prometheus {
     agent: ureq::Agent,
 }
 
+/// The longest query URL sent: the HTTP client refuses a URI over 64 KiB (`InvalidUri(TooLong)`).
+const MAX_QUERY_URL: usize = 60_000;
+
+/// Bytes of `text` once percent-encoded in a query string.
+fn url_encoded_len(text: &str) -> usize {
+    text.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { 1 } else { 3 }).sum()
+}
+
 /// Checks `--prometheus` and `--prometheus-query NAME=PROMQL`.
 ///
 /// # Errors
@@ -47,6 +55,21 @@ pub(crate) fn sources(file: Option<PathBuf>, url: Option<String>, queries: &[Str
         return Err(Failure(format!(
             "`--prometheus {}` is not a server address; give `http://host:port`",
             stageplan::quote::line(&url)
+        )));
+    }
+    // A port past 65535 would otherwise be dropped by the HTTP client, which then asks port 80.
+    let authority = host.split('/').next().unwrap_or(host);
+    let port = match authority.rsplit_once(':') {
+        Some((name, port)) if !name.ends_with(':') && !port.contains(']') => Some(port),
+        _ => None,
+    };
+    if let Some(port) = port
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return Err(Failure(format!(
+            "`--prometheus {}`: `{}` is not a port; give one from 1 to 65535, e.g. `http://127.0.0.1:9090`",
+            stageplan::quote::line(&url),
+            stageplan::quote::line(port)
         )));
     }
     let mut chosen: Vec<(Query, String)> = Query::ALL.iter().map(|q| (*q, q.default_promql().to_owned())).collect();
@@ -73,6 +96,17 @@ pub(crate) fn sources(file: Option<PathBuf>, url: Option<String>, queries: &[Str
     }
     // An empty query turns that measurement off.
     chosen.retain(|(_, promql)| !promql.is_empty());
+    // Queries go in the URL of a GET, which the HTTP client caps: refuse one that cannot be
+    // sent, here, rather than fail on every pass.
+    for (query, promql) in &chosen {
+        let encoded = base.len() + "/api/v1/query?query=".len() + url_encoded_len(promql);
+        if encoded > MAX_QUERY_URL {
+            return Err(Failure(format!(
+                "`--prometheus-query {}=…` makes a {encoded}-byte URL with `--prometheus`; at most {MAX_QUERY_URL} can be sent: match fewer names (a label rather than a list)",
+                query.name()
+            )));
+        }
+    }
     let config =
         ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(5))).http_status_as_error(false).build();
     Ok(Sources { file, prometheus: Some(Prometheus { base: base.to_owned(), queries: chosen, agent: config.into() }) })
@@ -147,5 +181,37 @@ impl Prometheus {
             return Err(format!("answered HTTP {status}"));
         }
         Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_too_long_for_a_url_is_refused_at_the_flag() {
+        // A regex over 9,000 node names: about 90 KB once URL-encoded.
+        let names: Vec<String> = (0..9_000).map(|i| format!("node-{i}")).collect();
+        let promql = format!("stage_step_seconds{{node=~\"{}\"}}", names.join("|"));
+        let given = [format!("step={promql}")];
+        let error = sources(None, Some("http://127.0.0.1:9090".into()), &given).err().expect("refused");
+        assert!(error.0.contains("at most 60000 can be sent"), "{error}");
+        // Non-ASCII text triples once encoded: 11,000 characters of it is refused too.
+        let wide = [format!("step=up{{node=\"{}\"}}", "é".repeat(11_000))];
+        let error = sources(None, Some("http://127.0.0.1:9090".into()), &wide).err().expect("refused");
+        assert!(error.0.contains("can be sent"), "{error}");
+        let short = [String::from("step=up")];
+        assert!(sources(None, Some("http://127.0.0.1:9090".into()), &short).is_ok());
+    }
+
+    #[test]
+    fn a_port_must_be_one() {
+        for url in ["http://host:99999", "http://host:0", "http://host:x/api", "http://host:65536"] {
+            let error = sources(None, Some(url.into()), &[]).err().unwrap_or_else(|| panic!("{url} was accepted"));
+            assert!(error.0.contains("is not a port"), "{url}: {error}");
+        }
+        for url in ["http://host:9090", "http://host", "http://[::1]:9090/prom", "http://[::1]"] {
+            assert!(sources(None, Some(url.into()), &[]).is_ok(), "{url}");
+        }
     }
 }
