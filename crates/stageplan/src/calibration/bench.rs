@@ -62,11 +62,14 @@ pub fn parse(text: &str) -> Result<Vec<BenchTest>, BenchError> {
     let tests: Vec<BenchTest> = if text.starts_with('[') {
         serde_json::from_str(text).map_err(|e| BenchError::Format(e.to_string()))?
     } else {
+        let lines = || text.lines().filter(|l| !l.trim().is_empty());
+        // One file, one verdict: past the limit the JSONL form is refused as the array is.
+        let count = lines().count();
+        if count > MAX_TESTS {
+            return Err(BenchError::Format(format!("{count} tests; at most {MAX_TESTS} are read")));
+        }
         let mut tests = Vec::new();
-        for (n, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
-            if n >= MAX_TESTS {
-                break;
-            }
+        for (n, line) in lines().enumerate() {
             tests.push(serde_json::from_str(line).map_err(|e| BenchError::Format(format!("line {}: {e}", n + 1)))?);
         }
         tests
@@ -379,6 +382,20 @@ mod tests {
             let e = parse(text).unwrap_err().to_string();
             assert!(e.contains(want) && !e.contains('\n'), "{e}");
         }
+    }
+
+    /// Issue #32 item 11: a JSONL file past the limit was cut to its first tests, while the
+    /// array form of the same file was refused.
+    #[test]
+    fn a_file_past_the_limit_is_refused_in_either_form() {
+        let test = r#"{"backends": "CUDA", "model_size": 4920734720, "model_n_params": 8030261248, "n_prompt": 0, "n_gen": 128, "avg_ts": 127.7}"#;
+        let jsonl = format!("{test}\n").repeat(MAX_TESTS + 1);
+        let array = format!("[{}]", vec![test; MAX_TESTS + 1].join(","));
+        for text in [jsonl, array] {
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains("10001 tests; at most 10000 are read") && !e.contains('\n'), "{e}");
+        }
+        assert_eq!(parse(&format!("{test}\n").repeat(MAX_TESTS)).unwrap().len(), MAX_TESTS);
     }
 
     #[test]
