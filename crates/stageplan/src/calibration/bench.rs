@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::device::Backend;
 use crate::device::Efficiency;
 use crate::engine::Engine;
-use crate::limits::MAX_THREADS;
+use crate::limits::{MAX_CONTEXT, MAX_THREADS};
 use crate::presets::ModelPreset;
 use crate::scenario::{LinksSpec, ModelSpec, NodeSpec, Objective, Policy, Scenario, WorkloadSpec};
 use crate::units::Bytes;
@@ -84,6 +84,15 @@ pub fn parse(text: &str) -> Result<Vec<BenchTest>, BenchError> {
         }
         if t.model_size == 0 || t.model_n_params == 0 {
             return bad("model_size", t.model_size.to_string(), "the model's bytes and parameters must be known");
+        }
+        // The test's context, `n_depth + n_gen`, checked: a wrapped sum once fitted a test
+        // 2^64 − 64 tokens deep at a 64-token context.
+        if t.n_depth.checked_add(t.n_gen).is_none_or(|context| context > MAX_CONTEXT) {
+            return bad(
+                "n_depth",
+                t.n_depth.to_string(),
+                "`n_depth` + `n_gen`, the test's context, is at most 67108864 tokens (2^26)",
+            );
         }
     }
     Ok(tests)
@@ -396,6 +405,25 @@ mod tests {
             assert!(e.contains("10001 tests; at most 10000 are read") && !e.contains('\n'), "{e}");
         }
         assert_eq!(parse(&format!("{test}\n").repeat(MAX_TESTS)).unwrap().len(), MAX_TESTS);
+    }
+
+    /// Issue #32 item 12: `n_depth + n_gen` wrapped, so a test 2^64 − 64 deep was fitted at a
+    /// 64-token context; 2^63 deep was refused only by the scenario's check, without the test.
+    #[test]
+    fn a_context_past_the_limit_names_the_field_and_the_test() {
+        for depth in [u64::MAX - 63, 1 << 63, MAX_CONTEXT] {
+            let text = format!(
+                "[{{\"model_size\": 1, \"model_n_params\": 1, \"n_prompt\": 512, \"n_gen\": 0, \"avg_ts\": 1}},\
+                 {{\"model_size\": 1, \"model_n_params\": 1, \"n_prompt\": 0, \"n_gen\": 128, \"n_depth\": {depth}, \"avg_ts\": 1}}]"
+            );
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("test 1: `n_depth` is {depth};")) && !e.contains('\n'), "{e}");
+        }
+        let deepest = format!(
+            "{{\"model_size\": 1, \"model_n_params\": 1, \"n_prompt\": 0, \"n_gen\": 128, \"n_depth\": {}, \"avg_ts\": 1}}",
+            MAX_CONTEXT - 128
+        );
+        assert!(parse(&deepest).is_ok());
     }
 
     #[test]
