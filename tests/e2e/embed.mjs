@@ -179,6 +179,58 @@ await check('no styles leak in or out', async () => {
   await page.close();
 });
 
+await check('a widget whose scenario has a null machine says why instead of loading forever (#32: 21)', async () => {
+  const { page } = await open();
+  await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
+  await page.evaluate(() => {
+    const widget = document.createElement('stage-plan');
+    widget.id = 'null-machine';
+    const script = document.createElement('script');
+    script.type = 'application/json';
+    script.textContent = JSON.stringify({ model: { preset: 'llama-3.1-8b' }, nodes: [null, { name: 'a', device: 'rtx-4090' }] });
+    widget.append(script);
+    document.body.append(widget);
+  });
+  const status = page.locator('#null-machine .sp-status');
+  await status.filter({ hasText: 'No plan' }).waitFor({ timeout: 30_000 });
+  assert.match(await status.textContent(), /^No plan: `nodes\[0\]`/);
+  await page.close();
+});
+
+await check('a name with a right-to-left override reverses nothing around it (#32: 22)', async () => {
+  const { page } = await open();
+  await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
+  const evil = '\u202Eevil';
+  await page.evaluate((name) => {
+    const widget = document.createElement('stage-plan');
+    widget.id = 'bidi';
+    const script = document.createElement('script');
+    script.type = 'application/json';
+    script.textContent = JSON.stringify({ model: { preset: 'llama-3.1-8b' }, nodes: [{ name, device: 'rtx-4090' }, { name: 'b', device: 'rtx-3090' }] });
+    widget.append(script);
+    document.body.append(widget);
+  }, evil);
+  await page.locator('#bidi .sp-headline').waitFor({ timeout: 30_000 });
+  // Every text holding the override sits alone in an element that isolates it.
+  const loose = await page.locator('#bidi').evaluate((host) => {
+    const found = [];
+    const walk = (node) => {
+      for (const child of node.childNodes) {
+        if (child.nodeType === Node.TEXT_NODE && child.textContent.includes('\u202E')) {
+          const parent = child.parentElement;
+          const isolated = getComputedStyle(parent).unicodeBidi === 'isolate' && parent.childNodes.length === 1;
+          if (!isolated) found.push(`${parent.tagName}: ${JSON.stringify(parent.textContent)}`);
+        }
+        walk(child);
+      }
+    };
+    walk(host.shadowRoot);
+    return found;
+  });
+  assert.deepEqual(loose, []);
+  await page.close();
+});
+
 await check('without WebAssembly, each widget shows a readable table and says why', async () => {
   const { page } = await open({ blockWasm: true });
   for (const id of ['home-70b', 'laptops-8b']) {

@@ -36,7 +36,17 @@ function el(tag, attributes = {}, ...children) {
   return node;
 }
 
-/** The core writes names and values between backticks; they are set as code. */
+/** A machine's name set apart from the text around it (`<bdi>`): a name holding a
+ *  right-to-left override (U+202E) must not reverse the layers after it. `text` is the
+ *  core's, beginning with `name` or not. */
+function named(text, name) {
+  return typeof name === 'string' && name !== '' && text.startsWith(name)
+    ? [el('bdi', {}, name), text.slice(name.length)]
+    : [text];
+}
+
+/** The core writes names and values between backticks; they are set as code (isolated
+ *  from the text around them by the style sheet, as names are). */
 function prose(text) {
   const parts = text.split('`');
   if (parts.length % 2 === 0) return [text];
@@ -47,14 +57,16 @@ function prose(text) {
 function scenarioTable(scenario) {
   const table = el('table', { class: 'sp-fallback' });
   const model = scenario.model ?? {};
-  table.createCaption().textContent = `${model.preset ?? model.name ?? 'model'} · ${model.weights ?? 'bf16'} · context ${scenario.workload?.context ?? 4096}`;
+  table.createCaption().append(el('bdi', {}, `${model.preset ?? model.name ?? 'model'}`), ` · ${model.weights ?? 'bf16'} · context ${scenario.workload?.context ?? 4096}`);
   const head = table.createTHead().insertRow();
   for (const title of ['machine', 'device', 'memory']) head.append(el('th', { scope: 'col' }, title));
   const body = table.createTBody();
   for (const node of Array.isArray(scenario.nodes) ? scenario.nodes : []) {
+    // Whatever the scenario holds: a machine that is not an object is a row of its own text.
+    const machine = node !== null && typeof node === 'object' ? node : { name: JSON.stringify(node) };
     const row = body.insertRow();
-    for (const value of [node.name, node.device ?? 'custom', node.memory ?? '']) {
-      row.insertCell().textContent = `${value}${node.count && value === node.name ? ` × ${node.count}` : ''}`;
+    for (const value of [machine.name, machine.device ?? 'custom', machine.memory ?? '']) {
+      row.insertCell().append(el('bdi', {}, `${value ?? ''}`), machine.count && value === machine.name ? ` × ${machine.count}` : '');
     }
   }
   return table;
@@ -65,7 +77,7 @@ function stages(view) {
   const diagram = el('div', { class: 'diagram', role: 'img', 'aria-label': `stage diagram: ${view.bands.map((b) => b.label).join('; ')}` },
     view.bands.map((b) => {
       const band = el('div', { class: `stage-band${b.bottleneck ? ' bottleneck' : ''}`, 'data-node': b.node, title: b.label },
-        el('span', {}, b.label, b.bottleneck ? ' ◀ bottleneck' : ''));
+        el('span', {}, named(b.label, b.node), b.bottleneck ? ' ◀ bottleneck' : ''));
       band.style.left = `${b.left_pct.toFixed(4)}%`;
       band.style.width = `${b.width_pct.toFixed(4)}%`;
       band.style.background = `hsl(${b.hue} 70% 78%)`;
@@ -81,7 +93,7 @@ function stages(view) {
         return segment;
       }));
     return el('tr', { class: `stage-row${band.bottleneck ? ' bottleneck' : ''}`, 'data-node': row.node },
-      el('th', { scope: 'row' }, row.node, band.bottleneck ? el('span', { class: 'bottleneck-mark' }, ' ◀ bottleneck') : null),
+      el('th', { scope: 'row' }, el('bdi', {}, row.node), band.bottleneck ? el('span', { class: 'bottleneck-mark' }, ' ◀ bottleneck') : null),
       el('td', { class: 'layers' }, row.layers),
       el('td', {}, track, el('small', {}, `${bar.used} / ${bar.budget} · ${bar.headroom}`)),
       el('td', { class: 'time' }, row.time),
@@ -140,7 +152,7 @@ class Widget {
       s.workload = { ...s.workload, context: context.value === '' ? undefined : Number(context.value) };
     }));
     return el('div', { class: 'sp-controls' },
-      el('span', { class: 'sp-model' }, view?.model ?? model.preset ?? model.name ?? ''),
+      el('span', { class: 'sp-model' }, el('bdi', {}, view?.model ?? model.preset ?? model.name ?? '')),
       weights,
       el('label', { class: 'sp-field' }, 'context ', context));
   }
@@ -156,7 +168,7 @@ class Widget {
         this.edit((s) => s.nodes.splice(i, 1));
       });
       list.append(el('li', { class: 'sp-node', 'data-node': node.name },
-        el('label', {}, toggle, ` ${node.name} `, el('small', {}, node.device ?? node.memory ?? '')), remove));
+        el('label', {}, toggle, ' ', el('bdi', {}, node.name), ' ', el('small', {}, el('bdi', {}, node.device ?? node.memory ?? ''))), remove));
     });
     const add = el('select', { class: 'sp-add-device', 'aria-label': 'add a machine', 'data-focus': 'add' },
       el('option', { value: '', selected: true }, '+ add a machine'),
@@ -204,9 +216,10 @@ class StagePlan extends HTMLElement {
       status.textContent = `No plan: ${error.message}`;
       return;
     }
-    if (!this.querySelector('table')) fallback.append(scenarioTable(scenario));
     let loaded = false;
     try {
+      // Inside the `try`: a scenario the table cannot show still ends in a message.
+      if (!this.querySelector('table')) fallback.append(scenarioTable(scenario));
       await ready();
       loaded = true;
       // A scenario that does not plan keeps the fallback and says why.
