@@ -47,9 +47,16 @@ pub(super) fn calibrate(
                         "fitted_tokens_per_s": t.fitted, "node_tokens_per_s": t.with_node})
                 })
                 .collect();
-            format!("{:#}\n", serde_json::json!({ "node": ready, "tests": tests }))
+            let left_out: Vec<serde_json::Value> = fit
+                .left_out
+                .iter()
+                .map(|(backend, n)| serde_json::json!({"backend": backend.name(), "decode_tests": n}))
+                .collect();
+            format!("{:#}\n", serde_json::json!({ "node": ready, "tests": tests, "left_out": left_out }))
         }
         Format::Table => render::calibrate::fit(&fit, &ready),
     };
-    Ok(Outcome::ok(stageplan::quote::terminal(&stdout).into_owned()))
+    // Tests on another backend than the node's (`n_gpu_layers` 0 rows on a GPU): how many, and why.
+    let stderr = fit.notes().iter().map(|n| format!("note: {}\n", stageplan::quote::line(n))).collect();
+    Ok(Outcome { stderr, ..Outcome::ok(stageplan::quote::terminal(&stdout).into_owned()) })
 }

@@ -11,11 +11,11 @@
 
 use serde::Deserialize;
 
-use crate::device::Backend;
 use crate::device::Efficiency;
+use crate::device::{Backend, DeviceKind};
 use crate::engine::Engine;
 use crate::limits::{MAX_CONTEXT, MAX_THREADS};
-use crate::presets::ModelPreset;
+use crate::presets::{DevicePreset, ModelPreset};
 use crate::scenario::{LinksSpec, ModelSpec, NodeSpec, Objective, Policy, Scenario, WorkloadSpec};
 use crate::units::Bytes;
 
@@ -34,6 +34,9 @@ pub struct BenchTest {
     pub model_n_params: u64,
     #[serde(default)]
     pub n_threads: u64,
+    /// Layers offloaded to the GPU (`-ngl`): 0 ran on the CPU, whatever the build's backend.
+    #[serde(default)]
+    pub n_gpu_layers: Option<i64>,
     pub n_prompt: u64,
     pub n_gen: u64,
     #[serde(default)]
@@ -104,10 +107,14 @@ pub fn decode_tests(tests: &[BenchTest]) -> Vec<&BenchTest> {
 }
 
 /// The backend a test ran on, from llama-bench's `backends` field (`CUDA`, `Metal`,
-/// `ROCm`/`HIP`, `Vulkan`, `CPU`, or several joined by commas: the first GPU one wins).
+/// `ROCm`/`HIP`, `Vulkan`, `CPU`, or several joined by commas: the first GPU one wins), and
+/// the CPU when it offloaded no layer (`n_gpu_layers` 0, as `llama-bench -ngl 0` writes it
+/// with the build's GPU backend named all the same).
 pub fn backend_of(test: &BenchTest) -> Backend {
     let b = test.backends.to_ascii_lowercase();
-    if b.contains("cuda") {
+    if test.n_gpu_layers == Some(0) {
+        Backend::Cpu
+    } else if b.contains("cuda") {
         Backend::Cuda
     } else if b.contains("metal") || b.contains("mtl") {
         Backend::Metal
@@ -181,6 +188,8 @@ pub struct NodeFit {
     /// `efficiency.bandwidth` on top of the backend's fitted terms.
     pub efficiency: f64,
     pub tests: Vec<Checked>,
+    /// Decode tests left out of the fit because they ran on another backend, with how many.
+    pub left_out: Vec<(Backend, usize)>,
 }
 
 impl NodeFit {
@@ -199,6 +208,26 @@ impl NodeFit {
         let n = self.tests.len();
         format!("{n} decode test{} on llama.cpp {}", if n == 1 { "" } else { "s" }, self.backend.title())
     }
+
+    /// Why tests were left out, one line each: `left out 2 decode tests that ran on the CPU …`.
+    pub fn notes(&self) -> Vec<String> {
+        self.left_out
+            .iter()
+            .map(|&(backend, n)| {
+                let tests = format!("{n} decode test{}", if n == 1 { "" } else { "s" });
+                if backend == Backend::Cpu {
+                    format!(
+                        "left out {tests} that ran on the CPU (`n_gpu_layers` 0 or a CPU build), not on {}: \
+                         fit {} to the CPU's own node (`--device` a CPU preset)",
+                        self.backend.title(),
+                        if n == 1 { "it" } else { "them" }
+                    )
+                } else {
+                    format!("left out {tests} that ran on {}, not on {}", backend.title(), self.backend.title())
+                }
+            })
+            .collect()
+    }
 }
 
 /// Fits `efficiency.bandwidth` of a node with `node` figures (a scenario node's JSON
@@ -212,10 +241,41 @@ pub fn fit_node(
     node: &serde_json::Value,
     model: Option<&'static ModelPreset>,
 ) -> Result<NodeFit, String> {
-    let decode = decode_tests(tests);
-    let first = decode.first().ok_or_else(|| BenchError::NoDecode.to_string())?;
-    let backend = backend_of(first);
-    let node = machine(node, backend)?;
+    let all = decode_tests(tests);
+    if all.is_empty() {
+        return Err(BenchError::NoDecode.to_string());
+    }
+    let mut node = machine(node)?;
+    // The backend fitted: the CPU's for a CPU node, else the first GPU backend a test ran on
+    // (the CPU's when none did and the node's kind is not given); tests on any other backend
+    // are left out, with a note. A GPU's node is never fitted to tests that ran on the CPU.
+    let kind = node.kind.or_else(|| node.device.as_deref().and_then(|d| DevicePreset::find(d).ok()).map(|d| d.kind));
+    let gpu = all.iter().map(|t| backend_of(t)).find(|b| *b != Backend::Cpu);
+    let backend = match (kind, gpu) {
+        (Some(DeviceKind::Cpu), _) | (None, None) => Backend::Cpu,
+        (_, Some(gpu)) => gpu,
+        (Some(_), None) => {
+            return Err("every decode test ran on the CPU (`n_gpu_layers` 0 or a CPU build), not on this GPU; \
+                 fit them to the CPU's own node (`--device` a CPU preset), or run llama-bench with `-ngl 99`"
+                .to_owned());
+        }
+    };
+    node.backend = Some(backend);
+    let (decode, others): (Vec<&BenchTest>, Vec<&BenchTest>) = all.into_iter().partition(|t| backend_of(t) == backend);
+    let mut left_out: Vec<(Backend, usize)> = Vec::new();
+    for other in others {
+        match left_out.iter_mut().find(|(b, _)| *b == backend_of(other)) {
+            Some((_, n)) => *n += 1,
+            None => left_out.push((backend_of(other), 1)),
+        }
+    }
+    if decode.is_empty() {
+        return Err(format!(
+            "no decode test ran on {}, the backend of this machine's node ({}); give the figures of the machine that ran them",
+            backend.title(),
+            left_out.iter().map(|(b, n)| format!("{n} on {}", b.title())).collect::<Vec<_>>().join(", ")
+        ));
+    }
     let predict = |test: &BenchTest, efficiency: f64| -> Result<(f64, f64, f64, String), String> {
         let preset = model.or_else(|| nearest_preset(test.model_n_params)).ok_or_else(|| {
             format!(
@@ -253,16 +313,15 @@ pub fn fit_node(
             with_node: 1.0 / with_node,
         });
     }
-    Ok(NodeFit { backend, efficiency, tests: checked })
+    Ok(NodeFit { backend, efficiency, tests: checked, left_out })
 }
 
-/// The machine that ran the tests, from its scenario node: named `this`, on `backend`, with
-/// room for any model (4 TiB, nothing reserved).
-fn machine(node: &serde_json::Value, backend: Backend) -> Result<NodeSpec, String> {
+/// The machine that ran the tests, from its scenario node: named `this`, with room for any
+/// model (4 TiB, nothing reserved); the caller sets its backend.
+fn machine(node: &serde_json::Value) -> Result<NodeSpec, String> {
     let mut fields = node.as_object().cloned().ok_or("a machine is a JSON object like `{\"device\": \"rtx-4090\"}`")?;
     fields.insert("name".to_owned(), "this".into());
     let mut spec: NodeSpec = serde_json::from_value(fields.into()).map_err(|e| format!("the machine: {e}"))?;
-    spec.backend = Some(backend);
     spec.memory = Some(Bytes::new(4.0 * 1024f64.powi(4)).map_err(|e| e.to_string())?);
     spec.reserve = Some(Bytes::default());
     Ok(spec)
@@ -424,6 +483,38 @@ mod tests {
             MAX_CONTEXT - 128
         );
         assert!(parse(&deepest).is_ok());
+    }
+
+    /// Issue #32 item 10: `llama-bench -ngl 0,99` tags its `n_gpu_layers` 0 rows with the
+    /// build's `CUDA`; they were fitted as GPU runs (the 4090 then predicted 12.1 tok/s for a
+    /// test measured at 127.7).
+    #[test]
+    fn rows_that_ran_on_the_cpu_are_left_out_of_a_gpus_fit() {
+        let row = |ngl: u32, ts: f64| {
+            format!(
+                "{{\"backends\": \"CUDA\", \"model_type\": \"llama 8B Q4_K - Medium\", \"model_size\": 4920734720, \
+                 \"model_n_params\": 8030261248, \"n_threads\": 16, \"n_gpu_layers\": {ngl}, \"n_prompt\": 0, \
+                 \"n_gen\": 128, \"avg_ts\": {ts}}}"
+            )
+        };
+        let tests = parse(&format!("{}\n{}\n", row(0, 12.1), row(99, 127.7))).unwrap();
+        let fit = fit_node(&tests, &serde_json::json!({"device": "rtx-4090"}), None).unwrap();
+        assert_eq!((fit.backend, fit.tests.len(), fit.tests[0].measured), (Backend::Cuda, 1, 127.7), "{fit:?}");
+        assert!((fit.tests[0].with_node / 127.7 - 1.0).abs() < 1e-6, "{fit:?}");
+        assert_eq!(fit.left_out, vec![(Backend::Cpu, 1)]);
+        assert!(fit.notes()[0].starts_with("left out 1 decode test that ran on the CPU"), "{:?}", fit.notes());
+        // The same rows fit a CPU's node, the GPU's left out.
+        let cpu = fit_node(&tests, &serde_json::json!({"device": "cpu-ddr5-dual-channel"}), None).unwrap();
+        assert_eq!((cpu.backend, cpu.tests.len(), cpu.tests[0].measured), (Backend::Cpu, 1, 12.1), "{cpu:?}");
+        assert_eq!(cpu.left_out, vec![(Backend::Cuda, 1)]);
+        // Only CPU rows: a GPU's node is refused, not fitted to them.
+        let only_cpu = parse(&row(0, 12.1)).unwrap();
+        let e = fit_node(&only_cpu, &serde_json::json!({"device": "rtx-4090"}), None).unwrap_err();
+        assert!(e.contains("ran on the CPU") && !e.contains('\n'), "{e}");
+        // A GPU's rows with a CPU's node: nothing to fit.
+        let only_gpu = parse(&row(99, 127.7)).unwrap();
+        let e = fit_node(&only_gpu, &serde_json::json!({"device": "cpu-ddr5-dual-channel"}), None).unwrap_err();
+        assert!(e.contains("1 on CUDA") && !e.contains('\n'), "{e}");
     }
 
     #[test]
