@@ -108,17 +108,14 @@ impl ScenarioError {
         }
     }
 
-    /// The same error with `value`, the JSON written at its path in `document`, when there is one.
-    pub(crate) fn with_value_from(mut self, document: &serde_json::Value) -> ScenarioError {
+    /// The same error with `value`, the JSON written at its path in `text`, when there is one.
+    pub(crate) fn with_value_from(mut self, text: &str) -> ScenarioError {
         if self.path.is_empty() {
             return self;
         }
-        self.value = crate::json::value_at(document, &self.path).map(|v| {
-            let text = v.to_string();
-            match text.char_indices().nth(200) {
-                Some((cut, _)) => format!("{}…", &text[..cut]),
-                None => text,
-            }
+        self.value = crate::json::value_text_at(text, &self.path).map(|value| match value.char_indices().nth(200) {
+            Some((cut, _)) => format!("{}…", &value[..cut]),
+            None => value.to_owned(),
         });
         self
     }

@@ -169,25 +169,92 @@ pub(crate) fn path_at(text: &str, line: usize, column: usize, end_kind: End) -> 
     path
 }
 
-/// The value at `path` (as [`path_at`] writes paths: `nodes[2].memory`) in `document`; `None`
-/// when nothing is there. A key holding `.` or `[` cannot be told from a path's own
-/// punctuation: such a path finds nothing.
-pub(crate) fn value_at<'a>(document: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
-    let mut value = document;
+/// The text of the value at `path` (as [`path_at`] writes paths: `nodes[2].memory`) in the
+/// JSON `text`, exactly as written; `None` when nothing is there or the text breaks first.
+/// A scan, not a parse into `serde_json::Value`: the page and the widget ship without one.
+pub(crate) fn value_text_at<'a>(text: &'a str, path: &str) -> Option<&'a str> {
+    let bytes = text.as_bytes();
+    let mut at = skip_space(bytes, 0);
     let mut rest = path;
     while !rest.is_empty() {
         if let Some(after) = rest.strip_prefix('[') {
             let (index, after) = after.split_once(']')?;
-            value = value.get(index.parse::<usize>().ok()?)?;
+            let index: usize = index.parse().ok()?;
             rest = after;
+            (bytes.get(at) == Some(&b'[')).then_some(())?;
+            at = skip_space(bytes, at + 1);
+            for _ in 0..index {
+                at = skip_space(bytes, skip_value(bytes, at)?);
+                (bytes.get(at) == Some(&b',')).then_some(())?;
+                at = skip_space(bytes, at + 1);
+            }
+            (bytes.get(at) != Some(&b']')).then_some(())?;
         } else {
             let key_part = rest.strip_prefix('.').unwrap_or(rest);
             let end = key_part.find(['.', '[']).unwrap_or(key_part.len());
-            value = value.get(&key_part[..end])?;
+            let wanted = &key_part[..end];
             rest = &key_part[end..];
+            (bytes.get(at) == Some(&b'{')).then_some(())?;
+            at = skip_space(bytes, at + 1);
+            loop {
+                (bytes.get(at) == Some(&b'"')).then_some(())?;
+                let close = string_end(bytes, at)?;
+                let key = serde_json::from_str::<String>(&text[at..close]).ok()?;
+                at = skip_space(bytes, close);
+                (bytes.get(at) == Some(&b':')).then_some(())?;
+                at = skip_space(bytes, at + 1);
+                if key == wanted {
+                    break;
+                }
+                at = skip_space(bytes, skip_value(bytes, at)?);
+                (bytes.get(at) == Some(&b',')).then_some(())?;
+                at = skip_space(bytes, at + 1);
+            }
         }
     }
-    Some(value)
+    let end = skip_value(bytes, at)?;
+    Some(&text[at..end])
+}
+
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// The index just past the value that starts at `at` (a string, a container with what it
+/// holds, or a scalar); `None` when the text ends first.
+fn skip_value(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at)? {
+        b'"' => string_end(bytes, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while i < bytes.len() {
+                match bytes[i] {
+                    b'"' => {
+                        i = string_end(bytes, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let len = bytes[at..].iter().position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace());
+            Some(at + len.unwrap_or(bytes.len() - at))
+        }
+    }
 }
 
 /// The index just past the string that opens at `open`; `None` when the input ends first.
@@ -319,22 +386,56 @@ mod tests {
     }
 
     #[test]
-    fn values_are_found_at_their_paths() {
-        let document: serde_json::Value =
-            serde_json::from_str(r#"{"nodes": [{"name": "a"}, {"name": "b", "memory": "x", "tags": [1, 2]}]}"#)
-                .unwrap();
+    fn values_are_found_at_their_paths_as_written() {
+        let text = r#"{"nodes": [{"name": "a"}, {"name": "b\"]", "memory": "x", "tags": [1, 2e3]}], "n": 7 }"#;
         for (path, value) in [
             ("nodes[1].memory", Some("\"x\"")),
-            ("nodes[1].tags[1]", Some("2")),
-            ("nodes[0]", Some(r#"{"name":"a"}"#)),
+            ("nodes[1].tags[1]", Some("2e3")),
+            ("nodes[0]", Some(r#"{"name": "a"}"#)),
+            ("nodes[1].name", Some(r#""b\"]""#)),
+            ("n", Some("7")),
             ("nodes[2]", None),
             ("nodes[x]", None),
             ("nodes.memory", None),
             ("nodes[1", None),
+            ("missing", None),
         ] {
-            assert_eq!(value_at(&document, path).map(ToString::to_string).as_deref(), value, "{path}");
+            assert_eq!(value_text_at(text, path), value, "{path}");
         }
-        assert_eq!(value_at(&document, ""), Some(&document));
+        assert_eq!(value_text_at(text, ""), Some(text.trim_end()));
+        assert_eq!(value_text_at(r#"{"a": [1, "#, "a[1]"), None, "the text ends first");
+    }
+
+    proptest::proptest! {
+        /// Against serde_json's own tree: every path of a scenario file finds the text that
+        /// parses to the value there.
+        #[test]
+        fn the_text_found_is_the_value_serde_json_finds(file in 0usize..3, pick in 0usize..10_000) {
+            let files = [
+                include_str!("../../../tests/scenarios/home-70b.json"),
+                include_str!("../../../tests/scenarios/rack-405b.json"),
+                include_str!("../../../tests/cli/plan-manual/scenario.json"),
+            ];
+            let text = files[file];
+            let document: serde_json::Value = serde_json::from_str(text).unwrap();
+            let mut paths = Vec::new();
+            fn walk(value: &serde_json::Value, path: &str, out: &mut Vec<(String, serde_json::Value)>) {
+                out.push((path.to_owned(), value.clone()));
+                match value {
+                    serde_json::Value::Object(map) => map.iter().for_each(|(k, v)| {
+                        walk(v, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, out);
+                    }),
+                    serde_json::Value::Array(items) => {
+                        items.iter().enumerate().for_each(|(i, v)| walk(v, &format!("{path}[{i}]"), out));
+                    }
+                    _ => {}
+                }
+            }
+            walk(&document, "", &mut paths);
+            let (path, expected) = &paths[pick % paths.len()];
+            let found = value_text_at(text, path).map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap());
+            proptest::prop_assert_eq!(found.as_ref(), Some(expected), "{}", path);
+        }
     }
 
     #[test]

@@ -289,10 +289,7 @@ impl Scenario {
             } else {
                 ScenarioError::syntax(path, message)
             };
-            match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(document) => error.with_value_from(&document),
-                Err(_) => error,
-            }
+            error.with_value_from(text)
         })
     }
 }

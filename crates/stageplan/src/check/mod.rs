@@ -76,9 +76,9 @@ pub fn check<'a, E: From<ScenarioError>>(
         // Only the error path pays for finding the value at the field, as written in the
         // text. A caller that built the scenario as a value holds that value itself (and
         // serializing a scenario here would weigh on the page's first download).
-        Err(error) => Err(match text.map(serde_json::from_str::<serde_json::Value>) {
-            Some(Ok(document)) => error.with_value_from(&document),
-            _ => error,
+        Err(error) => Err(match text {
+            Some(text) => error.with_value_from(text),
+            None => error,
         }
         .into()),
     }
