@@ -81,6 +81,11 @@ pub(crate) enum Command {
         /// Peak FP16 compute without a preset (e.g. `165 TFLOPS`).
         #[arg(long)]
         compute: Option<String>,
+        /// Memory usable for the model (e.g. `24 GiB`): needed with `--bandwidth` and
+        /// `--compute`, so that the printed node is a scenario's as is; with `--device`, in
+        /// place of the preset's.
+        #[arg(long)]
+        memory: Option<String>,
         /// The model preset with the tested model's shape (default: the nearest parameter count).
         #[arg(long)]
         model: Option<String>,

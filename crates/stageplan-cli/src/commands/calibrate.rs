@@ -9,18 +9,26 @@ use crate::cli::Format;
 use crate::outcome::{Failure, Outcome};
 use crate::{input, render};
 
-/// Fits the machine's node, given by a device preset or its peak figures, to the llama-bench
-/// results at `results`.
+/// Fits the machine's node, given by a device preset or its peak figures and memory, to the
+/// llama-bench results at `results`.
 pub(super) fn calibrate(
     results: &Path,
     device: Option<String>,
     bandwidth: Option<String>,
     compute: Option<String>,
+    memory: Option<String>,
     model: Option<&str>,
     format: Format,
 ) -> Result<Outcome, Failure> {
-    let node = match (device, bandwidth, compute) {
+    let mut node = match (device, bandwidth, compute) {
         (Some(device), None, None) => serde_json::json!({ "device": device }),
+        // The printed node is pasted into a scenario, which needs the machine's memory: a
+        // preset has it; figures need it given, rather than a made-up placeholder.
+        (None, Some(_), Some(_)) if memory.is_none() => {
+            return Err(Failure(
+                "give the machine's memory too: `--memory` (e.g. `24GiB`), for a node a scenario accepts".to_owned(),
+            ));
+        }
         (None, Some(bandwidth), Some(compute)) => serde_json::json!({ "bandwidth": bandwidth, "compute": compute }),
         _ => {
             return Err(Failure(
@@ -28,6 +36,9 @@ pub(super) fn calibrate(
             ));
         }
     };
+    if let Some(memory) = memory {
+        node["memory"] = memory.into();
+    }
     let model = model.map(ModelPreset::find).transpose()?;
     let tests = bench::parse(&input::read_text(results)?)
         .map_err(|e| Failure(format!("{}: {e}", stageplan::quote::line(&results.display().to_string()))))?;

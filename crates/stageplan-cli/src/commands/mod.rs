@@ -31,8 +31,8 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         }
         Command::Model { model, weights, kv, format } => model::model(&model, weights.as_deref(), &kv, format),
         Command::Presets { format } => presets::presets(format),
-        Command::Calibrate { results, device, bandwidth, compute, model, format } => {
-            calibrate::calibrate(&results, device, bandwidth, compute, model.as_deref(), format)
+        Command::Calibrate { results, device, bandwidth, compute, memory, model, format } => {
+            calibrate::calibrate(&results, device, bandwidth, compute, memory, model.as_deref(), format)
         }
         Command::Reconcile { store, interval, passes, id, lease, measured } => {
             reconcile::reconcile(&store, &interval, passes, id, &lease, measured)
