@@ -72,9 +72,12 @@ await check('both widgets render the plans the CLI computes', async () => {
   await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
   metrics.first_widget_plan_ms = await page.evaluate(() => performance.now());
   metrics.first_widget_plan_wall_ms = Date.now() - started;
-  // Issue #20: what a reader downloads to see the first plan, the page's HTML aside.
+  // Issue #20: what a reader downloads to see the first plan, the page's HTML aside. 150 kB
+  // until #31/#32 gave errors their field's path and value as data and the widget names set
+  // apart for right-to-left text: 2.6 kB more (152.4 kB), chosen over the bound (closing note
+  // of 2026-12-03); 155 kB now.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip <= 150_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip <= 155_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   // The page's own API call shares the widgets' module: fetched once, ≤ 160 kB for both.
   await page.waitForFunction(() => document.getElementById('api-example').textContent.includes('tok/s'));
   const direct = cliPlan({
