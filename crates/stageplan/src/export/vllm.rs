@@ -40,15 +40,23 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         }
     };
     let ranks = layout.stages.len();
-    let head = layout.stages[0].0;
+    // vLLM gives rank 0 to the machine that runs `vllm serve`: the first stage's. The Ray
+    // head can be any machine: `--main`'s, or the first stage's.
+    let first = layout.stages[0].0;
+    let head = layout.main();
     let counts: Vec<String> = layout.counts().iter().map(ToString::to_string).collect();
     let mut out = String::new();
     let _ = writeln!(out, "# stageplan · {}", layout.summary());
     let mut step = 1;
     if ranks > 1 {
         notes.push(format!(
-            "vLLM's Ray executor gives rank 0 to the machine that runs `vllm serve` ({head}) and orders the others by IP address (as text): give the machines addresses that sort in stage order, or check the rank → machine mapping in vLLM's startup log."
+            "vLLM's Ray executor gives rank 0 to the machine that runs `vllm serve` ({first}) and orders the others by IP address (as text): give the machines addresses that sort in stage order, or check the rank → machine mapping in vLLM's startup log."
         ));
+        if head != first {
+            notes.push(format!(
+                "{head} is the Ray head (`--main`); `vllm serve` runs on {first}, which holds the first stage, as vLLM gives rank 0 to the machine that runs it."
+            ));
+        }
         let _ = writeln!(
             out,
             "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: {}.",
@@ -63,7 +71,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         out.push('\n');
         let _ = writeln!(out, "# {step}. A Ray cluster: on {head},");
         let _ = writeln!(out, "ray start --head --port 6379");
-        for &(node, _, _) in &layout.stages[1..] {
+        for &(node, _, _) in layout.stages.iter().filter(|&&(n, _, _)| n != head) {
             let _ = writeln!(out, "#    on {node}:");
             let _ = writeln!(out, "ray start --address {}", crate::quote::shell(&layout.host_with(head, 6379)));
         }
@@ -72,7 +80,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     } else {
         out.push('\n');
     }
-    let _ = writeln!(out, "# {step}. On {head}:");
+    let _ = writeln!(out, "# {step}. On {first}:");
     let mut command = String::new();
     if ranks > 1 {
         let _ = write!(command, "VLLM_PP_LAYER_PARTITION={} ", counts.join(","));
