@@ -191,6 +191,8 @@ pub struct Layout<'p> {
     pub stages: Vec<(&'p str, usize, usize)>,
     pub layers: usize,
     options: &'p ExportOptions,
+    /// What the layout noticed in the options (addresses of machines the plan leaves out).
+    notes: Vec<String>,
 }
 
 impl<'p> Layout<'p> {
@@ -198,7 +200,7 @@ impl<'p> Layout<'p> {
     ///
     /// # Errors
     /// No stages, a plan that does not fit, gaps, overlaps, empty or repeated nodes, or
-    /// options that name nodes the plan does not have.
+    /// a `main` the plan does not have (an address for a machine it leaves out is a note).
     pub fn new(plan: &'p Plan, options: &'p ExportOptions) -> Result<Layout<'p>, ExportError> {
         if plan.stages.is_empty() {
             return Err(ExportError::Empty(if plan.feasible { "" } else { " (nothing fits)" }));
@@ -279,17 +281,20 @@ impl<'p> Layout<'p> {
         }
         let known = |node: &str| stages.iter().any(|&(n, _, _)| n == node);
         let nodes = || stages.iter().map(|&(n, _, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
-        let named = options
-            .hosts
-            .keys()
-            .map(|n| ("hosts", n))
-            .chain(options.kinds.keys().map(|n| ("kinds", n)))
-            .chain(options.main.iter().map(|n| ("main", n)));
-        for (option, node) in named {
-            // Kinds come from the whole scenario, which may list machines the plan leaves out.
-            if option != "kinds" && !known(node) {
-                return Err(ExportError::UnknownNode { option, node: node.clone(), nodes: nodes() });
-            }
+        if let Some(main) = &options.main
+            && !known(main)
+        {
+            return Err(ExportError::UnknownNode { option: "main", node: main.clone(), nodes: nodes() });
+        }
+        // Kinds come from the whole scenario, and users give the addresses of all their
+        // machines: one the plan leaves out is noted, not refused.
+        let mut notes = Vec::new();
+        for node in options.hosts.keys().filter(|n| !known(n)) {
+            let shown = crate::quote::line(node);
+            notes.push(match plan.left_out.iter().find(|l| &l.node == node) {
+                Some(_) => format!("`{shown}` is left out of this plan; its address is not used."),
+                None => format!("`{shown}` is not in this plan; its address is not used."),
+            });
         }
         for (option, value) in [("model", &options.model), ("image", &options.image)] {
             if let Some(value) = value
@@ -311,7 +316,7 @@ impl<'p> Layout<'p> {
                 });
             }
         }
-        Ok(Layout { plan, stages, layers, options })
+        Ok(Layout { plan, stages, layers, options, notes })
     }
 
     /// Layer counts per stage, in pipeline order.
@@ -446,6 +451,7 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
         Target::DeepSpeed => training::deepspeed(&layout),
         Target::Megatron => training::megatron(&layout),
     };
+    let notes = layout.notes.iter().cloned().chain(notes).collect();
     Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
 }
 
