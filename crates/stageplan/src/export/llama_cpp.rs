@@ -119,6 +119,20 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         devices.push(format!("RPC{}", rpc.len()));
         rpc.push((node.to_owned(), endpoint));
     }
+    // Two rpc-servers cannot listen on one address and port (the main node's own listens on
+    // 127.0.0.1, but at the address it was given).
+    let addresses: Vec<(&str, String)> =
+        rpc.iter().map(|(node, _)| (node.as_str(), layout.host_port(node, RPC_PORT))).collect();
+    for (i, (second, address)) in addresses.iter().enumerate() {
+        if let Some((first, _)) = addresses[..i].iter().find(|(_, a)| a == address) {
+            return Err(ExportError::SameAddress {
+                first: (*first).to_owned(),
+                second: (*second).to_owned(),
+                address: address.clone(),
+                server: RPC_SERVER,
+            });
+        }
+    }
     let shares = tensor_split(&layout.counts());
     let given = layout.options.model.clone().or_else(|| plan.model.file.clone());
     let model = given.clone().unwrap_or_else(|| {

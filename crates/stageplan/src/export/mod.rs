@@ -132,6 +132,10 @@ pub enum ExportError {
     Layers { index: usize, problem: String },
     #[error("`stages[{index}].node` {problem}")]
     Node { index: usize, problem: String },
+    #[error(
+        "`--host` gives `{first}` and `{second}` the same address, `{address}`: two {server}s cannot listen on one port; give one of them another port (`{second}=HOST:PORT`)"
+    )]
+    SameAddress { first: String, second: String, address: String, server: &'static str },
     #[error("`{option}` names `{node}`, which is not a node of the plan; use one of {nodes}")]
     UnknownNode { option: &'static str, node: String, nodes: String },
     #[error("`{option}` `{value}` {problem}")]
