@@ -123,3 +123,15 @@ fn llama_cpp_refuses_more_devices_than_it_takes() {
     plan.stages = stages(15);
     export(&plan, Target::LlamaCpp, &options).unwrap();
 }
+
+#[test]
+fn addresses_for_machines_the_plan_leaves_out_are_notes() {
+    let (plan, options) = planned(HOME);
+    let left_out = plan.left_out[0].node.clone();
+    let hosts = [(left_out.clone(), "10.0.0.9".to_owned()), ("nas".to_owned(), "10.0.0.10".to_owned())];
+    let with = ExportOptions { hosts: hosts.into(), ..options };
+    let export = export(&plan, Target::LlamaCpp, &with).unwrap();
+    assert!(export.notes.contains(&format!("`{left_out}` is left out of this plan; its address is not used.")));
+    assert!(export.notes.contains(&"`nas` is not in this plan; its address is not used.".to_owned()));
+    assert!(!export.text.contains("10.0.0.9") && !export.text.contains("10.0.0.10"), "{}", export.text);
+}
