@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 // also small enough that every count and share stays exact in llama.cpp's float32 split, and
 // `MAX_CONTEXT` far below the 32-bit integer llama.cpp and vLLM take.
 use crate::device::DeviceKind;
-use crate::limits::{MAX_CONTEXT, MAX_LAYERS};
+use crate::limits::{MAX_CONTEXT, MAX_LAYERS, MAX_PREFILL_CHUNK, MAX_THREADS};
 use crate::plan::Plan;
 use crate::presets::ModelPreset;
 use crate::problem::Problem;
@@ -132,6 +132,8 @@ pub enum ExportError {
     Layers { index: usize, problem: String },
     #[error("`stages[{index}].node` {problem}")]
     Node { index: usize, problem: String },
+    #[error("`stages[{index}].{field}` {problem}")]
+    Stage { index: usize, field: &'static str, problem: String },
     #[error(
         "`--host` gives `{first}` and `{second}` the same address, `{address}`: two {server}s cannot listen on one port; give one of them another port (`{second}=HOST:PORT`)"
     )]
@@ -230,6 +232,24 @@ impl<'p> Layout<'p> {
         if plan.workload.kv.is_empty() {
             return plan_error("workload.kv", "is missing; export a plan `stageplan plan` printed");
         }
+        if plan.workload.prefill_chunk == 0 || plan.workload.prefill_chunk > MAX_PREFILL_CHUNK {
+            return plan_error(
+                "workload.prefill_chunk",
+                &format!(
+                    "is {}; give the prompt tokens per prefill step, 1 to {MAX_PREFILL_CHUNK}",
+                    plan.workload.prefill_chunk
+                ),
+            );
+        }
+        if plan.model.weights.chars().any(crate::quote::unsafe_char) {
+            return Err(ExportError::Plan {
+                field: "model.weights",
+                problem: format!(
+                    "`{}` holds a control, line-separator or bidirectional character; give the weights' format (`q4_k_m`, `bf16`, …)",
+                    crate::quote::line(&plan.model.weights)
+                ),
+            });
+        }
         let mut next = 0;
         let mut stages = Vec::with_capacity(plan.stages.len());
         for (index, stage) in plan.stages.iter().enumerate() {
@@ -256,6 +276,15 @@ impl<'p> Layout<'p> {
                 return layers_error(format!(
                     "`[{start}, {end}]` runs past the model's {layers} layers; end it at {layers} at most"
                 ));
+            }
+            if let Some(threads) = stage.threads
+                && !(1..=MAX_THREADS).contains(&threads)
+            {
+                return Err(ExportError::Stage {
+                    index,
+                    field: "threads",
+                    problem: format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
+                });
             }
             let name = stage.node.as_str();
             if !valid_node_name(name) {

@@ -125,6 +125,35 @@ fn llama_cpp_refuses_more_devices_than_it_takes() {
 }
 
 #[test]
+fn a_plan_files_threads_prefill_chunk_and_weights_are_checked_as_a_scenarios() {
+    let (plan, options) = planned(HOME);
+    for threads in [0, crate::limits::MAX_THREADS + 1, u32::MAX] {
+        let mut edited = plan.clone();
+        edited.stages[1].threads = Some(threads);
+        let error = export(&edited, Target::LlamaCpp, &options).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("`stages[1].threads` is {threads}; ")) && error.contains("1 to 4096"),
+            "{error}"
+        );
+    }
+    let mut edited = plan.clone();
+    edited.stages[1].threads = Some(crate::limits::MAX_THREADS);
+    export(&edited, Target::LlamaCpp, &options).unwrap();
+    for chunk in [0, crate::limits::MAX_PREFILL_CHUNK + 1, u64::MAX] {
+        let mut edited = plan.clone();
+        edited.workload.prefill_chunk = chunk;
+        let error = export(&edited, Target::LlamaCpp, &options).unwrap_err().to_string();
+        assert!(error.starts_with(&format!("`workload.prefill_chunk` is {chunk}; ")), "{error}");
+    }
+    for weights in ["q4\r", "q4\u{1b}[2J", "q4\u{202e}", "q4\u{2028}", "\u{feff}q4", "q4\u{85}", "q4\u{7f}"] {
+        let mut edited = plan.clone();
+        edited.model.weights = weights.to_owned();
+        let error = export(&edited, Target::LlamaCpp, &options).unwrap_err().to_string();
+        assert!(error.starts_with("`model.weights` ") && !error.contains(weights), "{error}");
+    }
+}
+
+#[test]
 fn addresses_for_machines_the_plan_leaves_out_are_notes() {
     let (plan, options) = planned(HOME);
     let left_out = plan.left_out[0].node.clone();
