@@ -190,6 +190,21 @@ pub struct Export {
     pub notes: Vec<String>,
 }
 
+/// What [`unsafe_text()`] refuses, in words, for every field and option it checks.
+macro_rules! unsafe_words {
+    () => {
+        "holds a control, line-separator or bidirectional character"
+    };
+}
+
+/// The one rule for text a plan or an option puts into a command, a manifest or a comment
+/// (`model.weights`, `model.file`, `--model`, `--image`): none of the characters
+/// [`crate::quote::unsafe_char`] names, which the engines would take as something else (a
+/// CR reached `llama-server -m` as `\r`). A refusal: the text, quoted, and what it holds.
+fn unsafe_text(text: &str) -> Option<String> {
+    text.chars().any(crate::quote::unsafe_char).then(|| format!("`{}` {}", crate::quote::line(text), unsafe_words!()))
+}
+
 /// A plan's stages, checked: contiguous, from layer 0 to the last, each node once.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout<'p> {
@@ -241,14 +256,16 @@ impl<'p> Layout<'p> {
                 ),
             );
         }
-        if plan.model.weights.chars().any(crate::quote::unsafe_char) {
-            return Err(ExportError::Plan {
-                field: "model.weights",
-                problem: format!(
-                    "`{}` holds a control, line-separator or bidirectional character; give the weights' format (`q4_k_m`, `bf16`, …)",
-                    crate::quote::line(&plan.model.weights)
-                ),
-            });
+        if let Some(shown) = unsafe_text(&plan.model.weights) {
+            return plan_error("model.weights", &format!("{shown}; give the weights' format (`q4_k_m`, `bf16`, …)"));
+        }
+        if let Some(file) = &plan.model.file {
+            if file.is_empty() {
+                return plan_error("model.file", "is empty; give the model file's path, or leave the field out");
+            }
+            if let Some(shown) = unsafe_text(file) {
+                return plan_error("model.file", &format!("{shown}; give the model file's path without one"));
+            }
         }
         let mut next = 0;
         let mut stages = Vec::with_capacity(plan.stages.len());
@@ -331,12 +348,12 @@ impl<'p> Layout<'p> {
         }
         for (option, value) in [("model", &options.model), ("image", &options.image)] {
             if let Some(value) = value
-                && (value.is_empty() || value.chars().any(crate::quote::unsafe_char))
+                && (value.is_empty() || unsafe_text(value).is_some())
             {
                 return Err(ExportError::Option {
                     option,
                     value: crate::quote::line(value).into_owned(),
-                    problem: "is empty or holds a control, line-separator or bidirectional character; give a path, name or id without one",
+                    problem: concat!("is empty or ", unsafe_words!(), "; give a path, name or id without one"),
                 });
             }
         }

@@ -154,6 +154,37 @@ fn a_plan_files_threads_prefill_chunk_and_weights_are_checked_as_a_scenarios() {
 }
 
 #[test]
+fn a_plan_files_model_file_is_refused_as_model_is() {
+    // The same characters `--model` refuses: a CR reached `llama-server -m` as `\r`.
+    let (plan, options) = planned(HOME);
+    for file in [
+        "m.gguf\r",
+        "m\u{1b}[2J.gguf",
+        "m\u{7f}.gguf",
+        "m\u{85}.gguf",
+        "m\u{2028}.gguf",
+        "m\u{202e}.gguf",
+        "\u{feff}m.gguf",
+        "",
+    ] {
+        let mut edited = plan.clone();
+        edited.model.file = Some(file.to_owned());
+        for target in Target::ALL {
+            let error = export(&edited, target, &options).unwrap_err().to_string();
+            assert!(error.starts_with("`model.file` "), "{target}: {error}");
+            assert!(file.is_empty() || !error.contains(file), "{target}: {error}");
+        }
+        let given = ExportOptions { model: Some(file.to_owned()), ..options.clone() };
+        let refused = export(&plan, Target::LlamaCpp, &given).unwrap_err().to_string();
+        assert!(refused.starts_with("`model` "), "{refused}");
+    }
+    let mut edited = plan.clone();
+    edited.model.file = Some("models/llama 3 70b, q4_k_m.gguf".to_owned());
+    let export = export(&edited, Target::LlamaCpp, &options).unwrap();
+    assert!(export.text.contains("'models/llama 3 70b, q4_k_m.gguf'"), "{}", export.text);
+}
+
+#[test]
 fn addresses_for_machines_the_plan_leaves_out_are_notes() {
     let (plan, options) = planned(HOME);
     let left_out = plan.left_out[0].node.clone();
