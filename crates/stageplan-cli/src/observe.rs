@@ -1,9 +1,11 @@
 //! Where the loop's measurements come from: `--metrics FILE` (re-read every pass) and
 //! `--prometheus URL` (its query API, asked every pass). Reading fails soft: a source that
 //! is down or answers garbage gives no measurements for that pass, and says so in one line.
+//! One look at the sources has one deadline for all its queries, so a slow Prometheus
+//! cannot stretch a pass to five timeouts in a row.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use stageplan_reconcile::observe::{Observations, Query, add_prometheus};
 
@@ -12,10 +14,16 @@ use crate::outcome::Failure;
 /// Largest Prometheus answer read.
 const ANSWER_LIMIT: u64 = 32 << 20;
 
+/// How long one look at the sources may take, all queries together, unless the loop asks
+/// for less (see [`Sources::within`]).
+pub(crate) const MEASURE_BUDGET: Duration = Duration::from_secs(5);
+
 /// The measurement sources a command was given.
 pub(crate) struct Sources {
     file: Option<PathBuf>,
     prometheus: Option<Prometheus>,
+    /// The time one look at the sources may take (every Prometheus query in it).
+    budget: Duration,
 }
 
 struct Prometheus {
@@ -42,7 +50,7 @@ pub(crate) fn sources(file: Option<PathBuf>, url: Option<String>, queries: &[Str
         if !queries.is_empty() {
             return Err(Failure("`--prometheus-query` needs `--prometheus URL` to ask".into()));
         }
-        return Ok(Sources { file, prometheus: None });
+        return Ok(Sources { file, prometheus: None, budget: MEASURE_BUDGET });
     };
     let base = url.trim_end_matches('/');
     let host = base.strip_prefix("http://").ok_or_else(|| {
@@ -107,9 +115,13 @@ pub(crate) fn sources(file: Option<PathBuf>, url: Option<String>, queries: &[Str
             )));
         }
     }
-    let config =
-        ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(5))).http_status_as_error(false).build();
-    Ok(Sources { file, prometheus: Some(Prometheus { base: base.to_owned(), queries: chosen, agent: config.into() }) })
+    // Each query's timeout is what is left of the look's deadline (`Prometheus::ask`).
+    let config = ureq::Agent::config_builder().http_status_as_error(false).build();
+    Ok(Sources {
+        file,
+        prometheus: Some(Prometheus { base: base.to_owned(), queries: chosen, agent: config.into() }),
+        budget: MEASURE_BUDGET,
+    })
 }
 
 impl Sources {
@@ -118,10 +130,17 @@ impl Sources {
         self.file.is_some() || self.prometheus.is_some()
     }
 
-    /// This pass's measurements; a source that is down or unreadable gives none, and the
-    /// placement stays as it is (one warning per source per pass, never a stop).
+    /// Gives each look at the sources at most `budget` (at most [`MEASURE_BUDGET`]), all its
+    /// queries together: the loop gives its interval, so passes keep their pace.
+    pub(crate) fn within(mut self, budget: Duration) -> Sources {
+        self.budget = budget.min(MEASURE_BUDGET);
+        self
+    }
+
+    /// This pass's measurements; a source that is down, unreadable or too slow gives none,
+    /// and the placement stays as it is (one warning per source per pass, never a stop).
     pub(crate) fn measure(&self) -> Observations {
-        let (seen, problems) = self.read();
+        let (seen, problems) = self.read(Instant::now() + self.budget);
         for problem in problems {
             tracing::warn!(problem = %stageplan::quote::line(&problem), "no measurements this pass; placement stays as it is");
         }
@@ -129,7 +148,8 @@ impl Sources {
     }
 
     /// This moment's measurements, and one line per source that gave none (and why).
-    pub(crate) fn read(&self) -> (Observations, Vec<String>) {
+    /// Prometheus's queries share `deadline`: those it leaves no time for are not asked.
+    pub(crate) fn read(&self, deadline: Instant) -> (Observations, Vec<String>) {
         let mut seen = Observations::default();
         let mut problems = Vec::new();
         if let Some(path) = &self.file {
@@ -144,11 +164,7 @@ impl Sources {
         if let Some(prometheus) = &self.prometheus {
             // All queries or none: half a picture (times without memory) could mislead.
             let mut asked = Observations::default();
-            let answered = prometheus.queries.iter().try_for_each(|(query, promql)| {
-                let text = prometheus.ask(promql)?;
-                add_prometheus(*query, &text, &mut asked).map(|_| ())
-            });
-            match answered {
+            match prometheus.ask_all(deadline, self.budget, &mut asked) {
                 Ok(()) => {
                     seen.utilization.extend(asked.utilization);
                     seen.steps.extend(asked.steps);
@@ -164,11 +180,40 @@ impl Sources {
 }
 
 impl Prometheus {
-    /// One instant query's answer, as text.
-    fn ask(&self, promql: &str) -> Result<String, String> {
+    /// Every query's answer into `into`, each within what is left before `deadline`; when
+    /// time runs out, the queries not answered yet are not asked (`budget` is for the message).
+    fn ask_all(&self, deadline: Instant, budget: Duration, into: &mut Observations) -> Result<(), String> {
+        let late = |answered: usize| {
+            format!(
+                "answered {answered} of {} queries in the {:.1} s a look at the measurements may take, and the rest were not asked; check the server's load, or ask less (`--prometheus-query NAME=` turns a query off)",
+                self.queries.len(),
+                budget.as_secs_f64()
+            )
+        };
+        for (answered, (query, promql)) in self.queries.iter().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(late(answered));
+            }
+            let text =
+                self.ask(promql, left).map_err(|e| if Instant::now() >= deadline { late(answered) } else { e })?;
+            add_prometheus(*query, &text, into)?;
+        }
+        Ok(())
+    }
+
+    /// One instant query's answer, as text, within `timeout` (the whole exchange).
+    fn ask(&self, promql: &str, timeout: Duration) -> Result<String, String> {
         let url = format!("{}/api/v1/query", self.base);
-        let mut response =
-            self.agent.get(&url).query("query", promql).call().map_err(|e| format!("cannot be reached ({e})"))?;
+        let mut response = self
+            .agent
+            .get(&url)
+            .query("query", promql)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .call()
+            .map_err(|e| format!("cannot be reached ({e})"))?;
         let status = response.status();
         let text = response
             .body_mut()
@@ -213,5 +258,50 @@ mod tests {
         for url in ["http://host:9090", "http://host", "http://[::1]:9090/prom", "http://[::1]"] {
             assert!(sources(None, Some(url.into()), &[]).is_ok(), "{url}");
         }
+    }
+
+    /// A Prometheus on 127.0.0.1 that answers every query, correctly, after `delay`.
+    fn slow_prometheus(delay: Duration) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = listener.local_addr().expect("bound").port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut lines = BufReader::new(&stream).lines();
+                    while lines.next().is_some_and(|l| l.is_ok_and(|l| !l.is_empty())) {}
+                    std::thread::sleep(delay);
+                    let body = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+                    let _ = write!(
+                        &stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                });
+            }
+        });
+        format!("http://127.0.0.1:{port}")
+    }
+
+    #[test]
+    fn a_slow_prometheus_is_asked_within_one_deadline_for_the_pass() {
+        let delay = Duration::from_secs(1);
+        let url = slow_prometheus(delay);
+        let sources = sources(None, Some(url), &[]).expect("a valid source").within(delay * 3 / 2);
+        let started = Instant::now();
+        let (seen, problems) = sources.read(started + sources.budget);
+        let took = started.elapsed();
+        // In sequence, the five queries take five delays; the look's deadline cuts that short.
+        assert!(took < delay * 4, "took {took:?}: {problems:?}");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("of 5 queries in the 1.5 s"), "{problems:?}");
+        // All queries or none: the one answer is not used alone.
+        assert!(seen.steps.is_empty() && seen.up.is_empty(), "{problems:?}");
+
+        // A deadline already past asks nothing, and says so.
+        let started = Instant::now();
+        let (_, problems) = sources.read(started);
+        assert!(started.elapsed() < delay, "asked after the deadline");
+        assert!(problems[0].contains("answered 0 of 5 queries"), "{problems:?}");
     }
 }

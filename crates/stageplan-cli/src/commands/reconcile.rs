@@ -18,26 +18,31 @@ use crate::observe::Sources;
 use crate::outcome::{Failure, Outcome};
 use crate::store::{self, now_ms};
 
+/// The least time a pass's measurements get, however short `--interval` is.
+const MIN_MEASURE_TIME: Duration = Duration::from_secs(2);
+
 /// Checks the loop's settings, starts logging, and runs passes until `--passes` or a stop;
 /// a damaged store ends it with exit 2.
 pub(super) fn reconcile(
     store: &str,
-    interval: &str,
+    interval_text: &str,
     passes: Option<u64>,
     id: String,
     lease: &str,
     measured: Measured,
 ) -> Result<Outcome, Failure> {
+    let interval = duration("--interval", interval_text)?;
     let options = LoopOptions {
-        interval: duration("--interval", interval)?,
+        interval,
         passes,
         id,
         lease: duration("--lease", lease)?,
-        sources: measured.sources()?,
+        // A pass's measurements take at most its interval (2 s at least, for a short one).
+        sources: measured.sources()?.within(interval.max(MIN_MEASURE_TIME)),
     };
     if options.lease < options.interval * 2 {
         return Err(Failure(format!(
-            "`--lease {lease}` must be at least twice `--interval {interval}`: the leader renews once a pass"
+            "`--lease {lease}` must be at least twice `--interval {interval_text}`: the leader renews once a pass"
         )));
     }
     init_logging();
