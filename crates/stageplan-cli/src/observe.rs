@@ -14,6 +14,9 @@ use crate::outcome::Failure;
 /// Largest Prometheus answer read.
 const ANSWER_LIMIT: u64 = 32 << 20;
 
+/// What a source that gave nothing means, in the loop's log and in `status`.
+const UNMEASURED: &str = "no measurements this pass; placement stays as it is";
+
 /// How long one look at the sources may take, all queries together, unless the loop asks
 /// for less (see [`Sources::within`]).
 pub(crate) const MEASURE_BUDGET: Duration = Duration::from_secs(5);
@@ -142,7 +145,13 @@ impl Sources {
     pub(crate) fn measure(&self) -> Observations {
         let (seen, problems) = self.read(Instant::now() + self.budget);
         for problem in problems {
-            tracing::warn!(problem = %stageplan::quote::line(&problem), "no measurements this pass; placement stays as it is");
+            let problem = stageplan::quote::line(&problem);
+            // The loop logs; a one-off command (`status`) has no log, and says it plainly.
+            if tracing::dispatcher::has_been_set() {
+                tracing::warn!(problem = %problem, "{UNMEASURED}");
+            } else {
+                eprintln!("warning: {problem}; {UNMEASURED}");
+            }
         }
         seen
     }
