@@ -64,6 +64,22 @@ pub(crate) fn open(target: &str) -> Result<AnyStore, Failure> {
     patiently(target, stageplan_store::open).map_err(|e| failure(target, &e))
 }
 
+/// Opens `--store` for the loop, before its log starts, so a store it cannot use is the one
+/// line `error: …` (exit 2) that any bad input is: etcd is connected, and the connection
+/// returned for the loop; a redb path is checked as [`open`] checks it, and opened once and
+/// closed (each pass opens it anew; one that is missing is created). A file another process
+/// holds is left to the passes, which wait for it.
+pub(crate) fn open_for_loop(target: &str) -> Result<Option<AnyStore>, Failure> {
+    if target.starts_with("etcd://") {
+        return open(target).map(Some);
+    }
+    regular_store(target)?;
+    match stageplan_store::open(target) {
+        Ok(_) | Err(StoreError::Locked { .. }) => Ok(None),
+        Err(e) => Err(failure(target, &e)),
+    }
+}
+
 /// A store error as the one line a command ends with.
 pub(crate) fn failure(target: &str, error: &StoreError) -> Failure {
     Failure(format!("`--store {target}`: {error}"))

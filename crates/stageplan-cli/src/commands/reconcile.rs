@@ -21,8 +21,8 @@ use crate::store::{self, now_ms};
 /// The least time a pass's measurements get, however short `--interval` is.
 const MIN_MEASURE_TIME: Duration = Duration::from_secs(2);
 
-/// Checks the loop's settings, starts logging, and runs passes until `--passes` or a stop;
-/// a damaged store ends it with exit 2.
+/// Checks the loop's settings and its store, starts logging, and runs passes until
+/// `--passes` or a stop; a damaged store ends it with exit 2.
 pub(super) fn reconcile(
     store: &str,
     interval_text: &str,
@@ -45,8 +45,10 @@ pub(super) fn reconcile(
             "`--lease {lease}` must be at least twice `--interval {interval_text}`: the leader renews once a pass"
         )));
     }
+    // Before the log starts: a store the loop cannot use is one line, `error: …`.
+    let etcd = store::open_for_loop(store)?;
     init_logging();
-    run_loop(store, &options)?;
+    run_loop(store, etcd, &options)?;
     Ok(Outcome::ok(String::new()))
 }
 
@@ -73,10 +75,9 @@ fn resolve(scenario: &Scenario) -> Result<stageplan::Problem, String> {
 }
 
 /// A pass every interval. A redb file is opened for each pass so `deploy`, `nodes` and
-/// `status` can use it in between; on etcd, only the leader passes.
-fn run_loop(target: &str, options: &LoopOptions) -> Result<(), Failure> {
+/// `status` can use it in between; on etcd (`etcd`, connected), only the leader passes.
+fn run_loop(target: &str, mut etcd: Option<AnyStore>, options: &LoopOptions) -> Result<(), Failure> {
     let mut controller = Controller::new(stageplan_reconcile::Options { resolve, ..Default::default() });
-    let mut etcd = if target.starts_with("etcd://") { Some(store::open(target)?) } else { None };
     // etcd leases are whole seconds: round up, never below what was asked.
     let lease_s = options.lease.as_secs_f64().ceil().max(1.0) as i64;
     info!(store = target, interval_ms = options.interval.as_millis() as u64, "reconcile loop started");
