@@ -46,8 +46,7 @@ pub(crate) fn replanned(
             .filter(|s| !deployment.stages.iter().any(|o| o.node == s.node && o.layers == s.layers))
             .count();
         if moved > 0 && !urgent {
-            let hour_ago = now_ms.saturating_sub(3_600_000);
-            let recent = planned.events.iter().filter(|e| e.moved_stages > 0 && e.at_ms >= hour_ago).count();
+            let recent = planned.events.iter().filter(|e| e.counts(now_ms)).count();
             if recent >= planned.options.max_moves_per_hour as usize {
                 return Err(format!(
                     "{why}, but it moved {recent} times in the last hour (`max_moves_per_hour` {}): it waits",
@@ -88,8 +87,13 @@ pub(crate) fn replanned(
         bytes_moved: if moved_stages > 0 { replan.bytes_moved } else { 0 },
         best_plan_bytes: replan.best_plan_bytes,
     });
-    let drop = record.events.len().saturating_sub(EVENTS_KEPT);
-    record.events.drain(..drop);
+    // The latest events, and older ones the hourly limit still counts (at most the limit).
+    let latest = record.events.len().saturating_sub(EVENTS_KEPT);
+    let mut index = 0;
+    record.events.retain(|e| {
+        index += 1;
+        index > latest || e.counts(now_ms)
+    });
     updated.planned = Some(Box::new(record));
     updated.check().map_err(|e| format!("{why}, but the re-planned deployment {e}"))?;
     Ok(updated)

@@ -14,6 +14,11 @@ pub const MAX_GPUS_PER_NODE: u32 = 128;
 pub const MAX_STAGES: usize = 60;
 /// Most replicas of one deployment, desired or as an autoscaling bound.
 pub const MAX_REPLICAS: u32 = 1_000_000;
+/// Most moves an hour a deployment may allow itself: one a minute is more than
+/// any pipeline can move weights, and each is kept in the record for an hour.
+pub const MAX_MOVES_PER_HOUR: u32 = 60;
+/// The window `max_moves_per_hour` counts over.
+const HOUR_MS: u64 = 3_600_000;
 
 /// A model to keep running: `replicas` copies of a pipeline whose stages come from the
 /// planner.
@@ -60,12 +65,15 @@ pub struct Planned {
     pub learned: BTreeMap<String, Learned>,
     #[serde(default)]
     pub options: BalanceOptions,
-    /// The latest re-balances, oldest first (at most [`EVENTS_KEPT`]).
+    /// Re-balances, oldest first: the latest [`EVENTS_KEPT`], and before them the moves
+    /// `max_moves_per_hour` still counts (without them, refits that move nothing would
+    /// push a move out of the record and the limit would forget it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<Rebalance>,
 }
 
-/// Re-balances a deployment keeps in its record, the latest.
+/// Re-balances a deployment keeps in its record, the latest, besides the moves the hourly
+/// limit counts.
 pub const EVENTS_KEPT: usize = 20;
 
 /// How eager re-balancing is.
@@ -76,7 +84,8 @@ pub struct BalanceOptions {
     /// or two is noise, not a slower machine).
     pub passes: u32,
     /// Re-balances that move layers, per deployment per hour, at most: a flapping machine
-    /// cannot keep the pipeline moving. Shedding memory is never held back by it.
+    /// cannot keep the pipeline moving. Shedding memory is never held back by it. From 0 to
+    /// [`MAX_MOVES_PER_HOUR`].
     pub max_moves_per_hour: u32,
     /// Accept a split this much slower than the best if it moves fewer bytes (0.03: 3%).
     pub tolerance: f64,
@@ -98,6 +107,13 @@ impl BalanceOptions {
         let invalid = |field, value: String, problem| Err(SpecError::Invalid { field, value, problem });
         if !(1..=1000).contains(&self.passes) {
             return invalid("planned.options.passes", self.passes.to_string(), "must be from 1 to 1000");
+        }
+        if self.max_moves_per_hour > MAX_MOVES_PER_HOUR {
+            return invalid(
+                "planned.options.max_moves_per_hour",
+                self.max_moves_per_hour.to_string(),
+                "must be from 0 to 60 (a move a minute)",
+            );
         }
         if !(60..=604_800).contains(&self.retry_after_s) {
             return invalid(
@@ -164,6 +180,14 @@ pub struct Rebalance {
     /// Bytes that jumping to the best plan outright would have moved.
     #[serde(default)]
     pub best_plan_bytes: u64,
+}
+
+impl Rebalance {
+    /// Whether `max_moves_per_hour` counts this re-balance at `now_ms`: it moved layers
+    /// less than an hour ago.
+    pub fn counts(&self, now_ms: u64) -> bool {
+        self.moved_stages > 0 && self.at_ms.saturating_add(HOUR_MS) > now_ms
+    }
 }
 
 /// What one stage of a replica takes from its node.
@@ -522,5 +546,14 @@ mod tests {
         assert!(d.check().unwrap_err().to_string().starts_with("`max_replicas`"));
         d.max_replicas = Some(MAX_REPLICAS);
         d.check().unwrap();
+    }
+
+    #[test]
+    fn the_hourly_limit_is_bounded_so_the_moves_it_counts_are() {
+        let mut options = BalanceOptions { max_moves_per_hour: MAX_MOVES_PER_HOUR, ..BalanceOptions::default() };
+        options.check().unwrap();
+        options.max_moves_per_hour += 1;
+        let error = options.check().unwrap_err().to_string();
+        assert!(error.contains(&format!("from 0 to {MAX_MOVES_PER_HOUR} ")), "{error}");
     }
 }

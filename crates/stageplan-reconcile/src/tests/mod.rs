@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 
+mod rebalance;
 mod simulation;
 
 const GIB: u64 = 1 << 30;

@@ -1,0 +1,154 @@
+//! Re-balancing against hostile measurements (issue #32): machines that flap, limits past
+//! what the record keeps, memory that comes back once every layer has left.
+
+use std::collections::BTreeMap;
+
+use stageplan::device::DeviceKind;
+
+use super::*;
+
+/// A fast GPU, a CPU box that can hold the whole model, and a spare CPU box.
+const SCENARIO: &str = r#"{
+  "model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
+  "nodes": [
+    {"name": "gpu", "device": "rtx-4090"},
+    {"name": "cpu", "kind": "cpu", "memory": "64 GiB", "bandwidth": "51 GB/s", "compute": "1 TFLOPS", "reserve": "4 GiB"},
+    {"name": "spare", "kind": "cpu", "memory": "64 GiB", "bandwidth": "40 GB/s", "compute": "1 TFLOPS", "reserve": "4 GiB"}
+  ],
+  "objective": "throughput",
+  "policy": "optimal"
+}"#;
+
+/// What the machines report in one pass.
+#[derive(Default)]
+struct Reports {
+    up: BTreeMap<String, bool>,
+    free: BTreeMap<String, u64>,
+}
+
+impl Metrics for Reports {
+    fn utilization(&self, _: &str) -> Option<f64> {
+        None
+    }
+    fn memory_free(&self, node: &str) -> Option<u64> {
+        self.free.get(node).copied()
+    }
+    fn node_up(&self, node: &str) -> Option<bool> {
+        self.up.get(node).copied()
+    }
+}
+
+fn problem() -> stageplan::Problem {
+    stageplan::check(SCENARIO, stageplan::check::no_model_files).expect("the scenario resolves").problem
+}
+
+fn gpus(kind: Option<DeviceKind>) -> u32 {
+    u32::from(kind == Some(DeviceKind::Gpu))
+}
+
+/// One replica of the scenario's plan, re-balanced with `options`, placed at 0 ms.
+fn planned_world(options: BalanceOptions) -> World {
+    let problem = problem();
+    let plan = stageplan::plan(&problem);
+    assert!(plan.feasible);
+    let (stages, predicted) = planned_stages(&plan, |s| gpus(s.kind));
+    let mut deployment = Deployment::new("chat", 1, stages);
+    let scenario = stageplan::Scenario::from_json(SCENARIO).unwrap();
+    deployment.planned =
+        Some(Box::new(Planned { scenario, predicted, learned: BTreeMap::new(), options, events: Vec::new() }));
+    let nodes: Vec<Node> =
+        problem.nodes.iter().map(|n| Node { name: n.name.clone(), memory: n.memory, gpus: gpus(n.kind) }).collect();
+    let mut world = World::new(&nodes, &[deployment]);
+    world.pass(0);
+    world
+}
+
+impl World {
+    /// The nodes and layers of `chat`'s stages.
+    fn split(&mut self) -> Vec<(String, [usize; 2])> {
+        let snapshot = self.snapshot();
+        snapshot.deployments["chat"].0.stages.iter().map(|s| (s.node.clone().unwrap_or_default(), s.layers)).collect()
+    }
+
+    /// Free memory per node as bound, less what `others` hold.
+    fn free_with(&mut self, others: &BTreeMap<&str, u64>) -> BTreeMap<String, u64> {
+        let snapshot = self.snapshot();
+        snapshot
+            .nodes
+            .values()
+            .map(|(n, _)| {
+                let bound: u64 =
+                    snapshot.assignments.values().filter(|(a, _)| a.node == n.name).map(|(a, _)| a.memory).sum();
+                let held = others.get(n.name.as_str()).copied().unwrap_or(0);
+                (n.name.clone(), n.memory.saturating_sub(bound).saturating_sub(held))
+            })
+            .collect()
+    }
+
+    fn pass_with(&mut self, now_ms: u64, reports: &Reports) -> PassReport {
+        let report = self.controller.pass(&mut self.store, now_ms, reports).unwrap();
+        self.check();
+        report
+    }
+}
+
+/// Runs `chat` with `gpu` reported down on odd passes and up on even ones, a pass every
+/// `pass_ms`; returns the passes that moved layers, each with whether `gpu` was down (a
+/// forced move) or up (a move by choice).
+fn flapping(options: BalanceOptions, passes: u64, pass_ms: u64) -> Vec<(u64, bool)> {
+    let mut world = planned_world(options);
+    let mut moves = Vec::new();
+    for pass in 1..=passes {
+        let down = pass % 2 == 1;
+        let reports = Reports { up: [("gpu".to_owned(), !down)].into(), free: world.free_with(&BTreeMap::new()) };
+        let before = world.split();
+        world.pass_with(pass * pass_ms, &reports);
+        if world.split() != before {
+            moves.push((pass, down));
+        }
+    }
+    moves
+}
+
+/// Issue #32, item 6: a limit over the 20 events a record keeps applies. A machine flapping
+/// every 10 s with a limit of 25: 25 moves in 80 passes, not 80.
+#[test]
+fn a_limit_over_the_events_kept_still_applies() {
+    let options = BalanceOptions { passes: 1, max_moves_per_hour: 25, ..BalanceOptions::default() };
+    let moves = flapping(options, 80, 10_000);
+    let expected: Vec<(u64, bool)> = (1..=25).map(|pass| (pass, pass % 2 == 1)).collect();
+    assert_eq!(moves, expected, "{} moves, {} by choice", moves.len(), moves.iter().filter(|m| !m.1).count());
+}
+
+/// Issue #32, item 6: re-plans that keep the split are events too, and must not push the
+/// move the limit counts out of the record. A limit of 1: one move by choice, then 25
+/// refits that move nothing (a spare machine's speed), then a second move waits.
+#[test]
+fn refits_that_keep_the_split_do_not_hide_a_move_from_the_limit() {
+    let options = BalanceOptions { max_moves_per_hour: 1, ..BalanceOptions::default() };
+    let mut world = planned_world(options);
+    let problem = problem();
+    let mut deployment = world.snapshot().deployments["chat"].0.clone();
+    let replan = |deployment: &Deployment, learned: &[(&str, Learned)], now_ms: u64| {
+        let learned = learned.iter().map(|(n, l)| ((*n).to_owned(), *l)).collect();
+        let planned = deployment.planned.as_deref().unwrap();
+        crate::replan::replanned(deployment, planned, &problem, learned, "test", false, now_ms)
+    };
+    let slow = |slowdown| Learned { slowdown, ..Learned::default() };
+    let gpu_slow = ("gpu", slow(100.0));
+    deployment = replan(&deployment, &[gpu_slow], 0).unwrap();
+    assert!(deployment.stages.iter().all(|s| s.node.as_deref() != Some("gpu")), "{:?}", deployment.stages);
+    for minute in 1..=25u64 {
+        let spare = ("spare", slow(1.5 + minute as f64 / 100.0));
+        deployment = replan(&deployment, &[gpu_slow, spare], minute * 60_000).unwrap();
+        let event = deployment.planned.as_ref().unwrap().events.last().unwrap().clone();
+        assert_eq!(event.moved_stages, 0, "{event:?}");
+    }
+    // The latest events, and the move the limit still counts.
+    let events = &deployment.planned.as_ref().unwrap().events;
+    assert_eq!((events.len(), events[0].at_ms), (spec::EVENTS_KEPT + 1, 0));
+    let held = replan(&deployment, &[], 30 * 60_000).unwrap_err();
+    assert!(held.contains("`max_moves_per_hour` 1"), "{held}");
+    // An hour after the move, it may move again.
+    replan(&deployment, &[], 60 * 60_000).unwrap();
+}
