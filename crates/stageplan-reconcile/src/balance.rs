@@ -16,7 +16,9 @@
 //! fewest-moves search. **Memory** does not wait for skew: when a node's free memory falls
 //! under the reserve its plan keeps free, the deficit (and half a reserve more, so a steady
 //! leak is not chased byte by byte) is counted as taken and the stages on it shrink at
-//! once; when the memory has stayed free for as many passes, it is given back.
+//! once; when the memory has stayed free for as many passes, it is given back. A machine
+//! down or short of memory forces a move; the rest waits for it and for the hourly limit
+//! (see [`machines`]).
 //!
 //! Nothing here does I/O or keeps time: the controller passes measurements in, keeps a
 //! [`Watch`] per deployment, and persists what the loop learned in the deployment's record.
@@ -27,6 +29,12 @@ use stageplan::Problem;
 use stageplan::device::DeviceKind;
 
 use crate::spec::{BalanceOptions, Learned, Planned, StageRequest};
+
+pub mod machines;
+#[cfg(test)]
+mod tests;
+
+pub use machines::NodeView;
 
 /// Skews remembered per stage, for the threshold's re-tuning.
 const HISTORY: usize = 20;
@@ -69,14 +77,6 @@ pub struct StageView<'a> {
     pub tier: Tier,
     /// Measured seconds per step (the median over the replicas that report it).
     pub measured_s: Option<f64>,
-    /// Bytes free on the stage's node now, if reported.
-    pub memory_free: Option<u64>,
-    /// Bytes the plan keeps free on the node (the runtime's reserve).
-    pub reserve: u64,
-    /// The node's memory, as its plan counts it.
-    pub node_memory: u64,
-    /// Bytes the loop has bound on the node, for every deployment.
-    pub node_bound: u64,
 }
 
 impl StageView<'_> {
@@ -90,9 +90,9 @@ impl StageView<'_> {
 pub enum Decision {
     /// The split suits the machines (or there is too little to tell).
     Hold,
-    /// Re-plan with `learned`; `why` says what was measured, `urgent` when memory runs
-    /// short (not held back by the hourly limit).
-    Replan { learned: BTreeMap<String, Learned>, why: String, urgent: bool },
+    /// Re-plan with `learned`; `why` says what was measured, `forced` when a machine is
+    /// down or short of memory (not held back by the hourly limit, nor counted by it).
+    Replan { learned: BTreeMap<String, Learned>, why: String, forced: bool },
 }
 
 /// What the loop remembers about one deployment between passes. It starts over when the
@@ -173,13 +173,13 @@ impl Watch {
         floor.max(4.0 * mad)
     }
 
-    /// Takes one pass's measurements of a deployment at `now_ms` and decides; `up` says
-    /// which of the scenario's machines report themselves up or down.
+    /// Takes one pass's measurements of a deployment at `now_ms` and decides; `nodes` are
+    /// the scenario's machines as they report themselves.
     pub fn observe(
         &mut self,
         planned: &Planned,
         stages: &[StageView<'_>],
-        up: &BTreeMap<String, bool>,
+        nodes: &BTreeMap<String, NodeView>,
         now_ms: u64,
     ) -> Decision {
         let watched: Vec<(String, f64)> =
@@ -195,103 +195,20 @@ impl Watch {
                 status: std::mem::take(&mut self.status),
             };
         }
-        if let Some(decision) = self.status(planned, up) {
-            return decision;
-        }
-        if let Some(decision) = self.memory(planned, stages) {
-            return decision;
+        let mut changes = self.status(planned, nodes);
+        changes.extend(self.memory(planned, stages, nodes));
+        // Forced changes act alone, so a chosen one the hourly limit holds never holds them.
+        let forced = changes.iter().any(|c| c.forced);
+        changes.retain(|c| c.forced == forced);
+        if !changes.is_empty() {
+            let learned = self.apply(planned, &changes);
+            let why = changes.iter().map(|c| c.why.as_str()).collect::<Vec<_>>().join("; ");
+            return Decision::Replan { learned, why, forced };
         }
         if let Some(decision) = retry(planned, stages, now_ms) {
             return decision;
         }
         self.speed(planned, stages, planned.options)
-    }
-
-    /// A machine that reports itself down for [`BalanceOptions::passes`] passes is taken
-    /// out of the plan at once (its stages serve nobody); one back up as long is put back.
-    fn status(&mut self, planned: &Planned, up: &BTreeMap<String, bool>) -> Option<Decision> {
-        let mut learned = planned.learned.clone();
-        let mut why = Vec::new();
-        let mut urgent = false;
-        for (node, &is_up) in up {
-            let down = learned.get(node).is_some_and(|l| l.down);
-            if is_up != down {
-                self.status.remove(node);
-                continue;
-            }
-            let passes = self.status.entry(node.clone()).or_default();
-            *passes += 1;
-            if *passes < planned.options.passes {
-                continue;
-            }
-            self.status.remove(node);
-            learned.entry(node.clone()).or_default().down = !is_up;
-            if is_up {
-                why.push(format!("`{node}` reported up for {} passes: back in the plan", planned.options.passes));
-            } else {
-                urgent = true;
-                why.push(format!("`{node}` reported down for {} passes: out of the plan", planned.options.passes));
-            }
-        }
-        learned.retain(|_, l| *l != Learned::default());
-        (!why.is_empty()).then(|| Decision::Replan { learned, why: why.join("; "), urgent })
-    }
-
-    /// Memory first. A node whose free memory will be under its reserve within two passes
-    /// at its current rate of loss sheds now: what other work holds, two passes of that
-    /// loss and half a reserve are kept out of its plan. When other work has stopped growing
-    /// and the plan keeps more than one reserve above what it holds for
-    /// [`BalanceOptions::passes`] passes, the rest is given back.
-    fn memory(&mut self, planned: &Planned, stages: &[StageView<'_>]) -> Option<Decision> {
-        let mut learned = planned.learned.clone();
-        let mut why = Vec::new();
-        let mut urgent = false;
-        let mut seen = Vec::new();
-        for stage in stages {
-            let (node, Some(free)) = (stage.node(), stage.memory_free) else { continue };
-            if seen.contains(&node) {
-                continue;
-            }
-            seen.push(node);
-            // What other work holds now: the node's memory less what is bound there and the free.
-            let others = stage.node_memory.saturating_sub(stage.node_bound).saturating_sub(free);
-            // Lost to other work since the last pass (the loop's own moves do not count).
-            let loss = self.last_others.insert(node.to_owned(), others).map_or(0, |last| others.saturating_sub(last));
-            let outlook = free.saturating_sub(loss.saturating_mul(2));
-            let entry = learned.entry(node.to_owned()).or_default();
-            if outlook < stage.reserve {
-                let keep = others.saturating_add(loss.saturating_mul(2)).saturating_add(stage.reserve / 2);
-                self.returned.remove(node);
-                if keep > entry.memory_taken {
-                    entry.memory_taken = keep.min(stage.node_memory);
-                    urgent = true;
-                    why.push(format!(
-                        "`{node}` had {} free (losing {} a pass), under its {} reserve soon: {} kept out of its plan",
-                        bytes(free),
-                        bytes(loss),
-                        bytes(stage.reserve),
-                        bytes(entry.memory_taken)
-                    ));
-                }
-            } else if loss == 0 && entry.memory_taken > others.saturating_add(stage.reserve) {
-                let passes = self.returned.entry(node.to_owned()).or_default();
-                *passes += 1;
-                if *passes >= planned.options.passes {
-                    let keep = if others == 0 { 0 } else { others.saturating_add(stage.reserve / 2) };
-                    why.push(format!(
-                        "`{node}` had {} free for {passes} passes: {} given back to its plan",
-                        bytes(free),
-                        bytes(entry.memory_taken - keep)
-                    ));
-                    entry.memory_taken = keep;
-                    self.returned.remove(node);
-                }
-            } else {
-                self.returned.remove(node);
-            }
-        }
-        learned.retain(|_, l| *l != Learned::default());
-        (!why.is_empty()).then(|| Decision::Replan { learned, why: why.join("; "), urgent })
     }
 
     /// Speed: skewed stages, held for enough passes, refit every measured machine.
@@ -350,7 +267,7 @@ impl Watch {
             stages[s].node(),
             skew.exp()
         );
-        Decision::Replan { learned, why, urgent: false }
+        Decision::Replan { learned, why, forced: false }
     }
 }
 
@@ -377,7 +294,7 @@ fn retry(planned: &Planned, stages: &[StageView<'_>], now_ms: u64) -> Option<Dec
     learned.retain(|_, l| *l != Learned::default());
     let minutes = planned.options.retry_after_s / 60;
     let why = format!("{} ran nothing for {minutes} min: slowdown forgotten, to measure again", forgotten.join(", "));
-    Some(Decision::Replan { learned, why, urgent: false })
+    Some(Decision::Replan { learned, why, forced: false })
 }
 
 /// `problem` with what was learned applied: a machine `slowdown`× slower reaches that
@@ -397,174 +314,4 @@ pub fn with_learned(problem: &Problem, learned: &BTreeMap<String, Learned>) -> P
         }
     }
     problem
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::spec::Predicted;
-
-    fn planned(steps: &[f64]) -> Planned {
-        let scenario = stageplan::Scenario::from_json(
-            r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#,
-        )
-        .unwrap();
-        Planned {
-            scenario,
-            predicted: steps.iter().map(|&step_s| Predicted { step_s, hop_s: 0.0 }).collect(),
-            learned: BTreeMap::new(),
-            options: BalanceOptions::default(),
-            events: Vec::new(),
-        }
-    }
-
-    fn requests(nodes: &[&str]) -> Vec<StageRequest> {
-        nodes
-            .iter()
-            .map(|n| StageRequest { layers: [0, 1], memory: 4 << 30, gpus: 0, node: Some((*n).to_owned()) })
-            .collect()
-    }
-
-    fn views<'a>(requests: &'a [StageRequest], measured: &[f64], free: &[Option<u64>]) -> Vec<StageView<'a>> {
-        requests
-            .iter()
-            .zip(measured)
-            .zip(free)
-            .map(|((request, &m), &memory_free)| StageView {
-                request,
-                tier: Tier::Gpu,
-                measured_s: Some(m),
-                memory_free,
-                reserve: 1 << 30,
-                node_memory: 8 << 30,
-                node_bound: request.memory,
-            })
-            .collect()
-    }
-
-    impl Watch {
-        fn observe_at0(&mut self, planned: &Planned, stages: &[StageView<'_>]) -> Decision {
-            self.observe(planned, stages, &BTreeMap::new(), 0)
-        }
-    }
-
-    #[test]
-    fn a_uniformly_slower_pipeline_is_not_skewed() {
-        let planned = planned(&[0.01, 0.01, 0.01]);
-        let requests = requests(&["a", "b", "c"]);
-        let mut watch = Watch::default();
-        for _ in 0..10 {
-            let decision = watch.observe_at0(&planned, &views(&requests, &[0.02, 0.021, 0.019], &[None; 3]));
-            assert_eq!(decision, Decision::Hold);
-        }
-    }
-
-    #[test]
-    fn a_slow_stage_acts_after_the_passes_and_refits_every_measured_machine() {
-        let planned = planned(&[0.01, 0.01, 0.01]);
-        let requests = requests(&["a", "b", "c"]);
-        let mut watch = Watch::default();
-        for _ in 0..2 {
-            assert_eq!(watch.observe_at0(&planned, &views(&requests, &[0.01, 0.02, 0.01], &[None; 3])), Decision::Hold);
-        }
-        let Decision::Replan { learned, why, urgent } =
-            watch.observe_at0(&planned, &views(&requests, &[0.01, 0.02, 0.01], &[None; 3]))
-        else {
-            panic!("three skewed passes must act")
-        };
-        assert!(!urgent);
-        assert!(why.starts_with("stage 1 on `b` ran 2.00× its prediction"), "{why}");
-        assert!((learned["b"].slowdown - 2.0).abs() < 1e-9);
-        assert!(!learned.contains_key("a"), "a machine as fast as planned learns nothing");
-    }
-
-    #[test]
-    fn a_pass_back_in_line_restarts_the_count() {
-        let planned = planned(&[0.01, 0.01]);
-        let requests = requests(&["a", "b"]);
-        let mut watch = Watch::default();
-        for measured in [[0.01, 0.02], [0.01, 0.02], [0.01, 0.0101], [0.01, 0.02], [0.01, 0.02]] {
-            assert_eq!(watch.observe_at0(&planned, &views(&requests, &measured, &[None; 2])), Decision::Hold);
-        }
-    }
-
-    #[test]
-    fn a_noisy_history_raises_the_threshold() {
-        let planned = planned(&[0.01, 0.01]);
-        let requests = requests(&["a", "b"]);
-        let mut watch = Watch::default();
-        // Swings of ±25% every pass: 1.3× for three passes is within this stage's noise.
-        for i in 0..12 {
-            let b = if i % 2 == 0 { 0.0125 } else { 0.0075 };
-            watch.observe_at0(&planned, &views(&requests, &[0.01, b], &[None; 2]));
-        }
-        assert!(watch.threshold(1, Tier::Gpu) > 1.3f64.ln(), "{}", watch.threshold(1, Tier::Gpu).exp());
-        for _ in 0..3 {
-            assert_eq!(watch.observe_at0(&planned, &views(&requests, &[0.01, 0.013], &[None; 2])), Decision::Hold);
-        }
-    }
-
-    #[test]
-    fn a_machine_down_for_the_passes_leaves_the_plan_and_comes_back() {
-        let mut planned = planned(&[0.01, 0.01]);
-        let requests = requests(&["a", "b"]);
-        let mut watch = Watch::default();
-        let views = views(&requests, &[0.01, 0.01], &[None; 2]);
-        let down: BTreeMap<String, bool> = [("b".to_owned(), false)].into();
-        for _ in 0..2 {
-            assert_eq!(watch.observe(&planned, &views, &down, 0), Decision::Hold);
-        }
-        let Decision::Replan { learned, why, urgent } = watch.observe(&planned, &views, &down, 0) else {
-            panic!("down for three passes")
-        };
-        assert!(urgent && learned["b"].down, "{why}");
-        assert_eq!(why, "`b` reported down for 3 passes: out of the plan");
-        planned.learned = learned;
-        let up: BTreeMap<String, bool> = [("b".to_owned(), true)].into();
-        for _ in 0..2 {
-            assert_eq!(watch.observe(&planned, &views, &up, 0), Decision::Hold);
-        }
-        let Decision::Replan { learned, .. } = watch.observe(&planned, &views, &up, 0) else { panic!("back up") };
-        assert!(learned.is_empty());
-    }
-
-    #[test]
-    fn memory_running_out_sheds_at_once_and_comes_back_after_the_passes() {
-        let mut planned = planned(&[0.01, 0.01]);
-        let requests = requests(&["a", "b"]);
-        let mut watch = Watch::default();
-        let gib = 1u64 << 30;
-        let steps = [0.01, 0.01];
-        // 8 GiB nodes with a 4 GiB stage each: `b` loses 1 GiB a pass to other work.
-        assert_eq!(
-            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(4 * gib)])),
-            Decision::Hold
-        );
-        assert_eq!(
-            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(3 * gib)])),
-            Decision::Hold
-        );
-        let Decision::Replan { learned, why, urgent } =
-            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(2 * gib)]))
-        else {
-            panic!("two passes from the reserve must shed")
-        };
-        assert!(urgent);
-        assert!(why.starts_with("`b` had 2.0 GiB free (losing 1.0 GiB a pass)"), "{why}");
-        // What others hold (2 GiB), two passes of loss, half a reserve.
-        assert_eq!(learned["b"].memory_taken, 2 * gib + 2 * gib + gib / 2);
-        planned.learned = learned;
-        // The other work exits: 4 GiB free again, and nothing held by others.
-        for _ in 0..2 {
-            let free = [Some(4 * gib), Some(4 * gib)];
-            assert_eq!(watch.observe_at0(&planned, &views(&requests, &steps, &free)), Decision::Hold);
-        }
-        let Decision::Replan { learned, why, .. } =
-            watch.observe_at0(&planned, &views(&requests, &steps, &[Some(4 * gib), Some(4 * gib)]))
-        else {
-            panic!("memory free for three passes is given back")
-        };
-        assert!(why.contains("4.5 GiB given back"), "{why}");
-        assert!(learned.is_empty());
-    }
 }

@@ -10,14 +10,16 @@ use stageplan::Problem;
 use crate::spec::{Deployment, EVENTS_KEPT, Planned, Rebalance};
 
 /// The deployment re-planned with what was learned: new stages, predictions and an event;
-/// or why it is held as it is.
+/// or why it is held as it is. A `forced` move (off a machine down or short of memory)
+/// never waits and is not counted; one by choice waits while the hour holds
+/// `max_moves_per_hour` others.
 pub(crate) fn replanned(
     deployment: &Deployment,
     planned: &Planned,
     problem: &Problem,
     learned: BTreeMap<String, crate::spec::Learned>,
     why: &str,
-    urgent: bool,
+    forced: bool,
     now_ms: u64,
 ) -> Result<Deployment, String> {
     let problem = crate::balance::with_learned(problem, &learned);
@@ -45,11 +47,11 @@ pub(crate) fn replanned(
             .iter()
             .filter(|s| !deployment.stages.iter().any(|o| o.node == s.node && o.layers == s.layers))
             .count();
-        if moved > 0 && !urgent {
+        if moved > 0 && !forced {
             let recent = planned.events.iter().filter(|e| e.counts(now_ms)).count();
             if recent >= planned.options.max_moves_per_hour as usize {
                 return Err(format!(
-                    "{why}, but it moved {recent} times in the last hour (`max_moves_per_hour` {}): it waits",
+                    "{why}, but it moved by choice {recent} times in the last hour (`max_moves_per_hour` {}): it waits",
                     planned.options.max_moves_per_hour
                 ));
             }
@@ -86,6 +88,7 @@ pub(crate) fn replanned(
         moved_stages,
         bytes_moved: if moved_stages > 0 { replan.bytes_moved } else { 0 },
         best_plan_bytes: replan.best_plan_bytes,
+        forced,
     });
     // The latest events, and older ones the hourly limit still counts (at most the limit).
     let latest = record.events.len().saturating_sub(EVENTS_KEPT);

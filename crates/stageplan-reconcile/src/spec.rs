@@ -14,7 +14,7 @@ pub const MAX_GPUS_PER_NODE: u32 = 128;
 pub const MAX_STAGES: usize = 60;
 /// Most replicas of one deployment, desired or as an autoscaling bound.
 pub const MAX_REPLICAS: u32 = 1_000_000;
-/// Most moves an hour a deployment may allow itself: one a minute is more than
+/// Most moves by choice an hour a deployment may allow itself: one a minute is more than
 /// any pipeline can move weights, and each is kept in the record for an hour.
 pub const MAX_MOVES_PER_HOUR: u32 = 60;
 /// The window `max_moves_per_hour` counts over.
@@ -83,8 +83,11 @@ pub struct BalanceOptions {
     /// Passes in a row a stage must be skewed before the loop acts (hysteresis: a slow pass
     /// or two is noise, not a slower machine).
     pub passes: u32,
-    /// Re-balances that move layers, per deployment per hour, at most: a flapping machine
-    /// cannot keep the pipeline moving. Shedding memory is never held back by it. From 0 to
+    /// Re-balances that move layers by choice (a machine measured slower or faster, back up,
+    /// with memory free again, tried again), per deployment in any hour, at most: a machine
+    /// that flaps cannot keep the pipeline moving. Moves forced off a machine that is down or
+    /// short of memory always happen and do not count: safety is not rationed, and a machine
+    /// flapping down and up is held off by the moves back onto it, which count. From 0 to
     /// [`MAX_MOVES_PER_HOUR`].
     pub max_moves_per_hour: u32,
     /// Accept a split this much slower than the best if it moves fewer bytes (0.03: 3%).
@@ -180,13 +183,16 @@ pub struct Rebalance {
     /// Bytes that jumping to the best plan outright would have moved.
     #[serde(default)]
     pub best_plan_bytes: u64,
+    /// Forced off a machine down or short of memory: not counted by `max_moves_per_hour`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forced: bool,
 }
 
 impl Rebalance {
-    /// Whether `max_moves_per_hour` counts this re-balance at `now_ms`: it moved layers
-    /// less than an hour ago.
+    /// Whether `max_moves_per_hour` counts this re-balance at `now_ms`: it moved layers by
+    /// choice less than an hour ago.
     pub fn counts(&self, now_ms: u64) -> bool {
-        self.moved_stages > 0 && self.at_ms.saturating_add(HOUR_MS) > now_ms
+        self.moved_stages > 0 && !self.forced && self.at_ms.saturating_add(HOUR_MS) > now_ms
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use stageplan::{Problem, Scenario};
 
-use crate::balance::{Decision, StageView, Tier, Watch};
+use crate::balance::{Decision, NodeView, StageView, Tier, Watch};
 use crate::metrics::Metrics;
 use crate::replan::replanned;
 use crate::report::PassReport;
@@ -44,6 +44,10 @@ impl Rebalancing {
         problems.retain(|name, _| planned(name));
         let mut written = BTreeSet::new();
         let mut groups = Vec::new();
+        let mut bound: HashMap<&str, u64> = HashMap::new();
+        for (a, _) in snapshot.assignments.values() {
+            *bound.entry(a.node.as_str()).or_default() += a.memory;
+        }
         for (name, (deployment, revision)) in &mut snapshot.deployments {
             let Some(plan) = &deployment.planned else { continue };
             let hash = blake3::hash(json(&plan.scenario).as_bytes());
@@ -59,11 +63,23 @@ impl Rebalancing {
                 }
             };
             let views = stage_views(name, deployment, problem, &snapshot.assignments, metrics);
-            let up: BTreeMap<String, bool> =
-                problem.nodes.iter().filter_map(|n| Some((n.name.clone(), metrics.node_up(&n.name)?))).collect();
-            let decision = watches.entry(name.clone()).or_default().observe(plan, &views, &up, now_ms);
-            let Decision::Replan { learned, why, urgent } = decision else { continue };
-            match replanned(deployment, plan, problem, learned, &why, urgent, now_ms) {
+            let nodes: BTreeMap<String, NodeView> = problem
+                .nodes
+                .iter()
+                .map(|n| {
+                    let view = NodeView {
+                        up: metrics.node_up(&n.name),
+                        memory_free: metrics.memory_free(&n.name),
+                        reserve: n.reserve,
+                        memory: n.memory,
+                        bound: bound.get(n.name.as_str()).copied().unwrap_or(0),
+                    };
+                    (n.name.clone(), view)
+                })
+                .collect();
+            let decision = watches.entry(name.clone()).or_default().observe(plan, &views, &nodes, now_ms);
+            let Decision::Replan { learned, why, forced } = decision else { continue };
+            match replanned(deployment, plan, problem, learned, &why, forced, now_ms) {
                 Ok(updated) => {
                     let event = updated.planned.as_ref().and_then(|p| p.events.last()).map(|e| e.reason.clone());
                     report.rebalanced.push((name.clone(), event.unwrap_or_default()));
@@ -81,8 +97,8 @@ impl Rebalancing {
 }
 
 /// Each stage of a planned deployment as re-balancing sees it this pass: its machine's
-/// tier and reserve, its measured step time (the median over the replicas that run the
-/// current stage and report it) and its node's free memory.
+/// tier and its measured step time (the median over the replicas that run the current
+/// stage and report it).
 fn stage_views<'a>(
     name: &str,
     deployment: &'a Deployment,
@@ -111,10 +127,6 @@ fn stage_views<'a>(
                 request,
                 tier: Tier::of(machine.and_then(|m| m.kind)),
                 measured_s: (!measured.is_empty()).then(|| measured[(measured.len() - 1) / 2]),
-                memory_free: metrics.memory_free(node),
-                reserve: machine.map_or(0, |m| m.reserve),
-                node_memory: machine.map_or(0, |m| m.memory),
-                node_bound: assignments.values().filter(|(a, _)| a.node == node).map(|(a, _)| a.memory).sum(),
             }
         })
         .collect()

@@ -110,13 +110,28 @@ fn flapping(options: BalanceOptions, passes: u64, pass_ms: u64) -> Vec<(u64, boo
     moves
 }
 
+/// Issue #32, item 5: moves forced off a machine that is down always happen and do not
+/// count; the moves back onto it count, `max_moves_per_hour` of them in any hour. A machine
+/// flapping every pass, a pass a minute for two hours: with a limit of 4, four moves back and
+/// five off in the first hour, then again once the first move back is an hour old; with a
+/// limit of 0, one move off and none back.
+#[test]
+fn a_machine_flapping_every_pass_moves_back_only_within_the_limit() {
+    let options = |limit| BalanceOptions { passes: 1, max_moves_per_hour: limit, ..BalanceOptions::default() };
+    let first_hour = (1..=9).map(|pass| (pass, pass % 2 == 1));
+    let second_hour = (62..=69).map(|pass| (pass, pass % 2 == 1));
+    let expected: Vec<(u64, bool)> = first_hour.chain(second_hour).collect();
+    assert_eq!(flapping(options(4), 120, 60_000), expected);
+    assert_eq!(flapping(options(0), 120, 60_000), [(1, true)]);
+}
+
 /// Issue #32, item 6: a limit over the 20 events a record keeps applies. A machine flapping
-/// every 10 s with a limit of 25: 25 moves in 80 passes, not 80.
+/// every 10 s with a limit of 25: 25 moves back (and 26 off) in 80 passes, not 80 moves.
 #[test]
 fn a_limit_over_the_events_kept_still_applies() {
     let options = BalanceOptions { passes: 1, max_moves_per_hour: 25, ..BalanceOptions::default() };
     let moves = flapping(options, 80, 10_000);
-    let expected: Vec<(u64, bool)> = (1..=25).map(|pass| (pass, pass % 2 == 1)).collect();
+    let expected: Vec<(u64, bool)> = (1..=51).map(|pass| (pass, pass % 2 == 1)).collect();
     assert_eq!(moves, expected, "{} moves, {} by choice", moves.len(), moves.iter().filter(|m| !m.1).count());
 }
 
