@@ -94,7 +94,8 @@ impl Watch {
     /// passes at its current rate of loss sheds now (forced): what other work holds, two passes of that
     /// loss and half a reserve are kept out of its plan. When other work has stopped growing
     /// and the plan keeps more than one reserve above what it holds for
-    /// [`BalanceOptions::passes`] passes, the rest is given back (chosen).
+    /// [`BalanceOptions::passes`] passes, the rest is given back (chosen), on a machine the
+    /// stages have all left too: else what one bad report took would never come back.
     ///
     /// [`BalanceOptions::passes`]: crate::spec::BalanceOptions::passes
     pub(super) fn memory(
@@ -106,9 +107,6 @@ impl Watch {
         let mut changes = Vec::new();
         for (node, view) in nodes {
             let Some(free) = view.memory_free else { continue };
-            if !stages.iter().any(|s| s.node() == node) {
-                continue;
-            }
             // What other work holds now: the node's memory less what is bound there and the free.
             let others = view.memory.saturating_sub(view.bound).saturating_sub(free);
             // Lost to other work since the last pass (the loop's own moves do not count).
@@ -119,7 +117,7 @@ impl Watch {
                 self.returned.remove(node);
                 let keep =
                     others.saturating_add(loss.saturating_mul(2)).saturating_add(view.reserve / 2).min(view.memory);
-                if keep > taken {
+                if keep > taken && stages.iter().any(|s| s.node() == node) {
                     let why = format!(
                         "`{node}` had {} free (losing {} a pass), under its {} reserve soon: {} kept out of its plan",
                         bytes(free),

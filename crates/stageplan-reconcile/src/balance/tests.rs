@@ -189,3 +189,25 @@ fn a_forced_change_acts_alone_and_the_chosen_one_follows() {
     assert!(!forced && !learned.contains_key("a"), "{why}");
     assert_eq!(why, "`a` reported up for 3 passes: back in the plan");
 }
+
+/// Memory taken from a machine that holds no stage any more is given back when it is free
+/// again: nothing else would ever measure it.
+#[test]
+fn memory_is_given_back_on_a_machine_the_stages_left() {
+    let gib = 1u64 << 30;
+    let mut planned = planned(&[0.01]);
+    planned.learned.insert("b".into(), Learned { memory_taken: 8 * gib, ..Learned::default() });
+    let requests = requests(&["a"]);
+    let mut watch = Watch::default();
+    let mut pass = views(&requests, &[0.01], &[Some(4 * gib)]);
+    pass.nodes.insert(
+        "b".into(),
+        NodeView { up: Some(true), memory_free: Some(8 * gib), reserve: gib, memory: 8 * gib, bound: 0 },
+    );
+    for _ in 0..2 {
+        assert_eq!(watch.observe_at0(&planned, &pass), Decision::Hold);
+    }
+    let Decision::Replan { learned, why, forced } = watch.observe_at0(&planned, &pass) else { panic!("b is free") };
+    assert!(!forced && learned.is_empty(), "{why}");
+    assert_eq!(why, "`b` had 8.0 GiB free for 3 passes: 8.0 GiB given back to its plan");
+}

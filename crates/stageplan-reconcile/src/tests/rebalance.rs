@@ -70,6 +70,10 @@ impl World {
         snapshot.deployments["chat"].0.stages.iter().map(|s| (s.node.clone().unwrap_or_default(), s.layers)).collect()
     }
 
+    fn planned(&mut self) -> Planned {
+        *self.snapshot().deployments["chat"].0.planned.clone().unwrap()
+    }
+
     /// Free memory per node as bound, less what `others` hold.
     fn free_with(&mut self, others: &BTreeMap<&str, u64>) -> BTreeMap<String, u64> {
         let snapshot = self.snapshot();
@@ -166,4 +170,30 @@ fn refits_that_keep_the_split_do_not_hide_a_move_from_the_limit() {
     assert!(held.contains("`max_moves_per_hour` 1"), "{held}");
     // An hour after the move, it may move again.
     replan(&deployment, &[], 60 * 60_000).unwrap();
+}
+
+/// Issue #32, item 7: one pass with no memory free on the GPU sends every layer to the CPU
+/// box; once the GPU reports its memory free for the passes, what was taken is given back
+/// and the layers return.
+#[test]
+fn memory_taken_from_a_machine_left_empty_is_given_back() {
+    let mut world = planned_world(BalanceOptions::default());
+    let planned_split = world.split();
+    let pass_ms = 10_000;
+    let plenty = |world: &mut World| Reports { free: world.free_with(&BTreeMap::new()), ..Reports::default() };
+    for pass in 1..=3 {
+        let reports = plenty(&mut world);
+        world.pass_with(pass * pass_ms, &reports);
+    }
+    let mut reports = plenty(&mut world);
+    reports.free.insert("gpu".into(), 0);
+    world.pass_with(4 * pass_ms, &reports);
+    assert!(world.split().iter().all(|(node, _)| node != "gpu"), "{:?}", world.split());
+    assert!(world.planned().learned["gpu"].memory_taken > 0);
+    for pass in 5..=33 {
+        let reports = plenty(&mut world);
+        world.pass_with(pass * pass_ms, &reports);
+    }
+    assert_eq!(world.split(), planned_split, "{:#?}", world.planned().events);
+    assert!(world.planned().learned.is_empty(), "{:?}", world.planned().learned);
 }
