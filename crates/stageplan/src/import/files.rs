@@ -22,6 +22,7 @@
 
 use super::gguf::{self, GgufHeader};
 use super::safetensors::{self, SafetensorsHeader, SafetensorsIndex};
+use super::split::Placed;
 use super::{FileKind, ImportError, Parse};
 use crate::model::{HfConfig, Model};
 use crate::{WeightFormat, limits};
@@ -248,30 +249,39 @@ impl ModelReader {
         Ok(Model::from_transformer(&label, arch, self.weights.unwrap_or_default()))
     }
 
-    /// A GGUF file, or every part of the split set `first` belongs to.
+    /// A GGUF file, or every part of the split set `first` belongs to: its header says which
+    /// (llama.cpp's rule, [`super::split`]), and the parts are found by their names.
     fn gguf(&self, first: usize) -> Flow<Model> {
         let name = self.files[first].name.clone();
-        let (label, parts) = match super::split_name(&name) {
-            Some((prefix, _, count)) => {
-                let mut parts = Vec::new();
-                for number in 1..=count {
-                    let part = super::split_part_name(prefix, number, count);
-                    let file = self.find(&part)?.ok_or_else(|| {
-                        Pending::Failed(ReadError::Set(format!(
-                            "`{name}` is part of a set of {count}; `{part}` is missing: give every part"
-                        )))
-                    })?;
-                    parts.push(file);
-                }
-                (prefix.to_owned(), parts)
-            }
-            None => (stem(&name).to_owned(), vec![first]),
+        let header = self.header(first, gguf::parse)?;
+        let place = super::split::placed(&name, &header).map_err(|e| self.bad(first, &e))?;
+        let Placed::Part { prefix, count, .. } = place else {
+            let label = super::split_name(&name).map_or_else(|| stem(&name), |(prefix, _, _)| prefix);
+            return super::gguf_model(label, &[header]).map_err(|e| self.bad(first, &e));
         };
-        let mut headers: Vec<GgufHeader> = Vec::with_capacity(parts.len());
-        for &part in &parts {
-            headers.push(self.header(part, gguf::parse)?);
+        let mut parts = Vec::new();
+        for number in 1..=count {
+            let part = super::split_part_name(prefix, number, count);
+            let file = self.find(&part)?.ok_or_else(|| {
+                Pending::Failed(ReadError::Set(format!(
+                    "`{name}` is part of a set of {count}; `{part}` is missing: give every part"
+                )))
+            })?;
+            parts.push((file, part));
         }
-        super::gguf_model(&label, &headers).map_err(|e| self.bad(first, &e))
+        let mut headers: Vec<GgufHeader> = Vec::with_capacity(parts.len());
+        for (file, part) in parts {
+            if file == first {
+                headers.push(header.clone());
+                continue;
+            }
+            // Each part by the same rule: its name is the one looked for, so a part its
+            // header places elsewhere (another `split.no` or `split.count`) is refused.
+            let part_header = self.header(file, gguf::parse)?;
+            super::split::placed(&part, &part_header).map_err(|e| self.bad(file, &e))?;
+            headers.push(part_header);
+        }
+        super::gguf_model(prefix, &headers).map_err(|e| self.bad(first, &e))
     }
 
     fn safetensors(

@@ -16,10 +16,12 @@ pub mod gguf;
 pub mod names;
 mod reader;
 pub mod safetensors;
+pub mod split;
 
 use std::collections::BTreeMap;
 
 pub use files::{FileEntry, ModelReader, ReadError, Step};
+pub use split::{split_name, split_part_name};
 
 use crate::model::{HfConfig, Model, Moe, Place, Tensor, Transformer};
 use gguf::GgufHeader;
@@ -80,45 +82,30 @@ pub fn detect(file_name: &str, prefix: &[u8]) -> Option<FileKind> {
     }
 }
 
-/// `name-00002-of-00005.gguf` → `("name", 2, 5)`: llama.cpp's split-file naming, exactly as
-/// `gguf-split` writes it (`-%05d-of-%05d.gguf`, so at most 99,999 parts). Any other name
-/// (`m-1-of-1.gguf`) is one file.
-pub fn split_name(file_name: &str) -> Option<(&str, u32, u32)> {
-    let stem = file_name.strip_suffix(".gguf")?;
-    let (rest, count) = stem.rsplit_once("-of-")?;
-    let (prefix, number) = rest.rsplit_once('-')?;
-    let five_digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
-    if !five_digits(number) || !five_digits(count) {
-        return None;
-    }
-    let (number, count): (u32, u32) = (number.parse().ok()?, count.parse().ok()?);
-    (number >= 1 && number <= count && !prefix.is_empty()).then_some((prefix, number, count))
-}
-
-/// The file name of part `number` (1-based) of a split set.
-pub fn split_part_name(prefix: &str, number: u32, count: u32) -> String {
-    format!("{prefix}-{number:05}-of-{count:05}.gguf")
-}
-
 /// A model from the headers of a GGUF file or of every part of a split set.
 ///
 /// # Errors
-/// Parts missing or repeated, tensors counted wrongly, or architecture keys absent.
+/// Parts missing, out of their places (`split.no`), tensors counted wrongly, or
+/// architecture keys absent.
 pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError> {
     let first = parts.first().ok_or_else(|| ImportError::Model("no GGUF header given".into()))?;
-    let count = first.get("split.count").and_then(gguf::Value::as_u64).unwrap_or(1);
-    if count != parts.len() as u64 {
+    let count = split::split_count(first)?.max(1);
+    if u64::from(count) != parts.len() as u64 {
         return Err(ImportError::Model(format!(
             "the split set has {count} parts (`split.count`) but {} were read; give every part",
             parts.len()
         )));
     }
-    let mut seen = vec![false; parts.len()];
-    for part in parts {
-        let number = part.get("split.no").and_then(gguf::Value::as_u64).unwrap_or(0);
-        match usize::try_from(number).ok().and_then(|n| seen.get_mut(n)) {
-            Some(s) if !*s => *s = true,
-            _ => return Err(ImportError::Model(format!("split part number {number} is repeated or out of range"))),
+    if count > 1 {
+        // Each part in its place, as llama.cpp checks: the parts come in their names' order.
+        for (place, part) in (0..count).zip(parts) {
+            let number = split::split_no(part, count)?;
+            if number != place {
+                return Err(ImportError::Model(format!(
+                    "part {} of the set has `split.no` {number}; llama.cpp wants {place} there: give the parts as `llama-gguf-split` wrote them",
+                    place + 1
+                )));
+            }
         }
     }
     let mut tensors: Vec<Tensor> = Vec::new();

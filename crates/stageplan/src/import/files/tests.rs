@@ -96,7 +96,7 @@ fn which_files_make_a_model_and_what_failures_say() {
         ("config.json", CONFIG.as_bytes().to_vec()),
         ("model.safetensors.index.json", index.as_bytes().to_vec()),
         ("model-00001-of-00001.safetensors", safetensors(SAFETENSORS_HEADER)),
-        ("set-00001-of-00002.gguf", gguf(&[], 0)),
+        ("set-00001-of-00002.gguf", gguf(&[("split.count", 2), ("split.no", 0)], 0)),
     ]);
     // Offered files, the folder's name when known, and the label and layers or the message.
     type Case<'a> = (&'a [&'a str], Option<&'a str>, Result<(&'a str, usize), &'a str>);
@@ -160,4 +160,111 @@ fn a_header_past_the_end_and_a_file_that_shrank_are_errors_naming_the_file() {
     reader.supply(file, start, &[]);
     let error = reader.step().unwrap_err().to_string();
     assert!(error.contains("`gone.gguf`: the file ends at byte 0"), "{error}");
+}
+
+/// A metadata value of GGUF type `ty` with its little-endian bytes, for split keys.
+type Key<'a> = (&'a str, u32, Vec<u8>);
+
+/// A GGUF part: the model's keys when `first`, then `keys`, and tensors `blk.N.attn_q.weight`
+/// for each N in `blocks` (and the embedding when `first`).
+fn part(first: bool, keys: &[Key<'_>], blocks: std::ops::Range<u32>) -> Vec<u8> {
+    let tensors = blocks.len() as u64 + u64::from(first);
+    let mut b = Builder::new(3, tensors, keys.len() as u64 + if first { 3 } else { 0 });
+    if first {
+        b = b
+            .kv_str("general.architecture", "llama")
+            .kv_u32("llama.block_count", 3)
+            .kv_u32("llama.attention.head_count", 2);
+    }
+    for (key, ty, bytes) in keys {
+        b = b.string(key).u32(*ty);
+        for &byte in bytes {
+            b = b.u8(byte);
+        }
+    }
+    let mut offset = 0;
+    if first {
+        b = b.tensor("token_embd.weight", &[32, 10], 0, 0);
+        offset += 32 * 10 * 4;
+    }
+    for block in blocks {
+        b = b.tensor(&format!("blk.{block}.attn_q.weight"), &[32, 32], 8, offset);
+        offset += 32 * 34;
+    }
+    b.padded(offset as usize)
+}
+
+const U16: u32 = 2;
+const U32: u32 = 4;
+const I32: u32 = 5;
+const F32: u32 = 6;
+const STRING: u32 = 8;
+
+/// llama.cpp's rule for split sets (`llama-model-loader.cpp`): the header's `split.count`,
+/// a u16, says whether a file is one part of a set; the set's parts are found by the name
+/// `PREFIX-%05d-of-%05d.gguf`, and each part's `split.no` is its place. A `split.count` of
+/// 2^32 - 1 that was not an unsigned integer, and a file named as one part of a set whose
+/// header says it is whole, were read as whole models (issue #32, item 19).
+#[test]
+fn split_sets_follow_llama_cpps_rule() {
+    let count = |n: u16| ("split.count", U16, n.to_le_bytes().to_vec());
+    let number = |n: u16| ("split.no", U16, n.to_le_bytes().to_vec());
+    let whole = |keys: &[Key<'_>]| part(true, keys, 0..3);
+    type Case<'a> = (&'a str, Vec<u8>, Result<&'a str, &'a str>);
+    let cases: Vec<Case<'_>> = vec![
+        ("m.gguf", whole(&[("split.count", I32, vec![0xff; 4])]), Err("`m.gguf`: `split.count` is -1; ")),
+        (
+            "m.gguf",
+            whole(&[("split.count", F32, 0x4f80_0000u32.to_le_bytes().to_vec())]),
+            Err("`split.count` is a float"),
+        ),
+        (
+            "m.gguf",
+            whole(&[("split.count", STRING, [&1u64.to_le_bytes()[..], b"3"].concat())]),
+            Err("`split.count` is a string"),
+        ),
+        ("m.gguf", whole(&[("split.count", U32, vec![0xff; 4])]), Err("`split.count` is 4294967295; ")),
+        ("m.gguf", whole(&[count(u16::MAX), number(0)]), Err("part 1 of 65535")),
+        ("m-1-of-3.gguf", whole(&[]), Err("`m-1-of-3.gguf`: its name makes it part 1 of 3, but")),
+        ("m-00001-of-00003.gguf", whole(&[]), Err("its name makes it part 1 of 3, but")),
+        ("m-00001-of-00003.gguf", whole(&[count(1)]), Err("its name makes it part 1 of 3, but")),
+        ("m-1-of-3.gguf", whole(&[count(3), number(0)]), Err("`m-00001-of-00003.gguf`")),
+        ("m-00002-of-00003.gguf", whole(&[count(3), number(0)]), Err("`m-00001-of-00003.gguf`")),
+        ("m-00001-of-00002.gguf", whole(&[count(3), number(0)]), Err("`m-00001-of-00003.gguf`")),
+        ("m-00001-of-00003.gguf", whole(&[count(3)]), Err("`split.no` is missing")),
+        ("m-00001-of-00003.gguf", whole(&[count(3), number(3)]), Err("`split.no` is 3; ")),
+        ("m.gguf", whole(&[]), Ok("m")),
+        ("m.gguf", whole(&[count(0)]), Ok("m")),
+        ("m.gguf", whole(&[count(1), number(0)]), Ok("m")),
+        ("m-1-of-1.gguf", whole(&[]), Ok("m-1-of-1")),
+        // `llama-gguf-split` with one part writes `-00001-of-00001` and `split.count` 1.
+        ("m-00001-of-00001.gguf", whole(&[count(1), number(0)]), Ok("m")),
+    ];
+    for (name, bytes, expected) in cases {
+        let got = drive(&folder(&[(name, bytes)]), &[name], None).map(|read| read.label);
+        match (&got, expected) {
+            (Ok(label), Ok(expected)) => assert_eq!(label, expected, "{name}"),
+            (Err(error), Err(expected)) => {
+                assert!(error.contains(expected), "{name}: {expected:?} not in {error}");
+                assert!(error.starts_with(&format!("`{name}`")), "{error}");
+            }
+            _ => panic!("{name}: expected {expected:?}, got {got:?}"),
+        }
+    }
+    // A set of three, offered by any part, and each part's `split.no` its place.
+    let set = |numbers: [u16; 3]| {
+        folder(&[
+            ("m-00001-of-00003.gguf", part(true, &[count(3), number(numbers[0])], 0..1)),
+            ("m-00002-of-00003.gguf", part(false, &[count(3), number(numbers[1])], 1..2)),
+            ("m-00003-of-00003.gguf", part(false, &[count(3), number(numbers[2])], 2..3)),
+        ])
+    };
+    let good = set([0, 1, 2]);
+    for offered in ["m-00001-of-00003.gguf", "m-00002-of-00003.gguf", "m-00003-of-00003.gguf"] {
+        let read = drive(&good, &[offered], None).unwrap();
+        assert_eq!((read.label.as_str(), read.layers), ("m", 3));
+    }
+    let swapped = set([0, 2, 1]);
+    let error = drive(&swapped, &["m-00001-of-00003.gguf"], None).unwrap_err();
+    assert!(error.contains("`m-00002-of-00003.gguf`: its header (`split.count` 3, `split.no` 2)"), "{error}");
 }
