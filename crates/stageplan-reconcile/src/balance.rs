@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 use stageplan::Problem;
 use stageplan::device::DeviceKind;
 
-use crate::spec::{BalanceOptions, Learned, Planned, StageRequest};
+use crate::spec::{BalanceOptions, Learned, Planned, SLOWDOWN, StageRequest};
 
 pub mod machines;
 #[cfg(test)]
@@ -254,7 +254,7 @@ impl Watch {
         for (node, ratios) in refit {
             let ratio = median(ratios).unwrap_or(0.0).exp();
             let entry = learned.entry(node.to_owned()).or_default();
-            entry.slowdown = (entry.slowdown * ratio).clamp(0.01, 100.0);
+            entry.slowdown = (entry.slowdown * ratio).clamp(*SLOWDOWN.start(), *SLOWDOWN.end());
             // Within the noise of a measurement, a machine is as its figures say.
             if (entry.slowdown - 1.0).abs() < NOISE {
                 entry.slowdown = 1.0;

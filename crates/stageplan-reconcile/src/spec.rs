@@ -17,6 +17,9 @@ pub const MAX_REPLICAS: u32 = 1_000_000;
 /// Most moves by choice an hour a deployment may allow itself: one a minute is more than
 /// any pipeline can move weights, and each is kept in the record for an hour.
 pub const MAX_MOVES_PER_HOUR: u32 = 60;
+/// The slowdowns a machine may be learned to have (measured ÷ planned time): the loop
+/// clamps what it learns to what the check reads back.
+pub const SLOWDOWN: std::ops::RangeInclusive<f64> = 0.01..=100.0;
 /// The window `max_moves_per_hour` counts over.
 const HOUR_MS: u64 = 3_600_000;
 
@@ -482,7 +485,7 @@ impl Planned {
         }
         for (name, learned) in &self.learned {
             valid_name("planned.learned", name)?;
-            if !(learned.slowdown.is_finite() && (0.01..=100.0).contains(&learned.slowdown)) {
+            if !SLOWDOWN.contains(&learned.slowdown) {
                 return invalid(
                     "planned.learned[].slowdown",
                     learned.slowdown.to_string(),

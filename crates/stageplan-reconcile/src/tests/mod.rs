@@ -430,3 +430,41 @@ fn a_pinned_stage_waits_for_its_node() {
     world.pass(10_000_000);
     assert_eq!(world.snapshot().assignments["chat/0/0"].0.node, "small");
 }
+
+/// Issue #32, item 8: whatever the bounds, target and load, what autoscaling writes passes
+/// the check the next pass reads it with (the count is clamped to `bounds`, which keep to
+/// [`spec::MAX_REPLICAS`], the check's own limit).
+#[test]
+fn autoscaling_writes_only_what_the_next_pass_reads() {
+    let mut quarantined = Vec::new();
+    for replicas in [0, 1, 2, 999_999, spec::MAX_REPLICAS] {
+        for min in [None, Some(0), Some(1), Some(999_999), Some(spec::MAX_REPLICAS)] {
+            for max in [1, 2, 999_999, spec::MAX_REPLICAS] {
+                for target in [1e-300, 0.5, 1.0] {
+                    for load in [0.0, 1e-300, 0.5, 1e7, f64::MAX] {
+                        let mut d = deployment("d", replicas, &[(1, 1)]);
+                        (d.min_replicas, d.max_replicas) = (min, Some(max));
+                        d.autoscale =
+                            Some(Autoscale { target, tolerance: 0.0, up_cooldown_ms: 0, down_cooldown_ms: 0 });
+                        if d.check().is_err() {
+                            continue;
+                        }
+                        let mut store = MemoryStore::new();
+                        let value = serde_json::to_string(&d).unwrap();
+                        store.commit(&[Op::Put { key: "deployments/d".into(), value, expect: Expect::Any }]).unwrap();
+                        let mut snapshot = Snapshot::load(&mut store).unwrap();
+                        let load: BTreeMap<String, f64> = BTreeMap::from([("d".to_owned(), load)]);
+                        let mut report = PassReport::default();
+                        crate::pass::autoscale(&mut store, &mut snapshot, 1, &load, &BTreeSet::new(), &mut report)
+                            .unwrap();
+                        let after = Snapshot::load(&mut store).unwrap();
+                        if !after.quarantined.is_empty() {
+                            quarantined.push((d, load, after.quarantined));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(quarantined.is_empty(), "{quarantined:#?}");
+}
