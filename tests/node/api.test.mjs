@@ -220,6 +220,26 @@ test('importHeader() reads the reference writers\' files as the CLI does', { ski
   assert.ok(plan.feasible);
 });
 
+// One reader, one verdict (issue #32, items 19-20): each model file the CLI refuses in a
+// `bad-model-*` case is refused by importHeader() on wasm32 (a 32-bit usize) word for word.
+test('model files the CLI refuses throw Errors with the CLI message', () => {
+  let compared = 0;
+  for (const dir of fs.readdirSync(path.join(root, 'tests/cli')).filter((d) => d.startsWith('bad-model-'))) {
+    const folder = path.join(root, 'tests/cli', dir);
+    const args = fs.readFileSync(path.join(folder, 'cmd'), 'utf8').trim().split(/\s+/);
+    if (args.length !== 2 || args[0] !== 'model' || !args[1].endsWith('.gguf')) continue;
+    const bytes = fs.readFileSync(path.join(folder, args[1]));
+    const expected = fs.readFileSync(path.join(folder, 'expected'), 'utf8');
+    const message = expected.split('--- stderr\n')[1].replace(/^error: /, '').trimEnd();
+    assert.throws(() => stageplan.importHeader(bytes, args[1], { fileSize: bytes.length }), (error) => {
+      assert.equal(error.message, message, dir);
+      return true;
+    });
+    compared += 1;
+  }
+  assert.ok(compared >= 3, `compared ${compared} cases`);
+});
+
 // Hostile input (issue #14): every bad value is an Error naming its field, never a crash.
 test('non-finite numbers are refused naming the field, not read as "not given"', () => {
   for (const bad of [Infinity, -Infinity, NaN]) {

@@ -336,6 +336,25 @@ mod tests {
         );
     }
 
+    /// The JS API reads a model file through the CLI's reader: a block index past u32 (read
+    /// as no block at all, its bytes put in the embedding) is the CLI's refusal, word for word
+    /// (issue #32, item 20). `tests/node` runs the same bytes through the wasm32 build.
+    #[test]
+    fn a_block_index_past_u32_is_the_clis_refusal() {
+        let bytes = stageplan::import::gguf::Builder::new(3, 3, 3)
+            .kv_str("general.architecture", "llama")
+            .kv_u32("llama.block_count", 1)
+            .kv_u32("llama.attention.head_count", 2)
+            .tensor("token_embd.weight", &[32, 10], 0, 0)
+            .tensor("blk.0.attn_q.weight", &[32, 32], 8, 32 * 10 * 4)
+            .tensor("blk.4294967296.attn_q.weight", &[32, 32], 8, 32 * 10 * 4 + 32 * 34)
+            .padded(32 * 10 * 4 + 2 * 32 * 34);
+        let file = ModelFile { name: "m.gguf", bytes: &bytes, size: Some(bytes.len() as u64), config: None };
+        let expected = std::fs::read_to_string("../../tests/cli/bad-model-layer-index-past-u32/expected").unwrap();
+        let error = import_header(file, None, None).unwrap_err();
+        assert!(expected.ends_with(&format!("error: {}\n", error.replacen("`m.gguf`", "`model.gguf`", 1))), "{error}");
+    }
+
     #[test]
     fn replans_from_a_returned_plan() {
         let running = serde_json::to_string(&plan(HOME).unwrap()).unwrap();

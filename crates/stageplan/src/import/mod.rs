@@ -115,7 +115,7 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
             if !names.insert(t.name.as_str()) {
                 return Err(ImportError::Tensor { name: t.name.clone(), message: "appears in two parts".into() });
             }
-            let (place, expert) = names::gguf(&t.name);
+            let (place, expert) = names::gguf(&t.name).map_err(|e| past_limit(&t.name, e))?;
             tensors.push(Tensor {
                 name: t.name.clone(),
                 shape: t.dims.clone(),
@@ -145,28 +145,17 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
     })
 }
 
-/// Layers the tensors fill: one past the highest `blk.N` / `layers.N` index.
-///
-/// # Errors
-/// An index at or past [`MAX_LAYERS`](crate::limits::MAX_LAYERS), named by its tensor,
-/// before anything is sized by it.
-fn layer_count(tensors: &[Tensor]) -> Result<u64, ImportError> {
-    let mut count = 0u64;
-    for t in tensors {
-        if let Place::Layer(i) = t.place {
-            if i as usize >= crate::limits::MAX_LAYERS {
-                return Err(ImportError::Tensor {
-                    name: t.name.clone(),
-                    message: format!(
-                        "puts a layer at index {i}; a model has at most {} layers",
-                        crate::limits::MAX_LAYERS
-                    ),
-                });
-            }
-            count = count.max(u64::from(i) + 1);
-        }
-    }
-    Ok(count)
+/// Layers the tensors fill: one past the highest `blk.N` / `layers.N` index (each below
+/// [`MAX_LAYERS`](crate::limits::MAX_LAYERS): [`names`] refused the rest, naming the tensor,
+/// before anything is sized by them).
+fn layer_count(tensors: &[Tensor]) -> u64 {
+    let layer = |t: &Tensor| if let Place::Layer(i) = t.place { Some(u64::from(i) + 1) } else { None };
+    tensors.iter().filter_map(layer).max().unwrap_or(0)
+}
+
+/// A tensor whose block index is past the limit, named.
+fn past_limit(name: &str, index: names::PastLimit<'_>) -> ImportError {
+    ImportError::Tensor { name: name.to_owned(), message: index.to_string() }
 }
 
 /// Which layers hold expert tensors, in one pass over the tensors.
@@ -198,7 +187,7 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
 
     // The tensors decide how many layers there are; metadata that claims more is an error
     // (and never sizes an allocation: it is a number from the file).
-    let num_layers = layer_count(tensors)?;
+    let num_layers = layer_count(tensors);
     if num_layers == 0 {
         return Err(ImportError::Model("no `blk.N.*` tensors: the file holds no transformer layers".into()));
     }
@@ -297,7 +286,7 @@ pub fn safetensors_model(
             if holder.insert(&t.name, file).is_some() {
                 return Err(ImportError::Tensor { name: t.name.clone(), message: "appears in two shards".into() });
             }
-            let (place, expert) = names::hugging_face(&t.name);
+            let (place, expert) = names::hugging_face(&t.name).map_err(|e| past_limit(&t.name, e))?;
             let mut shape: Vec<u64> = t.shape.iter().rev().copied().collect();
             if shape.is_empty() {
                 shape.push(1);
@@ -343,7 +332,7 @@ pub fn safetensors_model(
     let arch = match config {
         Some(config) => {
             let arch = config.transformer().map_err(|e| ImportError::Model(format!("config.json: {e}")))?;
-            let named = layer_count(&tensors)?;
+            let named = layer_count(&tensors);
             if named != arch.num_layers {
                 return Err(ImportError::Model(format!(
                     "config.json has {} layers (`num_hidden_layers`) but the tensors fill {named}",
@@ -375,7 +364,7 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
         .max_by_key(|t| t.shape[1])
         .ok_or_else(|| need_config("no token embedding found"))?;
     let (hidden, vocab) = (embedding.shape[0], embedding.shape[1]);
-    let n = layer_count(tensors)? as usize;
+    let n = layer_count(tensors) as usize;
     // Each layer's tensors, gathered once: linear in the tensors, whatever the layer count.
     let mut by_layer: Vec<Vec<&Tensor>> = vec![Vec::new(); n];
     for t in tensors {

@@ -10,26 +10,57 @@
 
 use crate::model::Place;
 
+/// A tensor's block index at or past the last layer a model can have
+/// ([`MAX_LAYERS`](crate::limits::MAX_LAYERS)): the index as the name writes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PastLimit<'a>(pub &'a str);
+
+impl std::fmt::Display for PastLimit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "puts a layer at index {}; a model has at most {} layers", self.0, crate::limits::MAX_LAYERS)
+    }
+}
+
+/// The block index `digits` names: `None` when they are not a number (ASCII digits only, so
+/// not a block index), else the layer, or [`PastLimit`] for one at or past the limit. Read
+/// into a u64 with checked arithmetic, never through `usize` (32 bits on wasm32) nor a
+/// narrower parse that would make `blk.4294967296.…` no block at all: every surface gives
+/// the one verdict.
+fn block_index(digits: &str) -> Option<Result<u32, PastLimit<'_>>> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let value = digits.bytes().try_fold(0u64, |n, b| n.checked_mul(10)?.checked_add(u64::from(b - b'0')));
+    let below_limit = |&v: &u64| v < crate::limits::MAX_LAYERS as u64;
+    Some(value.filter(below_limit).and_then(|v| u32::try_from(v).ok()).ok_or(PastLimit(digits)))
+}
+
 /// Place and expert flag of a GGUF tensor.
-pub fn gguf(name: &str) -> (Place, bool) {
+///
+/// # Errors
+/// A block index at or past the limit.
+pub fn gguf(name: &str) -> Result<(Place, bool), PastLimit<'_>> {
     if let Some(rest) = name.strip_prefix("blk.")
         && let Some((index, tail)) = rest.split_once('.')
-        && let Ok(layer) = index.parse::<u32>()
+        && let Some(layer) = block_index(index)
     {
-        return (Place::Layer(layer), tail.contains("_exps"));
+        return Ok((Place::Layer(layer?), tail.contains("_exps")));
     }
     let head = name.starts_with("output") || name.starts_with("cls") || name == "lm_head.weight";
-    (if head { Place::Head } else { Place::Embedding }, false)
+    Ok((if head { Place::Head } else { Place::Embedding }, false))
 }
 
 /// Place and expert flag of a Hugging Face (safetensors) tensor.
-pub fn hugging_face(name: &str) -> (Place, bool) {
+///
+/// # Errors
+/// A block index at or past the limit.
+pub fn hugging_face(name: &str) -> Result<(Place, bool), PastLimit<'_>> {
     const BLOCKS: [&str; 4] = ["layers.", "h.", "blocks.", "layer."];
     // Vision and audio towers feed the first stage, whatever their own block structure.
     const TOWERS: [&str; 6] = ["vision", "visual", "multi_modal", "mm_projector", "audio", "image"];
     let tower = name.split('.').take(2).any(|part| TOWERS.iter().any(|t| part.starts_with(t)));
     if tower {
-        return (Place::Embedding, false);
+        return Ok((Place::Embedding, false));
     }
     let expert = name.contains(".experts.") && !name.contains("shared_expert");
     let mut rest = name;
@@ -37,9 +68,9 @@ pub fn hugging_face(name: &str) -> (Place, bool) {
         for block in BLOCKS {
             if let Some(after) = rest.strip_prefix(block)
                 && let Some((index, _)) = after.split_once('.')
-                && let Ok(layer) = index.parse::<u32>()
+                && let Some(layer) = block_index(index)
             {
-                return (Place::Layer(layer), expert);
+                return Ok((Place::Layer(layer?), expert));
             }
         }
         rest = match rest.split_once('.') {
@@ -54,7 +85,7 @@ pub fn hugging_face(name: &str) -> (Place, bool) {
         || last == "ln_f"
         || last.contains("final_layer")
         || last == "final_layernorm";
-    (if head { Place::Head } else { Place::Embedding }, false)
+    Ok((if head { Place::Head } else { Place::Embedding }, false))
 }
 
 #[cfg(test)]
@@ -63,13 +94,18 @@ mod tests {
 
     #[test]
     fn gguf_names() {
-        assert_eq!(gguf("blk.12.attn_v.weight"), (Place::Layer(12), false));
-        assert_eq!(gguf("blk.3.ffn_down_exps.weight"), (Place::Layer(3), true));
-        assert_eq!(gguf("blk.3.ffn_down_shexp.weight"), (Place::Layer(3), false));
-        assert_eq!(gguf("token_embd.weight"), (Place::Embedding, false));
-        assert_eq!(gguf("rope_freqs.weight"), (Place::Embedding, false));
-        assert_eq!(gguf("output_norm.weight"), (Place::Head, false));
-        assert_eq!(gguf("output.weight"), (Place::Head, false));
+        assert_eq!(gguf("blk.12.attn_v.weight"), Ok((Place::Layer(12), false)));
+        assert_eq!(gguf("blk.3.ffn_down_exps.weight"), Ok((Place::Layer(3), true)));
+        assert_eq!(gguf("blk.3.ffn_down_shexp.weight"), Ok((Place::Layer(3), false)));
+        assert_eq!(gguf("token_embd.weight"), Ok((Place::Embedding, false)));
+        assert_eq!(gguf("rope_freqs.weight"), Ok((Place::Embedding, false)));
+        assert_eq!(gguf("output_norm.weight"), Ok((Place::Head, false)));
+        assert_eq!(gguf("output.weight"), Ok((Place::Head, false)));
+        assert_eq!(gguf("blk.9999.attn_v.weight"), Ok((Place::Layer(9999), false)));
+        assert_eq!(gguf("blk.+5.attn_v.weight"), Ok((Place::Embedding, false)));
+        for index in ["10000", "4294967295", "4294967296", "18446744073709551616"] {
+            assert_eq!(gguf(&format!("blk.{index}.attn_v.weight")), Err(PastLimit(index)));
+        }
     }
 
     #[test]
@@ -90,7 +126,7 @@ mod tests {
             ("transformer.ln_f.weight", Place::Head, false),
         ];
         for (name, place, expert) in cases {
-            assert_eq!(hugging_face(name), (place, expert), "{name}");
+            assert_eq!(hugging_face(name), Ok((place, expert)), "{name}");
         }
     }
 }

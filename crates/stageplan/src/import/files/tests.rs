@@ -268,3 +268,43 @@ fn split_sets_follow_llama_cpps_rule() {
     let error = drive(&swapped, &["m-00001-of-00003.gguf"], None).unwrap_err();
     assert!(error.contains("`m-00002-of-00003.gguf`: its header (`split.count` 3, `split.no` 2)"), "{error}");
 }
+
+/// A block index past u32 (`blk.4294967296.…`) was no block at all: its bytes went to the
+/// embedding and the model was read, where `blk.4294967295.…` is refused. Every surface reads
+/// through this reader (the JS API as the CLI, with a 32-bit `usize` on wasm32), so each
+/// gives the one verdict: the index is read as digits, checked, and refused naming the
+/// tensor (issue #32, item 20).
+#[test]
+fn a_block_index_past_u32_is_refused_naming_the_tensor() {
+    for index in ["4294967295", "4294967296", "18446744073709551616", "99999999999999999999999999", "10000"] {
+        let name = format!("blk.{index}.attn_q.weight");
+        let bytes = Builder::new(3, 3, 3)
+            .kv_str("general.architecture", "llama")
+            .kv_u32("llama.block_count", 1)
+            .kv_u32("llama.attention.head_count", 2)
+            .tensor("token_embd.weight", &[32, 10], 0, 0)
+            .tensor("blk.0.attn_q.weight", &[32, 32], 8, 32 * 10 * 4)
+            .tensor(&name, &[32, 32], 8, 32 * 10 * 4 + 32 * 34)
+            .padded(32 * 10 * 4 + 2 * 32 * 34);
+        let error = drive(&folder(&[("m.gguf", bytes)]), &["m.gguf"], None).unwrap_err();
+        assert_eq!(
+            error,
+            format!("`m.gguf`: tensor `{name}`: puts a layer at index {index}; a model has at most 10000 layers"),
+        );
+    }
+    let header = |index: &str| {
+        format!(
+            r#"{{"model.embed_tokens.weight": {{"dtype": "F32", "shape": [10, 8], "data_offsets": [0, 320]}},
+            "model.layers.0.self_attn.q_proj.weight": {{"dtype": "F32", "shape": [8, 8], "data_offsets": [320, 576]}},
+            "model.layers.{index}.self_attn.q_proj.weight": {{"dtype": "F32", "shape": [8, 8], "data_offsets": [576, 832]}}}}"#
+        )
+    };
+    for index in ["4294967296", "18446744073709551616"] {
+        let disk = folder(&[("model.safetensors", safetensors(&header(index))), ("config.json", CONFIG.into())]);
+        let error = drive(&disk, &["model.safetensors"], None).unwrap_err();
+        assert!(
+            error.contains(&format!("model.layers.{index}.self_attn.q_proj.weight`: puts a layer at index {index};")),
+            "{error}"
+        );
+    }
+}
