@@ -87,7 +87,8 @@ pub fn placed<'a>(file_name: &'a str, header: &GgufHeader) -> Result<Placed<'a>,
     match split_name(file_name) {
         Some((prefix, named, of)) if (named, of) == (number, count) => Ok(Placed::Part { prefix, number, count }),
         _ => {
-            let prefix = named_part(file_name).map_or_else(|| file_name.trim_end_matches(".gguf"), |(p, _, _)| p);
+            let stem = file_name.strip_suffix(".gguf").unwrap_or(file_name);
+            let prefix = named_part(file_name).map_or(stem, |(p, _, _)| p);
             Err(ImportError::Model(format!(
                 "its header (`split.count` {count}, `split.no` {}) makes it part {number} of {count}, and llama.cpp finds a set's parts by name: name it `{}`, and every part as `llama-gguf-split` wrote them",
                 number - 1,
