@@ -43,11 +43,10 @@ pub const MAX_LINK_PAIRS: usize = 65_536;
 /// vocabulary with its merges is a few tens of MiB.
 pub const MAX_GGUF_HEADER_BYTES: u64 = 256 << 20;
 
-/// Parts a split GGUF set's name can give (`name-00001-of-NNNNN.gguf`): five digits, as
-/// llama.cpp's `gguf-split` writes them. The header's `split.count` is a u16, so a set that
-/// is read has at most [`crate::import::split::MAX_PARTS`] (65,535): a larger one is refused
-/// from the header, before any part is looked for.
-pub const MAX_SPLIT_PARTS: u32 = 99_999;
+/// Parts of a split GGUF set: llama.cpp reads `split.count` and `split.no` as u16, so a
+/// larger set is refused from its first header, before any part is looked for (names give
+/// five digits, up to 99,999, as `gguf-split` writes them).
+pub const MAX_SPLIT_PARTS: u32 = u16::MAX as u32;
 
 /// CPU threads a node may name (the largest servers have a few hundred hardware threads).
 pub const MAX_THREADS: u32 = 4096;

@@ -16,8 +16,7 @@
 use super::ImportError;
 use super::gguf::{GgufHeader, Value};
 
-/// The most parts llama.cpp reads in a set: `split.count` and `split.no` are u16.
-pub const MAX_PARTS: u32 = u16::MAX as u32;
+use crate::limits::MAX_SPLIT_PARTS;
 
 /// `name-00002-of-00005.gguf` → `("name", 2, 5)`: llama.cpp's split-file naming, exactly as
 /// `gguf-split` writes it (`-%05d-of-%05d.gguf`, so at most 99,999 parts). Any other name
@@ -101,12 +100,12 @@ pub fn placed<'a>(file_name: &'a str, header: &GgufHeader) -> Result<Placed<'a>,
 /// `split.count`: 0 when absent.
 ///
 /// # Errors
-/// A value that is not an integer from 0 to [`MAX_PARTS`].
+/// A value that is not an integer from 0 to [`MAX_SPLIT_PARTS`].
 pub fn split_count(header: &GgufHeader) -> Result<u32, ImportError> {
     let Some(value) = header.get("split.count") else { return Ok(0) };
     u16_value(value).map(u32::from).ok_or_else(|| {
         ImportError::Model(format!(
-            "`split.count` is {}; llama.cpp reads a split set's part count as a u16 (at most {MAX_PARTS}): give the set as `llama-gguf-split` wrote it, or remove the key from a whole model",
+            "`split.count` is {}; llama.cpp reads a split set's part count as a u16 (at most {MAX_SPLIT_PARTS}): give the set as `llama-gguf-split` wrote it, or remove the key from a whole model",
             shown(value)
         ))
     })
