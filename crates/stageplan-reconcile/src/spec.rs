@@ -63,7 +63,8 @@ pub struct Planned {
     pub scenario: Scenario,
     /// What each stage was predicted to take with what is learned, in pipeline order.
     pub predicted: Vec<Predicted>,
-    /// What measurements taught about machines, by node name; absent: as the scenario says.
+    /// What measurements taught about machines, by machine (and so node) name; absent: as
+    /// the scenario says.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub learned: BTreeMap<String, Learned>,
     #[serde(default)]
@@ -331,18 +332,60 @@ pub fn parse_assignment_key(key: &str) -> Option<(&str, u32, usize)> {
 pub enum SpecError {
     #[error("`{field}` `{value}` {problem}")]
     Invalid { field: &'static str, value: String, problem: &'static str },
+    /// A machine of a planned deployment's scenario whose name (`nodes[index].name`, as
+    /// written) cannot be a node's: the loop could never place a stage on it.
+    #[error("`planned.scenario.nodes[{index}].name` `{name}` {problem}")]
+    Machine { index: usize, name: String, problem: String },
+}
+
+/// The names that may be part of a store key (a deployment's, a node's), in words.
+macro_rules! name_rule {
+    () => {
+        "1–200 letters, digits, `-`, `_` or `.`"
+    };
+}
+
+/// Whether `name` may be part of a store key: as `name_rule!()` says.
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn valid_name(field: &'static str, name: &str) -> Result<(), SpecError> {
-    if name.is_empty()
-        || name.len() > 200
-        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
+    if !is_name(name) {
         return Err(SpecError::Invalid {
             field,
             value: name.to_owned(),
-            problem: "is not a name; use 1–200 letters, digits, `-`, `_` or `.`",
+            problem: concat!("is not a name; use ", name_rule!()),
         });
+    }
+    Ok(())
+}
+
+/// Every machine of `scenario` can be a cluster node: a planned stage runs on the node
+/// named as its machine, and what the loop learns is kept by machine name (see
+/// [`Planned::learned`]). The scenario's own check allows more (spaces, any letter, 256
+/// characters); a machine it allows that no node can be named as would hold no stage, and
+/// every re-plan that used it (a fail-over off a machine down) would be held. The names are
+/// the planner's: trimmed, and with `count` the machines `name-1` … `name-N`, the longest
+/// of which is checked.
+fn machines_are_nodes(scenario: &Scenario) -> Result<(), SpecError> {
+    for (index, spec) in scenario.nodes.iter().enumerate() {
+        let name = spec.name.trim();
+        let problem = if !is_name(name) {
+            format!(
+                "cannot be a cluster node's name, and the loop places this machine's stages on the node of its name; rename the machine with {}, as its node is registered",
+                name_rule!()
+            )
+        } else if let Some(count) = spec.count.filter(|&count| !is_name(&format!("{name}-{count}"))) {
+            format!(
+                "with `count` {count} names machines up to `{name}-{count}`, past the 200 characters of a cluster node's name; shorten it"
+            )
+        } else {
+            continue;
+        };
+        return Err(SpecError::Machine { index, name: name.to_owned(), problem });
     }
     Ok(())
 }
@@ -406,6 +449,10 @@ impl Deployment {
                 "is more stages than one replica's transaction can bind (at most 60)",
             );
         }
+        // Before the stages: a stage on a machine no node can be named as is that machine's fault.
+        if let Some(planned) = &self.planned {
+            planned.check(&self.stages)?;
+        }
         for (field, value) in [("replicas", Some(self.replicas)), ("max_replicas", self.max_replicas)] {
             if let Some(value) = value.filter(|&v| v > MAX_REPLICAS) {
                 return invalid(field, value.to_string(), "is more than 1,000,000");
@@ -421,9 +468,6 @@ impl Deployment {
             if let Some(node) = &stage.node {
                 valid_name("stages[].node", node)?;
             }
-        }
-        if let Some(planned) = &self.planned {
-            planned.check(&self.stages)?;
         }
         let (min, max) = (self.min_replicas.unwrap_or(0), self.max_replicas.unwrap_or(u32::MAX));
         if min > max || self.replicas < min || self.replicas > max {
@@ -453,13 +497,14 @@ impl Deployment {
 }
 
 impl Planned {
-    /// Checks what re-balancing relies on: one prediction per stage, every stage on a named
-    /// node, figures that are numbers.
+    /// Checks what re-balancing relies on: every machine of the scenario a possible node,
+    /// one prediction per stage, every stage on a named node, figures that are numbers.
     ///
     /// # Errors
     /// The first field that is wrong, with the fix.
     pub fn check(&self, stages: &[StageRequest]) -> Result<(), SpecError> {
         let invalid = |field, value: String, problem| Err(SpecError::Invalid { field, value, problem });
+        machines_are_nodes(&self.scenario)?;
         if self.predicted.len() != stages.len() {
             return invalid(
                 "planned.predicted",

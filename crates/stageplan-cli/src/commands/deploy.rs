@@ -5,7 +5,7 @@ use std::path::Path;
 
 use stageplan::device::DeviceKind;
 use stageplan::quote::line;
-use stageplan_reconcile::spec::MAX_GPUS_PER_NODE;
+use stageplan_reconcile::spec::{MAX_GPUS_PER_NODE, SpecError};
 use stageplan_reconcile::store::{ASSIGNMENTS, DEPLOYMENTS};
 use stageplan_reconcile::{
     BalanceOptions, Controller, Deployment, Event, Expect, NoMetrics, Op, Planned, Store, StoreError, planned_stages,
@@ -97,8 +97,16 @@ fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
         ));
     }
     let deployment: Deployment = serde_json::from_value(value).map_err(|e| at(e.to_string()))?;
-    // The file says `rebalance` for what the record keeps as `planned.options`.
-    deployment.check().map_err(|e| at(e.to_string().replace("`planned.options.", "`rebalance.")))?;
+    deployment.check().map_err(|e| {
+        at(match e {
+            // The file's `scenario` is what the record keeps as `planned.scenario`.
+            SpecError::Machine { index, name, problem } => {
+                format!("`scenario`: `nodes[{index}].name` `{}` {problem}", line(&name))
+            }
+            // The file says `rebalance` for what the record keeps as `planned.options`.
+            e => e.to_string().replace("`planned.options.", "`rebalance."),
+        })
+    })?;
     Ok(deployment)
 }
 

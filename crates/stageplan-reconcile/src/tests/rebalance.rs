@@ -46,18 +46,25 @@ fn gpus(kind: Option<DeviceKind>) -> u32 {
     u32::from(kind == Some(DeviceKind::Gpu))
 }
 
-/// One replica of the scenario's plan, re-balanced with `options`, placed at 0 ms.
-fn planned_world(options: BalanceOptions) -> World {
-    let problem = problem();
+/// `chat`, one replica of `scenario`'s plan re-balanced with `options`, as `deploy` writes
+/// it; and the scenario's machines as the nodes they are.
+fn planned_deployment(scenario: &str, options: BalanceOptions) -> (Deployment, Vec<Node>) {
+    let problem = stageplan::check(scenario, stageplan::check::no_model_files).expect("the scenario resolves").problem;
     let plan = stageplan::plan(&problem);
     assert!(plan.feasible);
     let (stages, predicted) = planned_stages(&plan, |s| gpus(s.kind));
     let mut deployment = Deployment::new("chat", 1, stages);
-    let scenario = stageplan::Scenario::from_json(SCENARIO).unwrap();
+    let scenario = stageplan::Scenario::from_json(scenario).unwrap();
     deployment.planned =
         Some(Box::new(Planned { scenario, predicted, learned: BTreeMap::new(), options, events: Vec::new() }));
     let nodes: Vec<Node> =
         problem.nodes.iter().map(|n| Node { name: n.name.clone(), memory: n.memory, gpus: gpus(n.kind) }).collect();
+    (deployment, nodes)
+}
+
+/// One replica of the scenario's plan, re-balanced with `options`, placed at 0 ms.
+fn planned_world(options: BalanceOptions) -> World {
+    let (deployment, nodes) = planned_deployment(SCENARIO, options);
     let mut world = World::new(&nodes, &[deployment]);
     world.pass(0);
     world
@@ -196,4 +203,51 @@ fn memory_taken_from_a_machine_left_empty_is_given_back() {
     }
     assert_eq!(world.split(), planned_split, "{:#?}", world.planned().events);
     assert!(world.planned().learned.is_empty(), "{:?}", world.planned().learned);
+}
+
+/// A planned stage runs on the cluster node named as its machine, so a scenario machine
+/// named `spare box` (which the scenario allows) could never be a node: the stages forced
+/// off a GPU that is down could not move there, nor could what the loop learns of it be
+/// written, and the deployment would be held every pass, its fail-over silently lost. The
+/// record check refuses it where the deployment is written (`deploy`, the controller), so
+/// the loop never reads a deployment it cannot move.
+#[test]
+fn a_machine_that_cannot_be_a_node_is_refused_where_the_deployment_is_written() {
+    let scenario = SCENARIO.replace(r#""name": "cpu""#, r#""name": "spare box""#);
+    let (deployment, nodes) = planned_deployment(&scenario, BalanceOptions::default());
+    // The plan leaves it empty: only a fail-over would use it.
+    assert!(deployment.stages.iter().all(|s| s.node.as_deref() == Some("gpu")), "{:?}", deployment.stages);
+    let error = deployment.check().unwrap_err().to_string();
+    assert!(
+        error.starts_with("`planned.scenario.nodes[1].name` `spare box` cannot be a cluster node's name"),
+        "{error}"
+    );
+    assert!(nodes[1].check().is_err());
+    let mut world = World::new(&[], &[]);
+    let refused = world.controller.handle(&mut world.store, Event::DeploymentChanged(deployment), &NoMetrics);
+    assert!(matches!(refused, Err(StoreError::Invalid { .. })), "{refused:?}");
+    assert!(world.snapshot().deployments.is_empty());
+}
+
+/// The names checked are the planner's: trimmed, and with `count` the machines `name-1` …
+/// `name-N`, the longest of which must still be a node's name (at most 200 characters).
+#[test]
+fn machine_names_are_checked_as_the_planner_makes_them() {
+    let scenario = |name: &str, count: u32| {
+        format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}},
+                "nodes": [{{"name": "{name}", "device": "rtx-4090", "count": {count}}}]}}"#
+        )
+    };
+    let fits = format!("  {}  ", "a".repeat(197));
+    let (deployment, nodes) = planned_deployment(&scenario(&fits, 10), BalanceOptions::default());
+    deployment.check().unwrap();
+    for node in &nodes {
+        node.check().unwrap();
+    }
+    let (deployment, nodes) = planned_deployment(&scenario(&"a".repeat(198), 10), BalanceOptions::default());
+    assert!(nodes[9].check().is_err());
+    let error = deployment.check().unwrap_err().to_string();
+    assert!(error.starts_with("`planned.scenario.nodes[0].name` `aaa"), "{error}");
+    assert!(error.contains("with `count` 10"), "{error}");
 }
