@@ -7,6 +7,8 @@ use stageplan::Plan;
 use crate::fields::InputError;
 use crate::state::AppState;
 use crate::worker::Dropped;
+use std::sync::Arc;
+
 use stageplan::ScenarioError;
 use stageplan::view::{PlanView, plan_view};
 
@@ -27,7 +29,9 @@ pub struct Outcome {
 /// The last planning and how long it took.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Computed {
-    pub result: Result<Outcome, InputError>,
+    /// Shared: the panels that show a plan, and the exports, tell a new plan from the one they
+    /// show by the pointer (`Arc::ptr_eq`), not by comparing plans field by field.
+    pub result: Result<Arc<Outcome>, InputError>,
     pub millis: f64,
 }
 

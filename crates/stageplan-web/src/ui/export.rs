@@ -2,6 +2,8 @@
 //! exporters run in the page's worker ([`crate::worker`]), fetched when the panel is first
 //! opened, so a reader who only plans never downloads them.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use stageplan::export::{Export, Target};
 
@@ -16,13 +18,15 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
     let open = RwSignal::new(false);
     let target = RwSignal::new(Target::LlamaCpp);
     let copied = RwSignal::new(false);
-    // What to export: changes only when the plan (or what exports read beside it) does.
-    let exportable = Memo::new(move |_| {
-        computed.with(|c| match &c.result {
-            Ok(outcome) => Ok((outcome.plan.clone(), outcome.export_options.clone())),
-            Err(why) => Err(why.message.clone()),
-        })
-    });
+    // What to export: changes when the page plans again (or a problem's words change).
+    let exportable = Memo::new_with_compare(
+        move |_| computed.with(|c| c.result.as_ref().map(Arc::clone).map_err(|why| why.message.clone())),
+        |old, new| match (old, new) {
+            (Some(Ok(old)), Some(Ok(new))) => !Arc::ptr_eq(old, new),
+            (Some(Err(old)), Some(Err(new))) => old != new,
+            _ => true,
+        },
+    );
     // The request waited for (0: none), and the last answer, shown until the next arrives.
     let waiting = RwSignal::new(0_u64);
     let exported: RwSignal<Option<Result<Export, String>>> = RwSignal::new(None);
@@ -43,8 +47,9 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
         }
         let target = target.get();
         match exportable.get() {
-            Ok((plan, options)) => {
-                let id = worker.with_value(|w| w.send(Request::Export { plan: Box::new(plan), target, options }));
+            Ok(outcome) => {
+                let (plan, options) = (Box::new(outcome.plan.clone()), outcome.export_options.clone());
+                let id = worker.with_value(|w| w.send(Request::Export { plan, target, options }));
                 waiting.set(id);
             }
             Err(why) => {

@@ -1,5 +1,7 @@
 //! The plan and sharing.
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use stageplan::Plan;
 use stageplan::plan::Level;
@@ -17,7 +19,7 @@ use stageplan::view::PlanView;
 pub fn PlanPanel(
     state: RwSignal<AppState>,
     computed: Memo<Computed>,
-    shown: Memo<Option<Outcome>>,
+    shown: Memo<Option<Arc<Outcome>>>,
     problem: Memo<Option<InputError>>,
 ) -> impl IntoView {
     view! {
