@@ -53,8 +53,14 @@ export function launch({ profile, viewport, webgpu = false }) {
 
 let failed = 0;
 
-/** Runs one named check, printing `ok` or `FAIL` with its time; a failure is counted, not thrown. */
+/** Runs one named check, printing `ok` or `FAIL` with its time; a failure is counted, not thrown.
+ *  `--only PATTERN` on the command line runs only the checks whose names match PATTERN (a
+ *  regular expression). */
 export async function check(name, body) {
+  if (args.only !== undefined && !new RegExp(args.only).test(name)) {
+    console.log(`skip ${name}`);
+    return;
+  }
   const started = Date.now();
   try {
     await body();
