@@ -271,6 +271,59 @@ await check('notes set names as code, and each what-if switch names its machine 
   await page.close();
 });
 
+await check('a machine name with a right-to-left override reverses nothing drawn after it (#32: 22)', async () => {
+  const page = await open();
+  const evil = '\u202Eevil';
+  await page.fill('#import-json', JSON.stringify({ model: { preset: 'llama-3.1-8b' }, nodes: [{ name: evil, device: 'rtx-4090' }, { name: 'b', device: 'rtx-3090' }] }));
+  await page.click('#import');
+  await page.locator(`tr.stage-row[data-node="${evil}"]`).waitFor();
+  // The panels drawn on demand name the machines too: the sweeps' legend, the export's refusal.
+  await page.click('#sweeps > summary');
+  await page.waitForSelector('#sweeps-body #context-chart');
+  await page.click('#export-panel > summary');
+  await page.waitForSelector('#export-error, #export-text');
+  // As drawn: the characters after the name are on screen left to right, in reading order.
+  const drawnInOrder = (selector, text) => page.locator(selector).first().evaluate((element, text) => {
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const at = node.textContent.indexOf(text);
+      if (at < 0) continue;
+      const lefts = [...text].map((_, i) => {
+        const range = document.createRange();
+        range.setStart(node, at + i);
+        range.setEnd(node, at + i + 1);
+        return Math.round(range.getBoundingClientRect().left);
+      });
+      return { lefts, inOrder: lefts.every((x, i) => i === 0 || x > lefts[i - 1]) };
+    }
+    return { lefts: [], inOrder: false, missing: element.textContent };
+  }, text);
+  for (const [selector, text] of [[`.stage-band[data-node="${evil}"] span`, '0–32'], ['#sweeps-body .legend', 'the grey line']]) {
+    const drawn = await drawnInOrder(selector, text);
+    assert.ok(drawn.inOrder, `${selector}: '${text}' drawn at ${JSON.stringify(drawn)}`);
+  }
+  // Every text holding the override sits alone in an element that isolates it (alone: no
+  // other text there; Leptos leaves empty comments beside it).
+  const { loose, isolated } = await page.evaluate(() => {
+    const found = { loose: [], isolated: 0 };
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const parent = node.parentElement;
+      if (!node.textContent.includes('\u202E') || parent.closest('script, style, textarea')) continue;
+      if (getComputedStyle(parent).unicodeBidi === 'isolate' && parent.textContent === node.textContent) found.isolated += 1;
+      else found.loose.push(`${parent.tagName}.${parent.className}: ${JSON.stringify(parent.textContent)}`);
+    }
+    return found;
+  });
+  assert.deepEqual(loose, []);
+  // The stage's band, its row, its switch's label and the chart's legend at least.
+  assert.ok(isolated >= 4, `${isolated} isolated names`);
+  // Text shown as the CLI prints it (the scenario's JSON) escapes the override, as the CLI does.
+  assert.ok((await text(page, '#scenario-json')).includes('"\\u202eevil"'), await text(page, '#scenario-json'));
+  await shot(page, '05c-bidi-name');
+  await page.close();
+});
+
 await check('any screen: no sideways scrolling and the verdict in view, from 360 px to desktop; machine rows readable (#18: 3, 4, 7)', async () => {
   for (const [width, height] of [[360, 740], [390, 844], [1440, 900]]) {
     const page = await open();

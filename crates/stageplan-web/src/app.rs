@@ -94,7 +94,7 @@ pub fn App() -> impl IntoView {
         </header>
         {move || notice.get().map(|text| view! {
             <div id="notice" class="notice" role="alert">
-                <span>{text}</span>
+                <span>{crate::ui::prose(&text)}</span>
                 <button type="button" aria-label="dismiss" on:click=move |_| notice.set(None)>"×"</button>
             </div>
         })}

@@ -18,7 +18,9 @@ pub struct Outcome {
     pub plan: Plan,
     pub view: PlanView,
     pub layers: usize,
+    /// The model's name (from a preset, a config or a model file's header) and its weights.
     pub model: String,
+    pub weights: String,
     /// What the exports need beyond the plan (each machine's kind, from its preset).
     pub export_options: stageplan::export::ExportOptions,
     /// When nothing fits: the memory-proportional split on the same machines, to show how far
@@ -79,7 +81,8 @@ pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, I
         plan,
         view,
         layers,
-        model: format!("{} · {}", problem.model.name, problem.model.weights),
+        model: problem.model.name.clone(),
+        weights: problem.model.weights.clone(),
         export_options: stageplan::export::ExportOptions::for_problem(&problem),
         overflow,
     })

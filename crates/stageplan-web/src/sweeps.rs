@@ -2,7 +2,8 @@
 //! in the page's worker from the core's sweeps (every point a plan on the same machines),
 //! so neither the twenty-odd plans nor the drawing code are in the page's download, and
 //! an open panel never slows the page's re-plan. Text from input (machine names) is
-//! escaped; the markup holds no script and no URL.
+//! escaped, and set apart in `<bdi>` so it reorders nothing after it; the markup holds no
+//! script and no URL.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -53,7 +54,7 @@ fn table_html(rows: &[FormatRow]) -> String {
     for r in rows {
         let _ = write!(
             html,
-            "<tr class=\"format-row{}\" data-weights=\"{w}\"><th scope=\"row\">{w}{}</th><td>{}</td><td class=\"fits\">{}</td><td class=\"speed\">{}</td><td>{}</td></tr>",
+            "<tr class=\"format-row{}\" data-weights=\"{w}\"><th scope=\"row\"><bdi>{w}</bdi>{}</th><td>{}</td><td class=\"fits\">{}</td><td class=\"speed\">{}</td><td>{}</td></tr>",
             if r.current { " current" } else { "" },
             if r.current { " (chosen)" } else { "" },
             format_bytes(r.weight_bytes as f64),
@@ -116,7 +117,7 @@ fn chart_html(c: &ContextChart) -> String {
     for (name, hue, _) in &c.memory {
         let _ = write!(
             html,
-            "<span class=\"key\" style=\"background:hsl({hue} 70% 38%)\"></span>{}'s memory ",
+            "<span class=\"key\" style=\"background:hsl({hue} 70% 38%)\"></span><bdi>{}</bdi>'s memory ",
             escape(name)
         );
     }
@@ -234,6 +235,8 @@ mod tests {
         let html = sweeps_html(&problem, &state.enabled());
         assert!(!html.contains("<img"), "{html}");
         assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+        // Set apart in the legend, so a U+202E in a name reorders nothing after it (#32: 22).
+        assert!(html.contains("<bdi>&lt;img src=x onerror=alert(1)&gt;</bdi>'s memory"), "{html}");
         assert!(html.contains("<table id=\"formats\"") && html.contains("<svg id=\"context-chart\""));
         assert_eq!(escape("a\"b'<&>"), "a&quot;b&#39;&lt;&amp;&gt;");
     }

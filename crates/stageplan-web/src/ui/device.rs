@@ -128,7 +128,7 @@ pub fn DevicePanel(
                 <table id="sharded-result" class="stages">
                     <thead><tr><th scope="col">"stage"</th><th scope="col">"layers"</th><th scope="col">"predicted"</th><th scope="col">"measured"</th><th scope="col">"ratio"</th></tr></thead>
                     <tbody>{sharded_rows.get().into_iter().map(|(n, l, p, m, r)| view! {
-                        <tr><th scope="row">{n}</th><td>{l}</td><td>{p}</td><td>{m}</td><td>{r}</td></tr>
+                        <tr><th scope="row">{super::text::name(n)}</th><td>{l}</td><td>{p}</td><td>{m}</td><td>{r}</td></tr>
                     }).collect_view()}</tbody>
                 </table>
             })}

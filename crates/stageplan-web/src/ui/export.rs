@@ -7,7 +7,7 @@ use std::sync::Arc;
 use leptos::prelude::*;
 use stageplan::export::{Export, Target};
 
-use super::text::download;
+use super::text::{as_printed, download, prose};
 use crate::planning::Computed;
 use crate::worker::{PageWorker, Reply, Request};
 
@@ -60,7 +60,7 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
     });
     let copy = move |_| {
         if let (Some(Ok(e)), Some(window)) = (exported.get_untracked(), web_sys::window()) {
-            let _ = window.navigator().clipboard().write_text(&e.text);
+            let _ = window.navigator().clipboard().write_text(&as_printed(&e.text));
             copied.set(true);
         }
     };
@@ -84,10 +84,12 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
             <p id="export-waiting" class="hint" aria-live="polite" hidden=move || waiting.get() == 0>"exporting…"</p>
             {move || match exported.get() {
                 None => ().into_any(),
-                Some(Err(why)) => view! { <p id="export-error" class="hint">"Nothing to export: " {why}</p> }.into_any(),
+                Some(Err(why)) => view! { <p id="export-error" class="hint">"Nothing to export: " {prose(&why)}</p> }.into_any(),
                 Some(Ok(e)) => {
                     let file_name = e.file_name.clone();
-                    let text = e.text.clone();
+                    // As `stageplan export` prints it, shown, copied and saved alike.
+                    let text = as_printed(&e.text).into_owned();
+                    let shown = text.clone();
                     view! {
                         <div class="row">
                             <button id="copy-export" type="button" on:click=copy>
@@ -95,9 +97,9 @@ pub fn ExportPanel(computed: Memo<Computed>, worker: StoredValue<PageWorker, Loc
                             <button id="download-export" type="button" on:click=move |_| download(&file_name, &text)>
                                 "Download " {e.file_name.clone()}</button>
                         </div>
-                        <pre id="export-text" data-target=e.target.name()>{e.text.clone()}</pre>
+                        <pre id="export-text" data-target=e.target.name()>{shown}</pre>
                         <ul id="export-notes" class="notes">
-                            {e.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect::<Vec<_>>()}
+                            {e.notes.iter().map(|n| view! { <li>{prose(n)}</li> }).collect::<Vec<_>>()}
                         </ul>
                     }.into_any()
                 }

@@ -3,12 +3,13 @@
 use leptos::prelude::*;
 use stageplan::model::WeightFormat;
 use stageplan::presets::{DEVICES, MODELS};
+use stageplan::quote::line;
 use stageplan::scenario::Objective;
 use stageplan::tensor_type::KV_FORMATS;
 use stageplan::units::format_bytes;
 use wasm_bindgen::JsCast;
 
-use super::text::prose;
+use super::text::{name, prose};
 use crate::fields::{InputError, Place};
 use crate::state::{AppState, ModelSource, NodeDraft, PairDraft};
 use crate::worker::{Dropped, PageWorker, Reply, Request};
@@ -157,7 +158,9 @@ pub fn ModelPanel(
                     (true, _) => "reading the header…".to_owned(),
                     (false, Some(d)) => format!(
                         "{}: read {} of {} ({:.3}%) — {} tensors",
-                        d.names.join(", "),
+                        // The files' names as the CLI prints them: no control or
+                        // bidirectional character to reorder the figures after them.
+                        d.names.iter().map(|n| line(n)).collect::<Vec<_>>().join(", "),
                         format_bytes(d.bytes_read as f64),
                         format_bytes(d.file_bytes as f64),
                         d.bytes_read as f64 * 100.0 / d.file_bytes.max(1) as f64,
@@ -254,7 +257,7 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                             let on = event_target_checked(&ev);
                             state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.enabled = on });
                         }/>
-                    <span class="visually-hidden">{move || format!("use {}", get(|n| n.name.clone()).get())}</span>
+                    <span class="visually-hidden">"use "<bdi>{move || get(|n| n.name.clone()).get()}</bdi></span>
                 </label>
                 {input("name", "Name", "desk", get(|n| n.name.clone()), Box::new(set(|n, v| n.name = v)))}
                 <label class="field small device">
@@ -410,7 +413,7 @@ pub fn ClusterPanel(
             <ul class="pairs">
                 {move || state.with(|s| s.pairs.clone()).into_iter().enumerate().map(|(i, p)| view! {
                     <li class="pair">
-                        <span>{format!("{} ↔ {}: {}, {}", p.a, p.b, p.bandwidth, p.latency)}</span>
+                        <span>{name(p.a)}" ↔ "{name(p.b)}{format!(": {}, {}", p.bandwidth, p.latency)}</span>
                         <button type="button" on:click=move |_| state.update(|s| { if i < s.pairs.len() { s.pairs.remove(i); } })>"Remove"</button>
                     </li>
                 }).collect_view()}

@@ -22,3 +22,4 @@ pub use export::ExportPanel;
 pub use inputs::{ClusterPanel, ModelPanel};
 pub use results::{PlanPanel, SharePanel, StagesView};
 pub use sweeps::SweepsPanel;
+pub(crate) use text::prose;

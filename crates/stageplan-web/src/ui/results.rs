@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use stageplan::Plan;
-use stageplan::plan::Level;
+use stageplan::plan::{Change, Level};
 use stageplan::units::format_seconds;
 
-use super::text::{download, prose};
+use super::text::{as_printed, download, name, named, named_attribute, prose};
 use crate::fields::InputError;
 use crate::planning::{Computed, Outcome};
 use crate::state::AppState;
@@ -36,7 +36,7 @@ pub fn PlanPanel(
                     let millis = computed.with_untracked(|c| c.millis);
                     view! {
                         <div class="plan-body" class:stale=move || problem.with(Option::is_some)>
-                        <p class="model-line">{outcome.model.clone()} " · " {outcome.layers} " layers"</p>
+                        <p class="model-line">{name(outcome.model.clone())} " · " {outcome.weights.clone()} " · " {outcome.layers} " layers"</p>
                         <p id="plan-headline" class="headline" aria-live="polite" class:infeasible=!v.feasible>{prose(&v.headline)}</p>
                         <p id="plan-details" class="details">{v.details.iter().map(|line| view! { <span class="line">{prose(line)}</span> }).collect_view()}</p>
                         <StagesView plan=outcome.plan.clone() view=v.clone()/>
@@ -57,7 +57,7 @@ pub fn PlanPanel(
                                 <li class="baseline" class:unfit=!b.feasible data-policy=b.policy>
                                     <span class="name">{b.policy}</span>
                                     <span class="track"><span class="fill" style=format!("width:{:.4}%", b.pct)></span></span>
-                                    <span class="figure">{b.figure.clone()}</span>
+                                    <span class="figure">{prose(&b.figure)}</span>
                                 </li>
                             }).collect_view()}
                         </ul>
@@ -71,8 +71,16 @@ pub fn PlanPanel(
                                 <li class=match note.level { Level::Error => "note error", Level::Warning => "note warning", Level::Info => "note" }>
                                     {prose(&note.message)}
                                     {note.fix.as_deref().map(|f| view! { <span class="fix">" → " {prose(f)}</span> })}
-                                    {note.action.clone().map(|(label, change)| view! {
-                                        <button type="button" class="apply-fix" on:click=move |_| state.update(|s| s.apply(&change))>{label}</button>
+                                    {note.action.clone().map(|(label, change)| {
+                                        // "Add another NAME": the machine's name set apart.
+                                        let node = match &change { Change::CopyNode(node) => node.as_str(), _ => "" };
+                                        let (words, node) = match label.strip_suffix(node) {
+                                            Some(words) if !node.is_empty() => (words.to_owned(), node.to_owned()),
+                                            _ => (label.clone(), String::new()),
+                                        };
+                                        view! {
+                                            <button type="button" class="apply-fix" on:click=move |_| state.update(|s| s.apply(&change))>{words}<bdi>{node}</bdi></button>
+                                        }
                                     })}
                                 </li>
                             }).collect_view()}
@@ -96,8 +104,8 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
             {view.bands.iter().map(|b| view! {
                 <div class="stage-band" class:bottleneck=b.bottleneck data-node=b.node.clone()
                     style=format!("left:{:.4}%;width:{:.4}%;background:hsl({} 70% 78%)", b.left_pct, b.width_pct, b.hue)
-                    title=b.label.clone()>
-                    <span>{b.label.clone()}{b.bottleneck.then_some(" ◀ bottleneck")}</span>
+                    title=named_attribute(&b.label, &b.node)>
+                    <span>{named(&b.label, &b.node)}{b.bottleneck.then_some(" ◀ bottleneck")}</span>
                 </div>
             }).collect_view()}
         </div>
@@ -109,7 +117,7 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
             <tbody>
                 {plan.stages.iter().zip(&view.bars).zip(&view.bands).enumerate().map(|(i, ((s, bar), band))| view! {
                     <tr class="stage-row" class:bottleneck=band.bottleneck data-node=s.node.clone()>
-                        <th scope="row">{s.node.clone()}{band.bottleneck.then(|| view! { <span class="bottleneck-mark">" ◀ bottleneck"</span> })}
+                        <th scope="row">{name(s.node.clone())}{band.bottleneck.then(|| view! { <span class="bottleneck-mark">" ◀ bottleneck"</span> })}
                             <small class="figures">{view.figures.get(i).cloned()}</small></th>
                         <td class="layers">{format!("{}–{}", s.layers[0], s.layers[1])}</td>
                         <td>
@@ -142,7 +150,12 @@ pub fn SharePanel(
     // Written here, when the panel shows, not by `compute` on every edit.
     let plan_json = Memo::new(move |_| {
         computed.with(|c| {
-            c.result.as_ref().map(|o| serde_json::to_string_pretty(&o.plan).unwrap_or_default()).unwrap_or_default()
+            // As `stageplan plan --format json` prints it: a name's bidirectional or control
+            // character escaped (the same JSON value), so it reorders nothing in the text.
+            c.result
+                .as_ref()
+                .map(|o| as_printed(&serde_json::to_string_pretty(&o.plan).unwrap_or_default()).into_owned())
+                .unwrap_or_default()
         })
     });
     // Likewise the scenario, shown when it plans.
@@ -150,7 +163,7 @@ pub fn SharePanel(
         if computed.with(|c| c.result.is_err()) {
             return String::new();
         }
-        state.with(|s| serde_json::to_string_pretty(&s.scenario_json()).unwrap_or_default())
+        state.with(|s| as_printed(&serde_json::to_string_pretty(&s.scenario_json()).unwrap_or_default()).into_owned())
     });
     let import_text = RwSignal::new(String::new());
     // "Copied" for a moment after the link reaches the clipboard.
