@@ -14,7 +14,7 @@ use crate::{
     web::{build_embed, build_web},
 };
 
-pub(crate) const FUZZ_TARGETS: [&str; 9] = [
+pub(crate) const FUZZ_TARGETS: [&str; 11] = [
     "gguf_header",
     "safetensors_header",
     "scenario",
@@ -24,6 +24,8 @@ pub(crate) const FUZZ_TARGETS: [&str; 9] = [
     "redb_store",
     "llama_bench",
     "observations",
+    "plan_file",
+    "calibrate",
 ];
 
 /// Seconds each fuzz target runs in `cargo xtask test`.
@@ -173,6 +175,8 @@ pub(crate) fn fuzz_dictionary(target: &str) -> Option<PathBuf> {
         "safetensors_header" => "safetensors",
         "scenario" | "replan" => "scenario",
         "export_text" => "export_text",
+        "plan_file" => "plan",
+        "llama_bench" | "calibrate" => "llama_bench",
         _ => return None,
     };
     Some(root().join("fuzz/dicts").join(format!("{name}.dict")))
@@ -219,7 +223,7 @@ pub(crate) fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(
         return std::fs::write(corpus.join("seed-0"), bytes).map_err(|e| e.to_string());
     }
     let mut files: Vec<PathBuf> = Vec::new();
-    let mut stack = vec![if matches!(target, "scenario" | "replan" | "llama_bench") {
+    let mut stack = vec![if matches!(target, "scenario" | "replan" | "llama_bench" | "calibrate" | "plan_file") {
         root().join("tests")
     } else {
         seeds.to_path_buf()
@@ -240,16 +244,36 @@ pub(crate) fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(
             "gguf_header" => name.ends_with(".gguf"),
             "safetensors_header" => name.ends_with(".safetensors") || name.ends_with(".index.json"),
             "replan" => name == "current.json",
-            "llama_bench" => name == "results.json",
+            // llama-bench's JSON and JSONL output.
+            "llama_bench" | "calibrate" => name == "results.json" || name == "results.jsonl",
+            // Plan files, and the plans and re-plans the CLI tests print (`expected`).
+            "plan_file" => name == "plan.json" || name == "expected",
             _ => name.ends_with(".json") && p.to_string_lossy().contains("scenarios"),
         }
     };
     for (i, file) in files.iter().filter(|p| wanted(p)).enumerate() {
         let mut bytes = std::fs::read(file).map_err(|e| e.to_string())?;
+        if target == "plan_file" {
+            match plan_text(&bytes) {
+                Some(plan) => bytes = plan.into_bytes(),
+                None => continue,
+            }
+        }
         bytes.truncate(128 << 10);
         std::fs::write(corpus.join(format!("seed-{i}")), bytes).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The plan JSON in a plan file, or in a CLI test's `expected` (`exit: 0`, `--- stdout`, the
+/// plan, then perhaps `--- stderr`); `None` for what holds no plan (a plan has `feasible`).
+fn plan_text(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let text = match text.split_once("--- stdout\n") {
+        Some((_, printed)) => printed.split("\n--- stderr").next().unwrap_or_default(),
+        None => text,
+    };
+    (text.trim_start().starts_with('{') && text.contains("\"feasible\"")).then(|| text.to_owned())
 }
 
 /// Builds, checks, probes and times the kernels on this machine's adapters, then runs the
