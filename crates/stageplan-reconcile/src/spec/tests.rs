@@ -1,0 +1,48 @@
+use super::*;
+
+#[test]
+fn keys_round_trip_even_with_dots_and_dashes() {
+    let key = assignment_key("llama-3.1-70b.prod", 12, 3);
+    assert_eq!(key, "llama-3.1-70b.prod/12/3");
+    assert_eq!(parse_assignment_key(&key), Some(("llama-3.1-70b.prod", 12, 3)));
+    assert_eq!(parse_assignment_key("a/b/c"), None);
+}
+
+#[test]
+fn bad_specs_name_the_field() {
+    let mut d = Deployment {
+        name: "a b".into(),
+        model: String::new(),
+        replicas: 2,
+        min_replicas: None,
+        max_replicas: None,
+        placement: Placement::BinPack,
+        stages: vec![StageRequest { layers: [0, 1], memory: 1, gpus: 1, node: None }],
+        autoscale: None,
+        last_scaled_ms: None,
+        planned: None,
+    };
+    assert!(d.check().unwrap_err().to_string().starts_with("`name` `a b`"));
+    d.name = "ok".into();
+    d.max_replicas = Some(1);
+    assert!(d.check().unwrap_err().to_string().starts_with("`replicas`"));
+    d.max_replicas = None;
+    d.check().unwrap();
+    assert!(Node { name: "n".into(), memory: 1, gpus: 129 }.check().is_err());
+    // A bound the loop could scale to must pass the check that reads the result back.
+    d.max_replicas = Some(2_000_000);
+    assert_eq!(d.check().unwrap_err().to_string(), "`max_replicas` `2000000` is more than 1,000,000");
+    d.max_replicas = Some(u32::MAX);
+    assert!(d.check().unwrap_err().to_string().starts_with("`max_replicas`"));
+    d.max_replicas = Some(MAX_REPLICAS);
+    d.check().unwrap();
+}
+
+#[test]
+fn the_hourly_limit_is_bounded_so_the_moves_it_counts_are() {
+    let mut options = BalanceOptions { max_moves_per_hour: MAX_MOVES_PER_HOUR, ..BalanceOptions::default() };
+    options.check().unwrap();
+    options.max_moves_per_hour += 1;
+    let error = options.check().unwrap_err().to_string();
+    assert!(error.contains(&format!("from 0 to {MAX_MOVES_PER_HOUR} ")), "{error}");
+}
