@@ -118,6 +118,7 @@ impl Probe {
                     self.options.repetitions,
                     n = self.options.matmul_n
                 ),
+                engine: None,
             }),
             ..NodeSpec::default()
         }

@@ -252,12 +252,13 @@ export type Change = { "weights": string } | { "context": number } | { "kv": str
 export type Accuracy = { 
 /**
  * Median |predicted ÷ measured − 1| of published llama.cpp decode figures on this class,
- * each predicted with its source left out of the fit.
+ * each predicted with its source left out of the fit; for a measured node, of the
+ * probe's check against llama-bench, or half the probe's spread when wider.
  */
 typical_error: number, 
 /**
- * The class it is for: the stages' backend with the largest typical error
- * (`llama.cpp CUDA`, …).
+ * The class it is for: the stages' node with the largest typical error
+ * (`llama.cpp CUDA`, `measured, llama.cpp CPU`, …).
  */
 class: string, 
 /**

@@ -76,7 +76,22 @@ export interface NodeSpec {
   backend?: Backend;
   /** A CPU node's llama.cpp threads (`-t`). */
   threads?: number;
-  probe?: Record<string, string | number>;
+  /** Where measured figures came from (`stageplan probe`, the page's "this device"): a node
+   * with a probe plans with its figures as what the engine reaches, with the probe's error band. */
+  probe?: ProbeProvenance;
+}
+
+/** How a node's figures were measured. */
+export interface ProbeProvenance {
+  adapter?: string;
+  backend?: string;
+  device_type?: string;
+  memory_source?: string;
+  bandwidth_spread?: number;
+  compute_spread?: number;
+  method?: string;
+  /** llama.cpp's decode products on a probed CPU, weights/s per class (`probe --cpu --engine`). */
+  engine?: { float?: number; q8?: number; legacy?: number; kquant?: number; method?: string };
 }
 
 export interface LinksSpec {

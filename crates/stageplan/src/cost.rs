@@ -21,6 +21,10 @@
 //! more FLOPs. `send` is `latency + B × hidden × 2 bytes / link bandwidth` (f16 activations) to
 //! the next stage; the last stage of a multi-stage pipeline sends the sampled tokens
 //! (`B × 4` bytes) back to the first.
+//! `BW` and `F` are the node's figures under the backend's fitted terms
+//! ([`crate::calibration`]), or for a measured node (one with a `probe`) as measured, with a
+//! CPU's decode `F` twice llama.cpp's weight rate for the model's class
+//! ([`crate::calibration::measured`]); prefill divides by the node's `compute`.
 //!
 //! **Prefill time per prompt token** is the same roofline with weights read once per chunk of
 //! `C` tokens, attention over `T/2` tokens on average, and the hop's latency spread over `C`.
@@ -136,7 +140,11 @@ struct Extra {
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct NodeRates {
     pub inv_bandwidth: f64,
+    /// Prefill's compute: the node's `compute`.
     pub inv_compute: f64,
+    /// A decode step's: per FLOP, `1 ÷ (2 × weights/s)` of a measured CPU's products,
+    /// else `inv_compute`.
+    pub inv_decode_compute: f64,
     /// Seconds every layer adds to a decode step (the backend's fitted `τ`).
     pub per_layer_s: f64,
     /// Memory left for layers, embedding and head after reserve and workspace (may be < 0).
@@ -298,11 +306,20 @@ impl CostModel {
         let node_rates = nodes
             .iter()
             .map(|node| {
-                let (reached, per_layer_s) =
-                    crate::calibration::FITTED.speed(node.backend, &model.weights, node.bandwidth, node.threads);
+                // Measured figures are what the engine reaches: no fitted terms on top.
+                let (reached, per_layer_s) = match &node.measured {
+                    Some(m) => (1.0, m.per_layer_s),
+                    None => {
+                        crate::calibration::FITTED.speed(node.backend, &model.weights, node.bandwidth, node.threads)
+                    }
+                };
+                let inv_compute = 1.0 / (node.compute * node.efficiency.compute);
+                // Two FLOPs per weight of a matrix-vector product.
+                let decode_rate = node.measured.as_ref().and_then(|m| m.decode_rate(model));
                 NodeRates {
                     inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
-                    inv_compute: 1.0 / (node.compute * node.efficiency.compute),
+                    inv_compute,
+                    inv_decode_compute: decode_rate.map_or(inv_compute, |r| 1.0 / (2.0 * r * node.efficiency.compute)),
                     per_layer_s,
                     capacity: clamp_i64(
                         usable_memory(node.memory, usable) - i128::from(node.reserve) - i128::from(workspace),
@@ -519,11 +536,11 @@ impl CostModel {
     pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
         let (read, flops) = self.step_work(start, end);
         let rates = &self.nodes[node];
-        (read * rates.inv_bandwidth).max(flops * rates.inv_compute) + (end - start) as f64 * rates.per_layer_s
+        (read * rates.inv_bandwidth).max(flops * rates.inv_decode_compute) + (end - start) as f64 * rates.per_layer_s
     }
 
     #[inline]
-    fn step_work(&self, start: usize, end: usize) -> (f64, f64) {
+    pub(crate) fn step_work(&self, start: usize, end: usize) -> (f64, f64) {
         let mut read = self.read[end] - self.read[start];
         let mut flops = self.flops[end] - self.flops[start];
         if start == 0 {
@@ -588,7 +605,7 @@ impl CostModel {
         let per_layer = (end - start) as f64 * rates.per_layer_s;
         TimeParts {
             memory_s: read * rates.inv_bandwidth,
-            compute_s: flops * rates.inv_compute,
+            compute_s: flops * rates.inv_decode_compute,
             overhead_s: per_layer,
             send_s,
             // The per-layer cost is paid once per chunk of prompt tokens.
@@ -626,7 +643,7 @@ impl CostModel {
         let mut compute_bound = true;
         for l in 0..self.layers {
             let m = (self.read[l + 1] - self.read[l]) * rates.inv_bandwidth;
-            let c = (self.flops[l + 1] - self.flops[l]) * rates.inv_compute;
+            let c = (self.flops[l + 1] - self.flops[l]) * rates.inv_decode_compute;
             memory_bound &= m >= c;
             compute_bound &= c >= m;
         }
@@ -646,7 +663,7 @@ impl CostModel {
         at as f64 * rates.per_layer_s
             + match regime {
                 Regime::Memory => self.read[at] * rates.inv_bandwidth,
-                Regime::Compute => self.flops[at] * rates.inv_compute,
+                Regime::Compute => self.flops[at] * rates.inv_decode_compute,
             }
     }
 

@@ -48,6 +48,10 @@ pub const MAX_GGUF_HEADER_BYTES: u64 = 256 << 20;
 /// five digits, up to 99,999, as `gguf-split` writes them).
 pub const MAX_SPLIT_PARTS: u32 = u16::MAX as u32;
 
+/// Weights per second a probed node's decode rate (`probe.engine`) may be: past both ends
+/// no machine runs, and a rate near 0 would make a step's time infinite.
+pub const MEASURED_RATES: std::ops::RangeInclusive<f64> = 1e3..=1e15;
+
 /// CPU threads a node may name (the largest servers have a few hundred hardware threads).
 pub const MAX_THREADS: u32 = 4096;
 

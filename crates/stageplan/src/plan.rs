@@ -81,10 +81,11 @@ pub struct Plan {
 #[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Accuracy {
     /// Median |predicted ÷ measured − 1| of published llama.cpp decode figures on this class,
-    /// each predicted with its source left out of the fit.
+    /// each predicted with its source left out of the fit; for a measured node, of the
+    /// probe's check against llama-bench, or half the probe's spread when wider.
     pub typical_error: f64,
-    /// The class it is for: the stages' backend with the largest typical error
-    /// (`llama.cpp CUDA`, …).
+    /// The class it is for: the stages' node with the largest typical error
+    /// (`llama.cpp CUDA`, `measured, llama.cpp CPU`, …).
     pub class: String,
     /// `tokens_per_s` within the typical error: `[÷ (1 + e), ÷ (1 − e)]`.
     pub tokens_per_s_range: [f64; 2],

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::calibration::Measured;
 use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
 use crate::model::Model;
@@ -75,6 +76,10 @@ pub struct Node {
     pub backend: Backend,
     /// CPU threads, when given.
     pub threads: Option<u32>,
+    /// Measured on the machine (`stageplan probe`): planned as the engine reaches it, with
+    /// no fitted spec-sheet terms. `None`: spec-sheet figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<Measured>,
 }
 
 /// A link's figures.

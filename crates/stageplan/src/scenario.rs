@@ -148,7 +148,9 @@ pub struct NodeSpec {
     /// many threads' worth of bandwidth. Default: as many as help.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<u32>,
-    /// Where measured figures came from (`stageplan probe`); informational.
+    /// Where measured figures came from (`stageplan probe`). A node with a probe plans
+    /// with its figures as what the engine reaches: no fitted spec-sheet efficiency on top
+    /// ([`crate::calibration::measured`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeProvenance>,
 }
@@ -167,6 +169,34 @@ pub struct ProbeProvenance {
     /// The same for compute.
     pub compute_spread: f64,
     /// Kernels and sizes used.
+    pub method: String,
+    /// What llama.cpp itself reached on this machine with the node's threads, fitted from
+    /// llama-bench runs (`stageplan probe --cpu --engine`); absent: the defaults of
+    /// [`crate::calibration::measured`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineFit>,
+}
+
+/// llama.cpp's decode on a measured CPU beyond its read bandwidth: the rate of its
+/// matrix-vector products per weight class (weights per second, all threads together),
+/// fitted from llama-bench runs on models of that class. A class without a figure uses the
+/// default of [`crate::calibration::measured`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineFit {
+    /// F32, F16 and BF16 weights.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub float: Option<f64>,
+    /// Q8_0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub q8: Option<f64>,
+    /// Q4_0, Q4_1, Q5_0, Q5_1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub legacy: Option<f64>,
+    /// k-quants and i-quants.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kquant: Option<f64>,
+    /// The llama-bench runs fitted, in words (engine build, models, threads).
     pub method: String,
 }
 

@@ -20,6 +20,9 @@
 //! `fitted.rs`, with each backend's typical error when its source is left out of the fit. A
 //! node's `backend` selects them (from its preset, else its kind); `"peak"` turns them off.
 //!
+//! Figures measured on the machine itself (a node's `probe`) are what the engine reaches and
+//! get none of these terms: [`measured`] says what they get instead.
+//!
 //! This module holds only what plans use: the fitted constants ([`FITTED`]) and the terms
 //! they apply ([`Fitted::speed`]), and `stageplan calibrate`'s reading of a user's own
 //! llama-bench results ([`bench`](mod@bench)). The table reader and the fit are tooling, in
@@ -27,25 +30,40 @@
 //! not depend on; its tests hold these constants to the table.
 
 mod fitted;
+pub mod measured;
 
 use crate::device::Backend;
 
 pub use fitted::FITTED;
+pub use measured::Measured;
 
 /// How weights are stored, as far as reading them costs: classes the fit tells apart.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WeightClass {
     /// F32, F16, BF16: read as they are.
-    Float,
+    Float = 0,
     /// Q8_0.
-    Q8,
+    Q8 = 1,
     /// Q4_0, Q4_1, Q5_0, Q5_1: blocks with one scale.
-    Legacy,
+    Legacy = 2,
     /// k-quants and i-quants (`q4_k_m`, `iq4_xs`, …): super-blocks with nested scales.
-    KQuant,
+    KQuant = 3,
 }
 
 impl WeightClass {
+    /// Every class, in the order of their discriminants.
+    pub const ALL: [WeightClass; 4] = [WeightClass::Float, WeightClass::Q8, WeightClass::Legacy, WeightClass::KQuant];
+
+    /// The name scenarios use (`engine` fits in a node's `probe`).
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightClass::Float => "float",
+            WeightClass::Q8 => "q8",
+            WeightClass::Legacy => "legacy",
+            WeightClass::KQuant => "kquant",
+        }
+    }
+
     /// The class of a weight format's name (`q4_k_m`, `bf16`, …); formats outside
     /// llama.cpp's (`fp8`, `int8`) read like the nearest size.
     pub fn of(weights: &str) -> WeightClass {

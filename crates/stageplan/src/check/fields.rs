@@ -3,17 +3,18 @@
 //! names the field by its JSON path and says what to write. Reached only through
 //! [`crate::check()`].
 
+use crate::calibration::{Measured, WeightClass};
 use crate::device::Backend;
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
     MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
-    MAX_THREADS,
+    MAX_THREADS, MEASURED_RATES,
 };
 use crate::model::{Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset};
 use crate::problem::{DEFAULT_LINK, DEFAULT_PROMPT, Link, Links, Node, Placement, Problem, Workload};
-use crate::scenario::{ModelSpec, Policy, Scenario, WorkloadSpec, Workspace};
+use crate::scenario::{ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
@@ -161,6 +162,9 @@ impl Scenario {
                 }
             }
             let backend = spec.backend.or(preset.map(|p| p.backend)).unwrap_or_else(|| Backend::of_kind(kind));
+            if let Some(probe) = &spec.probe {
+                check_probe(probe, &at)?;
+            }
             if let Some(threads) = spec.threads
                 && !(1..=MAX_THREADS).contains(&threads)
             {
@@ -184,6 +188,7 @@ impl Scenario {
                     efficiency,
                     backend,
                     threads: spec.threads,
+                    measured: spec.probe.as_ref().map(|p| Measured::of(p, backend, spec.threads)),
                 });
             }
         }
@@ -464,6 +469,32 @@ impl WorkloadSpec {
 
 fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
     crate::tensor_type::kv_format(name).map_err(|e| ScenarioError::field("workload.kv", e.to_string()))
+}
+
+/// A node's probe, as measured figures must be: a spread from 0 and rates a CPU could reach.
+fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(), ScenarioError> {
+    let spread = probe.bandwidth_spread;
+    if !(spread.is_finite() && spread >= 0.0) {
+        return Err(ScenarioError::field(
+            at("probe.bandwidth_spread"),
+            format!("is {spread}; give the probe's (max − min) ÷ median, 0 or more"),
+        ));
+    }
+    if let Some(engine) = &probe.engine {
+        for class in WeightClass::ALL {
+            if let Some(rate) = engine.rate(class)
+                && !MEASURED_RATES.contains(&rate)
+            {
+                return Err(ScenarioError::field(
+                    at(&format!("probe.engine.{}", class.name())),
+                    format!(
+                        "is {rate:e}; give weights per second, 1e3 to 1e15, as `stageplan probe --engine` writes it"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -320,21 +320,30 @@ pub(crate) fn evaluate(
     }
 }
 
-/// The calibration's typical error for the least certain backend among the stages' nodes;
-/// `None` when a stage plans with spec-sheet peaks.
+/// The typical error of the least certain node among the stages: a measured node's from its
+/// probe ([`crate::calibration::Measured::typical_error`]), any other's from its backend's
+/// calibration; `None` when a stage plans with spec-sheet peaks.
 fn accuracy(problem: &Problem, stages: &[Placement], tokens_per_s: f64) -> Option<Accuracy> {
-    let mut worst: Option<&crate::calibration::BackendTerms> = None;
+    let mut worst: Option<(f64, String)> = None;
     for p in stages {
-        let terms = crate::calibration::FITTED.backend(problem.nodes[p.node].backend)?;
-        if worst.is_none_or(|w| terms.typical_error > w.typical_error) {
-            worst = Some(terms);
+        let node = &problem.nodes[p.node];
+        let terms = crate::calibration::FITTED.backend(node.backend);
+        let (e, class) = match (&node.measured, terms) {
+            (Some(m), terms) => (
+                m.typical_error(terms.map_or(0.0, |t| t.typical_error)),
+                format!("measured, llama.cpp {}", node.backend.title()),
+            ),
+            (None, Some(t)) => (t.typical_error, format!("llama.cpp {}", t.backend.title())),
+            (None, None) => return None,
+        };
+        if worst.as_ref().is_none_or(|w| e > w.0) {
+            worst = Some((e, class));
         }
     }
-    let worst = worst?;
-    let e = worst.typical_error;
+    let (e, class) = worst?;
     Some(Accuracy {
         typical_error: e,
-        class: format!("llama.cpp {}", worst.backend.title()),
+        class,
         tokens_per_s_range: [tokens_per_s / (1.0 + e), tokens_per_s / (1.0 - e).max(0.05)],
     })
 }

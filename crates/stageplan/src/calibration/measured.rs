@@ -1,0 +1,304 @@
+//! Figures measured on the machine itself (issue #33): what the engine reaches there, so no
+//! spec-sheet term applies on top.
+//!
+//! A node with a `probe` ([`ProbeProvenance`]) plans with its bandwidth as given: not the
+//! fitted `η` (a fraction of *spec-sheet* peaks), not `μ`, not the per-thread cap, and not the
+//! fitted per-layer `τ`, which on a CPU soaks up compute the published rows could not
+//! separate. On a CPU, llama.cpp's decode streams every weight once per token at the probe's
+//! read bandwidth unless its matrix-vector products are slower than the memory, which a
+//! single thread's F16 and Q8_0 products are (they are not repacked on x86; Q4_0 and Q4_K
+//! are). So a measured CPU node's decode step is
+//!
+//! `max(bytes ÷ bandwidth, weights ÷ rate_class) + layers · τ`
+//!
+//! with `rate_class` the products' rate for the model's weight class at the node's threads:
+//! fitted to llama-bench on this machine (`stageplan probe --cpu --engine`), else
+//! [`DEFAULT_RATE_PER_THREAD`] times the threads. A probed GPU keeps its `compute` bound and
+//! its backend's `τ` (kernel launches, which the probe cannot see). Prefill keeps the
+//! node's `compute`.
+//!
+//! The constants come from llama-bench on random-weight Llama models of real sizes on the
+//! 2-core CI machine; `cargo xtask cpu-check` (`crates/xtask/src/cpu_check.rs`) holds the
+//! rule to llama-bench there, and its table is in BENCHMARKS.md.
+
+use serde::Serialize;
+
+use super::WeightClass;
+use crate::device::Backend;
+use crate::model::{Model, Place};
+use crate::scenario::{EngineFit, ProbeProvenance};
+
+/// Seconds per layer per decode step on a CPU: the graph's ~25 barriers and ~10 small ops a
+/// layer (llama.cpp's `ggml_graph_compute_thread`, about 10–50 µs by its code), fitted with
+/// the rates below on the 1B and 3B models (0–300 µs fit within 2% of each other there).
+pub const CPU_PER_LAYER_S: f64 = 1.0e-4;
+
+/// Weights per second one thread's matrix-vector products reach, per class (float, Q8_0,
+/// legacy, k-quant): llama.cpp 0.3.36 (AVX2 kernels) on the 2-vCPU AMD EPYC of BENCHMARKS.md,
+/// fitted to its one-thread llama-bench runs of the Llama 1B and 3B models (F16, Q8_0, Q4_0,
+/// Q4_K_M). A prior for CPUs probed without the engine, scaled by the node's threads.
+pub const DEFAULT_RATE_PER_THREAD: [f64; 4] = [1.2e10, 1.6e10, 3.1e10, 3.4e10];
+
+/// Median |predicted ÷ measured − 1| of `cargo xtask cpu-check` (BENCHMARKS.md) with the
+/// probe alone (the default rates) and with the engine's fitted rates, rounded up: a probed
+/// CPU node's typical error. The probe alone is this machine's figure; on another CPU the
+/// defaults are a prior, so probe with `--engine` where llama.cpp is at hand.
+pub const CHECKED_ERROR: f64 = 0.15;
+pub const ENGINE_CHECKED_ERROR: f64 = 0.05;
+
+/// What makes a node's figures measured: its probe, read once by the checker.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Measured {
+    /// Weights per second llama.cpp's decode products reach per class (float, Q8_0, legacy,
+    /// k-quant), all threads together; `None` on a GPU, which its `compute` bounds.
+    pub decode_rates: Option<[f64; 4]>,
+    /// Seconds every layer adds to a decode step.
+    pub per_layer_s: f64,
+    /// The probe's bandwidth spread, `(max − min) ÷ median`.
+    pub spread: f64,
+    /// Whether the rates were fitted to llama-bench on the machine.
+    pub engine_fitted: bool,
+}
+
+impl Measured {
+    /// The measured figures of a node with `probe`, running `backend` with `threads`.
+    pub fn of(probe: &ProbeProvenance, backend: Backend, threads: Option<u32>) -> Measured {
+        let spread = if probe.bandwidth_spread.is_finite() { probe.bandwidth_spread.max(0.0) } else { 1.0 };
+        if backend != Backend::Cpu {
+            let per_layer_s = super::FITTED.backend(backend).map_or(0.0, |t| t.per_layer_s);
+            return Measured { decode_rates: None, per_layer_s, spread, engine_fitted: false };
+        }
+        let threads = f64::from(threads.unwrap_or(1).max(1));
+        let fit = probe.engine.as_ref();
+        let fitted = |class| fit.and_then(|f| f.rate(class)).filter(|r| r.is_finite() && *r > 0.0);
+        let rates =
+            WeightClass::ALL.map(|class| fitted(class).unwrap_or(DEFAULT_RATE_PER_THREAD[class as usize] * threads));
+        Measured {
+            decode_rates: Some(rates),
+            per_layer_s: CPU_PER_LAYER_S,
+            spread,
+            engine_fitted: WeightClass::ALL.iter().any(|&class| fitted(class).is_some()),
+        }
+    }
+
+    /// The decode products' rate for `model`'s weights, weights per second.
+    pub fn decode_rate(&self, model: &Model) -> Option<f64> {
+        self.decode_rates.map(|r| r[class_of(model) as usize])
+    }
+
+    /// A prediction's typical error from these figures: the check's (with or without the
+    /// engine's rates; on a GPU, `backend_error`), or half the probe's spread when wider.
+    pub fn typical_error(&self, backend_error: f64) -> f64 {
+        let checked = match (self.decode_rates, self.engine_fitted) {
+            (None, _) => backend_error,
+            (Some(_), true) => ENGINE_CHECKED_ERROR,
+            (Some(_), false) => CHECKED_ERROR,
+        };
+        checked.max(self.spread / 2.0).min(0.95)
+    }
+}
+
+/// The weight class of a model: its format's, or for a model read from a file the class of
+/// the tensor type holding most of its layers' bytes (`q4_k_m` files are mostly Q4_K).
+pub fn class_of(model: &Model) -> WeightClass {
+    if model.weights.parse::<crate::WeightFormat>().is_ok() {
+        return WeightClass::of(&model.weights);
+    }
+    let mut bytes: Vec<(crate::TensorType, u64)> = Vec::new();
+    for t in model.tensors.iter().filter(|t| matches!(t.place, Place::Layer(_))) {
+        match bytes.iter_mut().find(|(ty, _)| *ty == t.ty) {
+            Some((_, b)) => *b = b.saturating_add(t.bytes),
+            None => bytes.push((t.ty, t.bytes)),
+        }
+    }
+    bytes.iter().max_by_key(|(_, b)| *b).map_or(WeightClass::Float, |(ty, _)| WeightClass::of(ty.name()))
+}
+
+impl EngineFit {
+    /// The rate fitted for `class`, if any.
+    pub fn rate(&self, class: WeightClass) -> Option<f64> {
+        match class {
+            WeightClass::Float => self.float,
+            WeightClass::Q8 => self.q8,
+            WeightClass::Legacy => self.legacy,
+            WeightClass::KQuant => self.kquant,
+        }
+    }
+
+    /// Sets the rate of `class`.
+    pub fn set_rate(&mut self, class: WeightClass, rate: f64) {
+        let slot = match class {
+            WeightClass::Float => &mut self.float,
+            WeightClass::Q8 => &mut self.q8,
+            WeightClass::Legacy => &mut self.legacy,
+            WeightClass::KQuant => &mut self.kquant,
+        };
+        *slot = Some(rate);
+    }
+}
+
+/// A decode run of llama-bench on a measured CPU node: the one-node problem it was (the
+/// model read from its file, the node with its probe, the run's context) and its tokens/s.
+#[derive(Clone, Debug)]
+pub struct EngineRun {
+    pub problem: crate::Problem,
+    pub tokens_per_s: f64,
+}
+
+/// The rates that make the node's plan of each run predict it, per weight class: the median
+/// over the runs of that class. A run that the read bandwidth alone explains (memory-bound)
+/// gives the least rate that keeps it so, a lower bound that predicts any model of its class
+/// as memory-bound too.
+///
+/// # Errors
+/// A run whose problem is not one measured CPU stage, or a rate that is not a positive number.
+pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
+    let mut by_class: [Vec<f64>; 4] = Default::default();
+    for run in runs {
+        let model = &run.problem.model.name;
+        if !(run.tokens_per_s.is_finite() && run.tokens_per_s > 0.0) {
+            return Err(format!("`{}`: {} tok/s is not a measured rate", crate::quote::line(model), run.tokens_per_s));
+        }
+        let plan = crate::plan(&run.problem);
+        let (Some(stage), Some(node)) = (plan.stages.first(), run.problem.nodes.first()) else {
+            return Err(format!("`{}` does not fit the probed machine's memory", crate::quote::line(model)));
+        };
+        let Some(rate) = node.measured.as_ref().and_then(|m| m.decode_rate(&run.problem.model)) else {
+            return Err("the machine is not a probed CPU node".to_owned());
+        };
+        let t = &stage.time;
+        // The products' time at `rate` is `t.compute_s`; the run leaves `needed` for them.
+        let needed = 1.0 / run.tokens_per_s - t.overhead_s - t.send_s;
+        let fitted = rate * t.compute_s / needed.max(t.memory_s);
+        if fitted.is_finite() && fitted > 0.0 {
+            by_class[class_of(&run.problem.model) as usize].push(fitted);
+        }
+    }
+    let mut fit = EngineFit::default();
+    for class in WeightClass::ALL {
+        let rates = &by_class[class as usize];
+        if !rates.is_empty() {
+            fit.set_rate(class, super::quantile(rates, 0.5));
+        }
+    }
+    Ok(fit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Scenario;
+
+    /// A 1B model in `weights` on one CPU node with `node` fields (JSON, after the name).
+    fn problem(weights: &str, node: &str) -> crate::Problem {
+        let json = format!(
+            r#"{{"model": {{"preset": "llama-3.2-1b", "weights": "{weights}"}}, "workload": {{"context": 16}},
+                "nodes": [{{"name": "box", "kind": "cpu", "memory": "64 GiB", "bandwidth": "30 GB/s",
+                            "compute": "50 GFLOPS", "threads": 2{node}}}]}}"#
+        );
+        Scenario::from_json(&json).unwrap().problem().unwrap()
+    }
+
+    const PROBE: &str = r#", "probe": {"adapter": "EPYC", "backend": "cpu", "bandwidth_spread": 0.04}"#;
+
+    #[test]
+    fn a_probed_node_reads_at_its_measured_bandwidth_and_a_spec_node_does_not() {
+        let probed = crate::plan(&problem("q4_k_m", PROBE));
+        let spec = crate::plan(&problem("q4_k_m", ""));
+        let (p, s) = (&probed.stages[0].time, &spec.stages[0].time);
+        let bytes = crate::CostModel::new(&problem("q4_k_m", PROBE)).step_work(0, 16).0;
+        // No η, no μ, no thread cap on top of the measured figure.
+        assert!((p.memory_s - bytes / 30e9).abs() < 1e-12, "{p:?}");
+        assert!(s.memory_s > p.memory_s * 1.1, "the spec node has the fitted efficiency: {s:?}");
+        // The engine's per-layer cost, not the fitted τ that soaks up compute.
+        assert!((p.overhead_s - 16.0 * CPU_PER_LAYER_S).abs() < 1e-12);
+        assert!(s.overhead_s > 5.0 * p.overhead_s);
+    }
+
+    #[test]
+    fn decode_products_run_at_the_class_rate_and_prefill_at_compute() {
+        let with = |engine: &str| problem("q8_0", &PROBE.replace("0.04", &format!("0.04, \"engine\": {engine}")));
+        let fitted = with(r#"{"q8": 1e10}"#);
+        let m = fitted.nodes[0].measured.as_ref().unwrap();
+        assert!(m.engine_fitted);
+        assert_eq!(m.decode_rates.unwrap()[WeightClass::Q8 as usize], 1e10);
+        // The other classes keep the defaults, for the node's two threads.
+        assert_eq!(m.decode_rates.unwrap()[WeightClass::Float as usize], 2.0 * DEFAULT_RATE_PER_THREAD[0]);
+        let stage = crate::plan(&fitted).stages[0].time.clone();
+        let flops = crate::CostModel::new(&fitted).step_work(0, 16).1;
+        assert!((stage.compute_s - flops / 2e10).abs() < 1e-12, "{stage:?}");
+        // A class the fit left out: the default; a fit with no class is no fit.
+        assert!(!with(r#"{"method": "none"}"#).nodes[0].measured.as_ref().unwrap().engine_fitted);
+        // Prefill still divides by `compute`.
+        let slow = problem("q8_0", &format!(r#"{PROBE}, "efficiency": {{"compute": 0.5}}"#));
+        assert!(crate::plan(&slow).stages[0].time.prefill_s > crate::plan(&fitted).stages[0].time.prefill_s);
+    }
+
+    #[test]
+    fn the_fit_recovers_the_rate_that_made_a_run() {
+        for (weights, rate) in [("f16", 8e9), ("q8_0", 1.2e10), ("q4_0", 2.5e10), ("q4_k_m", 3e10)] {
+            let class = WeightClass::of(weights);
+            let engine = format!(r#"{{"{}": {rate}}}"#, class.name());
+            let made = problem(weights, &PROBE.replace("0.04", &format!("0.04, \"engine\": {engine}")));
+            let tokens_per_s = crate::plan(&made).stream_tokens_per_s;
+            // Fitted from a node at the defaults.
+            let fit = fit_engine(&[EngineRun { problem: problem(weights, PROBE), tokens_per_s }]).unwrap();
+            let got = fit.rate(class).unwrap();
+            // Compute-bound runs give the rate back; a memory-bound one the least rate that
+            // keeps it memory-bound, which predicts the same.
+            let refit =
+                problem(weights, &PROBE.replace("0.04", &format!("0.04, \"engine\": {{\"{}\": {got}}}", class.name())));
+            let again = crate::plan(&refit).stream_tokens_per_s;
+            assert!((again / tokens_per_s - 1.0).abs() < 1e-9, "{weights}: {again} vs {tokens_per_s}");
+            assert!(got <= rate * (1.0 + 1e-9), "{weights}: {got} > {rate}");
+        }
+        let bad = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: f64::NAN }]);
+        assert!(bad.unwrap_err().contains("not a measured rate"));
+        let spec = fit_engine(&[EngineRun { problem: problem("f16", ""), tokens_per_s: 5.0 }]);
+        assert!(spec.unwrap_err().contains("not a probed CPU node"));
+    }
+
+    #[test]
+    fn the_error_band_is_the_probes() {
+        let plan = crate::plan(&problem("q4_0", PROBE));
+        let a = plan.accuracy.unwrap();
+        assert_eq!(a.class, "measured, llama.cpp CPU");
+        assert_eq!(a.typical_error, CHECKED_ERROR);
+        // A busy machine's spread widens it.
+        let busy = crate::plan(&problem("q4_0", &PROBE.replace("0.04", "0.6")));
+        assert!((busy.accuracy.unwrap().typical_error - 0.3).abs() < 1e-12);
+        // A spec-sheet CPU keeps the calibration's.
+        let spec = crate::plan(&problem("q4_0", "")).accuracy.unwrap();
+        assert_eq!(spec.class, "llama.cpp CPU");
+        assert!(spec.typical_error > 0.3);
+    }
+
+    #[test]
+    fn a_probe_out_of_range_is_an_error_at_its_field() {
+        let error = |probe: &str| {
+            let json = format!(
+                r#"{{"model": {{"preset": "llama-3.2-1b"}}, "nodes": [{{"name": "box", "kind": "cpu",
+                    "memory": "64 GiB", "bandwidth": "30 GB/s", "compute": "50 GFLOPS", "probe": {probe}}}]}}"#
+            );
+            Scenario::from_json(&json).unwrap().problem().unwrap_err().to_string()
+        };
+        let e = error(r#"{"engine": {"q8": 0.001}}"#);
+        assert!(e.starts_with("`nodes[0].probe.engine.q8` is 1e-3; give weights per second"), "{e}");
+        let e = error(r#"{"engine": {"kquant": 1e300}}"#);
+        assert!(e.starts_with("`nodes[0].probe.engine.kquant` is 1e300"), "{e}");
+        let e = error(r#"{"bandwidth_spread": -1}"#);
+        assert!(e.starts_with("`nodes[0].probe.bandwidth_spread` is -1"), "{e}");
+    }
+
+    #[test]
+    fn a_file_is_of_the_class_of_most_of_its_layer_bytes() {
+        let mut model = problem("q4_k_m", "").model;
+        assert_eq!(class_of(&model), WeightClass::KQuant);
+        model.weights = "gguf".to_owned();
+        assert_eq!(class_of(&model), WeightClass::KQuant);
+        for t in &mut model.tensors {
+            t.ty = crate::TensorType::Q8_0;
+        }
+        assert_eq!(class_of(&model), WeightClass::Q8);
+    }
+}
