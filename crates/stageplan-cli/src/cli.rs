@@ -111,6 +111,15 @@ pub(crate) enum Command {
         /// Small sizes: a few seconds even on a software adapter.
         #[arg(long)]
         quick: bool,
+        /// With `--cpu`: also run this llama-bench (your llama.cpp build) on each `--model`
+        /// and fit the rate of its matrix-vector products per weight class, so the printed
+        /// node predicts your build rather than the defaults.
+        #[arg(long, value_name = "LLAMA_BENCH", requires = "model")]
+        engine: Option<PathBuf>,
+        /// A GGUF model for `--engine` to run (repeat for several weight types); one past the
+        /// caches (hundreds of MB) measures what decode does.
+        #[arg(long, value_name = "FILE.gguf", requires = "engine")]
+        model: Vec<PathBuf>,
         /// Also allocate up to this much (e.g. `8 GiB`) to find usable memory, then free it.
         #[arg(long)]
         memory_cap: Option<String>,

@@ -48,9 +48,10 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Export { plan_or_scenario, to, hosts, main, model, image, format } => {
             export::export(&plan_or_scenario, export::ExportRequest { to, hosts, main, model, image }, format)
         }
-        Command::Probe { adapter, cpu, gpu, threads, quick, memory_cap, format } => {
-            probe::probe(probe::ProbeRequest { adapter, cpu, gpu, threads, quick, memory_cap }, format)
-        }
+        Command::Probe { adapter, cpu, gpu, threads, quick, engine, model, memory_cap, format } => probe::probe(
+            probe::ProbeRequest { adapter, cpu, gpu, threads, quick, engine, models: model, memory_cap },
+            format,
+        ),
         Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
             run_sharded::run_sharded(&scenario, &run_sharded::ShardedOptions { width, tokens, micro_batches, replicas })
         }

@@ -42,12 +42,23 @@ pub(crate) fn probe(adapters: &[stageplan_gpu::AdapterSummary], probes: &[Probe]
     out
 }
 
-/// The CPU probe as text, ending with its node.
-pub(crate) fn cpu_probe(p: &stageplan_cpu::CpuProbe) -> String {
-    let mut out =
-        format!("measured {} ({} logical cores) with {} threads\n", p.cpu, p.logical_cores, p.options.threads);
-    row(&mut out, "read bandwidth", &format_bandwidth(p.bandwidth.median), p.bandwidth.spread, "");
-    let kernel = "; a portable kernel, a lower bound on llama.cpp's";
+/// The CPU probe as text: its figures, the engine's rates fitted to llama-bench (each run
+/// as measured and as the node predicts it), and the node.
+pub(crate) fn cpu_probe(
+    p: &stageplan_cpu::CpuProbe,
+    node: &stageplan::scenario::NodeSpec,
+    checked: &[(String, String, f64, f64)],
+) -> String {
+    let mut out = format!(
+        "measured {} ({} logical cores{}) with {} threads\n",
+        p.cpu,
+        p.logical_cores,
+        if p.numa_nodes > 1 { format!(", {} NUMA nodes", p.numa_nodes) } else { String::new() },
+        p.options.threads
+    );
+    let runs = format!("; median of {} steady runs of {}", p.options.repetitions, p.bandwidth.runs);
+    row(&mut out, "read bandwidth", &format_bandwidth(p.bandwidth.median), p.bandwidth.spread, &runs);
+    let kernel = "; a portable kernel, a lower bound on llama.cpp's prefill";
     row(&mut out, "f32 matmul", &format_compute(p.compute.median), p.compute.spread, kernel);
     let _ = writeln!(
         out,
@@ -55,7 +66,24 @@ pub(crate) fn cpu_probe(p: &stageplan_cpu::CpuProbe) -> String {
         format_bytes(p.memory_total as f64),
         format_bytes(p.memory_available as f64)
     );
-    let node = serde_json::to_string(&p.node("this-cpu")).unwrap_or_default();
+    if let Some(fit) = node.probe.as_ref().and_then(|p| p.engine.as_ref()) {
+        let _ = writeln!(out, "\nllama.cpp's decode products, fitted ({})", fit.method);
+        for class in stageplan::calibration::WeightClass::ALL {
+            if let Some(rate) = fit.rate(class) {
+                let _ = writeln!(out, "  {:<15} {} weights/s", class.name(), sig3(rate));
+            }
+        }
+        for (model, weights, measured, predicted) in checked {
+            let _ = writeln!(
+                out,
+                "  {model} ({weights}): llama-bench {} tok/s, the node predicts {} ({:+.0}%)",
+                sig3(*measured),
+                sig3(*predicted),
+                (predicted / measured - 1.0) * 100.0
+            );
+        }
+    }
+    let node = serde_json::to_string(node).unwrap_or_default();
     let _ = writeln!(out, "  as a node       {node}");
     out
 }
