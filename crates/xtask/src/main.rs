@@ -8,6 +8,8 @@
 //! - `cargo xtask checks`: only the repository-wide checks (no module circles, no file over
 //!   900 lines, no constant defined twice) that `test` runs after formatting.
 //! - `cargo xtask fuzz [SECONDS]`: only the fuzz targets, each for SECONDS (default 60).
+//! - `cargo xtask cpu-check`: only the check of a probed CPU's plans against llama-bench on
+//!   this machine (a step of `test`); prints the table BENCHMARKS.md quotes.
 //! - `cargo xtask gpu`: on a machine with a GPU, in one run: build, check the kernels on
 //!   every adapter, probe them, time the kernels against the CPU, and run a plan sharded
 //!   across the local devices with predicted against measured stage times.
@@ -26,6 +28,7 @@
 mod bench;
 mod calibrate;
 mod checks;
+mod cpu_check;
 mod setup;
 mod test;
 mod web;
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Some("calibrate") => calibrate::calibrate(&root()),
         Some("quality") => quality().map(|table| println!("{table}")),
         Some("gpu") => gpu(),
+        Some("cpu-check") => test::cpu_check_alone(),
         Some("embed") => {
             web_tools().and_then(|()| build_embed()).map(|out| println!("embed package: {}", out.display()))
         }
@@ -63,7 +67,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test | checks | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | fuzz [SECONDS] | gpu | embed"
+                "usage: cargo xtask test | checks | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | cpu-check | fuzz [SECONDS] | gpu | embed"
             );
             return ExitCode::from(2);
         }

@@ -89,6 +89,7 @@ pub(crate) fn test() -> Result<(), String> {
     let mut cli = cargo();
     cli.args(["build", "--package", "stageplan-cli", "--locked"]);
     step("the CLI the browser tests compare against", cli)?;
+    crate::cpu_check::cpu_check(&python, &llama_cpp, &target_dir().join("debug/stageplan"))?;
     // Every check at desktop size, then again at phone size: the page must work from 360 px up (#18).
     for (title, viewport) in [
         ("the web planner end to end (playwright-core, headless Chromium)", "1280x1000"),
@@ -134,6 +135,16 @@ pub(crate) fn test() -> Result<(), String> {
     fuzz(&python, FUZZ_SECONDS_IN_TEST)?;
     println!("==> all tests passed in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// `cargo xtask cpu-check`: the CLI built, then the check.
+pub(crate) fn cpu_check_alone() -> Result<(), String> {
+    let python = setup()?;
+    let llama_cpp = llama_cpp(&python)?;
+    let mut cli = cargo();
+    cli.args(["build", "--package", "stageplan-cli", "--locked"]);
+    step("the CLI", cli)?;
+    crate::cpu_check::cpu_check(&python, &llama_cpp, &target_dir().join("debug/stageplan"))
 }
 
 /// Runs each fuzz target for `seconds`, seeded with files from the reference writers and
