@@ -619,6 +619,9 @@ await check('this device: the WebGPU probe, adding it, and the plan run as kerne
   const added = page.locator('li.node').last();
   assert.match(await added.locator('.node-bandwidth').inputValue(), / [kMGT]?B\/s$/, 'bandwidth with its unit');
   assert.match(await added.locator('.node-compute').inputValue(), / [kMGTP]?FLOPS$/, 'compute with its unit');
+  // Measured, so planned as what the device reaches with the probe's band (#33).
+  const measured = JSON.parse(await text(page, '#scenario-json')).nodes.at(-1);
+  assert.equal(measured.probe?.backend, 'webgpu', JSON.stringify(measured));
   await page.click('#run-sharded');
   await page.waitForSelector('#sharded-result', { timeout: 180_000 });
   const rows = await page.$$eval('#sharded-result tbody tr', (trs) => trs.map((tr) => [...tr.children].map((c) => c.textContent)));

@@ -69,9 +69,10 @@ pub struct NodeDraft {
     pub reserve: String,
     /// What-if: a switched-off node is kept but not planned on.
     pub enabled: bool,
-    /// The node's `backend` and `efficiency` as JSON text (an object, or empty): fitted
-    /// from the machine's own llama-bench results dropped on its row, or read from a
-    /// scenario. Kept as text, so the page never needs their types.
+    /// The node's `backend`, `efficiency` and `probe` as JSON text (an object, or empty):
+    /// fitted from the machine's own llama-bench results dropped on its row, measured by
+    /// "this device", or read from a scenario. Kept as text, so the page never needs their
+    /// types.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub fit: String,
 }
@@ -240,9 +241,9 @@ impl AppState {
                         node.insert(key.into(), value);
                     }
                 }
-                // Only the two fields a fit holds, whatever a share link carries.
+                // Only the fields a fit or a probe holds, whatever a share link carries.
                 if let Ok(Value::Object(fit)) = serde_json::from_str(&n.fit) {
-                    node.extend(fit.into_iter().filter(|(key, _)| key == "backend" || key == "efficiency"));
+                    node.extend(fit.into_iter().filter(|(key, _)| FIT_FIELDS.contains(&key.as_str())));
                 }
                 Value::Object(node)
             })
@@ -435,6 +436,10 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
 }
 
 /// A scenario node's `backend` and `efficiency` as a draft keeps them (see [`NodeDraft::fit`]).
+/// The node fields [`NodeDraft::fit`] carries: a llama-bench fit's `backend` and
+/// `efficiency`, and a probe's provenance, which makes the figures measured.
+const FIT_FIELDS: [&str; 3] = ["backend", "efficiency", "probe"];
+
 fn fit_text(spec: &NodeSpec) -> String {
     let mut fit = serde_json::Map::new();
     if let Some(backend) = spec.backend {
@@ -442,6 +447,9 @@ fn fit_text(spec: &NodeSpec) -> String {
     }
     if let Some(e) = spec.efficiency {
         fit.insert("efficiency".into(), json!({"bandwidth": e.bandwidth, "compute": e.compute}));
+    }
+    if let Some(probe) = spec.probe.as_ref().and_then(|p| serde_json::to_value(p).ok()) {
+        fit.insert("probe".into(), probe);
     }
     if fit.is_empty() { String::new() } else { Value::Object(fit).to_string() }
 }
@@ -528,6 +536,20 @@ mod tests {
         let mut machine = shared.nodes[0].clone();
         machine.choose_device("l4");
         assert!(machine.fit.is_empty());
+    }
+
+    /// "This device" adds a measured machine (issue #33): its probe reaches the scenario, so
+    /// the plan uses the figures as measured, and survives the editor and a share link.
+    #[test]
+    fn a_probe_travels_with_its_machine() {
+        let mut state = AppState::default();
+        state.nodes[0].fit = r#"{"probe": {"adapter": "SwiftShader", "bandwidth_spread": 0.2}}"#.into();
+        let scenario = state.scenario().unwrap();
+        assert_eq!(scenario.nodes[0].probe.as_ref().map(|p| p.bandwidth_spread), Some(0.2));
+        let edited = AppState::from_scenario(&scenario);
+        assert_eq!(edited.scenario().unwrap(), scenario);
+        let shared = AppState::from_fragment(&edited.to_fragment()).unwrap();
+        assert_eq!(shared.scenario().unwrap(), scenario);
     }
 
     #[test]

@@ -76,6 +76,16 @@ pub fn DevicePanel(
                     compute: quantity_text(three_figures(p.compute), Dimension::Compute),
                     reserve: "0".into(),
                     enabled: true,
+                    // Measured: planned as what the device reaches, with the probe's error
+                    // band, not a spec sheet's fitted terms (issue #33).
+                    fit: serde_json::json!({"probe": {
+                        "adapter": p.adapter,
+                        "backend": "webgpu",
+                        "bandwidth_spread": p.bandwidth_spread,
+                        "compute_spread": p.compute_f32_spread,
+                        "method": "the page's WebGPU probe",
+                    }})
+                    .to_string(),
                     ..NodeDraft::default()
                 });
             });
