@@ -134,7 +134,7 @@ fn peak_problem(model: Model, count: usize, bandwidth_gb_s: f64, tflops: f64, co
             efficiency: Efficiency::default(),
             backend: Backend::Peak,
             threads: None,
-            measured: None,
+            probe: None,
         })
         .collect();
     Problem {

@@ -82,7 +82,7 @@ fn two_4090s(backend: Backend) -> Problem {
         efficiency: Efficiency::default(),
         backend,
         threads: None,
-        measured: None,
+        probe: None,
     };
     Problem {
         model: ModelPreset::find("llama-3.1-8b").unwrap().model("q4_k_m".parse().unwrap()).unwrap(),

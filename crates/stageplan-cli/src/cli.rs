@@ -114,11 +114,11 @@ pub(crate) enum Command {
         /// With `--cpu`: also run this llama-bench (your llama.cpp build) on each `--model`
         /// and fit the rate of its matrix-vector products per weight class, so the printed
         /// node predicts your build rather than the defaults.
-        #[arg(long, value_name = "LLAMA_BENCH", requires = "model")]
+        #[arg(long, value_name = "LLAMA_BENCH")]
         engine: Option<PathBuf>,
         /// A GGUF model for `--engine` to run (repeat for several weight types); one past the
         /// caches (hundreds of MB) measures what decode does.
-        #[arg(long, value_name = "FILE.gguf", requires = "engine")]
+        #[arg(long, value_name = "FILE.gguf")]
         model: Vec<PathBuf>,
         /// Also allocate up to this much (e.g. `8 GiB`) to find usable memory, then free it.
         #[arg(long)]

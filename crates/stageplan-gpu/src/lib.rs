@@ -118,7 +118,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
             efficiency: Efficiency::default(),
             backend: stageplan::device::Backend::Peak,
             threads: None,
-            measured: None,
+            probe: None,
         })
         .collect();
     let links = Links::uniform(nodes.len(), Link { bandwidth: 1e9, latency: 0.0 });

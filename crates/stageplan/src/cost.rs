@@ -307,7 +307,8 @@ impl CostModel {
             .iter()
             .map(|node| {
                 // Measured figures are what the engine reaches: no fitted terms on top.
-                let (reached, per_layer_s) = match &node.measured {
+                let measured = crate::calibration::Measured::of_node(node);
+                let (reached, per_layer_s) = match &measured {
                     Some(m) => (1.0, m.per_layer_s),
                     None => {
                         crate::calibration::FITTED.speed(node.backend, &model.weights, node.bandwidth, node.threads)
@@ -315,7 +316,7 @@ impl CostModel {
                 };
                 let inv_compute = 1.0 / (node.compute * node.efficiency.compute);
                 // Two FLOPs per weight of a matrix-vector product.
-                let decode_rate = node.measured.as_ref().and_then(|m| m.decode_rate(model));
+                let decode_rate = measured.as_ref().and_then(|m| m.decode_rate(model));
                 NodeRates {
                     inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
                     inv_compute,

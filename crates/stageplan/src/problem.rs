@@ -4,11 +4,10 @@
 
 use serde::Serialize;
 
-use crate::calibration::Measured;
 use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
 use crate::model::Model;
-use crate::scenario::{Objective, Policy};
+use crate::scenario::{Objective, Policy, ProbeProvenance};
 use crate::tensor_type::TensorType;
 
 /// A checked workload.
@@ -76,10 +75,11 @@ pub struct Node {
     pub backend: Backend,
     /// CPU threads, when given.
     pub threads: Option<u32>,
-    /// Measured on the machine (`stageplan probe`): planned as the engine reaches it, with
-    /// no fitted spec-sheet terms. `None`: spec-sheet figures.
+    /// How the figures were measured (`stageplan probe`): the node is then planned as the
+    /// engine reaches it, with no fitted spec-sheet terms
+    /// ([`Measured::of_node`](crate::calibration::Measured::of_node)). `None`: spec-sheet figures.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured: Option<Measured>,
+    pub probe: Option<ProbeProvenance>,
 }
 
 /// A link's figures.

@@ -31,11 +31,11 @@ const SIZES: [(&str, &[&str]); 2] = [
 /// Weight types of each size, quantized by `llama-quantize` from an F16 file written and
 /// then deleted. Not F16 itself: the 3B's 6.4 GB would push the others out of the page cache
 /// of a 24 GiB machine, and llama.cpp reads mmap'd weights through it on every token.
-const TYPES: [&str; 3] = ["Q8_0", "Q4_0", "Q4_K_M"];
+const WEIGHT_TYPES: [&str; 3] = ["Q8_0", "Q4_0", "Q4_K_M"];
 
-/// Tokens each llama-bench run of the probe generates (`stageplan probe`'s `-n`): the
-/// context the plans are for.
-const BENCH_TOKENS: u64 = 32;
+/// The context the plans are for: the tokens each llama-bench run of `stageplan probe
+/// --engine` generates (its `-n`).
+const PLANNED_CONTEXT: u64 = 32;
 
 /// One model's outcome at one thread count.
 struct Case {
@@ -57,7 +57,7 @@ pub(crate) fn cpu_check(python: &Path, llama_cpp: &Path, cli: &Path) -> Result<(
     threads.dedup();
     let mut cases = Vec::new();
     for &t in &threads {
-        for ty in TYPES {
+        for ty in WEIGHT_TYPES {
             // The two sizes in the order 1B, 3B, 3B, 1B, each probed just before its run:
             // a shared machine drifts by a fifth within minutes, and the mirrored order
             // cancels a steady drift.
@@ -142,7 +142,7 @@ fn models(python: &Path, llama_cpp: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (size, shape) in SIZES {
         let path = |ty: &str| dir.join(format!("{size}-{ty}.gguf"));
-        if TYPES.iter().all(|ty| path(ty).exists()) {
+        if WEIGHT_TYPES.iter().all(|ty| path(ty).exists()) {
             continue;
         }
         // Written to a temporary name and renamed, so a run cut short leaves no half file.
@@ -154,7 +154,7 @@ fn models(python: &Path, llama_cpp: &Path) -> Result<PathBuf, String> {
             .args(shape)
             .args(["--vocab", "128256", "--tied", "--name", size]);
         crate::step(&format!("write the {size} F16 model (once per machine)"), write)?;
-        for ty in TYPES {
+        for ty in WEIGHT_TYPES {
             let out = path(ty);
             let part_out = dir.join(format!("{size}-{ty}.part"));
             let mut quantize = Command::new(llama_cpp.join("llama-quantize"));
@@ -171,7 +171,7 @@ fn models(python: &Path, llama_cpp: &Path) -> Result<PathBuf, String> {
 fn predict(cli: &Path, file: &Path, node: &serde_json::Value) -> Result<f64, String> {
     let scenario = serde_json::json!({
         "model": {"file": file},
-        "workload": {"context": BENCH_TOKENS, "batch": 1, "prompt": 1},
+        "workload": {"context": PLANNED_CONTEXT, "batch": 1, "prompt": 1},
         "nodes": [node],
     });
     let path = std::env::temp_dir().join("stageplan-cpu-check.json");

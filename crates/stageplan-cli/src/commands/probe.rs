@@ -28,7 +28,18 @@ pub(super) struct ProbeRequest {
 /// chosen adapters (all by default).
 pub(super) fn probe(request: ProbeRequest, format: Format) -> Result<Outcome, Failure> {
     let ProbeRequest { adapter, cpu, gpu, threads, quick, engine, models, memory_cap } = request;
-    let engine = engine.map(|bench| (bench, models));
+    let engine = match (engine, models.is_empty()) {
+        (None, true) => None,
+        (Some(bench), false) => Some((bench, models)),
+        (Some(_), true) => {
+            return Err(Failure(
+                "`--engine` needs models to run: add `--model FILE.gguf`, one per weight type you plan".to_owned(),
+            ));
+        }
+        (None, false) => {
+            return Err(Failure("`--model` is what `--engine` runs: add `--engine PATH/llama-bench`".to_owned()));
+        }
+    };
     if cpu || threads.is_some() || engine.is_some() || (adapter.is_none() && !gpu && !has_hardware_adapter()) {
         return probe_cpu(threads, quick, engine.as_ref(), format);
     }
@@ -90,6 +101,18 @@ fn probe_cpu(
     let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let options =
         if quick { stageplan_cpu::CpuOptions::quick(threads) } else { stageplan_cpu::CpuOptions::new(threads) };
+    // Checked before the probe runs: a typo should not cost the minute the probe takes.
+    if let Some((bench, models)) = engine {
+        for (flag, path) in std::iter::once(("--engine", bench)).chain(models.iter().map(|m| ("--model", m))) {
+            if !path.is_file() {
+                return Err(Failure(format!(
+                    "`{flag}` {}: no such file; give the path of {}",
+                    stageplan::quote::line(&path.display().to_string()),
+                    if flag == "--engine" { "llama-bench (your llama.cpp build's bin/)" } else { "a GGUF model" }
+                )));
+            }
+        }
+    }
     let probe = stageplan_cpu::probe(&options, &mut |step| eprintln!("probing the CPU: {step}"))
         .map_err(|e| Failure(e.to_string()))?;
     let mut node = probe.node("this-cpu");
@@ -114,9 +137,7 @@ fn probe_cpu(
         .iter()
         .map(|run| {
             let mut problem = run.problem.clone();
-            let spec = node.probe.as_ref().expect("the probe wrote its provenance");
-            problem.nodes[0].measured =
-                Some(stageplan::calibration::Measured::of(spec, problem.nodes[0].backend, problem.nodes[0].threads));
+            problem.nodes[0].probe.clone_from(&node.probe);
             let plan = stageplan::plan(&problem);
             (
                 problem.model.name.clone(),

@@ -81,6 +81,11 @@ impl Measured {
         }
     }
 
+    /// The measured figures of a checked node, if it has a probe.
+    pub fn of_node(node: &crate::problem::Node) -> Option<Measured> {
+        node.probe.as_ref().map(|p| Measured::of(p, node.backend, node.threads))
+    }
+
     /// The decode products' rate for `model`'s weights, weights per second.
     pub fn decode_rate(&self, model: &Model) -> Option<f64> {
         self.decode_rates.map(|r| r[class_of(model) as usize])
@@ -163,7 +168,7 @@ pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
         let (Some(stage), Some(node)) = (plan.stages.first(), run.problem.nodes.first()) else {
             return Err(format!("`{}` does not fit the probed machine's memory", crate::quote::line(model)));
         };
-        let Some(rate) = node.measured.as_ref().and_then(|m| m.decode_rate(&run.problem.model)) else {
+        let Some(rate) = Measured::of_node(node).and_then(|m| m.decode_rate(&run.problem.model)) else {
             return Err("the machine is not a probed CPU node".to_owned());
         };
         let t = &stage.time;
@@ -219,7 +224,7 @@ mod tests {
     fn decode_products_run_at_the_class_rate_and_prefill_at_compute() {
         let with = |engine: &str| problem("q8_0", &PROBE.replace("0.04", &format!("0.04, \"engine\": {engine}")));
         let fitted = with(r#"{"q8": 1e10}"#);
-        let m = fitted.nodes[0].measured.as_ref().unwrap();
+        let m = Measured::of_node(&fitted.nodes[0]).unwrap();
         assert!(m.engine_fitted);
         assert_eq!(m.decode_rates.unwrap()[WeightClass::Q8 as usize], 1e10);
         // The other classes keep the defaults, for the node's two threads.
@@ -228,7 +233,7 @@ mod tests {
         let flops = crate::CostModel::new(&fitted).step_work(0, 16).1;
         assert!((stage.compute_s - flops / 2e10).abs() < 1e-12, "{stage:?}");
         // A class the fit left out: the default; a fit with no class is no fit.
-        assert!(!with(r#"{"method": "none"}"#).nodes[0].measured.as_ref().unwrap().engine_fitted);
+        assert!(!Measured::of_node(&with(r#"{"method": "none"}"#).nodes[0]).unwrap().engine_fitted);
         // Prefill still divides by `compute`.
         let slow = problem("q8_0", &format!(r#"{PROBE}, "efficiency": {{"compute": 0.5}}"#));
         assert!(crate::plan(&slow).stages[0].time.prefill_s > crate::plan(&fitted).stages[0].time.prefill_s);

@@ -3,7 +3,6 @@
 //! names the field by its JSON path and says what to write. Reached only through
 //! [`crate::check()`].
 
-use crate::calibration::{Measured, WeightClass};
 use crate::device::Backend;
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
@@ -188,7 +187,7 @@ impl Scenario {
                     efficiency,
                     backend,
                     threads: spec.threads,
-                    measured: spec.probe.as_ref().map(|p| Measured::of(p, backend, spec.threads)),
+                    probe: spec.probe.clone(),
                 });
             }
         }
@@ -481,12 +480,13 @@ fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(
         ));
     }
     if let Some(engine) = &probe.engine {
-        for class in WeightClass::ALL {
-            if let Some(rate) = engine.rate(class)
+        let rates = [("float", engine.float), ("q8", engine.q8), ("legacy", engine.legacy), ("kquant", engine.kquant)];
+        for (class, rate) in rates {
+            if let Some(rate) = rate
                 && !MEASURED_RATES.contains(&rate)
             {
                 return Err(ScenarioError::field(
-                    at(&format!("probe.engine.{}", class.name())),
+                    at(&format!("probe.engine.{class}")),
                     format!(
                         "is {rate:e}; give weights per second, 1e3 to 1e15, as `stageplan probe --engine` writes it"
                     ),

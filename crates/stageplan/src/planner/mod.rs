@@ -328,7 +328,7 @@ fn accuracy(problem: &Problem, stages: &[Placement], tokens_per_s: f64) -> Optio
     for p in stages {
         let node = &problem.nodes[p.node];
         let terms = crate::calibration::FITTED.backend(node.backend);
-        let (e, class) = match (&node.measured, terms) {
+        let (e, class) = match (crate::calibration::Measured::of_node(node), terms) {
             (Some(m), terms) => (
                 m.typical_error(terms.map_or(0.0, |t| t.typical_error)),
                 format!("measured, llama.cpp {}", node.backend.title()),

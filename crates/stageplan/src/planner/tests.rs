@@ -129,7 +129,7 @@ impl Instance {
                 // exact with it as without.
                 backend: if i % 2 == 0 { crate::device::Backend::Peak } else { crate::device::Backend::Cuda },
                 threads: None,
-                measured: None,
+                probe: None,
             })
             .collect();
         let mut links = Links::uniform(nodes.len(), Link { bandwidth: self.link.0, latency: self.link.1 });
