@@ -200,6 +200,37 @@ pub const DEVICES: &[DevicePreset] = &[
     gpu("rtx-4080", "NVIDIA GeForce RTX 4080 16 GB", 16376.0, 716.8, 97.5),
     gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24 GB", 24564.0, 1008.0, 165.2),
     gpu("rtx-5090", "NVIDIA GeForce RTX 5090 32 GB", 32607.0, 1792.0, 209.5),
+    // RTX 50-series (#34): bandwidth and dense FP16 tensor throughput with FP32 accumulation
+    // from NVIDIA's RTX Blackwell architecture whitepaper (5080: 960 GB/s, 113 TFLOPS; 5070 Ti:
+    // 896, 88; 5070: 672, 62); the 5060 Ti 16 GB from its 36 SMs at 2,572 MHz at the 5090's
+    // 1,024 FP16 FLOP per SM per clock halved (47.4), 448 GB/s. Memory: nvidia-smi shows an
+    // RTX 5070 as 12,227 MiB (shkhln/libc6-shim#14); the 16 GB cards likewise 81 MiB short.
+    gpu("rtx-5060-ti-16gb", "NVIDIA GeForce RTX 5060 Ti 16 GB", 16303.0, 448.0, 47.4),
+    gpu("rtx-5070", "NVIDIA GeForce RTX 5070 12 GB", 12227.0, 672.0, 62.0),
+    gpu("rtx-5070-ti", "NVIDIA GeForce RTX 5070 Ti 16 GB", 16303.0, 896.0, 88.0),
+    gpu("rtx-5080", "NVIDIA GeForce RTX 5080 16 GB", 16303.0, 960.0, 113.0),
+    // AMD's spec page: 24 GB GDDR6, 960 GB/s, 122.8 TFLOPS FP16 (WMMA: 96 CUs × 512 × 2.5 GHz).
+    amd("rx-7900-xtx", "AMD Radeon RX 7900 XTX 24 GB", 24560.0, 960.0, 122.8),
+    // Intel (TechPowerUp review): 12 GB GDDR6, 456 GB/s on PCIe 4.0 x8; 233 INT8 TOPS on XMX,
+    // half of it FP16. llama.cpp runs it through Vulkan (or SYCL, which has no fitted terms).
+    DevicePreset { backend: Backend::Vulkan, ..gpu("arc-b580", "Intel Arc B580 12 GB", 12288.0, 456.0, 116.7) },
+    // Unified-memory boxes bought for local LLMs. AMD Ryzen AI Max+ 395 ("Strix Halo"):
+    // LPDDR5X-8000 on 256 bits, 256 GB/s; Radeon 8060S, 40 CUs at 2.9 GHz, 59.4 TFLOPS FP16
+    // peak; Linux lets the GPU map about 124 GiB (`amdgpu.gttsize`), so 8 GiB is the OS's;
+    // llama.cpp runs it through Vulkan or ROCm (Vulkan here). NVIDIA DGX Spark (GB10): 128 GB
+    // LPDDR5x, 273 GB/s; 1 PFLOP FP4 with sparsity is 62.5 TFLOPS dense FP16 with FP32
+    // accumulation.
+    DevicePreset {
+        kind: DeviceKind::Unified,
+        backend: Backend::Vulkan,
+        reserve: 8.0 * GIB,
+        ..gpu("ryzen-ai-max-395-128gb", "AMD Ryzen AI Max+ 395 (Strix Halo), 128 GB", 131072.0, 256.0, 59.4)
+    },
+    DevicePreset {
+        kind: DeviceKind::Unified,
+        reserve: 8.0 * GIB,
+        ..gpu("dgx-spark", "NVIDIA DGX Spark (GB10), 128 GB", 122070.0, 273.0, 62.5)
+    },
     gpu("l4", "NVIDIA L4 24 GB", 23034.0, 300.0, 121.0),
     gpu("l40s", "NVIDIA L40S 48 GB", 46068.0, 864.0, 362.0),
     gpu("a100-40gb", "NVIDIA A100 40 GB", 40960.0, 1555.0, 312.0),
