@@ -96,10 +96,12 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   assert.match(await text(page, '#plan-details'), /^throughput [\d.]+ tok\/s for 1 sequence/);
   const cliVerdict = cliPlan(await text(page, '#scenario-json'));
   assert.equal(Number(verdict.match(/([\d.]+) tok\/s for one user/)[1]), sig3(cliVerdict.stream_tokens_per_s));
-  // Everything a reader downloads to plan: the issue's budget is 300 kB gzip. The worker
-  // (WebGPU, exports, model-file parsers) is fetched only when asked for.
+  // Everything a reader downloads to plan: 320 kB gzip, the budget issue #34 sets for a
+  // machine's every memory (300 kB before; 301.6 kB with #33's measured nodes and #34's
+  // device presets). The worker (WebGPU, exports, model-file parsers) is fetched only when
+  // asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 300_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 320_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);

@@ -448,8 +448,19 @@ fn fit_text(spec: &NodeSpec) -> String {
     if let Some(e) = spec.efficiency {
         fit.insert("efficiency".into(), json!({"bandwidth": e.bandwidth, "compute": e.compute}));
     }
-    if let Some(probe) = spec.probe.as_ref().and_then(|p| serde_json::to_value(p).ok()) {
-        fit.insert("probe".into(), probe);
+    // Field by field, as `efficiency` above: serialising the type would add its serde code
+    // to the page's first download.
+    if let Some(p) = &spec.probe {
+        let engine = p
+            .engine
+            .as_ref()
+            .map(|e| json!({"float": e.float, "q8": e.q8, "legacy": e.legacy, "kquant": e.kquant, "method": e.method}));
+        fit.insert(
+            "probe".into(),
+            json!({"adapter": p.adapter, "backend": p.backend, "device_type": p.device_type,
+                "memory_source": p.memory_source, "bandwidth_spread": p.bandwidth_spread,
+                "compute_spread": p.compute_spread, "method": p.method, "engine": engine}),
+        );
     }
     if fit.is_empty() { String::new() } else { Value::Object(fit).to_string() }
 }

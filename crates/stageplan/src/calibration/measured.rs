@@ -21,8 +21,6 @@
 //! 2-core CI machine; `cargo xtask cpu-check` (`crates/xtask/src/cpu_check.rs`) holds the
 //! rule to llama-bench there, and its table is in BENCHMARKS.md.
 
-use serde::Serialize;
-
 use super::WeightClass;
 use crate::device::Backend;
 use crate::model::{Model, Place};
@@ -39,15 +37,15 @@ pub const CPU_PER_LAYER_S: f64 = 1.0e-4;
 /// Q4_K_M). A prior for CPUs probed without the engine, scaled by the node's threads.
 pub const DEFAULT_RATE_PER_THREAD: [f64; 4] = [1.2e10, 1.6e10, 3.1e10, 3.4e10];
 
-/// Median |predicted ÷ measured − 1| of `cargo xtask cpu-check` (BENCHMARKS.md) with the
-/// probe alone (the default rates) and with the engine's fitted rates, rounded up: a probed
-/// CPU node's typical error. The probe alone is this machine's figure; on another CPU the
+/// Median |predicted ÷ measured − 1| of `cargo xtask cpu-check` (BENCHMARKS.md: 1.9–10.2%
+/// over three runs with the engine's fitted rates, 14–28% with the probe alone), rounded up:
+/// a probed CPU node's typical error. The probe alone is this machine's figure; on another CPU the
 /// defaults are a prior, so probe with `--engine` where llama.cpp is at hand.
-pub const CHECKED_ERROR: f64 = 0.15;
-pub const ENGINE_CHECKED_ERROR: f64 = 0.05;
+pub const CHECKED_ERROR: f64 = 0.20;
+pub const ENGINE_CHECKED_ERROR: f64 = 0.10;
 
-/// What makes a node's figures measured: its probe, read once by the checker.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// What a node's probe makes of its figures.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
     /// Weights per second llama.cpp's decode products reach per class (float, Q8_0, legacy,
     /// k-quant), all threads together; `None` on a GPU, which its `compute` bounds.
@@ -288,9 +286,9 @@ mod tests {
             Scenario::from_json(&json).unwrap().problem().unwrap_err().to_string()
         };
         let e = error(r#"{"engine": {"q8": 0.001}}"#);
-        assert!(e.starts_with("`nodes[0].probe.engine.q8` is 1e-3; give weights per second"), "{e}");
+        assert!(e.starts_with("`nodes[0].probe.engine.q8` is 0.00100; give weights per second"), "{e}");
         let e = error(r#"{"engine": {"kquant": 1e300}}"#);
-        assert!(e.starts_with("`nodes[0].probe.engine.kquant` is 1e300"), "{e}");
+        assert!(e.starts_with("`nodes[0].probe.engine.kquant` is over 1e15"), "{e}");
         let e = error(r#"{"bandwidth_spread": -1}"#);
         assert!(e.starts_with("`nodes[0].probe.bandwidth_spread` is -1"), "{e}");
     }

@@ -488,7 +488,8 @@ fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(
                 return Err(ScenarioError::field(
                     at(&format!("probe.engine.{class}")),
                     format!(
-                        "is {rate:e}; give weights per second, 1e3 to 1e15, as `stageplan probe --engine` writes it"
+                        "is {}; give weights per second, 1e3 to 1e15, as `stageplan probe --engine` writes it",
+                        if rate > *MEASURED_RATES.end() { "over 1e15".to_owned() } else { crate::units::sig3(rate) }
                     ),
                 ));
             }
