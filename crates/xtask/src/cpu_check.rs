@@ -44,6 +44,8 @@ struct Case {
     bytes: u64,
     threads: usize,
     measured: f64,
+    /// How far the model's two turns differ, |first ÷ second − 1|: the machine's own noise.
+    turns: f64,
     with_engine: f64,
     probe_only: f64,
 }
@@ -89,6 +91,7 @@ pub(crate) fn cpu_check(python: &Path, llama_cpp: &Path, cli: &Path) -> Result<(
                     bytes,
                     threads: t,
                     measured,
+                    turns: (runs[i][0].measured / runs[i][1].measured - 1.0).abs(),
                     with_engine,
                     probe_only,
                 });
@@ -201,17 +204,18 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// The Markdown table BENCHMARKS.md quotes, with the medians and the worst errors.
 fn table(cases: &[Case]) -> String {
     let mut out = String::from(
-        "| model | weights | file GB | threads | llama-bench tok/s | probe + engine | error | probe alone | error |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+        "| model | weights | file GB | threads | llama-bench tok/s | its two turns differ | probe + engine | error | probe alone | error |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for c in cases {
         out += &format!(
-            "| {} | {} | {:.2} | {} | {:.2} | {:.2} | {:+.1}% | {:.2} | {:+.1}% |\n",
+            "| {} | {} | {:.2} | {} | {:.2} | {:.1}% | {:.2} | {:+.1}% | {:.2} | {:+.1}% |\n",
             c.model,
             c.weights,
             c.bytes as f64 / 1e9,
             c.threads,
             c.measured,
+            c.turns * 100.0,
             c.with_engine,
             (c.with_engine / c.measured - 1.0) * 100.0,
             c.probe_only,
@@ -228,6 +232,7 @@ fn table(cases: &[Case]) -> String {
             cases.len()
         );
     }
-    out.push('\n');
+    let turns = median(cases.iter().map(|c| c.turns).collect());
+    out += &format!("\nthe machine itself: a model's two turns differ by {:.1}% at the median\n", turns * 100.0);
     out
 }
