@@ -155,6 +155,16 @@ pub struct NodeSpec {
     pub probe: Option<ProbeProvenance>,
 }
 
+impl NodeSpec {
+    /// The name of the `k`-th machine (from 1) this node stands for: its name, trimmed, or
+    /// with `count` `name-k`. The checker names the nodes so, and the loop's deployment
+    /// checks them against a cluster's node names by it.
+    pub fn machine_name(&self, k: u32) -> String {
+        let name = self.name.trim();
+        if self.count.is_some() { format!("{name}-{k}") } else { name.to_owned() }
+    }
+}
+
 /// How a node's figures were measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -174,7 +174,7 @@ impl Scenario {
             }
             let count = spec.count.unwrap_or(1);
             for k in 1..=count {
-                let name = if spec.count.is_some() { format!("{name}-{k}") } else { name.to_owned() };
+                let name = spec.machine_name(k);
                 spec_of.push(i);
                 nodes.push(Node {
                     name,
