@@ -165,6 +165,14 @@ impl NodeSpec {
     }
 }
 
+impl EngineFit {
+    /// Each class's rate by its field name, in [`crate::calibration::WeightClass`] order:
+    /// the one list the checker and the cost model read.
+    pub fn rates(&self) -> [(&'static str, Option<f64>); 4] {
+        [("float", self.float), ("q8", self.q8), ("legacy", self.legacy), ("kquant", self.kquant)]
+    }
+}
+
 /// How a node's figures were measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -120,12 +120,7 @@ pub fn class_of(model: &Model) -> WeightClass {
 impl EngineFit {
     /// The rate fitted for `class`, if any.
     pub fn rate(&self, class: WeightClass) -> Option<f64> {
-        match class {
-            WeightClass::Float => self.float,
-            WeightClass::Q8 => self.q8,
-            WeightClass::Legacy => self.legacy,
-            WeightClass::KQuant => self.kquant,
-        }
+        self.rates()[class as usize].1
     }
 
     /// Sets the rate of `class`.
@@ -291,6 +286,17 @@ mod tests {
         assert!(e.starts_with("`nodes[0].probe.engine.kquant` is over 1e15"), "{e}");
         let e = error(r#"{"bandwidth_spread": -1}"#);
         assert!(e.starts_with("`nodes[0].probe.bandwidth_spread` is -1"), "{e}");
+    }
+
+    #[test]
+    fn each_class_reads_its_own_field() {
+        let mut fit = EngineFit::default();
+        for (i, class) in WeightClass::ALL.into_iter().enumerate() {
+            fit.set_rate(class, 1e9 * (i + 1) as f64);
+            assert_eq!(fit.rates()[i].0, class.name());
+        }
+        assert_eq!([fit.float, fit.q8, fit.legacy, fit.kquant], [Some(1e9), Some(2e9), Some(3e9), Some(4e9)]);
+        assert!(WeightClass::ALL.iter().enumerate().all(|(i, &c)| fit.rate(c) == Some(1e9 * (i + 1) as f64)));
     }
 
     #[test]

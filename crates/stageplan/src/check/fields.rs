@@ -480,8 +480,7 @@ fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(
         ));
     }
     if let Some(engine) = &probe.engine {
-        let rates = [("float", engine.float), ("q8", engine.q8), ("legacy", engine.legacy), ("kquant", engine.kquant)];
-        for (class, rate) in rates {
+        for (class, rate) in engine.rates() {
             if let Some(rate) = rate
                 && !MEASURED_RATES.contains(&rate)
             {
