@@ -135,6 +135,7 @@ fn peak_problem(model: Model, count: usize, bandwidth_gb_s: f64, tflops: f64, co
             backend: Backend::Peak,
             threads: None,
             probe: None,
+            host: None,
         })
         .collect();
     Problem {

@@ -83,6 +83,7 @@ fn two_4090s(backend: Backend) -> Problem {
         backend,
         threads: None,
         probe: None,
+        host: None,
     };
     Problem {
         model: ModelPreset::find("llama-3.1-8b").unwrap().model("q4_k_m".parse().unwrap()).unwrap(),

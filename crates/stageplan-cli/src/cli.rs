@@ -295,6 +295,8 @@ pub(crate) enum PolicyArg {
     Even,
     Greedy,
     Manual,
+    LayerOffload,
+    LlamaFit,
 }
 
 impl Measured {

@@ -119,6 +119,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
             backend: stageplan::device::Backend::Peak,
             threads: None,
             probe: None,
+            host: None,
         })
         .collect();
     let links = Links::uniform(nodes.len(), Link { bandwidth: 1e9, latency: 0.0 });

@@ -157,7 +157,40 @@ head: boolean, memory: MemoryBreakdown, time: TimeBreakdown,
  * Time of one decode step in this stage (`batch ÷ micro_batches` sequences), hop
  * included, in seconds.
  */
-time_s: number, };
+time_s: number, 
+/**
+ * On a machine with system RAM (`host` in the scenario), what the stage keeps there;
+ * `memory` is then the GPU's. Absent: everything on the device.
+ */
+offload?: StageOffload | null, };
+
+export type StageOffload = { 
+/**
+ * Layers whole with their KV cache in host RAM: `host_range`.
+ */
+host_layers: number, 
+/**
+ * Layers whose FFN is in host RAM (`ffn_layers`): their routed experts where the
+ * layer has them, else its dense FFN matrices; their attention stays on the GPU.
+ */
+host_ffn: number, 
+/**
+ * `[start, end)` of the layers whole in host RAM: the stage's first (llama.cpp's
+ * `-ngl` order), or its last on a stage that hands over to another machine.
+ */
+host_range: [number, number], 
+/**
+ * `[start, end)` of the layers whose FFN is in host RAM.
+ */
+ffn_layers: [number, number], 
+/**
+ * Whether those FFNs are routed experts (an MoE model).
+ */
+experts: boolean, 
+/**
+ * Host RAM, by part (`budget` is the RAM installed).
+ */
+memory: MemoryBreakdown, };
 
 export type MemoryBreakdown = { weights: number, kv: number, embed_head: number, workspace: number, reserve: number, total: number, 
 /**
@@ -193,7 +226,16 @@ bound: Bound,
 /**
  * Prefill time per prompt token.
  */
-prefill_s: number, };
+prefill_s: number, 
+/**
+ * On a machine with a host tier, the CPU's part of the step (roofline and per-layer
+ * cost); `memory_s`, `compute_s` and `overhead_s` are then the GPU's.
+ */
+host_s?: number, 
+/**
+ * Changes between GPU and CPU along the step: syncs and hidden-state copies.
+ */
+split_s?: number, };
 
 export type Bound = "memory" | "compute";
 
@@ -280,7 +322,7 @@ tokens_per_s: number,
  */
 kv_fits: boolean, };
 
-export type Policy = "optimal" | "memory-proportional" | "even" | "greedy" | "manual";
+export type Policy = "optimal" | "memory-proportional" | "even" | "greedy" | "manual" | "layer-offload" | "llama-fit";
 
 export type Objective = "throughput" | "latency";
 
@@ -393,7 +435,11 @@ window?: number | null, };
 
 export type TypeBytes = { type: TensorType, bytes: number, };
 
-export type Catalog = { models: Array<ModelEntry>, devices: Array<DevicePreset>, weights: Array<string>, kv: Array<string>, };
+export type Catalog = { models: Array<ModelEntry>, devices: Array<DevicePreset>, 
+/**
+ * Host-RAM presets for a machine's `host.ram`.
+ */
+ram: Array<RamPreset>, weights: Array<string>, kv: Array<string>, };
 
 export type ModelEntry = { name: string, title: string, published_params: number, };
 
@@ -419,6 +465,12 @@ reserve: number,
  * The llama.cpp backend it runs: NVIDIA CUDA, AMD ROCm, Apple Metal, CPU.
  */
 backend: Backend, };
+
+export type RamPreset = { name: string, title: string, 
+/**
+ * Peak read bandwidth, bytes/s.
+ */
+bandwidth: number, };
 
 export type Replan = { plan: Plan, moves: Array<Move>, bytes_moved: number, 
 /**

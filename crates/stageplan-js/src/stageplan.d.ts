@@ -79,9 +79,24 @@ export interface NodeSpec {
   /** Where measured figures came from (`stageplan probe`, the page's "this device"): a node
    * with a probe plans with its figures as what the engine reaches, with the probe's error band. */
   probe?: ProbeProvenance;
+  /** The machine's system RAM beside its GPU: the planner may keep layers or their FFN (MoE
+   * experts first) there, as llama.cpp's `-ngl`, `--n-cpu-moe` and `-ot` do. */
+  host?: HostSpec;
 }
 
 /** How a node's figures were measured. */
+/** A machine's system RAM and CPU. `ram` is a preset (`ddr5-6000-2ch`, see `presets().ram`)
+ * giving `bandwidth`; `memory` is required. */
+export interface HostSpec {
+  ram?: string;
+  memory?: Quantity;
+  reserve?: Quantity;
+  bandwidth?: Quantity;
+  threads?: number;
+  /** The GPU's link to the host, per direction (default PCIe 4.0 ×16, 31.5 GB/s). */
+  link?: Quantity;
+}
+
 export interface ProbeProvenance {
   adapter?: string;
   backend?: string;

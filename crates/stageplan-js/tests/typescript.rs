@@ -7,7 +7,7 @@
 use stageplan::model::{LayerSummary, ModelSummary, TypeBytes};
 use stageplan::plan::*;
 use stageplan::planner::replan::{Move, Replan};
-use stageplan::presets::{Catalog, DevicePreset, ModelEntry};
+use stageplan::presets::{Catalog, DevicePreset, ModelEntry, RamPreset};
 use stageplan::view::{Band, BaselineRow, MemoryBar, Note, PlanView, Segment, StageRow};
 use ts_rs::{Config, TS};
 
@@ -19,6 +19,7 @@ fn declarations() -> String {
         PlannedModel::decl(&cfg),
         PlannedWorkload::decl(&cfg),
         Stage::decl(&cfg),
+        StageOffload::decl(&cfg),
         MemoryBreakdown::decl(&cfg),
         TimeBreakdown::decl(&cfg),
         Bound::decl(&cfg),
@@ -50,6 +51,7 @@ fn declarations() -> String {
         Catalog::decl(&cfg),
         ModelEntry::decl(&cfg),
         DevicePreset::decl(&cfg),
+        RamPreset::decl(&cfg),
         Replan::decl(&cfg),
         Move::decl(&cfg),
     ];

@@ -175,6 +175,31 @@ pub struct Stage {
     /// Time of one decode step in this stage (`batch ÷ micro_batches` sequences), hop
     /// included, in seconds.
     pub time_s: f64,
+    /// On a machine with system RAM (`host` in the scenario), what the stage keeps there;
+    /// `memory` is then the GPU's. Absent: everything on the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<StageOffload>,
+}
+
+/// What a stage keeps in its machine's host RAM, run there by the CPU: llama.cpp's
+/// `-ngl` (whole layers) and `--n-cpu-moe` or `-ot` (a layer's FFN).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct StageOffload {
+    /// Layers whole with their KV cache in host RAM: `host_range`.
+    pub host_layers: usize,
+    /// Layers whose FFN is in host RAM (`ffn_layers`): their routed experts where the
+    /// layer has them, else its dense FFN matrices; their attention stays on the GPU.
+    pub host_ffn: usize,
+    /// `[start, end)` of the layers whole in host RAM: the stage's first (llama.cpp's
+    /// `-ngl` order), or its last on a stage that hands over to another machine.
+    pub host_range: [usize; 2],
+    /// `[start, end)` of the layers whose FFN is in host RAM.
+    pub ffn_layers: [usize; 2],
+    /// Whether those FFNs are routed experts (an MoE model).
+    pub experts: bool,
+    /// Host RAM, by part (`budget` is the RAM installed).
+    pub memory: MemoryBreakdown,
 }
 
 /// Memory of a stage, in bytes.
@@ -210,6 +235,18 @@ pub struct TimeBreakdown {
     pub bound: Bound,
     /// Prefill time per prompt token.
     pub prefill_s: f64,
+    /// On a machine with a host tier, the CPU's part of the step (roofline and per-layer
+    /// cost); `memory_s`, `compute_s` and `overhead_s` are then the GPU's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub host_s: f64,
+    /// Changes between GPU and CPU along the step: syncs and hidden-state copies.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub split_s: f64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes fields by reference
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// The roofline term that decides a stage's time.

@@ -44,6 +44,7 @@ model_presets! {
     "mistral-7b-v0.1", "Mistral 7B v0.1 (sliding window 4096)", 7.24e9;
     "mistral-nemo-12b", "Mistral NeMo 12B", 12.2e9;
     "mixtral-8x7b", "Mixtral 8x7B (8 experts, 2 active)", 46.7e9;
+    "qwen3-30b-a3b", "Qwen3 30B-A3B (128 experts, 8 active)", 30.5e9;
     "qwen2.5-7b", "Qwen2.5 7B (q/k/v bias)", 7.62e9;
     "qwen2.5-32b", "Qwen2.5 32B", 32.8e9;
     "qwen2.5-72b", "Qwen2.5 72B", 72.7e9;
@@ -62,6 +63,7 @@ impl ModelPreset {
             "mistral-7b-v0.1" => "mistralai/Mistral-7B-v0.1",
             "mistral-nemo-12b" => "mistralai/Mistral-Nemo-Base-2407",
             "mixtral-8x7b" => "mistralai/Mixtral-8x7B-v0.1",
+            "qwen3-30b-a3b" => "Qwen/Qwen3-30B-A3B",
             "qwen2.5-7b" => "Qwen/Qwen2.5-7B",
             "qwen2.5-32b" => "Qwen/Qwen2.5-32B",
             "qwen2.5-72b" => "Qwen/Qwen2.5-72B",
@@ -282,6 +284,48 @@ pub const DEVICES: &[DevicePreset] = &[
     cpu("raspberry-pi-5-8gb", "Raspberry Pi 5, 8 GB", 8.0, 17.1, 0.31, 1.0),
 ];
 
+/// System RAM a machine's host tier may name (`host.ram`): a memory type and speed times its
+/// channels. The bandwidth is the peak, 8 bytes × MT/s per 64-bit channel (a DDR5 DIMM's two
+/// 32-bit subchannels make one); llama.cpp reaches the CPU backend's fitted fraction of it
+/// ([`crate::calibration`]), about 0.68–0.83 in published runs (`docs/offload-measurements.md`).
+#[derive(Copy, Clone, Debug, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct RamPreset {
+    pub name: &'static str,
+    pub title: &'static str,
+    /// Peak read bandwidth, bytes/s.
+    pub bandwidth: f64,
+}
+
+const fn ram(name: &'static str, title: &'static str, mt_s: f64, channels: f64) -> RamPreset {
+    RamPreset { name, title, bandwidth: 8.0 * mt_s * 1e6 * channels }
+}
+
+/// Every host-RAM preset: desktop dual channel, workstation quad channel, server 8 and 12.
+pub const RAM: &[RamPreset] = &[
+    ram("ddr4-2400-2ch", "DDR4-2400, 2 channels (desktop)", 2400.0, 2.0),
+    ram("ddr4-3200-2ch", "DDR4-3200, 2 channels (desktop)", 3200.0, 2.0),
+    ram("ddr4-3200-4ch", "DDR4-3200, 4 channels (workstation)", 3200.0, 4.0),
+    ram("ddr4-3200-8ch", "DDR4-3200, 8 channels (server)", 3200.0, 8.0),
+    ram("ddr5-4800-2ch", "DDR5-4800, 2 channels (desktop)", 4800.0, 2.0),
+    ram("ddr5-5600-2ch", "DDR5-5600, 2 channels (desktop)", 5600.0, 2.0),
+    ram("ddr5-6000-2ch", "DDR5-6000, 2 channels (desktop)", 6000.0, 2.0),
+    ram("ddr5-6400-2ch", "DDR5-6400, 2 channels (desktop)", 6400.0, 2.0),
+    ram("ddr5-5600-4ch", "DDR5-5600, 4 channels (workstation)", 5600.0, 4.0),
+    ram("ddr5-4800-8ch", "DDR5-4800, 8 channels (server)", 4800.0, 8.0),
+    ram("ddr5-4800-12ch", "DDR5-4800, 12 channels (server)", 4800.0, 12.0),
+    ram("ddr5-6400-12ch", "DDR5-6400, 12 channels (server)", 6400.0, 12.0),
+];
+
+impl RamPreset {
+    /// Finds a RAM preset by name (case-insensitive); the error suggests the nearest name.
+    pub fn find(name: &str) -> Result<&'static RamPreset, Option<String>> {
+        RAM.iter()
+            .find(|r| r.name.eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| closest(name, RAM.iter().map(|r| r.name)))
+    }
+}
+
 impl DevicePreset {
     /// Finds a device by name (case-insensitive); the error suggests the nearest name.
     pub fn find(name: &str) -> Result<&'static DevicePreset, Option<String>> {
@@ -308,7 +352,12 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_lowercase() {
-        let mut names: Vec<&str> = MODELS.iter().map(|m| m.name).chain(DEVICES.iter().map(|d| d.name)).collect();
+        let mut names: Vec<&str> = MODELS
+            .iter()
+            .map(|m| m.name)
+            .chain(DEVICES.iter().map(|d| d.name))
+            .chain(RAM.iter().map(|r| r.name))
+            .collect();
         assert!(
             names
                 .iter()
@@ -331,6 +380,14 @@ mod tests {
     }
 
     #[test]
+    fn ram_presets_are_the_channel_arithmetic() {
+        // DDR5-6000, two channels: 96 GB/s; DDR5-4800, twelve: 460.8 GB/s (the EPYC preset's).
+        assert_eq!(RamPreset::find("DDR5-6000-2ch").unwrap().bandwidth, 96e9);
+        assert!((RamPreset::find("ddr5-4800-12ch").unwrap().bandwidth - 460.8e9).abs() < 1.0);
+        assert_eq!(RamPreset::find("ddr5-6000-2c").unwrap_err(), Some("ddr5-6000-2ch".to_owned()));
+    }
+
+    #[test]
     fn unknown_names_suggest_the_nearest() {
         let err = ModelPreset::find("llama-3.1-7b").unwrap_err();
         assert!(err.to_string().contains("did you mean `llama-3.1-8b`"), "{err}");
@@ -345,6 +402,8 @@ mod tests {
 pub struct Catalog {
     pub models: Vec<ModelEntry>,
     pub devices: &'static [DevicePreset],
+    /// Host-RAM presets for a machine's `host.ram`.
+    pub ram: &'static [RamPreset],
     pub weights: Vec<String>,
     pub kv: Vec<&'static str>,
 }
@@ -366,6 +425,7 @@ pub fn catalog() -> Catalog {
             .map(|m| ModelEntry { name: m.name, title: m.title, published_params: m.published_params })
             .collect(),
         devices: DEVICES,
+        ram: RAM,
         weights: crate::WeightFormat::all().iter().map(ToString::to_string).collect(),
         kv: crate::tensor_type::KV_FORMATS.iter().map(|t| t.name()).collect(),
     }

@@ -80,6 +80,37 @@ pub struct Node {
     /// ([`Measured::of_node`](crate::calibration::Measured::of_node)). `None`: spec-sheet figures.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeProvenance>,
+    /// The machine's system RAM and CPU beside its GPU, when the scenario gives them: the
+    /// planner may place tensors there ([`crate::cost::Offload`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
+}
+
+/// A machine's host tier after checking.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Host {
+    /// The RAM preset it came from, if any.
+    pub ram: Option<String>,
+    /// RAM installed, bytes.
+    pub memory: u64,
+    /// RAM kept by the OS, bytes.
+    pub reserve: u64,
+    /// Peak read bandwidth, bytes/s.
+    pub bandwidth: f64,
+    /// CPU threads llama.cpp runs with.
+    pub threads: u32,
+    /// The GPU's link to the host, bytes/s per direction.
+    pub link: f64,
+}
+
+impl Host {
+    /// Threads when the scenario gives none: a desktop CPU's performance cores, what
+    /// llama.cpp's default (`cpu_get_num_math`, the physical cores) gives on one.
+    pub const DEFAULT_THREADS: u32 = 8;
+    /// RAM the OS and other programs keep when the scenario says nothing.
+    pub const DEFAULT_RESERVE: u64 = 4 << 30;
+    /// PCIe 4.0 ×16 per direction (128b/130b encoding), the common desktop GPU link.
+    pub const DEFAULT_LINK: f64 = 31.5e9;
 }
 
 /// A link's figures.

@@ -153,6 +153,42 @@ pub struct NodeSpec {
     /// ([`crate::calibration::measured`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeProvenance>,
+    /// The machine's system RAM beside its GPU: the planner may keep some layers, or some
+    /// layers' FFN (MoE experts first), there and run them on the CPU, as llama.cpp's
+    /// `-ngl`, `--n-cpu-moe` and `-ot` do. Absent: the node is one memory, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostSpec>,
+}
+
+/// A machine's system RAM and CPU, beside its GPU.
+///
+/// ```json
+/// {"ram": "ddr5-6000-2ch", "memory": "64 GiB", "threads": 8}
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// A host-RAM preset (`ddr5-6000-2ch`: DDR5-6000, two channels) giving `bandwidth`;
+    /// `stageplan presets` lists them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ram: Option<String>,
+    /// System RAM installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Bytes>,
+    /// RAM kept by the OS and other programs; default 4 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<Bytes>,
+    /// Peak read bandwidth of the RAM (channels × 8 bytes × MT/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Bandwidth>,
+    /// CPU threads llama.cpp runs with (`-t`); default 8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
+    /// The GPU's link to the host, per direction: PCIe 4.0 ×16 (31.5 GB/s) unless given.
+    /// Activations cross it at each change of place, and prefill streams host-held weights
+    /// over it to the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Bandwidth>,
 }
 
 impl NodeSpec {
@@ -283,12 +319,26 @@ pub enum Policy {
     Greedy,
     /// The stages the scenario gives.
     Manual,
+    /// The best split, but each machine with system RAM keeps only whole layers there
+    /// (llama.cpp's plain `-ngl`): what layer offload alone reaches.
+    LayerOffload,
+    /// The best split, each machine with system RAM placing its tensors as llama.cpp's own
+    /// `--fit` (on by default) would: fill the GPU less a 1 GiB margin, MoE experts to RAM
+    /// first, then whole layers; it ignores speed (the cost model's `OffloadRule::LlamaFit`).
+    LlamaFit,
 }
 
 impl Policy {
     /// Every policy.
-    pub const ALL: [Policy; 5] =
-        [Policy::Optimal, Policy::MemoryProportional, Policy::Even, Policy::Greedy, Policy::Manual];
+    pub const ALL: [Policy; 7] = [
+        Policy::Optimal,
+        Policy::MemoryProportional,
+        Policy::Even,
+        Policy::Greedy,
+        Policy::Manual,
+        Policy::LayerOffload,
+        Policy::LlamaFit,
+    ];
 
     /// The kebab-case name.
     pub fn name(self) -> &'static str {
@@ -298,6 +348,8 @@ impl Policy {
             Policy::Even => "even",
             Policy::Greedy => "greedy",
             Policy::Manual => "manual",
+            Policy::LayerOffload => "layer-offload",
+            Policy::LlamaFit => "llama-fit",
         }
     }
 }

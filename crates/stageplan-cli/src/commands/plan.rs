@@ -32,6 +32,8 @@ pub(super) fn plan(
             PolicyArg::Even => Policy::Even,
             PolicyArg::Greedy => Policy::Greedy,
             PolicyArg::Manual => Policy::Manual,
+            PolicyArg::LayerOffload => Policy::LayerOffload,
+            PolicyArg::LlamaFit => Policy::LlamaFit,
         };
     }
     let problem = load::problem(path, scenario)?;

@@ -11,9 +11,9 @@ use crate::limits::{
     MAX_THREADS, MEASURED_RATES,
 };
 use crate::model::{Model, WeightFormat};
-use crate::presets::{DevicePreset, ModelPreset};
-use crate::problem::{DEFAULT_LINK, DEFAULT_PROMPT, Link, Links, Node, Placement, Problem, Workload};
-use crate::scenario::{ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
+use crate::presets::{DevicePreset, ModelPreset, RamPreset};
+use crate::problem::{DEFAULT_LINK, DEFAULT_PROMPT, Host, Link, Links, Node, Placement, Problem, Workload};
+use crate::scenario::{HostSpec, ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
@@ -172,6 +172,7 @@ impl Scenario {
                     format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
                 ));
             }
+            let host = spec.host.as_ref().map(|host| check_host(host, &at)).transpose()?;
             let count = spec.count.unwrap_or(1);
             for k in 1..=count {
                 let name = spec.machine_name(k);
@@ -188,6 +189,7 @@ impl Scenario {
                     backend,
                     threads: spec.threads,
                     probe: spec.probe.clone(),
+                    host: host.clone(),
                 });
             }
         }
@@ -468,6 +470,59 @@ impl WorkloadSpec {
 
 fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
     crate::tensor_type::kv_format(name).map_err(|e| ScenarioError::field("workload.kv", e.to_string()))
+}
+
+/// A machine's host tier: its RAM's size and bandwidth (given or from a `ram` preset), a
+/// reserve below the size, threads and a link within reason.
+fn check_host(spec: &HostSpec, at: &dyn Fn(&str) -> String) -> Result<Host, ScenarioError> {
+    let preset = match &spec.ram {
+        None => None,
+        Some(ram) => Some(RamPreset::find(ram).map_err(|suggestion| {
+            ScenarioError::field(
+                at("host.ram"),
+                format!(
+                    "`{ram}` is not a RAM preset{}; run `stageplan presets` to list them, or give `host.bandwidth` instead",
+                    suggest(suggestion.as_deref())
+                ),
+            )
+        })?),
+    };
+    let memory = spec.memory.map(Bytes::get).ok_or_else(|| {
+        ScenarioError::field(at("host.memory"), "is missing; give the machine's system RAM, e.g. `64 GiB`")
+    })?;
+    let bandwidth = spec.bandwidth.map(Bandwidth::get).or(preset.map(|p| p.bandwidth)).ok_or_else(|| {
+        ScenarioError::field(
+            at("host.bandwidth"),
+            "is missing; give the RAM's bandwidth (e.g. `96 GB/s`) or a `ram` preset such as `ddr5-6000-2ch`",
+        )
+    })?;
+    let reserve = spec.reserve.map_or(Host::DEFAULT_RESERVE as f64, Bytes::get);
+    let link = spec.link.map_or(Host::DEFAULT_LINK, Bandwidth::get);
+    for (value, field) in [(bandwidth, "host.bandwidth"), (link, "host.link")] {
+        if value <= 0.0 {
+            return Err(ScenarioError::field(at(field), "is 0; it must be greater than 0"));
+        }
+    }
+    for (value, field) in [(memory, "host.memory"), (reserve, "host.reserve")] {
+        if value > MAX_BYTES {
+            return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
+        }
+    }
+    let threads = spec.threads.unwrap_or(Host::DEFAULT_THREADS);
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(ScenarioError::field(
+            at("host.threads"),
+            format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
+        ));
+    }
+    Ok(Host {
+        ram: preset.map(|p| p.name.to_owned()),
+        memory: memory as u64,
+        reserve: reserve as u64,
+        bandwidth,
+        threads,
+        link,
+    })
 }
 
 /// A node's probe, as measured figures must be: a spread from 0 and rates a CPU could reach.

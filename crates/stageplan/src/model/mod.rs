@@ -71,6 +71,11 @@ pub struct LayerWeights {
     pub expert_bytes: u64,
     pub params: u64,
     pub expert_params: u64,
+    /// The part of `bytes` a machine may keep in host RAM apart from the layer's attention:
+    /// its routed experts, or in a layer without experts its FFN matrices (what llama.cpp's
+    /// `--n-cpu-moe` and an `ffn_(up|down|gate)` override move).
+    pub ffn_bytes: u64,
+    pub ffn_params: u64,
 }
 
 impl Model {
@@ -113,7 +118,17 @@ impl Model {
                 if t.expert {
                     layer.expert_bytes = layer.expert_bytes.saturating_add(t.bytes);
                     layer.expert_params = layer.expert_params.saturating_add(t.elements());
+                } else if is_ffn_matrix(&t.name) {
+                    layer.ffn_bytes = layer.ffn_bytes.saturating_add(t.bytes);
+                    layer.ffn_params = layer.ffn_params.saturating_add(t.elements());
                 }
+            }
+        }
+        for layer in &mut layers {
+            // A layer with routed experts moves them, and keeps its shared experts and router.
+            if layer.expert_bytes > 0 {
+                layer.ffn_bytes = layer.expert_bytes;
+                layer.ffn_params = layer.expert_params;
             }
         }
         layers
@@ -148,6 +163,32 @@ impl Model {
         mix.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         mix
     }
+}
+
+/// Is `name` a dense FFN matrix (or its bias)? GGUF: `blk.N.ffn_up|down|gate|gate_up.*`
+/// (not the experts' `_exps`, the shared experts' `_shexp`, the router `ffn_gate_inp` nor the
+/// norm); Hugging Face: a projection under `.mlp.` or `.feed_forward.`.
+pub fn is_ffn_matrix(name: &str) -> bool {
+    const GGUF: [&str; 4] = [".ffn_up.", ".ffn_down.", ".ffn_gate.", ".ffn_gate_up."];
+    const HF: [&str; 12] = [
+        "up_proj.",
+        "down_proj.",
+        "gate_proj.",
+        "gate_up_proj.",
+        "fc1.",
+        "fc2.",
+        "c_fc.",
+        "c_proj.",
+        "w1.",
+        "w2.",
+        "w3.",
+        "dense_h_to_4h.",
+    ];
+    if GGUF.iter().any(|p| name.contains(p)) {
+        return true;
+    }
+    let in_mlp = name.contains(".mlp.") || name.contains(".feed_forward.");
+    in_mlp && (HF.iter().any(|p| name.contains(p)) || name.contains("dense_4h_to_h."))
 }
 
 /// What `stageplan model` reports: sizes per layer, parameters, the type mix, KV per token.

@@ -14,7 +14,7 @@ mod search;
 use crate::cost::{CostModel, Schedule};
 use crate::plan::{
     Accuracy, Baseline, BaselineStage, Bound, Change, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan,
-    PlannedModel, PlannedWorkload, Search, Stage, TimeBreakdown,
+    PlannedModel, PlannedWorkload, Search, Stage, StageOffload, TimeBreakdown,
 };
 use crate::problem::{Placement, Problem};
 use crate::scenario::{Objective, Policy};
@@ -123,8 +123,19 @@ pub(crate) fn plan_on(
     objective: Objective,
     explain: bool,
 ) -> Plan {
+    // Under `layer-offload` and `llama-fit` machines with system RAM place tensors by
+    // that rule; the split among machines is the optimal one under it.
+    let (base, ruled);
+    base = cost;
+    let cost = match crate::cost::OffloadRule::of(policy) {
+        crate::cost::OffloadRule::Fastest => cost,
+        rule => {
+            ruled = cost.with_rule(rule);
+            &ruled
+        }
+    };
     let (stages, search) = match policy {
-        Policy::Optimal => {
+        Policy::Optimal | Policy::LayerOffload | Policy::LlamaFit => {
             let found = search::optimal(cost, objective, allowed, None);
             let stages = found.best.as_ref().map(|b| b.1.clone()).unwrap_or_default();
             (stages, Some(found))
@@ -162,9 +173,14 @@ pub(crate) fn plan_on(
     }
     plan.baselines = Policy::ALL
         .iter()
-        .filter(|&&p| p != policy && p != Policy::Manual)
+        // The offload rules differ from `optimal` only on machines with system RAM.
+        .filter(|&&p| {
+            p != policy
+                && p != Policy::Manual
+                && (cost.has_host_tiers() || crate::cost::OffloadRule::of(p) == Default::default())
+        })
         .map(|&p| {
-            let other = plan_on(problem, cost, allowed, p, objective, false);
+            let other = plan_on(problem, base, allowed, p, objective, false);
             Baseline {
                 policy: p,
                 feasible: other.feasible,
@@ -229,6 +245,29 @@ pub(crate) fn evaluate(
         let memory = cost.memory(node, start, end);
         let budget = cost.budget(node);
         let total = memory.total();
+        let offload = cost.offload(node, start, end).map(|o| {
+            let (_, host) = cost.tier_parts(node, start, end, o);
+            let budget = cost.host_budget(node);
+            let (f0, f1) = o.ffn_range(start, end);
+            let (h0, h1) = o.host_range(start, end);
+            StageOffload {
+                host_layers: o.host_layers,
+                host_ffn: o.host_ffn,
+                host_range: [h0, h1],
+                ffn_layers: [f0, f1],
+                experts: problem.model.arch.moe.is_some(),
+                memory: MemoryBreakdown {
+                    weights: host.weights,
+                    kv: host.kv,
+                    embed_head: host.embed_head,
+                    workspace: host.workspace,
+                    reserve: host.reserve,
+                    total: host.total(),
+                    budget,
+                    headroom: crate::cost::clamp_i64(i128::from(budget) - i128::from(host.total())),
+                },
+            }
+        });
         out.push(Stage {
             node: problem.nodes[node].name.clone(),
             kind: problem.nodes[node].kind,
@@ -254,7 +293,10 @@ pub(crate) fn evaluate(
                 send_s: time.send_s,
                 bound: if time.memory_s >= time.compute_s { Bound::Memory } else { Bound::Compute },
                 prefill_s: time.prefill_s,
+                host_s: time.host_s,
+                split_s: time.split_s,
             },
+            offload,
         });
     }
     let feasible = !stages.is_empty() && stages.iter().all(|p| cost.fits(p.node, p.start, p.end));
@@ -389,6 +431,7 @@ fn left_out(
             && x.reserve == y.reserve
             && x.bandwidth == y.bandwidth
             && x.compute == y.compute
+            && x.host == y.host
     };
     for (k, node) in problem.nodes.iter().enumerate() {
         if !allowed[k] || used.contains(&node.name.as_str()) {

@@ -22,6 +22,11 @@ struct Instance {
     batch: u64,
     /// (memory, bandwidth, compute, reserve) per node.
     nodes: Vec<(u64, f64, f64, u64)>,
+    /// Per node, system RAM beside it: (memory, bandwidth).
+    hosts: Vec<Option<(u64, f64)>>,
+    /// The share of each layer's bytes in its FFN (routed experts when `moe`).
+    ffn_share: f64,
+    moe: bool,
     link: (f64, f64),
     pairs: Vec<(usize, usize, f64, f64)>,
 }
@@ -43,6 +48,10 @@ fn instance(max_nodes: usize, max_layers: usize, pairwise: bool) -> impl Strateg
             ),
             n,
         );
+        let hosts = prop::collection::vec(
+            prop_oneof![2 => Just(None), 1 => (0u64..=(100 * MB * l as u64), 1e9..2e11f64).prop_map(Some)],
+            n,
+        );
         let pairs = if pairwise {
             prop::collection::vec((0..n, 0..n, 1e7..1e10f64, 0.0..2e-3f64), 0..=n * 2).boxed()
         } else {
@@ -56,19 +65,34 @@ fn instance(max_nodes: usize, max_layers: usize, pairwise: bool) -> impl Strateg
             nodes,
             (1e7..1e10f64, 0.0..2e-3f64),
             pairs,
+            (hosts, 0.0..0.9f64, any::<bool>()),
         )
-            .prop_map(|(layers, (embed, head, tied), window, (context, batch), nodes, link, pairs)| Instance {
-                layers,
-                embed,
-                head,
-                tied,
-                window,
-                context,
-                batch,
-                nodes,
-                link,
-                pairs,
-            })
+            .prop_map(
+                |(
+                    layers,
+                    (embed, head, tied),
+                    window,
+                    (context, batch),
+                    nodes,
+                    link,
+                    pairs,
+                    (hosts, ffn_share, moe),
+                )| Instance {
+                    hosts,
+                    ffn_share,
+                    moe,
+                    layers,
+                    embed,
+                    head,
+                    tied,
+                    window,
+                    context,
+                    batch,
+                    nodes,
+                    link,
+                    pairs,
+                },
+            )
     })
 }
 
@@ -93,19 +117,38 @@ impl Instance {
             windows: (0..l).map(|i| self.window.filter(|_| i % 2 == 0)).collect(),
             kv_elements: vec![64; l as usize],
             max_context: None,
-            moe: None,
+            moe: self.moe.then_some(crate::model::Moe {
+                experts: 8,
+                active: 2,
+                expert_intermediate: 128,
+                shared_intermediate: None,
+                sparse_layers: vec![true; l as usize],
+            }),
         };
         let tensor = |name: String, bytes: u64, params: u64, place: Place| Tensor {
+            expert: name.contains("_exps"),
             name,
             shape: vec![params],
             ty: TensorType::F16,
             bytes,
             place,
-            expert: false,
         };
         let mut tensors = vec![tensor("token_embd.weight".into(), self.embed, self.embed / 2, Place::Embedding)];
         for (i, &(bytes, params)) in self.layers.iter().enumerate() {
-            tensors.push(tensor(format!("blk.{i}.w"), bytes, params, Place::Layer(i as u32)));
+            // Part of each layer in its FFN (routed experts in an MoE model), the rest attention.
+            let ffn = (bytes as f64 * self.ffn_share) as u64;
+            let ffn_params = (params as f64 * self.ffn_share) as u64;
+            let ffn_name =
+                if self.moe { format!("blk.{i}.ffn_up_exps.weight") } else { format!("blk.{i}.ffn_up.weight") };
+            tensors.push(tensor(
+                format!("blk.{i}.attn_q.weight"),
+                bytes - ffn,
+                params - ffn_params,
+                Place::Layer(i as u32),
+            ));
+            if ffn > 0 {
+                tensors.push(tensor(ffn_name, ffn, ffn_params.max(1), Place::Layer(i as u32)));
+            }
         }
         if !self.tied {
             tensors.push(tensor("output.weight".into(), self.head, self.head / 2, Place::Head));
@@ -130,6 +173,14 @@ impl Instance {
                 backend: if i % 2 == 0 { crate::device::Backend::Peak } else { crate::device::Backend::Cuda },
                 threads: None,
                 probe: None,
+                host: self.hosts.get(i).copied().flatten().map(|(memory, bandwidth)| crate::problem::Host {
+                    ram: None,
+                    memory,
+                    reserve: 0,
+                    bandwidth,
+                    threads: 4,
+                    link: 16e9,
+                }),
             })
             .collect();
         let mut links = Links::uniform(nodes.len(), Link { bandwidth: self.link.0, latency: self.link.1 });
@@ -279,6 +330,25 @@ proptest! {
         let cost = CostModel::new(&problem);
         let fits = exhaustive::best(&cost, Objective::Latency, None).is_some();
         prop_assert_eq!(search::any_fit(&cost, &vec![true; problem.nodes.len()]), fits);
+    }
+
+    /// A stage that fits keeps fitting with a layer fewer at either end, on machines with
+    /// system RAM too: the searches' sliding windows and reaches rely on it. (A last stage
+    /// with every layer in host RAM may keep its head on the GPU, `-ngl 1`, for this.)
+    #[test]
+    fn a_stage_that_fits_fits_without_its_end_layers(instance in instance(4, 12, false)) {
+        let problem = instance.problem(Objective::Latency);
+        let cost = CostModel::new(&problem);
+        let l = problem.model.num_layers();
+        for k in 0..problem.nodes.len() {
+            for s in 0..l {
+                for e in s + 2..=l {
+                    if cost.fits(k, s, e) {
+                        prop_assert!(cost.fits(k, s + 1, e) && cost.fits(k, s, e - 1), "node {k} [{s}, {e})");
+                    }
+                }
+            }
+        }
     }
 
     /// A plan is never worse than any single node that holds the whole model alone.

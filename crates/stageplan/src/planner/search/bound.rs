@@ -12,7 +12,9 @@ pub(crate) fn lower_bound(cost: &CostModel, nodes: &[usize]) -> Option<f64> {
     }
     let work: Vec<(f64, f64, u64)> = (0..l).map(|i| cost.layer_work(i)).collect();
     let fluid = |term: usize| -> f64 {
-        let rate = |k: usize| if term == 0 { cost.nodes[k].inv_bandwidth } else { cost.nodes[k].inv_compute };
+        let rate = |k: usize| {
+            if term == 0 { cost.nodes[k].least_inv_bandwidth() } else { cost.nodes[k].least_inv_compute() }
+        };
         let mut layers: Vec<(f64, f64)> =
             work.iter().map(|w| (if term == 0 { w.0 } else { w.1 }, w.2 as f64)).collect();
         layers.sort_by(|a, b| (b.0 / b.1.max(1.0)).total_cmp(&(a.0 / a.1.max(1.0))));
@@ -39,6 +41,6 @@ pub(crate) fn lower_bound(cost: &CostModel, nodes: &[usize]) -> Option<f64> {
         total
     };
     // Every layer also pays some node's per-layer cost.
-    let per_layer = nodes.iter().map(|&k| cost.nodes[k].per_layer_s).fold(f64::INFINITY, f64::min);
+    let per_layer = nodes.iter().map(|&k| cost.nodes[k].least_per_layer_s()).fold(f64::INFINITY, f64::min);
     Some(fluid(0).max(fluid(1)) + l as f64 * per_layer)
 }

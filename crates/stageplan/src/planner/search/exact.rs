@@ -29,7 +29,12 @@ impl<'a> Space<'a> {
         for i in 0..nodes.len() {
             let same = |a: usize, b: usize| {
                 let (x, y) = (&cost.nodes[nodes[a]], &cost.nodes[nodes[b]]);
-                x.inv_bandwidth == y.inv_bandwidth && x.inv_compute == y.inv_compute && x.capacity == y.capacity
+                x.inv_bandwidth == y.inv_bandwidth
+                    && x.inv_compute == y.inv_compute
+                    && x.inv_decode_compute == y.inv_decode_compute
+                    && x.per_layer_s == y.per_layer_s
+                    && x.capacity == y.capacity
+                    && x.host == y.host
             };
             let twin = if uniform && Some(i) != required_pos {
                 (0..i).rev().find(|&j| Some(j) != required_pos && same(i, j))
@@ -180,11 +185,11 @@ impl<'a> Space<'a> {
             let least = |term: &dyn Fn(&crate::cost::NodeRates) -> f64| {
                 self.nodes
                     .iter()
-                    .map(|&k| term(&cost.nodes[k]) + cost.nodes[k].per_layer_s)
+                    .map(|&k| term(&cost.nodes[k]) + cost.nodes[k].least_per_layer_s())
                     .fold(f64::INFINITY, f64::min)
             };
-            read += least(&|r| bytes * r.inv_bandwidth);
-            compute += least(&|r| flops * r.inv_compute);
+            read += least(&|r| bytes * r.least_inv_bandwidth());
+            compute += least(&|r| flops * r.least_inv_compute());
             // A hair under, so rounding never prunes a state that ties the incumbent's rival.
             rest[j] = read.max(compute) * (1.0 - 1e-9);
         }

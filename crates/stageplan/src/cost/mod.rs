@@ -43,7 +43,13 @@
 //! pipeline full* — `S` micro-batches of `B`, which needs `S·B` sequences and their KV cache —
 //! the rate is `B / max_s t_s(B)`, reported apart as a figure the workload does not reach.
 
+mod offload;
+
 use std::sync::Arc;
+
+pub(crate) use offload::HostRates;
+use offload::Memo;
+pub use offload::{FIT_MARGIN, HostParts, Offload, OffloadRule, SPLIT_LATENCY_S};
 
 use crate::engine::{self, Buffers, Dims, Engine, Shape};
 use crate::model::{Model, Place};
@@ -116,14 +122,19 @@ pub struct TimeParts {
     pub overhead_s: f64,
     /// The hop to the next stage (or back to the first).
     pub send_s: f64,
+    /// On a machine with a host tier, the CPU's part: its roofline and per-layer cost
+    /// (`memory_s`, `compute_s` and `overhead_s` are then the GPU's).
+    pub host_s: f64,
+    /// Changes between GPU and CPU along the step: syncs and hidden-state copies.
+    pub split_s: f64,
     /// Prefill time per prompt token.
     pub prefill_s: f64,
 }
 
 impl TimeParts {
-    /// The stage's time per decode step: roofline, per-layer cost and send.
+    /// The stage's time per decode step: roofline, per-layer cost, the host's part and send.
     pub fn total(&self) -> f64 {
-        self.memory_s.max(self.compute_s) + self.overhead_s + self.send_s
+        self.memory_s.max(self.compute_s) + self.overhead_s + self.host_s + self.split_s + self.send_s
     }
 }
 
@@ -147,8 +158,28 @@ pub(crate) struct NodeRates {
     pub inv_decode_compute: f64,
     /// Seconds every layer adds to a decode step (the backend's fitted `τ`).
     pub per_layer_s: f64,
-    /// Memory left for layers, embedding and head after reserve and workspace (may be < 0).
+    /// Memory left for layers, embedding and head after reserve and workspace (may be < 0);
+    /// with a host tier, the GPU's and host RAM's together (what bounds and orderings read).
     pub capacity: i64,
+    /// The machine's system RAM and CPU, when the scenario gives them.
+    pub host: Option<HostRates>,
+}
+
+impl NodeRates {
+    /// The least time per byte read on any of the node's tiers (for lower bounds).
+    pub(crate) fn least_inv_bandwidth(&self) -> f64 {
+        self.host.map_or(self.inv_bandwidth, |h| self.inv_bandwidth.min(h.inv_bandwidth))
+    }
+
+    /// The least time per FLOP on any tier (for lower bounds).
+    pub(crate) fn least_inv_compute(&self) -> f64 {
+        self.host.map_or(self.inv_compute, |h| self.inv_compute.min(h.inv_decode_compute))
+    }
+
+    /// The least per-layer cost on any tier (for lower bounds).
+    pub(crate) fn least_per_layer_s(&self) -> f64 {
+        self.host.map_or(self.per_layer_s, |h| self.per_layer_s.min(h.per_layer_s))
+    }
 }
 
 /// Per-layer costs of a model under a workload, as prefix sums, plus the cluster's rates.
@@ -171,6 +202,14 @@ pub struct CostModel {
     /// and per sequence its KV cache read and its FLOPs.
     dense_read: Vec<f64>,
     expert_read: Vec<f64>,
+    /// The FFN a machine may keep in host RAM apart from attention (routed experts, or a dense
+    /// layer's FFN matrices): bytes held, bytes read per step of dense layers (experts read
+    /// as `expert_read`), and per sequence its FLOPs; then the step's read and FLOPs.
+    ffn_weights: Vec<u128>,
+    ffn_dense_read: Vec<f64>,
+    ffn_flops_per_sequence: Vec<f64>,
+    ffn_read: Vec<f64>,
+    ffn_flops: Vec<f64>,
     kv_read_per_sequence: Vec<f64>,
     flops_per_sequence: Vec<f64>,
     /// For MoE models, the fraction of experts one token routes to.
@@ -195,6 +234,8 @@ pub struct CostModel {
     /// Bytes of one embedding row, of one token's activations, and the head's FLOPs per token.
     embedding_row: f64,
     token_activation_bytes: f64,
+    /// One token's hidden state in f32, as it crosses between GPU and CPU.
+    token_activation_f32: f64,
     head_flops_per_token: f64,
     activation_bytes: f64,
     token_bytes: f64,
@@ -205,6 +246,13 @@ pub struct CostModel {
     pub(crate) nodes: Vec<NodeRates>,
     reserves: Vec<u64>,
     budgets: Vec<u64>,
+    /// Per node: host RAM's reserve and budget (0 without a host tier), and the memo of
+    /// its stages' best placements.
+    host_reserves: Vec<u64>,
+    host_budgets: Vec<u64>,
+    memos: Vec<Memo>,
+    /// How machines with a host tier choose their placement.
+    rule: OffloadRule,
     /// Shared: the dense per-pair table may be large, and every micro-batch size and subset
     /// of the same cluster reads the same links.
     links: Arc<Links>,
@@ -239,6 +287,9 @@ impl CostModel {
         let mut kv = vec![0u128; n + 1];
         let mut dense_read = vec![0.0; n + 1];
         let mut expert_read = vec![0.0; n + 1];
+        let mut ffn_weights = vec![0u128; n + 1];
+        let mut ffn_dense_read = vec![0.0; n + 1];
+        let mut ffn_flops_per_sequence = vec![0.0; n + 1];
         let mut kv_read_per_sequence = vec![0.0; n + 1];
         let mut flops_per_sequence = vec![0.0; n + 1];
         let mut prefill_read = vec![0.0; n + 1];
@@ -260,6 +311,14 @@ impl CostModel {
             kv[i + 1] = kv[i] + u128::from(kv_held);
             dense_read[i + 1] = dense_read[i] + dense;
             expert_read[i + 1] = expert_read[i] + layer.expert_bytes as f64;
+            ffn_weights[i + 1] = ffn_weights[i] + u128::from(layer.ffn_bytes);
+            let (ffn_dense, ffn_active) = if layer.expert_bytes > 0 {
+                (0.0, layer.expert_params as f64 * active_fraction.unwrap_or(1.0))
+            } else {
+                (layer.ffn_bytes as f64, layer.ffn_params as f64)
+            };
+            ffn_dense_read[i + 1] = ffn_dense_read[i] + ffn_dense;
+            ffn_flops_per_sequence[i + 1] = ffn_flops_per_sequence[i] + 2.0 * ffn_active;
             kv_read_per_sequence[i + 1] = kv_read_per_sequence[i] + tokens as f64 * kv_per_token as f64;
             flops_per_sequence[i + 1] = flops_per_sequence[i] + 2.0 * active_params + attention * tokens as f64;
             prefill_read[i + 1] =
@@ -317,14 +376,16 @@ impl CostModel {
                 let inv_compute = 1.0 / (node.compute * node.efficiency.compute);
                 // Two FLOPs per weight of a matrix-vector product.
                 let decode_rate = measured.as_ref().and_then(|m| m.decode_rate(model));
+                let capacity =
+                    clamp_i64(usable_memory(node.memory, usable) - i128::from(node.reserve) - i128::from(workspace));
+                let host = node.host.as_ref().map(|host| offload::host_rates(host, model, capacity));
                 NodeRates {
                     inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
                     inv_compute,
                     inv_decode_compute: decode_rate.map_or(inv_compute, |r| 1.0 / (2.0 * r * node.efficiency.compute)),
                     per_layer_s,
-                    capacity: clamp_i64(
-                        usable_memory(node.memory, usable) - i128::from(node.reserve) - i128::from(workspace),
-                    ),
+                    capacity: host.map_or(capacity, |h| h.capacity.max(0).saturating_add(capacity)),
+                    host,
                 }
             })
             .collect();
@@ -336,6 +397,11 @@ impl CostModel {
             flops: Vec::new(),
             dense_read,
             expert_read,
+            ffn_weights,
+            ffn_dense_read,
+            ffn_flops_per_sequence,
+            ffn_read: Vec::new(),
+            ffn_flops: Vec::new(),
             kv_read_per_sequence,
             flops_per_sequence,
             active_fraction,
@@ -352,6 +418,7 @@ impl CostModel {
             dims,
             embedding_row: row,
             token_activation_bytes: hidden * ACTIVATION_BYTES,
+            token_activation_f32: hidden * offload::SPLIT_ELEMENT_BYTES,
             head_flops_per_token: 2.0 * vocab * hidden,
             activation_bytes: 0.0,
             token_bytes: 0.0,
@@ -361,6 +428,10 @@ impl CostModel {
             nodes: node_rates,
             reserves: nodes.iter().map(|n| n.reserve).collect(),
             budgets: nodes.iter().map(|n| n.memory).collect(),
+            host_reserves: nodes.iter().map(|n| n.host.as_ref().map_or(0, |h| h.reserve)).collect(),
+            host_budgets: nodes.iter().map(|n| n.host.as_ref().map_or(0, |h| h.memory)).collect(),
+            memos: nodes.iter().map(|_| Memo::default()).collect(),
+            rule: OffloadRule::Fastest,
             links: Arc::new(links.clone()),
         };
         cost.set_step(workload.batch as f64);
@@ -377,6 +448,16 @@ impl CostModel {
             .map(|i| self.dense_read[i] + self.expert_read[i] * touched + sequences * self.kv_read_per_sequence[i])
             .collect();
         self.flops = self.flops_per_sequence.iter().map(|f| sequences * f).collect();
+        self.ffn_read = (0..=self.layers).map(|i| self.ffn_dense_read[i] + self.expert_read[i] * touched).collect();
+        self.ffn_flops = self.ffn_flops_per_sequence.iter().map(|f| sequences * f).collect();
+        // Best placements depend on the step's times.
+        self.memos = self.nodes.iter().map(|_| Memo::default()).collect();
+        for k in 0..self.nodes.len() {
+            let monotone = self.host_is_slower(k);
+            if let Some(host) = self.nodes[k].host.as_mut() {
+                host.monotone = monotone;
+            }
+        }
         self.embed.read = sequences * self.embedding_row;
         self.head.flops = sequences * self.head_flops_per_token;
         self.activation_bytes = sequences * self.token_activation_bytes;
@@ -389,6 +470,19 @@ impl CostModel {
         let mut out = self.clone();
         out.set_step(self.batch as f64 / micro_batches.max(1) as f64);
         out
+    }
+
+    /// The same cluster with machines placing tensors by `rule`.
+    pub fn with_rule(&self, rule: OffloadRule) -> CostModel {
+        let mut out = self.clone();
+        out.rule = rule;
+        out.memos = self.nodes.iter().map(|_| Memo::default()).collect();
+        out
+    }
+
+    /// True when some node has a host tier.
+    pub fn has_host_tiers(&self) -> bool {
+        self.nodes.iter().any(|n| n.host.is_some())
     }
 
     /// Sequences the workload decodes (and holds KV cache for).
@@ -424,6 +518,11 @@ impl CostModel {
     /// True when `node` can hold `[start, end)` with the KV cache of `sequences` sequences
     /// instead of the workload's `batch`.
     pub fn fits_sequences(&self, node: usize, start: usize, end: usize, sequences: u64) -> bool {
+        if self.host(node).is_some() {
+            let batch = u128::from(self.batch.max(1));
+            let kv = |a: usize, b: usize| (self.kv[b] - self.kv[a]) / batch * u128::from(sequences);
+            return self.search_offload(node, start, end, kv, 0).is_some();
+        }
         let kv = self.kv[end] - self.kv[start];
         let scaled = kv / u128::from(self.batch.max(1)) * u128::from(sequences);
         let held = u128::from(self.held(start, end)) - kv.min(u128::from(self.held(start, end))) + scaled;
@@ -469,14 +568,32 @@ impl CostModel {
 
     /// True when `node` can hold `[start, end)`.
     pub fn fits(&self, node: usize, start: usize, end: usize) -> bool {
+        if self.host(node).is_some() {
+            return self.offload(node, start, end).is_some();
+        }
         i64::try_from(self.held(start, end)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
     /// True when `node` can hold `[start, end)` with the KV cache sized for `context` tokens.
     pub fn fits_at_context(&self, node: usize, start: usize, end: usize, context: u64) -> bool {
-        let kv: u64 = (start..end)
-            .map(|l| self.kv_per_context_token[l].saturating_mul(self.kv_cells(context, self.windows[l])))
-            .fold(0u64, u64::saturating_add);
+        let layer_kv = |l: usize| self.kv_per_context_token[l].saturating_mul(self.kv_cells(context, self.windows[l]));
+        if self.host(node).is_some() {
+            let (first, last) = (start == 0, end == self.layers);
+            let grown = match &self.dims {
+                Some(dims) => {
+                    i128::from(engine::buffers(self.engine, dims, Shape { context, ..self.shape }).of(first, last))
+                        - i128::from(self.buffers.of(first, last))
+                }
+                None => 0,
+            };
+            let mut prefix = vec![0u128; end - start + 1];
+            for l in start..end {
+                prefix[l - start + 1] = prefix[l - start] + u128::from(layer_kv(l));
+            }
+            let kv = |a: usize, b: usize| prefix[b - start] - prefix[a - start];
+            return self.search_offload(node, start, end, kv, grown).is_some();
+        }
+        let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
         let held = self.held(start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
         // The engine's buffers grow with the context too (the attention mask, and without
         // flash attention the KQ matrix).
@@ -499,12 +616,20 @@ impl CostModel {
         out.nodes = indices.iter().map(|&k| self.nodes[k]).collect();
         out.reserves = indices.iter().map(|&k| self.reserves[k]).collect();
         out.budgets = indices.iter().map(|&k| self.budgets[k]).collect();
+        out.host_reserves = indices.iter().map(|&k| self.host_reserves[k]).collect();
+        out.host_budgets = indices.iter().map(|&k| self.host_budgets[k]).collect();
+        out.memos = indices.iter().map(|&k| self.memos[k].clone()).collect();
         out.links = Arc::new(self.links.subset(&indices));
         out
     }
 
-    /// Memory of stage `[start, end)` on `node`, by part.
+    /// Memory of stage `[start, end)` on `node`, by part: on a machine with a host tier the
+    /// GPU's, as the stage's best placement keeps it ([`CostModel::offload`]).
     pub fn memory(&self, node: usize, start: usize, end: usize) -> MemoryParts {
+        if self.host(node).is_some() {
+            let offload = self.offload(node, start, end).unwrap_or_default();
+            return self.tier_parts(node, start, end, offload).0;
+        }
         let first = start == 0;
         let last = end == self.layers;
         let mut embed_head = 0u64;
@@ -526,15 +651,23 @@ impl CostModel {
         }
     }
 
-    /// The node's memory budget.
+    /// The node's memory budget (its GPU's, beside a host tier).
     pub fn budget(&self, node: usize) -> u64 {
         self.budgets[node]
+    }
+
+    /// The node's host RAM (0 without a host tier).
+    pub fn host_budget(&self, node: usize) -> u64 {
+        self.host_budgets[node]
     }
 
     /// The roofline time of one decode step of `[start, end)` on `node`, with the backend's
     /// per-layer cost and without the hop.
     #[inline]
     pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
+        if self.host(node).is_some() {
+            return self.offload_time(node, start, end, self.offload(node, start, end).unwrap_or_default()).total();
+        }
         let (read, flops) = self.step_work(start, end);
         let rates = &self.nodes[node];
         (read * rates.inv_bandwidth).max(flops * rates.inv_decode_compute) + (end - start) as f64 * rates.per_layer_s
@@ -586,16 +719,6 @@ impl CostModel {
             Some(to) if end == self.layers => self.return_s(node, to),
             Some(to) => self.hop_s(node, to),
         };
-        let mut prefill_read = self.prefill_read[end] - self.prefill_read[start];
-        let mut prefill_flops = self.prefill_flops[end] - self.prefill_flops[start];
-        if start == 0 {
-            prefill_read += self.embed.prefill_read;
-            prefill_flops += self.embed.prefill_flops;
-        }
-        if end == self.layers {
-            prefill_read += self.head.prefill_read;
-            prefill_flops += self.head.prefill_flops;
-        }
         let prefill_send = match next {
             Some(to) if end != self.layers => {
                 let link = self.links.get(node, to);
@@ -603,17 +726,40 @@ impl CostModel {
             }
             _ => 0.0,
         };
+        if self.host(node).is_some() {
+            let offload = self.offload(node, start, end).unwrap_or_default();
+            let parts = self.offload_time(node, start, end, offload);
+            return TimeParts { send_s, prefill_s: parts.prefill_s + prefill_send, ..parts };
+        }
+        let (prefill_read, prefill_flops) = self.prefill_work(start, end);
         let per_layer = (end - start) as f64 * rates.per_layer_s;
         TimeParts {
             memory_s: read * rates.inv_bandwidth,
             compute_s: flops * rates.inv_decode_compute,
             overhead_s: per_layer,
             send_s,
+            host_s: 0.0,
+            split_s: 0.0,
             // The per-layer cost is paid once per chunk of prompt tokens.
             prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
                 + per_layer / self.prefill_chunk
                 + prefill_send,
         }
+    }
+
+    /// Bytes read and FLOPs per prompt token of `[start, end)` (weights once a chunk).
+    fn prefill_work(&self, start: usize, end: usize) -> (f64, f64) {
+        let mut read = self.prefill_read[end] - self.prefill_read[start];
+        let mut flops = self.prefill_flops[end] - self.prefill_flops[start];
+        if start == 0 {
+            read += self.embed.prefill_read;
+            flops += self.embed.prefill_flops;
+        }
+        if end == self.layers {
+            read += self.head.prefill_read;
+            flops += self.head.prefill_flops;
+        }
+        (read, flops)
     }
 
     /// Time of every stage of an assignment, in pipeline order, including hops.
@@ -640,6 +786,10 @@ impl CostModel {
     /// which lets the latency search use a sliding-window minimum instead of trying every start.
     pub(crate) fn linear_regime(&self, node: usize) -> Option<Regime> {
         let rates = &self.nodes[node];
+        // A tiered stage's time depends on its placement, which depends on its whole range.
+        if rates.host.is_some() {
+            return None;
+        }
         let mut memory_bound = true;
         let mut compute_bound = true;
         for l in 0..self.layers {
@@ -708,87 +858,4 @@ pub(crate) enum Regime {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scenario::Scenario;
-
-    fn cost(json: &str) -> CostModel {
-        CostModel::new(&Scenario::from_json(json).unwrap().problem().unwrap())
-    }
-
-    #[test]
-    fn a_single_stage_holds_the_whole_model_once() {
-        let c = cost(
-            r#"{"model": {"preset": "llama-3.2-1b", "weights": "bf16"}, "workload": {"context": 1024, "workspace": 0},
-                "nodes": [{"name": "a", "memory": "64 GiB", "bandwidth": "100 GB/s", "compute": "10 TFLOPS", "reserve": 0}]}"#,
-        );
-        let m = c.memory(0, 0, c.layers());
-        // Llama 3.2 1B in bf16: 1,235,814,400 parameters × 2 bytes, the tied head held once.
-        assert_eq!(m.weights + m.embed_head, 1_235_814_400 * 2);
-        // KV: 16 layers × 2 × 8 heads × 64 dims × 2 bytes × 1024 tokens.
-        assert_eq!(m.kv, 16 * 2 * 8 * 64 * 2 * 1024);
-        // Split in two, the tied embedding is held twice.
-        let split = c.memory(0, 0, 8).embed_head + c.memory(0, 8, 16).embed_head;
-        assert_eq!(split, 2 * 128_256 * 2048 * 2 + 2048 * 2);
-    }
-
-    #[test]
-    fn decode_is_memory_bound_on_a_gpu_and_roofline_picks_the_larger_term() {
-        let c = cost(
-            r#"{"model": {"preset": "llama-3.1-8b", "weights": "q4_k_m"},
-                "nodes": [{"name": "gpu", "device": "rtx-4090"}, {"name": "cpu", "memory": "64 GiB", "bandwidth": "100 GB/s", "compute": "0.01 TFLOPS"}]}"#,
-        );
-        let gpu = c.time(0, 0, c.layers(), None);
-        assert!(gpu.memory_s > gpu.compute_s);
-        assert_eq!(gpu.total(), gpu.memory_s + gpu.overhead_s);
-        let cpu = c.time(1, 0, c.layers(), None);
-        assert!(cpu.compute_s > cpu.memory_s);
-        assert_eq!(c.roofline_s(1, 0, c.layers()), cpu.compute_s + cpu.overhead_s);
-    }
-
-    #[test]
-    fn fitted_terms_apply_on_top_of_the_peaks() {
-        let json = |backend: &str| {
-            format!(
-                r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}},
-                    "nodes": [{{"name": "gpu", "device": "rtx-4090", "backend": "{backend}"}}]}}"#
-            )
-        };
-        let (peak, cuda) = (cost(&json("peak")), cost(&json("cuda")));
-        let (p, c) = (peak.time(0, 0, 32, None), cuda.time(0, 0, 32, None));
-        let terms = crate::calibration::FITTED.backend(crate::device::Backend::Cuda).unwrap();
-        // Bandwidth reached: the backend's fraction for F16 times the k-quant multiplier.
-        let reached = terms.bandwidth * crate::calibration::FITTED.kquant;
-        assert!((c.memory_s * reached / p.memory_s - 1.0).abs() < 1e-12);
-        assert_eq!((p.overhead_s, c.overhead_s), (0.0, 32.0 * terms.per_layer_s));
-        // A node's own efficiency multiplies the fitted fraction.
-        let own = cost(&json("cuda").replace(r#""backend""#, r#""efficiency": {"bandwidth": 0.5}, "backend""#));
-        assert!((own.time(0, 0, 32, None).memory_s / c.memory_s - 2.0).abs() < 1e-12);
-        // A CPU node with one thread reaches one thread's worth of bandwidth.
-        let cpu = |threads: &str| {
-            cost(&format!(
-                r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "f16"}},
-                    "nodes": [{{"name": "box", "device": "cpu-epyc-12ch-ddr5"{threads}}}]}}"#
-            ))
-            .time(0, 0, 32, None)
-            .memory_s
-        };
-        let fitted = &crate::calibration::FITTED;
-        let one_thread = fitted.thread_bandwidth / fitted.backend(crate::device::Backend::Cpu).unwrap().bandwidth;
-        assert!((cpu(r#", "threads": 1"#) / cpu("") * one_thread / 460.8e9 - 1.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn the_last_stage_pays_the_return_hop_and_others_the_activation_hop() {
-        let c = cost(
-            r#"{"model": {"preset": "llama-3.2-1b"}, "workload": {"batch": 4},
-                "links": {"default": {"bandwidth": "1 GB/s", "latency": "1 ms"}},
-                "nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-4090"}]}"#,
-        );
-        let times = c.stage_times(&[Placement::new(0, 0, 8), Placement::new(1, 8, 16)]);
-        let hop = 1e-3 + 4.0 * 2048.0 * 2.0 / 1e9;
-        let ret = 1e-3 + 4.0 * 4.0 / 1e9;
-        assert!((times[0] - c.roofline_s(0, 0, 8) - hop).abs() < 1e-15);
-        assert!((times[1] - c.roofline_s(1, 8, 16) - ret).abs() < 1e-15);
-    }
-}
+mod tests;

@@ -1,0 +1,741 @@
+//! A machine with a GPU and system RAM: which of a stage's tensors stay in host RAM.
+//!
+//! llama.cpp places tensors by class. `-ngl k` keeps the *last* `k` blocks (and the output
+//! head) on the GPU and the rest, whole with their KV cache, in host RAM where the CPU runs
+//! them; `--n-cpu-moe N` moves the routed experts of the *first* `N` blocks to host RAM and
+//! leaves their attention, shared experts and router on the GPU; the same holds for a dense
+//! FFN with `-ot blk\.i\.ffn_(up|down|gate)\.=CPU`. The token embedding is always in host RAM
+//! (`docs/llama-cpp-placement.md`, from llama.cpp 0c1e570's source). So a stage `[s, e)` on
+//! a machine with a host tier is kept as
+//!
+//! `[s, s + host_layers)` whole in host RAM · `[…, + host_ffn)` attention on the GPU, FFN in
+//! host RAM · the rest on the GPU,
+//!
+//! which is exactly what `-ngl` and `--n-cpu-moe` (or `-ot`) express. For each stage the
+//! planner takes the fastest such placement within both memories: every `host_layers` from
+//! 0 to the stage's layers, each with the fewest FFN moves that make the GPU's part fit
+//! (found by binary search on prefix sums, so `O(n log n)` per stage, memoised per node).
+//! Moving more FFN than the GPU needs never helps while host RAM is no faster than the
+//! GPU's memory.
+//!
+//! **Time** of a decode step on such a stage: each tier's roofline over the bytes it reads
+//! and the FLOPs it does (the host's FFN reads only the experts a step touches), each tier's
+//! per-layer cost for the layers it runs a part of, and a sync plus an f32 hidden-state copy
+//! over the GPU's link ([`SPLIT_LATENCY_S`]) at each change of tier along the token's path.
+//! The host is a CPU planned by the measured rule ([`crate::calibration::measured`]): its
+//! products at [`DEFAULT_RATE_PER_THREAD`](crate::calibration::measured::DEFAULT_RATE_PER_THREAD)
+//! per thread, [`CPU_PER_LAYER_S`](crate::calibration::measured::CPU_PER_LAYER_S) a layer, and
+//! the CPU backend's fitted fraction of the RAM's peak bandwidth.
+//!
+//! **Prefill**: with prompt chunks of 32 tokens or more llama.cpp runs every matrix product on
+//! the GPU and copies host-held weights over the link once per chunk (`op_offload`), so a
+//! prompt token costs the stage's GPU roofline plus host-held bytes ÷ link ÷ chunk. Not
+//! modelled: attention of host-held layers on the CPU during prefill, and chunks under 32.
+
+use std::cell::{Cell, OnceCell};
+
+use super::{CostModel, TimeParts, saturate};
+
+/// Seconds each change between GPU and CPU costs a decode step besides the copy: the
+/// scheduler's split (a stream sync, the CPU team's wake-up and a graph launch).
+pub const SPLIT_LATENCY_S: f64 = 30e-6;
+
+/// Bytes per element of the hidden state copied between tiers (llama.cpp keeps it in f32).
+pub(super) const SPLIT_ELEMENT_BYTES: f64 = 4.0;
+
+/// Stages longer than this are not memoised (their table would be `L²` entries); they are
+/// searched on each ask, which only hostile inputs reach.
+const MEMO_LAYERS: usize = 1024;
+
+/// How a machine with a host tier chooses its placement.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum OffloadRule {
+    /// The fastest placement that fits.
+    #[default]
+    Fastest,
+    /// Whole layers only (`-ngl`): the fewest layers in host RAM that make the GPU fit.
+    Layers,
+    /// llama.cpp's `--fit` on one GPU (`common/fit.cpp`, `docs/llama-cpp-placement.md` §3):
+    /// the GPU filled to its memory less [`FIT_MARGIN`]; a dense model's fewest host layers;
+    /// an MoE model's experts moved to host RAM first (the fewest layers' worth; `--fit`
+    /// takes the high-index layers, which costs the same), and only when all experts there
+    /// do not make it fit, whole layers too. Its last partial layer (part of one layer's FFN
+    /// left on the GPU) is not modelled: a layer's FFN moves whole.
+    LlamaFit,
+}
+
+impl OffloadRule {
+    /// How machines with system RAM place tensors under `policy`: `layer-offload` and
+    /// `llama-fit` by their rules, every other policy the fastest way.
+    pub fn of(policy: crate::scenario::Policy) -> OffloadRule {
+        match policy {
+            crate::scenario::Policy::LayerOffload => OffloadRule::Layers,
+            crate::scenario::Policy::LlamaFit => OffloadRule::LlamaFit,
+            _ => OffloadRule::Fastest,
+        }
+    }
+}
+
+/// The memory `--fit` leaves free on each GPU (`--fit-target`, default 1024 MiB).
+pub const FIT_MARGIN: i64 = 1 << 30;
+
+/// Where a stage on a machine with a host tier keeps its tensors: `host_layers` of its
+/// layers whole in host RAM (weights and KV cache), `host_ffn` layers' FFN (routed experts,
+/// or a dense layer's FFN matrices) in host RAM with their attention on the GPU, the rest on
+/// the GPU. In llama.cpp's order the host layers come first, then the FFN layers; `mirrored`
+/// reverses the stage (GPU layers, FFN layers, host layers), so that a stage handing its
+/// output to another machine leaves from the CPU and saves a change of tier.
+///
+/// The output head of a last stage stays on the GPU unless `head_on_host` (with every layer
+/// in host RAM: `-ngl 0`; `-ngl 1` keeps only the head on the GPU).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Offload {
+    pub host_layers: usize,
+    pub host_ffn: usize,
+    pub mirrored: bool,
+    pub head_on_host: bool,
+}
+
+impl Offload {
+    /// `[start, end)` of the layers whole in host RAM, for a stage `[start, end)`.
+    pub fn host_range(&self, start: usize, end: usize) -> (usize, usize) {
+        if self.mirrored { (end - self.host_layers, end) } else { (start, start + self.host_layers) }
+    }
+
+    /// `[start, end)` of the layers whose FFN is in host RAM.
+    pub fn ffn_range(&self, start: usize, end: usize) -> (usize, usize) {
+        if self.mirrored {
+            (end - self.host_layers - self.host_ffn, end - self.host_layers)
+        } else {
+            (start + self.host_layers, start + self.host_layers + self.host_ffn)
+        }
+    }
+
+    /// Two flags and two counts below 2^15 ([`MAX_LAYERS`](crate::limits::MAX_LAYERS) is
+    /// 10,000) in one memo cell.
+    fn pack(self) -> u32 {
+        (u32::from(self.mirrored) << 31)
+            | (u32::from(self.head_on_host) << 30)
+            | ((self.host_layers as u32) << 15)
+            | self.host_ffn as u32
+    }
+
+    fn unpack(packed: u32) -> Offload {
+        Offload {
+            host_layers: ((packed >> 15) & 0x7FFF) as usize,
+            host_ffn: (packed & 0x7FFF) as usize,
+            mirrored: packed >> 31 == 1,
+            head_on_host: (packed >> 30) & 1 == 1,
+        }
+    }
+}
+
+/// The host tier of a node, reduced to what the cost model needs.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct HostRates {
+    pub inv_bandwidth: f64,
+    /// Per FLOP of a decode step: `1 ÷ (2 × weights/s)` of the CPU's products.
+    pub inv_decode_compute: f64,
+    pub per_layer_s: f64,
+    /// Host RAM left for the model after the OS's reserve (may be < 0).
+    pub capacity: i64,
+    /// The GPU's memory left for the model (the node's capacity without a host tier).
+    pub gpu_capacity: i64,
+    /// Per byte over the GPU's link.
+    pub inv_link: f64,
+    /// No layer, nor any layer's FFN, runs faster in host RAM than on the GPU at this step
+    /// (each roofline term and the per-layer cost): then moving more to host RAM never
+    /// helps, and the search for a stage's placement may stop early and exactly.
+    pub monotone: bool,
+}
+
+/// The host tier of `host` for `model`, beside a GPU with `gpu_capacity` bytes free.
+pub(crate) fn host_rates(host: &crate::problem::Host, model: &crate::model::Model, gpu_capacity: i64) -> HostRates {
+    use crate::calibration::{FITTED, measured};
+    let (reached, _) = FITTED.speed(crate::device::Backend::Cpu, &model.weights, host.bandwidth, Some(host.threads));
+    let rate = measured::DEFAULT_RATE_PER_THREAD[measured::class_of(model) as usize] * f64::from(host.threads);
+    HostRates {
+        inv_bandwidth: 1.0 / (host.bandwidth * reached),
+        // Two FLOPs per weight of a matrix-vector product.
+        inv_decode_compute: 1.0 / (2.0 * rate),
+        per_layer_s: measured::CPU_PER_LAYER_S,
+        capacity: super::clamp_i64(i128::from(host.memory) - i128::from(host.reserve)),
+        gpu_capacity,
+        inv_link: 1.0 / host.link,
+        monotone: false,
+    }
+}
+
+/// A stage's parts by tier: weights, KV cache, embedding and head.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostParts {
+    pub weights: u64,
+    pub kv: u64,
+    pub embed_head: u64,
+    pub workspace: u64,
+    pub reserve: u64,
+}
+
+impl HostParts {
+    pub fn total(&self) -> u64 {
+        [self.kv, self.embed_head, self.workspace, self.reserve].into_iter().fold(self.weights, u64::saturating_add)
+    }
+}
+
+/// Memo cells: not yet searched, and searched with no placement that fits.
+const UNKNOWN: u32 = u32::MAX;
+const NO_FIT: u32 = u32::MAX - 1;
+
+/// The memo of one tiered node: the best [`Offload`] per stage `[s, e)`, filled on demand.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Memo(OnceCell<Vec<Cell<u32>>>);
+
+impl Memo {
+    fn cell(&self, layers: usize, s: usize, e: usize) -> Option<&Cell<u32>> {
+        if layers > MEMO_LAYERS {
+            return None;
+        }
+        let table = self.0.get_or_init(|| vec![Cell::new(UNKNOWN); (layers + 1) * (layers + 1)]);
+        table.get(s * (layers + 1) + e)
+    }
+}
+
+impl CostModel {
+    /// The node's host tier, if it has one.
+    pub(crate) fn host(&self, node: usize) -> Option<&HostRates> {
+        self.nodes[node].host.as_ref()
+    }
+
+    /// The fastest placement of `[start, end)` on `node` within its GPU and host RAM;
+    /// `None` when no placement fits or the node has no host tier.
+    pub fn offload(&self, node: usize, start: usize, end: usize) -> Option<Offload> {
+        self.host(node)?;
+        let memo = self.memos.get(node).and_then(|m| m.cell(self.layers, start, end));
+        if let Some(cell) = memo {
+            match cell.get() {
+                UNKNOWN => {}
+                NO_FIT => return None,
+                packed => return Some(Offload::unpack(packed)),
+            }
+        }
+        let found = self.search_offload(node, start, end, |a, b| self.kv[b] - self.kv[a], 0);
+        if let Some(cell) = memo {
+            cell.set(found.map_or(NO_FIT, Offload::pack));
+        }
+        found
+    }
+
+    /// The fastest placement whose memories hold the stage with KV cache `kv(a, b)` for
+    /// layers `[a, b)` and `grown` more bytes of GPU buffers.
+    pub(super) fn search_offload(
+        &self,
+        node: usize,
+        start: usize,
+        end: usize,
+        kv: impl Fn(usize, usize) -> u128,
+        grown: i128,
+    ) -> Option<Offload> {
+        let host = self.host(node)?;
+        let n = end - start;
+        let rule = self.rule;
+        let gpu_capacity = match rule {
+            OffloadRule::LlamaFit => i128::from(host.gpu_capacity) - i128::from(FIT_MARGIN),
+            _ => i128::from(host.gpu_capacity),
+        };
+        let consider = |host_layers: usize, mirrored: bool, head_on_host: bool| -> Option<(f64, Offload)> {
+            let host_range = Offload { host_layers, mirrored, ..Offload::default() }.host_range(start, end);
+            // The layers whose attention stays on the GPU.
+            let (r0, r1) = if mirrored { (start, host_range.0) } else { (host_range.1, end) };
+            let gpu_all = i128::try_from(self.weights[r1] - self.weights[r0] + kv(r0, r1)).unwrap_or(i128::MAX)
+                + i128::from(self.gpu_extra(start, end, head_on_host))
+                + grown;
+            let need = gpu_all - gpu_capacity;
+            let host_ffn = if need <= 0 {
+                0
+            } else if rule == OffloadRule::Layers {
+                return None;
+            } else {
+                // The fewest FFN moves that free `need` bytes, from `r0` on (or from `r1`
+                // back when mirrored): prefix sums only grow.
+                let need = u128::try_from(need).unwrap_or(u128::MAX);
+                let sums = &self.ffn_weights[r0..=r1];
+                if mirrored {
+                    let limit = self.ffn_weights[r1].checked_sub(need)?;
+                    // The last boundary `j` with `sums[j] <= limit` leaves `[j, r1)` to move.
+                    let j = sums.partition_point(|&p| p <= limit).checked_sub(1)?;
+                    sums.len() - 1 - j
+                } else {
+                    let k = sums.partition_point(|&p| p < self.ffn_weights[r0].saturating_add(need));
+                    if k >= sums.len() {
+                        return None;
+                    }
+                    k
+                }
+            };
+            let offload = Offload { host_layers, host_ffn, mirrored, head_on_host };
+            let (f0, f1) = offload.ffn_range(start, end);
+            let (h0, h1) = host_range;
+            let host_held = i128::try_from(self.weights[h1] - self.weights[h0] + kv(h0, h1)).unwrap_or(i128::MAX)
+                + i128::try_from(self.ffn_weights[f1] - self.ffn_weights[f0]).unwrap_or(i128::MAX)
+                + i128::from(self.host_extra(start, end, offload));
+            if host_held > i128::from(host.capacity) {
+                return None;
+            }
+            Some((self.offload_time(node, start, end, offload).total(), offload))
+        };
+        let keep = |best: &mut Option<(f64, Offload)>, found: Option<(f64, Offload)>| {
+            if let Some((t, o)) = found
+                && best.is_none_or(|(b, _)| t < b)
+            {
+                *best = Some((t, o));
+            }
+        };
+        if rule != OffloadRule::Fastest {
+            // The fewest layers in host RAM that fit (for `--fit` on an MoE model, each with
+            // the fewest expert moves, which at 0 layers is "experts first"), speed aside.
+            let all_on_host = || consider(n, false, end == self.layers);
+            return (0..=n).find_map(|k| consider(k, false, false)).or_else(all_on_host).map(|(_, o)| o);
+        }
+        let mut best: Option<(f64, Offload)> = None;
+        for host_layers in 0..n {
+            // When nothing is faster in host RAM, more layers there with no FFN moved only
+            // cost more: once that alone is no faster than the best, no larger count is
+            // (except all of them, where the head moves too and a crossing goes).
+            let alone = |mirrored| {
+                self.offload_time(node, start, end, Offload { host_layers, mirrored, ..Offload::default() }).total()
+            };
+            if host.monotone
+                && let Some((b, _)) = best
+                && alone(false) >= b
+                && alone(true) >= b
+            {
+                break;
+            }
+            keep(&mut best, consider(host_layers, false, false));
+            keep(&mut best, consider(host_layers, true, false));
+        }
+        // Every layer in host RAM: the head on the GPU (`-ngl 1`) or, on a last stage, there too.
+        keep(&mut best, consider(n, false, false));
+        if end == self.layers {
+            keep(&mut best, consider(n, false, true));
+        }
+        best.map(|(_, o)| o)
+    }
+
+    /// Whether nothing of any layer is faster on `node`'s host than on its GPU at the current
+    /// step (see [`HostRates::monotone`]).
+    pub(super) fn host_is_slower(&self, node: usize) -> bool {
+        let rates = &self.nodes[node];
+        let Some(host) = rates.host.as_ref() else { return false };
+        let slower = |read: f64, flops: f64| {
+            let gpu = (read * rates.inv_bandwidth).max(flops * rates.inv_decode_compute) + rates.per_layer_s;
+            let cpu = (read * host.inv_bandwidth).min(flops * host.inv_decode_compute) + host.per_layer_s;
+            cpu >= gpu
+        };
+        (0..self.layers).all(|l| {
+            slower(self.read[l + 1] - self.read[l], self.flops[l + 1] - self.flops[l])
+                && slower(self.ffn_read[l + 1] - self.ffn_read[l], self.ffn_flops[l + 1] - self.ffn_flops[l])
+        })
+    }
+
+    /// GPU bytes of a tiered stage besides its layers: the head (with a tied embedding's
+    /// copy) on the last stage, and the engine's buffers beyond every stage's own.
+    fn gpu_extra(&self, start: usize, end: usize, head_on_host: bool) -> u64 {
+        let (first, last) = (start == 0, end == self.layers);
+        let head = if last && !head_on_host { self.head.held } else { 0 };
+        let buffers = self.buffers.of(first, last).saturating_sub(self.buffers.stage);
+        head.saturating_add(buffers)
+    }
+
+    /// Host bytes of a tiered stage besides its layers: the token embedding (llama.cpp keeps
+    /// it in host RAM), a head in host RAM, and a stage's buffers when the CPU runs a part.
+    fn host_extra(&self, start: usize, end: usize, offload: Offload) -> u64 {
+        let (first, last) = (start == 0, end == self.layers);
+        let mut bytes = if first { self.embed.held } else { 0 };
+        if last && offload.head_on_host {
+            bytes = bytes.saturating_add(self.head.held);
+            if first {
+                bytes = bytes.saturating_sub(self.shared_single);
+            }
+        }
+        if offload.host_layers + offload.host_ffn > 0 {
+            bytes = bytes.saturating_add(self.buffers.stage);
+        }
+        bytes
+    }
+
+    /// Bytes each memory holds for `[start, end)` placed as `offload` (the GPU's with the
+    /// engine's buffers, as [`CostModel::memory`] counts them; host RAM's without its reserve).
+    pub fn tier_parts(
+        &self,
+        node: usize,
+        start: usize,
+        end: usize,
+        offload: Offload,
+    ) -> (super::MemoryParts, HostParts) {
+        let (h0, h1) = offload.host_range(start, end);
+        let (f0, f1) = offload.ffn_range(start, end);
+        let (first, last) = (start == 0, end == self.layers);
+        let ffn_host = self.ffn_weights[f1] - self.ffn_weights[f0];
+        let head_gpu = last && !offload.head_on_host;
+        let (host_weights, host_kv) = (self.weights[h1] - self.weights[h0], self.kv[h1] - self.kv[h0]);
+        let gpu = super::MemoryParts {
+            weights: saturate(self.weights[end] - self.weights[start] - host_weights - ffn_host),
+            kv: saturate(self.kv[end] - self.kv[start] - host_kv),
+            embed_head: if head_gpu { self.head.held } else { 0 },
+            workspace: self.buffers.of(first, last),
+            reserve: self.reserves[node],
+        };
+        let host_embed_head = {
+            let mut bytes = if first { self.embed.held } else { 0 };
+            if last && !head_gpu {
+                bytes = bytes.saturating_add(self.head.held);
+                if first {
+                    bytes = bytes.saturating_sub(self.shared_single);
+                }
+            }
+            bytes
+        };
+        let host = HostParts {
+            weights: saturate(host_weights + ffn_host),
+            kv: saturate(host_kv),
+            embed_head: host_embed_head,
+            workspace: if offload.host_layers + offload.host_ffn > 0 { self.buffers.stage } else { 0 },
+            reserve: self.host_reserves[node],
+        };
+        (gpu, host)
+    }
+
+    /// Time parts of a decode step of `[start, end)` on `node` placed as `offload`, without
+    /// the hop to the next stage.
+    pub(crate) fn offload_time(&self, node: usize, start: usize, end: usize, offload: Offload) -> TimeParts {
+        let rates = &self.nodes[node];
+        let Some(host) = rates.host.as_ref() else {
+            return TimeParts::default();
+        };
+        let n = end - start;
+        let (h0, h1) = offload.host_range(start, end);
+        let (f0, f1) = offload.ffn_range(start, end);
+        let (first, last) = (start == 0, end == self.layers);
+        let head_gpu = last && !offload.head_on_host;
+        let ffn_read = self.ffn_read[f1] - self.ffn_read[f0];
+        let ffn_flops = self.ffn_flops[f1] - self.ffn_flops[f0];
+        let (layers_read, layers_flops) = (self.read[h1] - self.read[h0], self.flops[h1] - self.flops[h0]);
+        let mut gpu_read = self.read[end] - self.read[start] - layers_read - ffn_read;
+        let mut gpu_flops = self.flops[end] - self.flops[start] - layers_flops - ffn_flops;
+        let mut host_read = layers_read + ffn_read;
+        let mut host_flops = layers_flops + ffn_flops;
+        if first {
+            host_read += self.embed.read;
+        }
+        if last {
+            if head_gpu {
+                gpu_read += self.head.read;
+                gpu_flops += self.head.flops;
+            } else {
+                host_read += self.head.read;
+                host_flops += self.head.flops;
+            }
+        }
+        let gpu_layers = n - offload.host_layers;
+        let host_parts = offload.host_layers + offload.host_ffn;
+        let on_gpu = gpu_layers > 0 || head_gpu;
+        let host_s = (host_read * host.inv_bandwidth).max(host_flops * host.inv_decode_compute)
+            + host_parts as f64 * host.per_layer_s;
+        let splits = crossings(first, offload, n - offload.host_layers - offload.host_ffn, last.then_some(head_gpu));
+        let split_s = splits as f64 * (SPLIT_LATENCY_S + self.step * self.token_activation_f32 * host.inv_link);
+        // Prefill: every product on the GPU, host-held weights over the link once a chunk.
+        let (prefill_read, prefill_flops) = self.prefill_work(start, end);
+        let streamed = (self.weights[h1] - self.weights[h0] + self.ffn_weights[f1] - self.ffn_weights[f0]) as f64;
+        let prefill_s = (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
+            + streamed * host.inv_link / self.prefill_chunk
+            + (n as f64 * rates.per_layer_s + splits as f64 * SPLIT_LATENCY_S) / self.prefill_chunk;
+        TimeParts {
+            memory_s: gpu_read * rates.inv_bandwidth,
+            compute_s: gpu_flops * rates.inv_decode_compute,
+            overhead_s: if on_gpu { gpu_layers as f64 * rates.per_layer_s } else { 0.0 },
+            host_s,
+            split_s,
+            send_s: 0.0,
+            prefill_s,
+        }
+    }
+}
+
+/// Changes between GPU and host along a token's path through a tiered stage: the embedding
+/// (host) when the stage is first, the host-held layers, each FFN-offloaded layer (GPU, then
+/// host), the GPU's layers, and the head (`Some(on GPU)`) when the stage is last.
+fn crossings(first: bool, offload: Offload, gpu_layers: usize, head: Option<bool>) -> usize {
+    let ffn = offload.host_ffn;
+    // The path as runs of one place, `(on the GPU, present)`: an FFN-offloaded block starts
+    // with attention on the GPU and ends with an FFN on the host, alternating inside.
+    let hosted = offload.host_layers > 0;
+    let runs: [(bool, bool); 7] = if offload.mirrored {
+        [
+            (false, first),
+            (true, gpu_layers > 0),
+            (true, ffn > 0),
+            (false, ffn > 0),
+            (false, hosted),
+            (true, false),
+            (true, false),
+        ]
+    } else {
+        [
+            (false, first),
+            (false, hosted),
+            (true, ffn > 0),
+            (false, ffn > 0),
+            (true, gpu_layers > 0),
+            (true, false),
+            (true, false),
+        ]
+    };
+    let head_run = [(head.unwrap_or(true), head.is_some())];
+    let runs = runs.iter().chain(&head_run);
+    let mut count = 2 * ffn.saturating_sub(1);
+    // A stage that starts mid-model receives its input where its first part runs.
+    let mut at: Option<bool> = None;
+    for &(gpu, present) in runs {
+        if present {
+            count += usize::from(at.is_some_and(|p| p != gpu));
+            at = Some(gpu);
+        }
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    /// Where one layer of a stage is kept, for brute force over every placement.
+    #[derive(Copy, Clone, PartialEq, Debug)]
+    enum Put {
+        Gpu,
+        FfnOnHost,
+        Host,
+    }
+
+    /// A decode step's time of `[start, end)` on `node` with each layer put as `puts` says,
+    /// or `None` when a memory overflows: written out from the rules in the module's doc,
+    /// apart from [`CostModel::offload_time`] and the search.
+    fn brute_time(
+        c: &CostModel,
+        node: usize,
+        start: usize,
+        end: usize,
+        puts: &[Put],
+        head_on_host: bool,
+    ) -> Option<f64> {
+        let rates = &c.nodes[node];
+        let host = rates.host.unwrap();
+        let (first, last) = (start == 0, end == c.layers);
+        let head_gpu = last && !head_on_host;
+        let (mut gpu_held, mut host_held) = (0u128, 0u128);
+        let (mut gpu_read, mut gpu_flops, mut host_read, mut host_flops) = (0.0, 0.0, 0.0, 0.0);
+        let (mut gpu_layers, mut host_parts) = (0usize, 0usize);
+        // The path of places: false = host.
+        let mut path: Vec<bool> = Vec::new();
+        if first {
+            path.push(false);
+            host_held += u128::from(c.embed.held);
+            host_read += c.embed.read;
+        }
+        for (i, &put) in puts.iter().enumerate() {
+            let l = start + i;
+            let (w, kv, fw) =
+                (c.weights[l + 1] - c.weights[l], c.kv[l + 1] - c.kv[l], c.ffn_weights[l + 1] - c.ffn_weights[l]);
+            let (r, f) = (c.read[l + 1] - c.read[l], c.flops[l + 1] - c.flops[l]);
+            let (fr, ff) = (c.ffn_read[l + 1] - c.ffn_read[l], c.ffn_flops[l + 1] - c.ffn_flops[l]);
+            match put {
+                Put::Gpu => {
+                    gpu_held += w + kv;
+                    (gpu_read, gpu_flops) = (gpu_read + r, gpu_flops + f);
+                    gpu_layers += 1;
+                    path.push(true);
+                }
+                Put::FfnOnHost => {
+                    gpu_held += w - fw + kv;
+                    host_held += fw;
+                    (gpu_read, gpu_flops) = (gpu_read + r - fr, gpu_flops + f - ff);
+                    (host_read, host_flops) = (host_read + fr, host_flops + ff);
+                    gpu_layers += 1;
+                    host_parts += 1;
+                    path.extend([true, false]);
+                }
+                Put::Host => {
+                    host_held += w + kv;
+                    (host_read, host_flops) = (host_read + r, host_flops + f);
+                    host_parts += 1;
+                    path.push(false);
+                }
+            }
+        }
+        if last {
+            if head_gpu {
+                gpu_held += u128::from(c.head.held);
+                (gpu_read, gpu_flops) = (gpu_read + c.head.read, gpu_flops + c.head.flops);
+            } else {
+                host_held += u128::from(c.head.held - if first { c.shared_single } else { 0 });
+                (host_read, host_flops) = (host_read + c.head.read, host_flops + c.head.flops);
+            }
+            path.push(head_gpu);
+        }
+        gpu_held += u128::from(c.buffers.of(first, last) - c.buffers.stage);
+        if host_parts > 0 {
+            host_held += u128::from(c.buffers.stage);
+        }
+        let fit_gpu = i128::try_from(gpu_held).unwrap() <= i128::from(host.gpu_capacity);
+        let fit_host = i128::try_from(host_held).unwrap() <= i128::from(host.capacity);
+        if !(fit_gpu && fit_host) {
+            return None;
+        }
+        let splits = path.windows(2).filter(|w| w[0] != w[1]).count();
+        let on_gpu = gpu_layers > 0 || head_gpu;
+        let gpu_s = if on_gpu {
+            (gpu_read * rates.inv_bandwidth).max(gpu_flops * rates.inv_decode_compute)
+                + gpu_layers as f64 * rates.per_layer_s
+        } else {
+            0.0
+        };
+        let host_s = (host_read * host.inv_bandwidth).max(host_flops * host.inv_decode_compute)
+            + host_parts as f64 * host.per_layer_s;
+        Some(gpu_s + host_s + splits as f64 * (SPLIT_LATENCY_S + c.step * c.token_activation_f32 * host.inv_link))
+    }
+
+    fn tiered(model: &str, gpu: &str, host: &str, context: u64) -> CostModel {
+        let json = format!(
+            r#"{{"model": {model}, "workload": {{"context": {context}}},
+                "nodes": [{{"name": "desk", "memory": "{gpu}", "bandwidth": "500 GB/s", "compute": "30 TFLOPS", "backend": "cuda",
+                            "host": {{"ram": "ddr5-6000-2ch", "memory": "{host}", "reserve": 0}}}}]}}"#
+        );
+        CostModel::new(&Scenario::from_json(&json).unwrap().problem().unwrap())
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+    }
+
+    /// For every stage of up to `longest` layers, the search's placement is the fastest of
+    /// its family, and when the layers are alike (`uniform`) of every per-layer placement.
+    fn check_search(c: &CostModel, longest: usize, uniform: bool) {
+        let l = c.layers();
+        for start in 0..l {
+            for end in start + 1..=l.min(start + longest) {
+                let n = end - start;
+                let family = (0..=n)
+                    .flat_map(|k1| (0..=n - k1).flat_map(move |k2| [(k1, k2, false), (k1, k2, true)]))
+                    .flat_map(|(k1, k2, mirrored)| [(k1, k2, mirrored, false), (k1, k2, mirrored, k1 == n && end == l)])
+                    .filter_map(|(k1, k2, mirrored, head_on_host)| {
+                        let o = Offload { host_layers: k1, host_ffn: k2, mirrored, head_on_host };
+                        let ((h0, h1), (f0, f1)) = (o.host_range(start, end), o.ffn_range(start, end));
+                        let mut puts = vec![Put::Gpu; n];
+                        puts[h0 - start..h1 - start].fill(Put::Host);
+                        puts[f0 - start..f1 - start].fill(Put::FfnOnHost);
+                        let t = brute_time(c, 0, start, end, &puts, head_on_host)?;
+                        // The written-out rule and the cost model agree on every member.
+                        assert!(close(t, c.offload_time(0, start, end, o).total()), "{start}..{end} {o:?}");
+                        Some(t)
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                let mut all = f64::INFINITY;
+                let mut best_puts = Vec::new();
+                for code in 0..3usize.pow(n as u32) {
+                    let puts: Vec<Put> = (0..n)
+                        .map(|i| [Put::Gpu, Put::FfnOnHost, Put::Host][code / 3usize.pow(i as u32) % 3])
+                        .collect();
+                    let all_host = end == l && puts.iter().all(|&p| p == Put::Host);
+                    if let Some(t) = [false, all_host]
+                        .into_iter()
+                        .filter_map(|head_on_host| brute_time(c, 0, start, end, &puts, head_on_host))
+                        .reduce(f64::min)
+                        && t < all
+                    {
+                        all = t;
+                        best_puts = puts;
+                    }
+                }
+                let found = c.offload(0, start, end);
+                assert_eq!(found.is_some(), family.is_finite(), "{start}..{end}: fits as brute force says");
+                assert_eq!(family.is_finite(), all.is_finite());
+                if let Some(o) = found {
+                    let t = c.offload_time(0, start, end, o).total();
+                    assert!(close(t, family), "{start}..{end}: {o:?} {t} vs family {family}");
+                    assert!(
+                        !uniform || close(t, all) || t < all,
+                        "{start}..{end}: {o:?} {t} vs every placement {all}: {best_puts:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_search_finds_the_fastest_placement_a_brute_force_does() {
+        // Dense and MoE models, GPUs from too small for one layer to most of the model, host
+        // RAM from tight to ample: stages of up to 6 layers against all 3^6 placements. In
+        // `q8_0` every layer is alike; `q4_k_m` gives some layers a larger `ffn_down`, where
+        // moving the larger FFNs wherever they are can beat any contiguous run (the family
+        // llama.cpp's flags express), so there the check is against the family.
+        let models = [
+            (
+                r#"{"preset": "llama-3.2-1b", "weights": "q8_0"}"#,
+                true,
+                ["0.3 GiB", "0.6 GiB", "1 GiB"],
+                ["0.5 GiB", "2 GiB"],
+            ),
+            (
+                r#"{"preset": "llama-3.2-1b", "weights": "q4_k_m"}"#,
+                false,
+                ["0.2 GiB", "0.4 GiB", "0.6 GiB"],
+                ["0.3 GiB", "2 GiB"],
+            ),
+            (
+                r#"{"preset": "mixtral-8x7b", "weights": "q8_0"}"#,
+                true,
+                ["4 GiB", "10 GiB", "30 GiB"],
+                ["10 GiB", "60 GiB"],
+            ),
+            (
+                r#"{"preset": "mixtral-8x7b", "weights": "q4_k_m"}"#,
+                false,
+                ["2 GiB", "5 GiB", "12 GiB"],
+                ["6 GiB", "40 GiB"],
+            ),
+        ];
+        for (model, uniform, gpus, hosts) in models {
+            for gpu in gpus {
+                for host in hosts {
+                    for context in [512, 32768] {
+                        check_search(&tiered(model, gpu, host, context), 6, uniform);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn crossings_count_each_change_of_tier() {
+        let o = |host_layers, host_ffn| Offload { host_layers, host_ffn, ..Offload::default() };
+        // All on the GPU: the embedding (host) hands over once.
+        assert_eq!(crossings(true, o(0, 0), 4, Some(true)), 1);
+        // A middle stage all on the GPU: none.
+        assert_eq!(crossings(false, o(0, 0), 4, None), 0);
+        // Two host layers first, then GPU: embedding and the host layers share the CPU.
+        assert_eq!(crossings(true, o(2, 0), 2, Some(true)), 1);
+        // Three FFN-offloaded layers then one GPU layer: H | G H G H G H | G.
+        assert_eq!(crossings(true, o(0, 3), 1, Some(true)), 7);
+        // Everything in host RAM, head too: no change; the head alone on the GPU: one.
+        assert_eq!(crossings(true, o(4, 0), 0, Some(false)), 0);
+        assert_eq!(crossings(true, o(4, 0), 0, Some(true)), 1);
+        // The last layer's FFN in host RAM and the head on the GPU: G H G.
+        assert_eq!(crossings(false, o(0, 1), 0, Some(true)), 2);
+        // A middle stage ending with two FFN-offloaded layers and a host layer: G G | G H G H | H,
+        // leaving from the host; in llama.cpp's order H | G H G H | G G.
+        let mirrored = Offload { host_layers: 1, host_ffn: 2, mirrored: true, head_on_host: false };
+        assert_eq!(crossings(false, mirrored, 2, None), 3);
+        assert_eq!(crossings(false, Offload { mirrored: false, ..mirrored }, 2, None), 5);
+    }
+}
