@@ -175,14 +175,19 @@ host_layers: number,
  */
 host_ffn: number, 
 /**
- * `[start, end)` of the layers whole in host RAM: the stage's first (llama.cpp's
- * `-ngl` order), or its last on a stage that hands over to another machine.
+ * `[start, end)` of the layers whole in host RAM: the model's first layers, on a first
+ * stage only (llama.cpp's `-ngl` keeps the last layers on the GPU).
  */
 host_range: [number, number], 
 /**
- * `[start, end)` of the layers whose FFN is in host RAM.
+ * `[start, end)` of the layers whose FFN is in host RAM: right after `host_range`
+ * (`--n-cpu-moe`'s order) or, on a stage that hands over to another machine, its last.
  */
 ffn_layers: [number, number], 
+/**
+ * Every layer and the output head in host RAM (`-ngl 0`).
+ */
+head_on_host: boolean, 
 /**
  * Whether those FFNs are routed experts (an MoE model).
  */

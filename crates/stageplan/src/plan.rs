@@ -191,11 +191,14 @@ pub struct StageOffload {
     /// Layers whose FFN is in host RAM (`ffn_layers`): their routed experts where the
     /// layer has them, else its dense FFN matrices; their attention stays on the GPU.
     pub host_ffn: usize,
-    /// `[start, end)` of the layers whole in host RAM: the stage's first (llama.cpp's
-    /// `-ngl` order), or its last on a stage that hands over to another machine.
+    /// `[start, end)` of the layers whole in host RAM: the model's first layers, on a first
+    /// stage only (llama.cpp's `-ngl` keeps the last layers on the GPU).
     pub host_range: [usize; 2],
-    /// `[start, end)` of the layers whose FFN is in host RAM.
+    /// `[start, end)` of the layers whose FFN is in host RAM: right after `host_range`
+    /// (`--n-cpu-moe`'s order) or, on a stage that hands over to another machine, its last.
     pub ffn_layers: [usize; 2],
+    /// Every layer and the output head in host RAM (`-ngl 0`).
+    pub head_on_host: bool,
     /// Whether those FFNs are routed experts (an MoE model).
     pub experts: bool,
     /// Host RAM, by part (`budget` is the RAM installed).

@@ -79,12 +79,14 @@ impl OffloadRule {
 /// The memory `--fit` leaves free on each GPU (`--fit-target`, default 1024 MiB).
 pub const FIT_MARGIN: i64 = 1 << 30;
 
-/// Where a stage on a machine with a host tier keeps its tensors: `host_layers` of its
+/// Where a stage on a machine with a host tier keeps its tensors: its first `host_layers`
 /// layers whole in host RAM (weights and KV cache), `host_ffn` layers' FFN (routed experts,
 /// or a dense layer's FFN matrices) in host RAM with their attention on the GPU, the rest on
-/// the GPU. In llama.cpp's order the host layers come first, then the FFN layers; `mirrored`
-/// reverses the stage (GPU layers, FFN layers, host layers), so that a stage handing its
-/// output to another machine leaves from the CPU and saves a change of tier.
+/// the GPU. The FFN layers follow the host layers (`--n-cpu-moe`'s order) or, with
+/// `ffn_last`, end the stage, so that a stage handing its output to another machine leaves
+/// from the CPU and saves a change of tier. Whole layers in host RAM are llama.cpp's `-ngl`:
+/// the model's first layers, on the machine running llama-server, so only a first stage
+/// has them.
 ///
 /// The output head of a last stage stays on the GPU unless `head_on_host` (with every layer
 /// in host RAM: `-ngl 0`; `-ngl 1` keeps only the head on the GPU).
@@ -92,20 +94,21 @@ pub const FIT_MARGIN: i64 = 1 << 30;
 pub struct Offload {
     pub host_layers: usize,
     pub host_ffn: usize,
-    pub mirrored: bool,
+    pub ffn_last: bool,
     pub head_on_host: bool,
 }
 
 impl Offload {
     /// `[start, end)` of the layers whole in host RAM, for a stage `[start, end)`.
     pub fn host_range(&self, start: usize, end: usize) -> (usize, usize) {
-        if self.mirrored { (end - self.host_layers, end) } else { (start, start + self.host_layers) }
+        let _ = end;
+        (start, start + self.host_layers)
     }
 
     /// `[start, end)` of the layers whose FFN is in host RAM.
     pub fn ffn_range(&self, start: usize, end: usize) -> (usize, usize) {
-        if self.mirrored {
-            (end - self.host_layers - self.host_ffn, end - self.host_layers)
+        if self.ffn_last {
+            (end - self.host_ffn, end)
         } else {
             (start + self.host_layers, start + self.host_layers + self.host_ffn)
         }
@@ -114,7 +117,7 @@ impl Offload {
     /// Two flags and two counts below 2^15 ([`MAX_LAYERS`](crate::limits::MAX_LAYERS) is
     /// 10,000) in one memo cell.
     fn pack(self) -> u32 {
-        (u32::from(self.mirrored) << 31)
+        (u32::from(self.ffn_last) << 31)
             | (u32::from(self.head_on_host) << 30)
             | ((self.host_layers as u32) << 15)
             | self.host_ffn as u32
@@ -124,7 +127,7 @@ impl Offload {
         Offload {
             host_layers: ((packed >> 15) & 0x7FFF) as usize,
             host_ffn: (packed & 0x7FFF) as usize,
-            mirrored: packed >> 31 == 1,
+            ffn_last: packed >> 31 == 1,
             head_on_host: (packed >> 30) & 1 == 1,
         }
     }
@@ -242,10 +245,10 @@ impl CostModel {
             OffloadRule::LlamaFit => i128::from(host.gpu_capacity) - i128::from(FIT_MARGIN),
             _ => i128::from(host.gpu_capacity),
         };
-        let consider = |host_layers: usize, mirrored: bool, head_on_host: bool| -> Option<(f64, Offload)> {
-            let host_range = Offload { host_layers, mirrored, ..Offload::default() }.host_range(start, end);
+        let consider = |host_layers: usize, ffn_last: bool, head_on_host: bool| -> Option<(f64, Offload)> {
+            let host_range = (start, start + host_layers);
             // The layers whose attention stays on the GPU.
-            let (r0, r1) = if mirrored { (start, host_range.0) } else { (host_range.1, end) };
+            let (r0, r1) = (host_range.1, end);
             let gpu_all = i128::try_from(self.weights[r1] - self.weights[r0] + kv(r0, r1)).unwrap_or(i128::MAX)
                 + i128::from(self.gpu_extra(start, end, head_on_host))
                 + grown;
@@ -256,10 +259,10 @@ impl CostModel {
                 return None;
             } else {
                 // The fewest FFN moves that free `need` bytes, from `r0` on (or from `r1`
-                // back when mirrored): prefix sums only grow.
+                // back for `ffn_last`): prefix sums only grow.
                 let need = u128::try_from(need).unwrap_or(u128::MAX);
                 let sums = &self.ffn_weights[r0..=r1];
-                if mirrored {
+                if ffn_last {
                     let limit = self.ffn_weights[r1].checked_sub(need)?;
                     // The last boundary `j` with `sums[j] <= limit` leaves `[j, r1)` to move.
                     let j = sums.partition_point(|&p| p <= limit).checked_sub(1)?;
@@ -272,7 +275,10 @@ impl CostModel {
                     k
                 }
             };
-            let offload = Offload { host_layers, host_ffn, mirrored, head_on_host };
+            if ffn_last && host_ffn == 0 {
+                return None;
+            }
+            let offload = Offload { host_layers, host_ffn, ffn_last, head_on_host };
             let (f0, f1) = offload.ffn_range(start, end);
             let (h0, h1) = host_range;
             let host_held = i128::try_from(self.weights[h1] - self.weights[h0] + kv(h0, h1)).unwrap_or(i128::MAX)
@@ -290,34 +296,34 @@ impl CostModel {
                 *best = Some((t, o));
             }
         };
+        // Whole layers in host RAM only on a first stage (llama.cpp runs them on the machine
+        // that runs llama-server, from the model's first layer on).
+        let most_host_layers = if start == 0 { n } else { 0 };
+        let last = end == self.layers;
         if rule != OffloadRule::Fastest {
             // The fewest layers in host RAM that fit (for `--fit` on an MoE model, each with
             // the fewest expert moves, which at 0 layers is "experts first"), speed aside.
-            let all_on_host = || consider(n, false, end == self.layers);
-            return (0..=n).find_map(|k| consider(k, false, false)).or_else(all_on_host).map(|(_, o)| o);
+            let all_on_host = || if most_host_layers == n { consider(n, false, last) } else { None };
+            return (0..=most_host_layers).find_map(|k| consider(k, false, false)).or_else(all_on_host).map(|(_, o)| o);
         }
         let mut best: Option<(f64, Offload)> = None;
-        for host_layers in 0..n {
+        for host_layers in 0..=most_host_layers.min(n - 1) {
             // When nothing is faster in host RAM, more layers there with no FFN moved only
             // cost more: once that alone is no faster than the best, no larger count is
             // (except all of them, where the head moves too and a crossing goes).
-            let alone = |mirrored| {
-                self.offload_time(node, start, end, Offload { host_layers, mirrored, ..Offload::default() }).total()
-            };
-            if host.monotone
-                && let Some((b, _)) = best
-                && alone(false) >= b
-                && alone(true) >= b
-            {
+            let alone = self.offload_time(node, start, end, Offload { host_layers, ..Offload::default() }).total();
+            if host.monotone && best.is_some_and(|(b, _)| alone >= b) {
                 break;
             }
             keep(&mut best, consider(host_layers, false, false));
             keep(&mut best, consider(host_layers, true, false));
         }
-        // Every layer in host RAM: the head on the GPU (`-ngl 1`) or, on a last stage, there too.
-        keep(&mut best, consider(n, false, false));
-        if end == self.layers {
-            keep(&mut best, consider(n, false, true));
+        if most_host_layers == n {
+            // Every layer in host RAM: the head on the GPU (`-ngl 1`) or, on a last stage, there too.
+            keep(&mut best, consider(n, false, false));
+            if last {
+                keep(&mut best, consider(n, false, true));
+            }
         }
         best.map(|(_, o)| o)
     }
@@ -470,26 +476,10 @@ fn crossings(first: bool, offload: Offload, gpu_layers: usize, head: Option<bool
     // The path as runs of one place, `(on the GPU, present)`: an FFN-offloaded block starts
     // with attention on the GPU and ends with an FFN on the host, alternating inside.
     let hosted = offload.host_layers > 0;
-    let runs: [(bool, bool); 7] = if offload.mirrored {
-        [
-            (false, first),
-            (true, gpu_layers > 0),
-            (true, ffn > 0),
-            (false, ffn > 0),
-            (false, hosted),
-            (true, false),
-            (true, false),
-        ]
+    let runs: [(bool, bool); 5] = if offload.ffn_last {
+        [(false, first), (false, hosted), (true, gpu_layers > 0), (true, ffn > 0), (false, ffn > 0)]
     } else {
-        [
-            (false, first),
-            (false, hosted),
-            (true, ffn > 0),
-            (false, ffn > 0),
-            (true, gpu_layers > 0),
-            (true, false),
-            (true, false),
-        ]
+        [(false, first), (false, hosted), (true, ffn > 0), (false, ffn > 0), (true, gpu_layers > 0)]
     };
     let head_run = [(head.unwrap_or(true), head.is_some())];
     let runs = runs.iter().chain(&head_run);
@@ -627,9 +617,10 @@ mod tests {
                 let n = end - start;
                 let family = (0..=n)
                     .flat_map(|k1| (0..=n - k1).flat_map(move |k2| [(k1, k2, false), (k1, k2, true)]))
-                    .flat_map(|(k1, k2, mirrored)| [(k1, k2, mirrored, false), (k1, k2, mirrored, k1 == n && end == l)])
-                    .filter_map(|(k1, k2, mirrored, head_on_host)| {
-                        let o = Offload { host_layers: k1, host_ffn: k2, mirrored, head_on_host };
+                    .filter(|&(k1, k2, ffn_last)| (start == 0 || k1 == 0) && !(ffn_last && k2 == 0))
+                    .flat_map(|(k1, k2, ffn_last)| [(k1, k2, ffn_last, false), (k1, k2, ffn_last, k1 == n && end == l)])
+                    .filter_map(|(k1, k2, ffn_last, head_on_host)| {
+                        let o = Offload { host_layers: k1, host_ffn: k2, ffn_last, head_on_host };
                         let ((h0, h1), (f0, f1)) = (o.host_range(start, end), o.ffn_range(start, end));
                         let mut puts = vec![Put::Gpu; n];
                         puts[h0 - start..h1 - start].fill(Put::Host);
@@ -646,6 +637,11 @@ mod tests {
                     let puts: Vec<Put> = (0..n)
                         .map(|i| [Put::Gpu, Put::FfnOnHost, Put::Host][code / 3usize.pow(i as u32) % 3])
                         .collect();
+                    // Whole layers in host RAM: a prefix of a first stage (llama.cpp's `-ngl`).
+                    let hosted = puts.iter().take_while(|&&p| p == Put::Host).count();
+                    if puts[hosted..].contains(&Put::Host) || (start > 0 && hosted > 0) {
+                        continue;
+                    }
                     let all_host = end == l && puts.iter().all(|&p| p == Put::Host);
                     if let Some(t) = [false, all_host]
                         .into_iter()
@@ -734,8 +730,8 @@ mod tests {
         assert_eq!(crossings(false, o(0, 1), 0, Some(true)), 2);
         // A middle stage ending with two FFN-offloaded layers and a host layer: G G | G H G H | H,
         // leaving from the host; in llama.cpp's order H | G H G H | G G.
-        let mirrored = Offload { host_layers: 1, host_ffn: 2, mirrored: true, head_on_host: false };
-        assert_eq!(crossings(false, mirrored, 2, None), 3);
-        assert_eq!(crossings(false, Offload { mirrored: false, ..mirrored }, 2, None), 5);
+        let last = Offload { host_layers: 0, host_ffn: 2, ffn_last: true, head_on_host: false };
+        assert_eq!(crossings(false, last, 2, None), 3);
+        assert_eq!(crossings(false, Offload { ffn_last: false, ..last }, 2, None), 4);
     }
 }

@@ -255,6 +255,7 @@ pub(crate) fn evaluate(
                 host_ffn: o.host_ffn,
                 host_range: [h0, h1],
                 ffn_layers: [f0, f1],
+                head_on_host: o.head_on_host,
                 experts: problem.model.arch.moe.is_some(),
                 memory: MemoryBreakdown {
                     weights: host.weights,

@@ -31,13 +31,17 @@ pub(crate) fn any_fit(cost: &CostModel, allowed: &[bool]) -> bool {
         return false;
     }
     let m = nodes.len();
-    // reaches[i][j]: `reach(nodes[i], j)`, by two pointers (the reach never falls as j grows).
+    // reaches[i][j]: `reach(nodes[i], j)`, by two pointers (the reach never falls as j grows
+    // from 1 on; a first stage may reach farther, with whole layers in a machine's RAM).
     let reaches: Vec<Vec<usize>> = nodes
         .iter()
         .map(|&k| {
             let mut e = 0;
             (0..l)
                 .map(|j| {
+                    if j == 1 {
+                        e = 0;
+                    }
                     e = e.max(j);
                     while e + 1 < l && cost.fits(k, j, e + 1) {
                         e += 1;
