@@ -304,6 +304,266 @@ fn run_case(case: &Case, cpu: &Cpu, bin: &Path, work: &Path, report: &mut String
     }
 }
 
+/// A machine with system RAM (#34): the plan keeps some of a stage's tensors there, and its
+/// export places exactly those there. Each machine's "GPU" is an rpc-server on this CPU and
+/// its host RAM llama-server's own (or, on another machine, an rpc-server serving its CPU).
+struct OffloadCase {
+    name: &'static str,
+    model: &'static [&'static str],
+    /// The scenario's `policy` and, for `manual`, its stages.
+    policy: &'static str,
+    /// Per machine: its device's MiB and its RAM's MiB.
+    machines: &'static [(u32, u32)],
+    /// What the plan must keep in RAM, per stage: (whole layers, layers' FFN).
+    expect: &'static [(usize, usize)],
+}
+
+const OFFLOAD_CASES: [OffloadCase; 4] = [
+    // An MoE model on a device too small for it: routed experts in RAM, attention on the device.
+    OffloadCase {
+        name: "moe-experts-in-ram",
+        model: &["--layers", "6", "--experts", "8", "--experts-used", "2", "--ffn", "512"],
+        policy: r#""optimal""#,
+        machines: &[(60, 2048)],
+        expect: &[(0, 5)],
+    },
+    // A dense model, layer offload only (llama.cpp's plain `-ngl`): the first layers in RAM.
+    OffloadCase {
+        name: "dense-partial-ngl",
+        model: &["--layers", "8"],
+        policy: r#""layer-offload""#,
+        machines: &[(52, 2048)],
+        expect: &[(5, 0)],
+    },
+    // A dense model, the fastest placement: whole layers and a layer's FFN in RAM.
+    OffloadCase {
+        name: "dense-layers-and-ffn-in-ram",
+        model: &["--layers", "8"],
+        policy: r#""optimal""#,
+        machines: &[(52, 2048)],
+        expect: &[(4, 1)],
+    },
+    // Two machines; the second keeps its layers' experts in its own RAM, served by a second
+    // rpc-server on its CPU.
+    OffloadCase {
+        name: "moe-2-machines-experts-in-remote-ram",
+        model: &["--layers", "6", "--experts", "8", "--experts-used", "2", "--ffn", "512"],
+        policy: r#""manual", "stages": [{"node": "m0", "layers": [0, 3]}, {"node": "m1", "layers": [3, 6]}]"#,
+        machines: &[(40, 1024), (40, 1024)],
+        expect: &[(2, 1), (0, 3)],
+    },
+];
+
+#[test]
+fn llama_cpp_places_tensors_where_the_plan_says() {
+    let Some(bin) = std::env::var_os("STAGEPLAN_LLAMA_CPP").map(PathBuf::from) else {
+        eprintln!("skipped: set STAGEPLAN_LLAMA_CPP to llama.cpp's bin directory (cargo xtask test does)");
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("stageplan-offload-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let mut report =
+        String::from("| case | memory | planned MiB (weights+KV / total) | allocated MiB (weights+KV / total) |\n");
+    for case in &OFFLOAD_CASES {
+        run_offload_case(case, &bin, &work, &mut report);
+    }
+    eprintln!("{report}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut String) {
+    let dir = work.join(case.name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("model-f16.gguf");
+    let status =
+        Command::new(python()).arg(repo().join("tests/engine/write_gguf.py")).arg(&model).args(case.model).status();
+    assert!(status.expect("the GGUF writer runs").success(), "{}: write_gguf.py failed", case.name);
+    // Fast devices (no per-layer cost: `peak`) and slow RAM, so RAM holds only what the
+    // device cannot.
+    let nodes: Vec<String> = case
+        .machines
+        .iter()
+        .enumerate()
+        .map(|(i, (device, ram))| {
+            format!(
+                r#"{{"name": "m{i}", "kind": "cpu", "backend": "peak", "memory": "{device} MiB", "reserve": 0, "bandwidth": "200 GB/s", "compute": "5 TFLOPS", "threads": 1,
+                    "host": {{"memory": "{ram} MiB", "reserve": 0, "bandwidth": "10 GB/s", "threads": 1}}}}"#
+            )
+        })
+        .collect();
+    let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
+    let scenario = format!(
+        r#"{{"model": {{"file": {file}}}, "workload": {{"context": 2048, "batch": 1, "kv": "f16"}}, "objective": "latency",
+            "policy": {}, "nodes": [{}], "links": {LOOPBACK}}}"#,
+        case.policy,
+        nodes.join(", ")
+    );
+    let scenario_path = dir.join("scenario.json");
+    std::fs::write(&scenario_path, scenario).unwrap();
+    let plan_out = stageplan(&["plan", &scenario_path.to_string_lossy(), "--format", "json"]);
+    let plan: Value = serde_json::from_str(&plan_out).unwrap();
+    assert_eq!(plan["feasible"], true, "{}: the plan does not fit: {plan_out}", case.name);
+    let stages = plan["stages"].as_array().unwrap();
+    let kept: Vec<(usize, usize)> = stages
+        .iter()
+        .map(|s| {
+            let o = &s["offload"];
+            (o["host_layers"].as_u64().unwrap() as usize, o["host_ffn"].as_u64().unwrap() as usize)
+        })
+        .collect();
+    assert_eq!(kept, case.expect, "{}: what the plan keeps in RAM per stage: {plan_out}", case.name);
+    let plan_path = dir.join("plan.json");
+    std::fs::write(&plan_path, &plan_out).unwrap();
+
+    // Device ports 10 apart: a machine's CPU rpc-server listens one above its device's.
+    let base = free_port().min(60000);
+    let ports: Vec<u16> = (0..stages.len() as u16).map(|i| base + 10 * i).collect();
+    let mut args =
+        vec!["export".to_owned(), plan_path.to_string_lossy().into_owned(), "--to".into(), "llama.cpp".into()];
+    for (stage, port) in stages.iter().zip(&ports) {
+        args.push("--host".into());
+        args.push(format!("{}=127.0.0.1:{port}", stage["node"].as_str().unwrap()));
+    }
+    let script = stageplan(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let commands = commands(&script);
+    let (rpc, server): (Vec<&String>, Vec<&String>) = commands.iter().partition(|c| !c.contains("llama-server"));
+    assert_eq!(server.len(), 1, "{}: one llama-server:\n{script}", case.name);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut children = Processes(Vec::new());
+    for command in &rpc {
+        children.0.push(
+            Command::new("bash")
+                .args(["-c", &format!("exec {command}")])
+                .env("PATH", &path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the rpc-server starts"),
+        );
+    }
+    let listening: Vec<u16> = rpc
+        .iter()
+        .map(|c| c.split_whitespace().skip_while(|w| *w != "--port").nth(1).unwrap().parse().unwrap())
+        .collect();
+    for port in &listening {
+        wait_for(|| TcpStream::connect(("127.0.0.1", *port)).is_ok(), &format!("{}: rpc-server on {port}", case.name));
+    }
+    let http = free_port();
+    let log = dir.join("llama-server.log");
+    children.0.push(
+        Command::new("bash")
+            .args(["-c", &format!("exec {}", server[0])])
+            .env("PATH", &path)
+            .env("LLAMA_ARG_PORT", http.to_string())
+            .env("LLAMA_ARG_LOG_VERBOSITY", "5")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
+            .spawn()
+            .expect("llama-server starts"),
+    );
+    wait_for(
+        || request(http, "GET /health HTTP/1.0\r\n\r\n").is_some_and(|r| r.contains("\"ok\"")),
+        &format!("{}: llama-server health (log: {})", case.name, log.display()),
+    );
+    let body = r#"{"prompt": "hello world", "n_predict": 8, "temperature": 0}"#;
+    let response = request(
+        http,
+        &format!(
+            "POST /completion HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .expect("llama-server answers");
+    let json: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!(json["tokens_predicted"], 8, "{}: tokens are generated: {json}", case.name);
+    drop(children);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    // Every layer where planned: whole layers in RAM on the CPU, the rest on its stage's
+    // device; each FFN tensor of the planned layers overridden to that machine's RAM, and
+    // no other tensor.
+    let experts = plan["model"]["experts"].is_u64();
+    let mut overridden = 0;
+    for (s, stage) in stages.iter().enumerate() {
+        let o = &stage["offload"];
+        let [h0, h1] = [o["host_range"][0].as_u64().unwrap(), o["host_range"][1].as_u64().unwrap()];
+        let [f0, f1] = [o["ffn_layers"][0].as_u64().unwrap(), o["ffn_layers"][1].as_u64().unwrap()];
+        let [start, end] = [stage["layers"][0].as_u64().unwrap(), stage["layers"][1].as_u64().unwrap()];
+        for layer in start..end {
+            let device = if (h0..h1).contains(&layer) { "CPU".to_owned() } else { format!("RPC{s}") };
+            let line = format!("layer {layer:>3} assigned to device {device},");
+            assert!(text.contains(&line), "{}: layer {layer} is not on {device}", case.name);
+        }
+        let ram = if s == 0 { "CPU".to_owned() } else { format!("RPC0[127.0.0.1:{}]", ports[s] + 1) };
+        for layer in f0..f1 {
+            for part in ["gate", "up", "down"] {
+                let name = if experts {
+                    format!("blk.{layer}.ffn_{part}_exps.weight")
+                } else {
+                    format!("blk.{layer}.ffn_{part}.weight")
+                };
+                let moved = text
+                    .lines()
+                    .any(|l| l.contains(&format!("tensor {name} ")) && l.ends_with(&format!("overridden to {ram}")));
+                assert!(moved, "{}: {name} is not overridden to {ram}", case.name);
+                overridden += 1;
+            }
+        }
+    }
+    assert_eq!(
+        text.matches("buffer type overridden").count(),
+        overridden,
+        "{}: only the planned tensors move",
+        case.name
+    );
+
+    // Memory per device and per RAM: weights and KV within 2% of the plan, the whole never over.
+    let mut memories: Vec<(String, &Value, Option<u16>)> = Vec::new();
+    for (s, stage) in stages.iter().enumerate() {
+        memories.push((format!("stage {s} device"), &stage["memory"], Some(ports[s])));
+        let ram_port = if s == 0 { None } else { Some(ports[s] + 1) };
+        memories.push((format!("stage {s} RAM"), &stage["offload"]["memory"], ram_port));
+    }
+    for (what, memory, port) in memories {
+        let mib = |v: &Value| v.as_u64().unwrap() as f64 / 1048576.0;
+        let planned_total = mib(&memory["total"]) - mib(&memory["reserve"]);
+        let planned_held = mib(&memory["weights"]) + mib(&memory["kv"]) + mib(&memory["embed_head"]);
+        let (mut held, mut total) = (0.0, 0.0);
+        for line in text.lines() {
+            let Some((head, value)) = line.split_once(" buffer size =") else { continue };
+            let mut words = head.split_whitespace().rev();
+            let (kind, name) = (words.next().unwrap(), words.next().unwrap());
+            let at = name
+                .split_once('[')
+                .map(|(_, e)| e.trim_end_matches(']').rsplit_once(':').unwrap().1.parse::<u16>().unwrap());
+            if at != port {
+                continue;
+            }
+            let value: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
+            total += value;
+            if kind == "model" || kind == "KV" {
+                held += value;
+            }
+        }
+        if planned_held > 0.0 || held > 0.0 {
+            assert!(
+                (held / planned_held - 1.0).abs() <= 0.02,
+                "{}: {what}: weights+KV planned {planned_held:.2} MiB, llama.cpp allocated {held:.2} MiB",
+                case.name
+            );
+        }
+        assert!(
+            total <= planned_total + 0.01,
+            "{}: {what}: allocated {total:.2} MiB, over the plan's {planned_total:.2}",
+            case.name
+        );
+        report.push_str(&format!(
+            "| {} | {what} | {planned_held:.2} / {planned_total:.2} | {held:.2} / {total:.2} |\n",
+            case.name
+        ));
+    }
+}
+
 /// What llama.cpp's log says one stage's machine allocated, in MiB.
 #[derive(Default, Clone, Debug)]
 struct Allocated {

@@ -199,6 +199,8 @@ pub struct StageOffload {
     pub ffn_layers: [usize; 2],
     /// Every layer and the output head in host RAM (`-ngl 0`).
     pub head_on_host: bool,
+    /// The CPU threads that run what is in host RAM (`--threads`).
+    pub threads: u32,
     /// Whether those FFNs are routed experts (an MoE model).
     pub experts: bool,
     /// Host RAM, by part (`budget` is the RAM installed).

@@ -66,6 +66,12 @@ pub fn llama_cpp_layers(shares: &[f32], n_layer: usize, n_gpu_layers: usize) -> 
         .collect()
 }
 
+/// A layer's FFN matrices as llama.cpp names them, after `blk\.N\.`: the routed experts
+/// (`LLM_FFN_EXPS_REGEX` in `common/common.h`, what `--n-cpu-moe` moves) or a dense FFN
+/// (`LLM_FFN_DENSE_REGEX`, `--n-cpu-ffn`), but not the shared experts (`_shexp`) nor the router
+/// (`ffn_gate_inp`): what the planner's FFN class holds.
+pub(super) const FFN_PATTERN: &str = r"ffn_(up|down|gate|gate_up)(_(ch|)exps|\.)";
+
 /// KV-cache formats llama.cpp's `--cache-type-k/v` accept.
 const KV_TYPES: [&str; 9] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"];
 
@@ -102,6 +108,11 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     };
     let mut rpc: Vec<(String, String)> = Vec::new();
     let mut devices: Vec<String> = Vec::new();
+    // Per stage: where its FFN layers in host RAM go (`CPU` on the main machine, else a
+    // second rpc-server on that machine serving its CPU), and the layers.
+    let mut ffn_overrides: Vec<(String, usize, usize)> = Vec::new();
+    // Remote machines' CPU rpc-servers, `(node, endpoint)`; each is also a device with no layers.
+    let mut cpu_rpc: Vec<(String, String)> = Vec::new();
     for &(node, _, _) in &layout.stages {
         if node == main
             && let Some(device) = local_device(node)
@@ -133,7 +144,50 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             });
         }
     }
-    let shares = tensor_split(&layout.counts());
+    // What the plan keeps in host RAM: the first stage's first layers (`-ngl` leaves them
+    // on the CPU), and per stage its FFN layers (`--override-tensor`).
+    let offloads: Vec<Option<&crate::plan::StageOffload>> = plan.stages.iter().map(|s| s.offload.as_ref()).collect();
+    let host_layers = offloads[0].map_or(0, |o| o.host_layers);
+    let head_on_host = offloads[0].is_some_and(|o| o.head_on_host);
+    for (&(node, _, _), offload) in layout.stages.iter().zip(&offloads) {
+        let Some(offload) = offload.filter(|o| o.host_ffn > 0) else { continue };
+        let [f0, f1] = offload.ffn_layers;
+        let target = if node == main {
+            "CPU".to_owned()
+        } else {
+            // A second rpc-server on that machine serves its CPU, one port above its device's.
+            let device = &rpc.iter().find(|(n, _)| n == node).map_or_else(String::new, |(_, e)| e.clone());
+            let (host, port) = device.rsplit_once(':').unwrap_or((device.as_str(), "50052"));
+            let port = port.parse::<u16>().unwrap_or(RPC_PORT).checked_add(1).ok_or(ExportError::Option {
+                option: "hosts",
+                value: device.clone(),
+                problem: "leaves no port above it for the machine's CPU rpc-server; give a lower port",
+            })?;
+            let endpoint = format!("{host}:{port}");
+            cpu_rpc.push((node.to_owned(), endpoint.clone()));
+            format!("RPC0[{endpoint}]")
+        };
+        ffn_overrides.push((target, f0, f1));
+    }
+    for (i, (second, address)) in cpu_rpc.iter().enumerate() {
+        let taken = rpc.iter().chain(&cpu_rpc[..i]).find(|(_, a)| a == address);
+        if let Some((first, _)) = taken {
+            return Err(ExportError::SameAddress {
+                first: first.clone(),
+                second: second.clone(),
+                address: address.clone(),
+                server: RPC_SERVER,
+            });
+        }
+    }
+    let mut counts = layout.counts();
+    counts[0] -= host_layers;
+    let mut shares = tensor_split(&counts);
+    // Each CPU rpc-server is a device too (so llama.cpp runs what it holds), with no layers.
+    for _ in &cpu_rpc {
+        devices.push(format!("RPC{}", rpc.len() + devices.len() - layout.stages.len()));
+        shares.push(0);
+    }
     let given = layout.options.model.clone().or_else(|| plan.model.file.clone());
     let model = given.clone().unwrap_or_else(|| {
         let weights = if plan.model.weights.is_empty() { "bf16" } else { &plan.model.weights };
@@ -152,10 +206,27 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         ));
         "f16".to_owned()
     };
-    if plan.model.experts.is_some() {
+    if plan.model.experts.is_some() && ffn_overrides.is_empty() {
         notes.push(
             "The plan keeps each layer's experts with the layer, so no `--override-tensor` is needed.".to_owned(),
         );
+    }
+    let what = if plan.model.experts.is_some() { "routed experts" } else { "FFN" };
+    if host_layers > 0 {
+        notes.push(format!(
+            "Layers 0–{} stay whole in {main}'s RAM with their KV cache (`--n-gpu-layers` counts the GPU's layers from the end).",
+            host_layers - 1
+        ));
+    }
+    if host_layers > 0 || ffn_overrides.iter().any(|(target, _, _)| target == "CPU") {
+        notes.push("`--load-mode none` reads the weights the plan keeps in RAM instead of mapping the file; builds before 2026 spell it `--no-mmap`.".to_owned());
+    }
+    for (target, f0, f1) in &ffn_overrides {
+        notes.push(format!(
+            "The {what} of layers {f0}–{} live in {} (`--override-tensor …={target}`); their attention and KV cache stay on the GPU.",
+            f1 - 1,
+            if target == "CPU" { format!("{main}'s RAM") } else { format!("the RAM of the machine at {}", &target[5..target.len() - 1]) }
+        ));
     }
     if plan.engine != crate::engine::Engine::LlamaCpp {
         notes.push(format!(
@@ -204,6 +275,17 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             };
             let _ = writeln!(out, "#    on {node}:");
             let _ = writeln!(out, "{only_one}{RPC_SERVER} --host {host} --port {port}{threads}");
+            if let Some((_, cpu)) = cpu_rpc.iter().find(|(n, _)| n == node) {
+                let cpu_port = cpu.rsplit_once(':').map_or("50053", |(_, p)| p);
+                let threads = offloads
+                    .iter()
+                    .zip(&layout.stages)
+                    .find(|(_, (n, _, _))| n == node)
+                    .and_then(|(o, _)| *o)
+                    .map_or(1, |o| o.threads);
+                let _ = writeln!(out, "#    and its CPU, for the layers' {what} the plan keeps in its RAM:");
+                let _ = writeln!(out, "{RPC_SERVER} --host {host} --port {cpu_port} --device CPU --threads {threads}");
+            }
         }
         out.push('\n');
         step += 1;
@@ -212,11 +294,26 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     let mut args: Vec<String> = vec!["llama-server".into(), "--model".into(), shell(&model).into_owned()];
     if !rpc.is_empty() {
         args.push("--rpc".into());
-        args.push(shell(&rpc.iter().map(|(_, e)| e.as_str()).collect::<Vec<_>>().join(",")).into_owned());
+        let endpoints: Vec<&str> = rpc.iter().chain(&cpu_rpc).map(|(_, e)| e.as_str()).collect();
+        args.push(shell(&endpoints.join(",")).into_owned());
     }
     args.extend(["--device".into(), shell(&devices.join(",")).into_owned()]);
-    // Every block and the output layer: N + 1 slots.
-    args.extend(["--n-gpu-layers".into(), (layout.layers + 1).to_string()]);
+    // Every block and the output layer, N + 1 slots, but the first layers in host RAM.
+    let gpu_layers = layout.layers + 1 - host_layers - usize::from(head_on_host);
+    args.extend(["--n-gpu-layers".into(), gpu_layers.to_string()]);
+    // After `--rpc`, which registers the devices these name.
+    for (target, f0, f1) in &ffn_overrides {
+        let layers: Vec<String> = (*f0..*f1).map(|l| l.to_string()).collect();
+        let rule = format!("blk\\.({})\\.{FFN_PATTERN}={target}", layers.join("|"));
+        args.extend(["--override-tensor".into(), shell(&rule).into_owned()]);
+    }
+    if let Some(threads) = offloads[0].filter(|o| o.host_layers + o.host_ffn > 0).map(|o| o.threads) {
+        args.extend(["--threads".into(), threads.to_string()]);
+        // Read the host's weights into RAM, as planned, rather than map the file: mapped
+        // pages are the page cache's to drop, and a mapped buffer spans every tensor between
+        // its first and last, the GPU's too.
+        args.extend(["--load-mode".into(), "none".into()]);
+    }
     // Newer builds fit layers to free memory by themselves; the plan has done that.
     args.extend(["--fit".into(), "off".into()]);
     args.extend(["--tensor-split".into(), shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);

@@ -205,6 +205,53 @@ fn unsafe_text(text: &str) -> Option<String> {
     text.chars().any(crate::quote::unsafe_char).then(|| format!("`{}` {}", crate::quote::line(text), unsafe_words!()))
 }
 
+/// A stage's `offload`, as the planner writes it: whole layers in host RAM from a first
+/// stage's first layer, FFN layers inside the stage after them or at its end, and the head
+/// in host RAM only with every layer there on a one-stage plan.
+fn check_offload(
+    index: usize,
+    stage: &crate::plan::Stage,
+    offload: &crate::plan::StageOffload,
+    stages: usize,
+) -> Result<(), ExportError> {
+    let [start, end] = stage.layers;
+    let problem = |field: &'static str, problem: String| Err(ExportError::Stage { index, field, problem });
+    let [h0, h1] = offload.host_range;
+    if h0 != start || h1 < h0 || h1 > end || h1 - h0 != offload.host_layers {
+        return problem(
+            "offload.host_range",
+            format!("is `[{h0}, {h1}]`; give `[{start}, {start} + host_layers]`, inside the stage's layers"),
+        );
+    }
+    if offload.host_layers > 0 && index > 0 {
+        return problem(
+            "offload.host_layers",
+            format!(
+                "is {}; only the first stage keeps whole layers in host RAM (llama.cpp runs them where llama-server runs): give 0",
+                offload.host_layers
+            ),
+        );
+    }
+    let [f0, f1] = offload.ffn_layers;
+    if f0 < h1 || f1 < f0 || f1 > end || f1 - f0 != offload.host_ffn {
+        return problem(
+            "offload.ffn_layers",
+            format!(
+                "is `[{f0}, {f1}]`; give {} layers between the host layers' end ({h1}) and the stage's ({end})",
+                offload.host_ffn
+            ),
+        );
+    }
+    if offload.head_on_host && (stages != 1 || h1 != end) {
+        return problem(
+            "offload.head_on_host",
+            "is true, but only a one-stage plan with every layer in host RAM keeps its head there: give false"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
 /// A plan's stages, checked: contiguous, from layer 0 to the last, each node once.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Layout<'p> {
@@ -302,6 +349,9 @@ impl<'p> Layout<'p> {
                     field: "threads",
                     problem: format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
                 });
+            }
+            if let Some(offload) = &stage.offload {
+                check_offload(index, stage, offload, plan.stages.len())?;
             }
             let name = stage.node.as_str();
             if !valid_node_name(name) {

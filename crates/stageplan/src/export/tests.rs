@@ -195,3 +195,52 @@ fn addresses_for_machines_the_plan_leaves_out_are_notes() {
     assert!(export.notes.contains(&"`nas` is not in this plan; its address is not used.".to_owned()));
     assert!(!export.text.contains("10.0.0.9") && !export.text.contains("10.0.0.10"), "{}", export.text);
 }
+
+/// One desktop, a 12 GB GPU and 64 GB of DDR5, Qwen3-30B-A3B: the issue's case.
+const DESKTOP_MOE: &str = r#"{"model": {"preset": "qwen3-30b-a3b", "weights": "q4_k_m"}, "workload": {"context": 8192},
+    "nodes": [{"name": "desk", "device": "rtx-5070", "host": {"ram": "ddr5-6000-2ch", "memory": "64 GiB"}}]}"#;
+
+#[test]
+fn llama_cpp_keeps_the_planned_tensors_in_host_ram() {
+    let (plan, options) = planned(DESKTOP_MOE);
+    let offload = plan.stages[0].offload.clone().expect("a machine with RAM has an offload");
+    assert!(offload.host_ffn > 0 && offload.host_ffn < 48, "some experts in RAM, some on the GPU: {offload:?}");
+    let text = export(&plan, Target::LlamaCpp, &options).unwrap().text;
+    // The experts of exactly the planned layers, by llama.cpp's own expert pattern.
+    let [f0, f1] = offload.ffn_layers;
+    let layers: Vec<String> = (f0..f1).map(|l| l.to_string()).collect();
+    let rule = format!(r"'blk\.({})\.ffn_(up|down|gate|gate_up)(_(ch|)exps|\.)=CPU'", layers.join("|"));
+    assert!(text.contains(&format!("--override-tensor {rule}")), "{text}");
+    assert!(text.contains("--n-gpu-layers 49") && text.contains("--load-mode none"), "{text}");
+
+    // Layer offload alone: `-ngl` leaves the first layers on the CPU, by llama.cpp's rule.
+    let mut scenario: crate::Scenario = crate::Scenario::from_json(DESKTOP_MOE).unwrap();
+    scenario.policy = crate::Policy::LayerOffload;
+    let problem = scenario.problem().unwrap();
+    let plan = crate::plan(&problem);
+    let offload = plan.stages[0].offload.clone().unwrap();
+    assert!(offload.host_layers > 0 && offload.host_ffn == 0, "{offload:?}");
+    let text = export(&plan, Target::LlamaCpp, &ExportOptions::for_problem(&problem)).unwrap().text;
+    let ngl = 49 - offload.host_layers;
+    assert!(text.contains(&format!("--n-gpu-layers {ngl}")) && !text.contains("--override-tensor"), "{text}");
+    let slots = super::llama_cpp::llama_cpp_layers(&[(48 - offload.host_layers + 1) as f32], 48, ngl);
+    let on_cpu: Vec<usize> = (0..49).filter(|&i| slots[i].is_none()).collect();
+    assert_eq!(on_cpu, (0..offload.host_layers).collect::<Vec<_>>());
+}
+
+#[test]
+fn offloads_a_planner_would_not_write_are_refused() {
+    let (plan, options) = planned(DESKTOP_MOE);
+    let mut outside = plan.clone();
+    outside.stages[0].offload.as_mut().unwrap().ffn_layers = [40, 60];
+    let error = export(&outside, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[0].offload.ffn_layers`"), "{error}");
+    let mut shifted = plan.clone();
+    shifted.stages[0].offload.as_mut().unwrap().host_range = [3, 3];
+    let error = export(&shifted, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[0].offload.host_range`"), "{error}");
+    let mut head = plan;
+    head.stages[0].offload.as_mut().unwrap().head_on_host = true;
+    let error = export(&head, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[0].offload.head_on_host`"), "{error}");
+}

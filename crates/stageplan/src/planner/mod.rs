@@ -256,6 +256,7 @@ pub(crate) fn evaluate(
                 host_range: [h0, h1],
                 ffn_layers: [f0, f1],
                 head_on_host: o.head_on_host,
+                threads: problem.nodes[node].host.as_ref().map_or(1, |h| h.threads),
                 experts: problem.model.arch.moe.is_some(),
                 memory: MemoryBreakdown {
                     weights: host.weights,
