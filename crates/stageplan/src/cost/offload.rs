@@ -241,6 +241,8 @@ impl CostModel {
         let host = self.host(node)?;
         let n = end - start;
         let rule = self.rule;
+        // vLLM offloads whole layers' weights on every rank and streams them (below).
+        let streams = self.engine == crate::engine::Engine::Vllm;
         let gpu_capacity = match rule {
             OffloadRule::LlamaFit => i128::from(host.gpu_capacity) - i128::from(FIT_MARGIN),
             _ => i128::from(host.gpu_capacity),
@@ -249,13 +251,15 @@ impl CostModel {
             let host_range = (start, start + host_layers);
             // The layers whose attention stays on the GPU.
             let (r0, r1) = (host_range.1, end);
-            let gpu_all = i128::try_from(self.weights[r1] - self.weights[r0] + kv(r0, r1)).unwrap_or(i128::MAX)
+            // A layer's KV cache stays with it in llama.cpp; vLLM keeps every KV cache on the GPU.
+            let (kv_from, kv_host) = if streams { (start, 0) } else { (r0, kv(start, r0)) };
+            let gpu_all = i128::try_from(self.weights[r1] - self.weights[r0] + kv(kv_from, r1)).unwrap_or(i128::MAX)
                 + self.gpu_extra(start, end, head_on_host)
                 + grown;
             let need = gpu_all - gpu_capacity;
             let host_ffn = if need <= 0 {
                 0
-            } else if rule == OffloadRule::Layers {
+            } else if rule == OffloadRule::Layers || streams {
                 return None;
             } else {
                 // The fewest FFN moves that free `need` bytes, from `r0` on (or from `r1`
@@ -281,7 +285,7 @@ impl CostModel {
             let offload = Offload { host_layers, host_ffn, ffn_last, head_on_host };
             let (f0, f1) = offload.ffn_range(start, end);
             let (h0, h1) = host_range;
-            let host_held = i128::try_from(self.weights[h1] - self.weights[h0] + kv(h0, h1)).unwrap_or(i128::MAX)
+            let host_held = i128::try_from(self.weights[h1] - self.weights[h0] + kv_host).unwrap_or(i128::MAX)
                 + i128::try_from(self.ffn_weights[f1] - self.ffn_weights[f0]).unwrap_or(i128::MAX)
                 + i128::from(self.host_extra(start, end, offload));
             if host_held > i128::from(host.capacity) {
@@ -298,7 +302,7 @@ impl CostModel {
         };
         // Whole layers in host RAM only on a first stage (llama.cpp runs them on the machine
         // that runs llama-server, from the model's first layer on).
-        let most_host_layers = if start == 0 { n } else { 0 };
+        let most_host_layers = if start == 0 || streams { n } else { 0 };
         let last = end == self.layers;
         if rule != OffloadRule::Fastest {
             // The fewest layers in host RAM that fit (for `--fit` on an MoE model, each with
@@ -397,7 +401,9 @@ impl CostModel {
         let (first, last) = (start == 0, end == self.layers);
         let ffn_host = self.ffn_weights[f1] - self.ffn_weights[f0];
         let head_gpu = last && !offload.head_on_host;
-        let (host_weights, host_kv) = (self.weights[h1] - self.weights[h0], self.kv[h1] - self.kv[h0]);
+        let streams = self.engine == crate::engine::Engine::Vllm;
+        let host_kv = if streams { 0 } else { self.kv[h1] - self.kv[h0] };
+        let host_weights = self.weights[h1] - self.weights[h0];
         let gpu = super::MemoryParts {
             weights: saturate(self.weights[end] - self.weights[start] - host_weights - ffn_host),
             kv: saturate(self.kv[end] - self.kv[start] - host_kv),
@@ -459,6 +465,22 @@ impl CostModel {
         let gpu_layers = n - offload.host_layers;
         let host_parts = offload.host_layers + offload.host_ffn;
         let on_gpu = gpu_layers > 0 || head_gpu;
+        if self.engine == crate::engine::Engine::Vllm {
+            // vLLM (`--cpu-offload-gb`) keeps offloaded weights in pinned host RAM and the GPU
+            // reads them over the link every forward pass; it runs everything itself.
+            let streamed = (self.weights[h1] - self.weights[h0]) as f64 * host.inv_link;
+            let (prefill_read, prefill_flops) = self.prefill_work(start, end);
+            return TimeParts {
+                memory_s: (gpu_read + ffn_read) * rates.inv_bandwidth,
+                compute_s: (gpu_flops + host_flops) * rates.inv_decode_compute,
+                overhead_s: n as f64 * rates.per_layer_s,
+                host_s: streamed,
+                split_s: 0.0,
+                send_s: 0.0,
+                prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
+                    + (streamed + n as f64 * rates.per_layer_s) / self.prefill_chunk,
+            };
+        }
         let host_s = (host_read * host.inv_bandwidth).max(host_flops * host.inv_decode_compute)
             + host_parts as f64 * host.per_layer_s;
         let splits = crossings(first, offload, n - offload.host_layers - offload.host_ffn, last.then_some(head_gpu));

@@ -244,3 +244,16 @@ fn offloads_a_planner_would_not_write_are_refused() {
     let error = export(&head, Target::LlamaCpp, &options).unwrap_err().to_string();
     assert!(error.starts_with("`stages[0].offload.head_on_host`"), "{error}");
 }
+
+#[test]
+fn vllm_offloads_the_host_ram_the_plan_keeps() {
+    // vLLM streams offloaded weights: the plan keeps whole layers in RAM, KV on the GPU.
+    let json = DESKTOP_MOE.replace(r#""workload""#, r#""engine": "vllm", "workload""#).replace("q4_k_m", "bf16");
+    let json = json.replace("rtx-5070", "rtx-4090").replace("64 GiB", "128 GiB");
+    let (plan, options) = planned(&json);
+    let offload = plan.stages[0].offload.clone().expect("a machine with RAM has an offload");
+    assert!(offload.host_layers > 0 && offload.host_ffn == 0 && offload.memory.kv == 0, "{offload:?}");
+    let text = export(&plan, Target::Vllm, &options).unwrap().text;
+    let gib = (offload.memory.weights as f64 / f64::from(1u32 << 30) * 100.0).ceil() / 100.0;
+    assert!(text.contains(&format!("--cpu-offload-gb {gib}")), "{text}");
+}

@@ -100,6 +100,21 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     if let Some(kv) = kv_flag {
         flags.push(("--kv-cache-dtype".into(), kv.into()));
     }
+    // Weights the plan keeps in host RAM: vLLM takes one amount per GPU, for every rank.
+    let offloaded = plan.stages.iter().filter_map(|s| s.offload.as_ref()).map(|o| o.memory.weights).max().unwrap_or(0);
+    if offloaded > 0 {
+        let gib = (offloaded as f64 / f64::from(1u32 << 30) * 100.0).ceil() / 100.0;
+        flags.push(("--cpu-offload-gb".into(), format!("{gib}")));
+        notes.push(format!(
+            "`--cpu-offload-gb {gib}` keeps that much of each GPU's weights in pinned host RAM, read over PCIe every step; vLLM offloads the same amount on every rank, from its first layers, where the plan may keep less on some."
+        ));
+        if plan.engine != crate::engine::Engine::Vllm {
+            notes.push("The plan runs host-held weights on the CPU as llama.cpp does; vLLM streams them to the GPU instead, which is slower for decode: re-plan with `\"engine\": \"vllm\"` for its speed.".to_owned());
+        }
+        if plan.stages.iter().filter_map(|s| s.offload.as_ref()).any(|o| o.host_ffn > 0) {
+            notes.push("vLLM cannot keep only a layer's FFN or experts in host RAM; it offloads whole parameters in layer order.".to_owned());
+        }
+    }
     for (flag, value) in flags {
         let _ = write!(command, " \\\n  {flag} {value}");
     }
