@@ -189,6 +189,10 @@ ffn_layers: [number, number],
  */
 head_on_host: boolean, 
 /**
+ * The CPU threads that run what is in host RAM (`--threads`).
+ */
+threads: number, 
+/**
  * Whether those FFNs are routed experts (an MoE model).
  */
 experts: boolean, 

@@ -254,6 +254,25 @@ fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 
+impl StageOffload {
+    /// What the stage keeps in host RAM, in words (`experts of layers 0–17`, `layers 0–3
+    /// whole · FFN of layer 4`); `None` when only the embedding is there.
+    pub fn kept(&self) -> Option<String> {
+        let range =
+            |[a, b]: [usize; 2]| if b - a == 1 { format!("layer {a}") } else { format!("layers {a}–{}", b - 1) };
+        let mut parts = Vec::new();
+        if self.host_layers > 0 {
+            let head = if self.head_on_host { " and the head" } else { "" };
+            parts.push(format!("{} whole{head}", range(self.host_range)));
+        }
+        if self.host_ffn > 0 {
+            let what = if self.experts { "experts" } else { "FFN" };
+            parts.push(format!("{what} of {}", range(self.ffn_layers)));
+        }
+        (!parts.is_empty()).then(|| parts.join(" · "))
+    }
+}
+
 /// The roofline term that decides a stage's time.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

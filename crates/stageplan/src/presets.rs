@@ -46,6 +46,7 @@ model_presets! {
     "mixtral-8x7b", "Mixtral 8x7B (8 experts, 2 active)", 46.7e9;
     "qwen3-30b-a3b", "Qwen3 30B-A3B (128 experts, 8 active)", 30.5e9;
     "qwen2.5-7b", "Qwen2.5 7B (q/k/v bias)", 7.62e9;
+    "qwen2.5-14b", "Qwen2.5 14B", 14.8e9;
     "qwen2.5-32b", "Qwen2.5 32B", 32.8e9;
     "qwen2.5-72b", "Qwen2.5 72B", 72.7e9;
     "gemma-2-9b", "Gemma 2 9B (alternating sliding window, tied)", 9.24e9;
@@ -65,6 +66,7 @@ impl ModelPreset {
             "mixtral-8x7b" => "mistralai/Mixtral-8x7B-v0.1",
             "qwen3-30b-a3b" => "Qwen/Qwen3-30B-A3B",
             "qwen2.5-7b" => "Qwen/Qwen2.5-7B",
+            "qwen2.5-14b" => "Qwen/Qwen2.5-14B",
             "qwen2.5-32b" => "Qwen/Qwen2.5-32B",
             "qwen2.5-72b" => "Qwen/Qwen2.5-72B",
             "gemma-2-9b" => "google/gemma-2-9b",

@@ -223,6 +223,15 @@ impl Serialize for Placement {
     }
 }
 
+/// A manual stage's placement on a machine with system RAM: its first `host_layers` whole
+/// in RAM, then `host_ffn` layers' FFN there.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FixedOffload {
+    pub stage: Placement,
+    pub host_layers: usize,
+    pub host_ffn: usize,
+}
+
 /// A scenario after checking: ready to plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Problem {
@@ -234,6 +243,8 @@ pub struct Problem {
     pub policy: Policy,
     /// Manual stages, in pipeline order.
     pub manual: Option<Vec<Placement>>,
+    /// Placements manual stages fix on machines with system RAM (the rest are the fastest).
+    pub fixed_offloads: Vec<FixedOffload>,
     /// The model file the scenario names (`model.file`), for exports to load.
     pub file: Option<String>,
 }

@@ -288,6 +288,19 @@ pub struct StageSpec {
     pub node: String,
     /// `[start, end)`: the half-open range of layers.
     pub layers: [u64; 2],
+    /// On a machine with system RAM (`host`), what it keeps there, as llama.cpp's flags
+    /// would: the stage's first `host_layers` layers whole (`-ngl`, a first stage only),
+    /// then `host_ffn` layers' FFN or routed experts (`--n-cpu-moe`). Absent: the fastest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadSpec>,
+}
+
+/// A manual stage's placement on a machine with system RAM.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OffloadSpec {
+    pub host_layers: u64,
+    pub host_ffn: u64,
 }
 
 /// What the planner optimises.

@@ -72,6 +72,16 @@ impl<'a> Verdict<'a> {
                 if full.kv_fits { "their KV cache fits" } else { "their KV cache does not fit this split" },
             ));
         }
+        for stage in &plan.stages {
+            if let Some((offload, kept)) = stage.offload.as_ref().and_then(|o| Some((o, o.kept()?))) {
+                lines.push(format!(
+                    "in RAM: `{}` keeps {kept} in its system RAM ({} of {})",
+                    crate::quote::line(&stage.node),
+                    format_bytes(offload.memory.total as f64),
+                    format_bytes(offload.memory.budget as f64),
+                ));
+            }
+        }
         let mut last = format!(
             "prefill {} tok/s · longest context that fits this split: {}",
             sig3(plan.prefill_tokens_per_s),

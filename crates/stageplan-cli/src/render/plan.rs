@@ -65,6 +65,20 @@ pub(crate) fn table(problem: &Problem, plan: &Plan) -> String {
                     stageplan::plan::Bound::Compute => "compute",
                 },
             );
+            // A machine with system RAM: what its RAM holds, on a line of its own.
+            if let Some(o) = &stage.offload {
+                let m = &o.memory;
+                let kept = o.kept().unwrap_or_else(|| "the embedding".to_owned());
+                let _ = writeln!(
+                    out,
+                    "     {:<name_width$}  {:<9}  {}  {:>21}  {:>10}  RAM: {kept}",
+                    "",
+                    "  RAM",
+                    bar(m.weights, m.kv, m.embed_head, m.workspace.saturating_add(m.reserve), m.budget),
+                    format!("{} / {}", short_bytes(m.total), format_bytes(m.budget as f64)),
+                    if stage.time.host_s > 0.0 { format_seconds(stage.time.host_s) } else { String::new() },
+                );
+            }
         }
         let _ = writeln!(
             out,

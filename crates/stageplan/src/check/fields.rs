@@ -12,7 +12,9 @@ use crate::limits::{
 };
 use crate::model::{Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset, RamPreset};
-use crate::problem::{DEFAULT_LINK, DEFAULT_PROMPT, Host, Link, Links, Node, Placement, Problem, Workload};
+use crate::problem::{
+    DEFAULT_LINK, DEFAULT_PROMPT, FixedOffload, Host, Link, Links, Node, Placement, Problem, Workload,
+};
 use crate::scenario::{HostSpec, ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
@@ -65,7 +67,18 @@ impl Scenario {
         }
         let links = self.check_links(&nodes)?;
         let manual = self.check_stages(&nodes, model.num_layers())?;
-        Ok(Problem { model, workload, nodes, links, objective: self.objective, policy: self.policy, manual, file })
+        let fixed_offloads = self.check_stage_offloads(&nodes, manual.as_deref())?;
+        Ok(Problem {
+            model,
+            workload,
+            nodes,
+            links,
+            objective: self.objective,
+            policy: self.policy,
+            manual,
+            fixed_offloads,
+            file,
+        })
     }
 
     fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
@@ -319,6 +332,54 @@ impl Scenario {
             ));
         }
         Ok(Some(out))
+    }
+}
+
+impl Scenario {
+    /// Manual stages' `offload`: on a machine with system RAM, within the stage, whole
+    /// layers only on a first stage.
+    fn check_stage_offloads(
+        &self,
+        nodes: &[Node],
+        manual: Option<&[Placement]>,
+    ) -> Result<Vec<FixedOffload>, ScenarioError> {
+        let (Some(specs), Some(manual)) = (&self.stages, manual) else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for (i, (spec, &stage)) in specs.iter().zip(manual).enumerate() {
+            let Some(offload) = &spec.offload else { continue };
+            let at = |field: &str| format!("stages[{i}].offload.{field}");
+            if nodes[stage.node].host.is_none() {
+                return Err(ScenarioError::field(
+                    format!("stages[{i}].offload"),
+                    format!(
+                        "is given, but `{}` has no `host`; give the machine its system RAM, or remove `offload`",
+                        spec.node
+                    ),
+                ));
+            }
+            let layers = (stage.end - stage.start) as u64;
+            if offload.host_layers > 0 && stage.start > 0 {
+                return Err(ScenarioError::field(
+                    at("host_layers"),
+                    "is over 0, but only a first stage keeps whole layers in RAM (llama.cpp runs them where llama-server runs); give 0",
+                ));
+            }
+            if offload.host_layers.saturating_add(offload.host_ffn) > layers {
+                return Err(ScenarioError::field(
+                    at("host_ffn"),
+                    format!(
+                        "with `host_layers` is {} layers, more than the stage's {layers}; give at most {layers} together",
+                        offload.host_layers.saturating_add(offload.host_ffn)
+                    ),
+                ));
+            }
+            out.push(FixedOffload {
+                stage,
+                host_layers: offload.host_layers as usize,
+                host_ffn: offload.host_ffn as usize,
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 pub(crate) use offload::HostRates;
 use offload::Memo;
-pub use offload::{FIT_MARGIN, HostParts, Offload, OffloadRule, SPLIT_LATENCY_S};
+pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, HostParts, Offload, OffloadRule, SPLIT_LATENCY_S};
 
 use crate::engine::{self, Buffers, Dims, Engine, Shape};
 use crate::model::{Model, Place};
@@ -253,6 +253,8 @@ pub struct CostModel {
     memos: Vec<Memo>,
     /// How machines with a host tier choose their placement.
     rule: OffloadRule,
+    /// Placements manual stages fix (`stages[].offload`), before any search.
+    fixed: Vec<(Placement, Offload)>,
     /// Shared: the dense per-pair table may be large, and every micro-batch size and subset
     /// of the same cluster reads the same links.
     links: Arc<Links>,
@@ -261,7 +263,16 @@ pub struct CostModel {
 impl CostModel {
     /// The cost model of a checked scenario.
     pub fn new(problem: &Problem) -> CostModel {
-        CostModel::build(&problem.model, &problem.workload, &problem.nodes, &problem.links)
+        let mut cost = CostModel::build(&problem.model, &problem.workload, &problem.nodes, &problem.links);
+        cost.fixed = problem
+            .fixed_offloads
+            .iter()
+            .map(|f| {
+                let offload = Offload { host_layers: f.host_layers, host_ffn: f.host_ffn, ..Offload::default() };
+                (f.stage, offload)
+            })
+            .collect();
+        cost
     }
 
     /// The cost model of a model and workload on nodes joined by links.
@@ -432,6 +443,7 @@ impl CostModel {
             host_budgets: nodes.iter().map(|n| n.host.as_ref().map_or(0, |h| h.memory)).collect(),
             memos: nodes.iter().map(|_| Memo::default()).collect(),
             rule: OffloadRule::Fastest,
+            fixed: Vec::new(),
             links: Arc::new(links.clone()),
         };
         cost.set_step(workload.batch as f64);

@@ -35,10 +35,24 @@
 use std::cell::{Cell, OnceCell};
 
 use super::{CostModel, TimeParts, saturate};
+use crate::problem::Placement;
 
 /// Seconds each change between GPU and CPU costs a decode step besides the copy: the
 /// scheduler's split (a stream sync, the CPU team's wake-up and a graph launch).
 pub const SPLIT_LATENCY_S: f64 = 30e-6;
+
+/// The fraction of the CPU backend's fitted bandwidth a host tier reaches beside a GPU:
+/// the median over the published partial-offload runs in `tests/calibration/offload.csv`
+/// (9 llama.cpp runs, two machines: a `-ngl` sweep of a 14B model on DDR4-2400 and
+/// `-ngl`/`--n-cpu-moe` runs on quad-channel DDR4) of the fraction that makes each
+/// prediction exact, 0.62–0.93 apart. On a spec sheet's RAM figure llama.cpp's host part
+/// reaches about 0.6–0.7 of the peak (`docs/offload-measurements.md`).
+pub(crate) const HOST_TIER_BANDWIDTH: f64 = 0.83;
+
+/// A prediction's typical error where a stage runs part of itself from host RAM: fitted on
+/// one of the two machines of `offload.csv`, the other's runs come out 10–25% off (in
+/// sample, 6% at the median); so 20%, until more published runs narrow it.
+pub const HOST_TIER_ERROR: f64 = 0.20;
 
 /// Bytes per element of the hidden state copied between tiers (llama.cpp keeps it in f32).
 pub(super) const SPLIT_ELEMENT_BYTES: f64 = 4.0;
@@ -158,7 +172,7 @@ pub(crate) fn host_rates(host: &crate::problem::Host, model: &crate::model::Mode
     let (reached, _) = FITTED.speed(crate::device::Backend::Cpu, &model.weights, host.bandwidth, Some(host.threads));
     let rate = measured::DEFAULT_RATE_PER_THREAD[measured::class_of(model) as usize] * f64::from(host.threads);
     HostRates {
-        inv_bandwidth: 1.0 / (host.bandwidth * reached),
+        inv_bandwidth: 1.0 / (host.bandwidth * reached * HOST_TIER_BANDWIDTH),
         // Two FLOPs per weight of a matrix-vector product.
         inv_decode_compute: 1.0 / (2.0 * rate),
         per_layer_s: measured::CPU_PER_LAYER_S,
@@ -213,6 +227,9 @@ impl CostModel {
     /// `None` when no placement fits or the node has no host tier.
     pub fn offload(&self, node: usize, start: usize, end: usize) -> Option<Offload> {
         self.host(node)?;
+        if let Some(&(_, fixed)) = self.fixed.iter().find(|(p, _)| *p == Placement::new(node, start, end)) {
+            return self.holds(node, start, end, fixed).then_some(fixed);
+        }
         let memo = self.memos.get(node).and_then(|m| m.cell(self.layers, start, end));
         if let Some(cell) = memo {
             match cell.get() {
@@ -330,6 +347,16 @@ impl CostModel {
             }
         }
         best.map(|(_, o)| o)
+    }
+
+    /// Whether `node`'s GPU and RAM hold `[start, end)` placed as `offload`.
+    fn holds(&self, node: usize, start: usize, end: usize, offload: Offload) -> bool {
+        let Some(host) = self.host(node) else { return false };
+        let (gpu, ram) = self.tier_parts(node, start, end, offload);
+        // The capacities already leave out the reserve and the GPU's stage workspace.
+        let gpu_held = i128::from(gpu.total()) - i128::from(gpu.reserve) - i128::from(self.buffers.stage);
+        let ram_held = i128::from(ram.total()) - i128::from(ram.reserve);
+        gpu_held <= i128::from(host.gpu_capacity) && ram_held <= i128::from(host.capacity)
     }
 
     /// Whether nothing of any layer is faster on `node`'s host than on its GPU at the current
@@ -664,7 +691,9 @@ mod tests {
                         let mut puts = vec![Put::Gpu; n];
                         puts[h0 - start..h1 - start].fill(Put::Host);
                         puts[f0 - start..f1 - start].fill(Put::FfnOnHost);
-                        let t = brute_time(c, 0, start, end, &puts, head_on_host)?;
+                        let t = brute_time(c, 0, start, end, &puts, head_on_host);
+                        assert_eq!(c.holds(0, start, end, o), t.is_some(), "{start}..{end} {o:?}: fits as written out");
+                        let t = t?;
                         // The written-out rule and the cost model agree on every member.
                         assert!(close(t, c.offload_time(0, start, end, o).total()), "{start}..{end} {o:?}");
                         Some(t)

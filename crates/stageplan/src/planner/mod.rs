@@ -336,7 +336,7 @@ pub(crate) fn evaluate(
             prompt: problem.workload.prompt,
         },
         feasible,
-        accuracy: if has_stages && feasible { accuracy(problem, stages, batch / schedule.cycle_s) } else { None },
+        accuracy: if has_stages && feasible { accuracy(problem, cost, stages, batch / schedule.cycle_s) } else { None },
         tokens_per_s: if has_stages && feasible { batch / schedule.cycle_s } else { 0.0 },
         micro_batches: schedule.micro_batches,
         pipeline_full,
@@ -367,9 +367,16 @@ pub(crate) fn evaluate(
 /// The typical error of the least certain node among the stages: a measured node's from its
 /// probe ([`crate::calibration::Measured::typical_error`]), any other's from its backend's
 /// calibration; `None` when a stage plans with spec-sheet peaks.
-fn accuracy(problem: &Problem, stages: &[Placement], tokens_per_s: f64) -> Option<Accuracy> {
+fn accuracy(problem: &Problem, cost: &CostModel, stages: &[Placement], tokens_per_s: f64) -> Option<Accuracy> {
     let mut worst: Option<(f64, String)> = None;
     for p in stages {
+        // A stage that runs a part from host RAM: the host tier's check.
+        let offload = cost.offload(p.node, p.start, p.end);
+        if offload.is_some_and(|o| o.host_layers + o.host_ffn > 0)
+            && worst.as_ref().is_none_or(|w| crate::cost::HOST_TIER_ERROR > w.0)
+        {
+            worst = Some((crate::cost::HOST_TIER_ERROR, "llama.cpp partial offload".to_owned()));
+        }
         let node = &problem.nodes[p.node];
         let terms = crate::calibration::FITTED.backend(node.backend);
         let (e, class) = match (crate::calibration::Measured::of_node(node), terms) {

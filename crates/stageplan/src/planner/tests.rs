@@ -204,6 +204,7 @@ impl Instance {
             file: None,
             policy: Policy::Optimal,
             manual: None,
+            fixed_offloads: Vec::new(),
         }
     }
 }
