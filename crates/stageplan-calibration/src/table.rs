@@ -146,6 +146,7 @@ fn peak_problem(model: Model, count: usize, bandwidth_gb_s: f64, tflops: f64, co
         objective: Objective::Latency,
         policy: Policy::Even,
         manual: None,
+        fixed_offloads: Vec::new(),
         file: None,
     }
 }
