@@ -93,6 +93,7 @@ fn two_4090s(backend: Backend) -> Problem {
         objective: Objective::Latency,
         policy: Policy::Even,
         manual: None,
+        fixed_offloads: Vec::new(),
         file: None,
     }
 }
