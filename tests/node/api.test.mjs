@@ -107,6 +107,13 @@ test('planView() lays out the CLI plan, with every field declared', () => {
   const without = stageplan.planView(JSON.parse(text), { enabled: [false, true, true, true] });
   assert.ok(without.rows.every((r) => r.node !== 'desk'));
   assert.throws(() => stageplan.planView(text, { enabled: [true] }), /`enabled` has 1 entries for 4 nodes/);
+  // A machine with system RAM (#34): its RAM's bar beside the GPU's, and what it keeps there.
+  const ram = stageplan.planView(read('tests/scenarios/desktop-moe-ram.json'));
+  conforms(ram.ram_bars[0], 'MemoryBar');
+  const kept = runCli('plan', 'tests/scenarios/desktop-moe-ram.json', '--format', 'json').stages[0].offload.ffn_layers;
+  assert.equal(ram.rows[0].ram, `experts of layers ${kept[0]}–${kept[1] - 1}`);
+  assert.equal(view.ram_bars.length, view.rows.length);
+  assert.ok(view.ram_bars.every((b) => b === null), 'machines without system RAM have no RAM bar');
 });
 
 test('bad scenarios throw Errors with the CLI message', () => {

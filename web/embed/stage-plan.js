@@ -92,10 +92,13 @@ function stages(view) {
         segment.style.width = `${s.pct.toFixed(4)}%`;
         return segment;
       }));
+    // A machine with system RAM: what the RAM holds, beneath the GPU's bar.
+    const ram = view.ram_bars[i];
+    const ramText = ram ? el('small', { class: 'ram-kept' }, `RAM ${ram.used} / ${ram.budget} · ${row.ram}`) : null;
     return el('tr', { class: `stage-row${band.bottleneck ? ' bottleneck' : ''}`, 'data-node': row.node },
       el('th', { scope: 'row' }, el('bdi', {}, row.node), band.bottleneck ? el('span', { class: 'bottleneck-mark' }, ' ◀ bottleneck') : null),
       el('td', { class: 'layers' }, row.layers),
-      el('td', {}, track, el('small', {}, `${bar.used} / ${bar.budget} · ${bar.headroom}`)),
+      el('td', {}, track, el('small', {}, `${bar.used} / ${bar.budget} · ${bar.headroom}`), ramText),
       el('td', { class: 'time' }, row.time),
       el('td', {}, row.bound));
   });

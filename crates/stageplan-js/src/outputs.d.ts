@@ -353,6 +353,10 @@ model: string,
  */
 rows: Array<StageRow>, bands: Array<Band>, bars: Array<MemoryBar>, 
 /**
+ * Per stage, its machine's system RAM when it has one (beside `bars`, the GPU's).
+ */
+ram_bars: Array<MemoryBar | null>, 
+/**
  * The core's verdict: fits, one user's speed, time to first token.
  */
 headline: string, 
@@ -385,7 +389,11 @@ time: string,
 /**
  * `memory-bound` or `compute-bound`.
  */
-bound: string, };
+bound: string, 
+/**
+ * What the machine keeps in its system RAM (`experts of layers 0–20`), if anything.
+ */
+ram: string | null, };
 
 export type Band = { node: string, label: string, left_pct: number, width_pct: number, hue: number, bottleneck: boolean, };
 

@@ -34,7 +34,8 @@ impl InputError {
     }
 }
 
-const NODE_PARTS: [&str; 7] = ["name", "device", "kind", "memory", "bandwidth", "compute", "reserve"];
+const NODE_PARTS: [&str; 9] =
+    ["name", "device", "kind", "memory", "bandwidth", "compute", "reserve", "ram", "ram-memory"];
 
 /// The page's machines, in scenario order (`nodes[i]`): each one's id and name.
 pub type Machines<'a> = [(u64, &'a str)];
@@ -49,7 +50,12 @@ pub fn place(machines: &Machines<'_>, config: bool, error: &ScenarioError) -> In
     if let Some((index, part)) = node_path(path)
         && let Some(&(id, name)) = machines.get(index)
     {
-        let part = NODE_PARTS.iter().copied().find(|p| *p == part).unwrap_or("name");
+        // The host tier's fields sit in the RAM select and size beside the device's.
+        let part = match part {
+            "host.memory" => "ram-memory",
+            p if p.starts_with("host") => "ram",
+            p => NODE_PARTS.iter().copied().find(|q| *q == p).unwrap_or("name"),
+        };
         let what = if part == "name" { String::new() } else { format!(" {part}") };
         let name = if name.trim().is_empty() { format!("machine {}", index + 1) } else { name.to_owned() };
         let message = error.message_about(&format!("`{}`{what}", stageplan::quote::line(&name)));

@@ -67,6 +67,12 @@ pub struct NodeDraft {
     pub bandwidth: String,
     pub compute: String,
     pub reserve: String,
+    /// System RAM beside the device: a RAM preset (`ddr5-6000-2ch`) and its size; both
+    /// empty for a machine planned as one memory.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub ram: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub ram_memory: String,
     /// What-if: a switched-off node is kept but not planned on.
     pub enabled: bool,
     /// The node's `backend`, `efficiency` and `probe` as JSON text (an object, or empty):
@@ -241,6 +247,17 @@ impl AppState {
                         node.insert(key.into(), value);
                     }
                 }
+                if !n.ram.is_empty() || !n.ram_memory.trim().is_empty() {
+                    let mut host = serde_json::Map::new();
+                    if !n.ram.is_empty() {
+                        host.insert("ram".into(), json!(n.ram));
+                    }
+                    let memory = quantity(&n.ram_memory, "GiB");
+                    if !memory.is_null() {
+                        host.insert("memory".into(), memory);
+                    }
+                    node.insert("host".into(), Value::Object(host));
+                }
                 // Only the fields a fit or a probe holds, whatever a share link carries.
                 if let Ok(Value::Object(fit)) = serde_json::from_str(&n.fit) {
                     node.extend(fit.into_iter().filter(|(key, _)| FIT_FIELDS.contains(&key.as_str())));
@@ -399,12 +416,9 @@ impl AppState {
         }
         let state: AppState = serde_json::from_slice(&bytes)
             .map_err(|e| ShareError(format!("the share link does not hold a plan ({e}); copy it again")))?;
-        let texts = std::iter::once(&state.model.config).chain(
-            state
-                .nodes
-                .iter()
-                .flat_map(|n| [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve, &n.fit]),
-        );
+        let texts = std::iter::once(&state.model.config).chain(state.nodes.iter().flat_map(|n| {
+            [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve, &n.fit, &n.ram, &n.ram_memory]
+        }));
         if state.nodes.len() > MAX_SHARED_NODES || texts.into_iter().any(|t| t.len() > MAX_TEXT) {
             return Err(ShareError(format!(
                 "the share link holds more than {MAX_SHARED_NODES} nodes or an over-long field"
@@ -426,6 +440,11 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
         bandwidth: text(spec.bandwidth.map(stageplan::units::Bandwidth::get), Dimension::Bandwidth),
         compute: text(spec.compute.map(stageplan::units::Compute::get), Dimension::Compute),
         reserve: text(spec.reserve.map(stageplan::units::Bytes::get), Dimension::Memory),
+        ram: spec.host.as_ref().and_then(|h| h.ram.clone()).unwrap_or_default(),
+        ram_memory: text(
+            spec.host.as_ref().and_then(|h| h.memory).map(stageplan::units::Bytes::get),
+            Dimension::Memory,
+        ),
         enabled: true,
         fit: fit_text(spec),
     };
@@ -561,6 +580,33 @@ mod tests {
         assert_eq!(edited.scenario().unwrap(), scenario);
         let shared = AppState::from_fragment(&edited.to_fragment()).unwrap();
         assert_eq!(shared.scenario().unwrap(), scenario);
+    }
+
+    /// A machine's system RAM (#34) is edited beside its device, plans with the experts in
+    /// RAM, and survives the editor and a share link; a missing size is placed at its field.
+    #[test]
+    fn system_ram_travels_with_its_machine() {
+        let mut state = AppState::default();
+        state.model.preset = "qwen3-30b-a3b".into();
+        state.model.weights = "q4_k_m".into();
+        state.nodes.truncate(1);
+        state.nodes[0].ram = "ddr5-6000-2ch".into();
+        state.nodes[0].ram_memory = "64".into();
+        let scenario = state.scenario().unwrap();
+        let host = scenario.nodes[0].host.clone().unwrap();
+        assert_eq!(
+            (host.ram.as_deref(), host.memory.map(stageplan::units::Bytes::get)),
+            (Some("ddr5-6000-2ch"), Some(64.0 * 1073741824.0))
+        );
+        let edited = AppState::from_scenario(&scenario);
+        assert_eq!(edited.scenario().unwrap(), scenario);
+        let shared = AppState::from_fragment(&edited.to_fragment()).unwrap();
+        assert_eq!(shared.scenario().unwrap(), scenario);
+        state.nodes[0].ram_memory.clear();
+        let machines: Vec<(u64, &str)> = state.nodes.iter().map(|n| (n.id, n.name.as_str())).collect();
+        let error = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap_err();
+        let placed = crate::fields::place(&machines, false, &error);
+        assert_eq!(placed.place, Some(Place::Node(state.nodes[0].id, "ram-memory")), "{placed:?}");
     }
 
     #[test]

@@ -5,6 +5,12 @@
 //! - `experts-2000x256`: 2,000 placement units on 256 nodes of 8 kinds — expert-level
 //!   placement (target: under a second).
 //!
+//! - `host-tiers`: machines with a GPU and system RAM (#34), each stage's placement of its
+//!   tensors searched too: `moe-94-1-machine`, a 94-layer MoE (Qwen3-235B-A22B's shapes) on
+//!   one GPU and its RAM (target: ≤ 1 ms), and `home-70b-8-with-ram`, the home cluster with
+//!   64 GiB of RAM beside every machine (target: ≤ 20 ms); `…-without-ram` are the same
+//!   scenarios without the RAM, the baseline of the same run.
+//!
 //! `home-70b-8/bare-throughput-8-sequences` plans the same cluster for eight sequences: the
 //! throughput search then tries every micro-batch count. `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
 //!
@@ -18,6 +24,7 @@ use stageplan::{Objective, Policy, Problem, Scenario};
 
 const HOME: &str = include_str!("../../../tests/scenarios/home-70b-8.json");
 const EXPERTS: &str = include_str!("../../../tests/scenarios/experts-2000x256.json");
+const MOE_94: &str = include_str!("../../../tests/scenarios/moe-94-ram.json");
 
 fn problem(json: &str, edit: impl FnOnce(&mut Scenario)) -> Problem {
     let mut scenario = Scenario::from_json(json).expect("bench scenario parses");
@@ -65,6 +72,26 @@ fn bench(c: &mut Criterion) {
     group.bench_function("replan-node-lost", |b| {
         b.iter(|| stageplan::replan(&lost, &current, stageplan::ReplanOptions::default()).expect("valid current plan"));
     });
+    group.finish();
+
+    let mut group = c.benchmark_group("host-tiers");
+    let moe = problem(MOE_94, |_| {});
+    let moe_alone = problem(MOE_94, |s| s.nodes[0].host = None);
+    group.bench_function("moe-94-1-machine", |b| b.iter(|| bare(&moe)));
+    group.bench_function("moe-94-1-machine-without-ram", |b| b.iter(|| bare(&moe_alone)));
+    let ram = |s: &mut Scenario| {
+        for node in &mut s.nodes {
+            node.host = Some(stageplan::scenario::HostSpec {
+                ram: Some("ddr5-5600-2ch".into()),
+                memory: Some(stageplan::units::Bytes::parse("64 GiB").expect("a size")),
+                ..Default::default()
+            });
+        }
+    };
+    let tiered = problem(HOME, ram);
+    group.bench_function("home-70b-8-with-ram", |b| b.iter(|| bare(&tiered)));
+    group.bench_function("home-70b-8-without-ram", |b| b.iter(|| bare(&throughput)));
+    group.bench_function("home-70b-8-with-ram-plan", |b| b.iter(|| stageplan::plan(&tiered)));
     group.finish();
 
     let mut group = c.benchmark_group("experts-2000x256");

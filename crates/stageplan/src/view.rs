@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::plan::{Bound, Change, Level, Plan};
+use crate::plan::{Bound, Change, Level, MemoryBreakdown, Plan};
 use crate::scenario::{Objective, Policy};
 use crate::units::{format_bytes, format_seconds, sig3};
 
@@ -92,6 +92,8 @@ pub struct StageRow {
     pub time: String,
     /// `memory-bound` or `compute-bound`.
     pub bound: &'static str,
+    /// What the machine keeps in its system RAM (`experts of layers 0–20`), if anything.
+    pub ram: Option<String>,
 }
 
 /// Everything the plan view shows.
@@ -105,6 +107,8 @@ pub struct PlanView {
     pub rows: Vec<StageRow>,
     pub bands: Vec<Band>,
     pub bars: Vec<MemoryBar>,
+    /// Per stage, its machine's system RAM when it has one (beside `bars`, the GPU's).
+    pub ram_bars: Vec<Option<MemoryBar>>,
     /// The core's verdict: fits, one user's speed, time to first token.
     pub headline: String,
     /// The verdict's further lines: throughput with its concurrency, prefill, context, memory.
@@ -120,6 +124,33 @@ pub struct PlanView {
     pub figures: Vec<String>,
     pub notes: Vec<Note>,
     pub search: String,
+}
+
+/// A memory's parts as a bar against its budget.
+fn memory_bar(node: &str, m: &MemoryBreakdown) -> MemoryBar {
+    let scale = 100.0 / (m.budget.max(m.total).max(1) as f64);
+    let parts = [
+        ("weights", m.weights),
+        ("kv", m.kv),
+        ("embed/head", m.embed_head),
+        ("workspace", m.workspace),
+        ("reserve", m.reserve),
+    ];
+    MemoryBar {
+        node: node.to_owned(),
+        segments: parts
+            .iter()
+            .map(|&(part, bytes)| Segment { part, pct: bytes as f64 * scale, bytes: format_bytes(bytes as f64) })
+            .collect(),
+        used: format_bytes(m.total as f64),
+        budget: format_bytes(m.budget as f64),
+        headroom: if m.headroom >= 0 {
+            format!("{} free", format_bytes(m.headroom as f64))
+        } else {
+            format!("{} over", format_bytes(m.total.saturating_sub(m.budget) as f64))
+        },
+        over: m.headroom < 0,
+    }
 }
 
 /// Lays out `plan`; `node_index` gives each node's position in the cluster (its colour).
@@ -138,40 +169,8 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
             bottleneck: plan.bottleneck == Some(i) && plan.stages.len() > 1,
         })
         .collect();
-    let bars = plan
-        .stages
-        .iter()
-        .map(|s| {
-            let m = &s.memory;
-            let scale = 100.0 / (m.budget.max(m.total).max(1) as f64);
-            let parts = [
-                ("weights", m.weights),
-                ("kv", m.kv),
-                ("embed/head", m.embed_head),
-                ("workspace", m.workspace),
-                ("reserve", m.reserve),
-            ];
-            MemoryBar {
-                node: s.node.clone(),
-                segments: parts
-                    .iter()
-                    .map(|&(part, bytes)| Segment {
-                        part,
-                        pct: bytes as f64 * scale,
-                        bytes: format_bytes(bytes as f64),
-                    })
-                    .collect(),
-                used: format_bytes(m.total as f64),
-                budget: format_bytes(m.budget as f64),
-                headroom: if m.headroom >= 0 {
-                    format!("{} free", format_bytes(m.headroom as f64))
-                } else {
-                    format!("{} over", format_bytes(m.total.saturating_sub(m.budget) as f64))
-                },
-                over: m.headroom < 0,
-            }
-        })
-        .collect();
+    let bars = plan.stages.iter().map(|s| memory_bar(&s.node, &s.memory)).collect();
+    let ram_bars = plan.stages.iter().map(|s| s.offload.as_ref().map(|o| memory_bar(&s.node, &o.memory))).collect();
     let verdict = crate::verdict::Verdict::of(plan);
     let (headline, details) = (verdict.headline(), verdict.details());
     // Baselines on one axis: tokens/s (longer is better) or latency inverted (shorter is
@@ -214,6 +213,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
             layers: format!("{}–{}", s.layers[0], s.layers[1]),
             time: format_seconds(s.time_s),
             bound: bound_word(s.time.bound),
+            ram: s.offload.as_ref().map(|o| o.kept().unwrap_or_else(|| "the token embedding".to_owned())),
         })
         .collect();
     let best_other = baselines.iter().filter(|b| b.feasible).max_by(|a, b| a.pct.total_cmp(&b.pct)).cloned();
@@ -224,6 +224,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         best_other,
         bands,
         bars,
+        ram_bars,
         headline,
         details,
         baselines,

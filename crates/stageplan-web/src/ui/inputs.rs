@@ -303,6 +303,20 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                 {input("bandwidth", "Bandwidth", "from preset", get(|n| n.bandwidth.clone()), Box::new(set(|n, v| n.bandwidth = v)))}
                 {input("compute", "Compute", "from preset", get(|n| n.compute.clone()), Box::new(set(|n, v| n.compute = v)))}
                 {input("reserve", "Reserve", "from preset", get(|n| n.reserve.clone()), Box::new(set(|n, v| n.reserve = v)))}
+                <label class="field small ram" title="system RAM beside the device: the plan may keep layers, or MoE experts, there">
+                    <span>"System RAM"</span>
+                    <select class="node-ram" on:change=move |ev| {
+                        let ram = event_target_value(&ev);
+                        state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.ram = ram });
+                    }>
+                        <option value="" selected=move || get(|n| n.ram.clone()).get().is_empty()>"none (one memory)"</option>
+                        {stageplan::presets::RAM.iter().map(|r| view! {
+                            <option value=r.name selected=move || get(|n| n.ram.clone()).get() == r.name>{r.title}</option>
+                        }).collect_view()}
+                    </select>
+                    {field_error(format!("node-{id}-ram-error"), problem_at(problem, Place::Node(id, "ram")))}
+                </label>
+                {input("ram-memory", "RAM size", "64 GiB", get(|n| n.ram_memory.clone()), Box::new(set(|n, v| n.ram_memory = v)))}
             </div>
         </li>
     }

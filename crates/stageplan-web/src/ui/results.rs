@@ -128,6 +128,15 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
                                 }).collect_view()}
                             </div>
                             <small>{format!("{} / {} · {}", bar.used, bar.budget, bar.headroom)}</small>
+                            {view.ram_bars.get(i).cloned().flatten().map(|ram| view! {
+                                <div class="bar ram" class:over=ram.over role="img"
+                                    aria-label=format!("system RAM: {} of {} used, {}", ram.used, ram.budget, ram.headroom)>
+                                    {ram.segments.iter().map(|seg| view! {
+                                        <span class=format!("segment {}", seg.part.replace('/', "-")) style=format!("width:{:.4}%", seg.pct) title=format!("{}: {}", seg.part, seg.bytes)></span>
+                                    }).collect_view()}
+                                </div>
+                                <small class="ram-kept">{format!("RAM {} / {} · {}", ram.used, ram.budget, view.rows.get(i).and_then(|r| r.ram.clone()).unwrap_or_default())}</small>
+                            })}
                         </td>
                         <td class="time">{format_seconds(s.time_s)}</td>
                         <td>{stageplan::view::bound_word(s.time.bound)}</td>

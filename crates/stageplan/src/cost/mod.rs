@@ -533,7 +533,7 @@ impl CostModel {
         if self.host(node).is_some() {
             let batch = u128::from(self.batch.max(1));
             let kv = |a: usize, b: usize| (self.kv[b] - self.kv[a]) / batch * u128::from(sequences);
-            return self.search_offload(node, start, end, kv, 0).is_some();
+            return self.search_offload(node, start, end, &kv, 0).is_some();
         }
         let kv = self.kv[end] - self.kv[start];
         let scaled = kv / u128::from(self.batch.max(1)) * u128::from(sequences);
@@ -603,7 +603,7 @@ impl CostModel {
                 prefix[l - start + 1] = prefix[l - start] + u128::from(layer_kv(l));
             }
             let kv = |a: usize, b: usize| prefix[b - start] - prefix[a - start];
-            return self.search_offload(node, start, end, kv, grown).is_some();
+            return self.search_offload(node, start, end, &kv, grown).is_some();
         }
         let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
         let held = self.held(start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));

@@ -238,7 +238,7 @@ impl CostModel {
                 packed => return Some(Offload::unpack(packed)),
             }
         }
-        let found = self.search_offload(node, start, end, |a, b| self.kv[b] - self.kv[a], 0);
+        let found = self.search_offload(node, start, end, &|a, b| self.kv[b] - self.kv[a], 0);
         if let Some(cell) = memo {
             cell.set(found.map_or(NO_FIT, Offload::pack));
         }
@@ -252,7 +252,7 @@ impl CostModel {
         node: usize,
         start: usize,
         end: usize,
-        kv: impl Fn(usize, usize) -> u128,
+        kv: &dyn Fn(usize, usize) -> u128,
         grown: i128,
     ) -> Option<Offload> {
         let host = self.host(node)?;

@@ -39,7 +39,38 @@ pub(crate) fn fixes(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Ve
     if let Some((text, like)) = one_more_node(problem, allowed, &fits) {
         out.push(fix(text, "add it to `nodes`".to_owned(), like.map(Change::CopyNode)));
     }
+    out.extend(disk_reads(problem, cost, allowed));
     out
+}
+
+/// Read bandwidth of a fast NVMe disk (PCIe 4.0 ×4), what reading the rest from disk
+/// would reach at best.
+const FAST_DISK: f64 = 7.0e9;
+
+/// Why a machine with system RAM does not read what its memories cannot hold from disk:
+/// llama.cpp can (a mapped file, read again each token when RAM cannot keep it), but every
+/// token would read the shortfall at the disk's speed. stageplan does not plan disk reads;
+/// it says what they would cost.
+fn disk_reads(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Option<Diagnostic> {
+    let tiered = (0..problem.nodes.len()).find(|&k| allowed[k] && cost.host(k).is_some())?;
+    let usable: i128 =
+        (0..problem.nodes.len()).filter(|&k| allowed[k]).map(|k| i128::from(cost.nodes[k].capacity.max(0))).sum();
+    let short = i128::from(cost.minimum_total(1)) - i128::from(cost.workspace()) - usable;
+    if short <= 0 {
+        return None;
+    }
+    let per_token = short as f64 / FAST_DISK;
+    Some(Diagnostic {
+        level: Level::Info,
+        message: format!(
+            "disk: llama.cpp could map the model and read the {} that `{}`'s GPU and RAM cannot hold from disk on every token, about {} per token at a fast NVMe disk's 7 GB/s; stageplan does not plan disk reads",
+            format_bytes(short as f64),
+            crate::quote::line(&problem.nodes[tiered].name),
+            crate::units::format_seconds(per_token),
+        ),
+        fix: None,
+        change: None,
+    })
 }
 
 fn fix(message: String, fix: String, change: Option<Change>) -> Diagnostic {
