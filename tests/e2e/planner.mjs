@@ -152,6 +152,29 @@ await check('a cluster built by typing and clicking plans exactly as the CLI doe
   await page.close();
 });
 
+await check('a machine\'s system RAM beside its GPU: experts in RAM, drawn and planned exactly as the CLI does (#34)', async () => {
+  const page = await open();
+  while ((await page.locator('.node-remove').count()) > 1) await page.locator('.node-remove').last().click();
+  await page.selectOption('#preset', 'qwen3-30b-a3b');
+  await page.selectOption('#weights', 'q4_k_m');
+  await page.fill('#context', '8192');
+  const desk = page.locator('li.node').first();
+  await desk.locator('.node-device').selectOption('rtx-5070');
+  await desk.locator('.node-ram').selectOption('ddr5-6000-2ch');
+  // A size left out is marked at its field.
+  await page.waitForSelector('.node-ram-memory[aria-invalid="true"]');
+  await desk.locator('.node-ram-memory').fill('64 GiB');
+  await page.waitForFunction(() => document.querySelector('.bar.ram') !== null);
+  const scenario = await text(page, '#scenario-json');
+  const shown = JSON.parse(await text(page, '#plan-json'));
+  samePlan(shown, cliPlan(scenario));
+  const kept = shown.stages[0].offload;
+  assert.ok(kept.host_ffn > 0, `experts in RAM: ${JSON.stringify(kept)}`);
+  assert.ok((await text(page, '.ram-kept')).includes(`experts of layers ${kept.ffn_layers[0]}–${kept.ffn_layers[1] - 1}`));
+  await shot(page, '03b-system-ram');
+  await page.close();
+});
+
 await check('a preset replaces figures typed for another device; a bare number in Memory is GiB; laptop presets (#18: 1, 4, 5)', async () => {
   const page = await open();
   const mac = page.locator('li.node[data-node="mac"]');
