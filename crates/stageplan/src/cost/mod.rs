@@ -678,7 +678,10 @@ impl CostModel {
     #[inline]
     pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
         if self.host(node).is_some() {
-            return self.offload_time(node, start, end, self.offload(node, start, end).unwrap_or_default()).total();
+            return match self.placed(node, start, end) {
+                Some((_, time)) => time,
+                None => self.offload_time(node, start, end, Offload::default()).total(),
+            };
         }
         let (read, flops) = self.step_work(start, end);
         let rates = &self.nodes[node];

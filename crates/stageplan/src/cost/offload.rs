@@ -57,9 +57,10 @@ pub const HOST_TIER_ERROR: f64 = 0.20;
 /// Bytes per element of the hidden state copied between tiers (llama.cpp keeps it in f32).
 pub(super) const SPLIT_ELEMENT_BYTES: f64 = 4.0;
 
-/// Stages longer than this are not memoised (their table would be `L²` entries); they are
-/// searched on each ask, which only hostile inputs reach.
-const MEMO_LAYERS: usize = 1024;
+/// Models with more layers than this are not memoised (the table is `L²` entries of 16
+/// bytes, 4 MiB at this size); their stages are searched on each ask, which only hostile
+/// inputs reach.
+const MEMO_LAYERS: usize = 512;
 
 /// How a machine with a host tier chooses its placement.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -203,16 +204,17 @@ impl HostParts {
 const UNKNOWN: u32 = u32::MAX;
 const NO_FIT: u32 = u32::MAX - 1;
 
-/// The memo of one tiered node: the best [`Offload`] per stage `[s, e)`, filled on demand.
+/// The memo of one tiered node: the best [`Offload`] per stage `[s, e)` and its decode
+/// step's time, filled on demand.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Memo(OnceCell<Vec<Cell<u32>>>);
+pub(crate) struct Memo(OnceCell<Vec<Cell<(u32, f64)>>>);
 
 impl Memo {
-    fn cell(&self, layers: usize, s: usize, e: usize) -> Option<&Cell<u32>> {
+    fn cell(&self, layers: usize, s: usize, e: usize) -> Option<&Cell<(u32, f64)>> {
         if layers > MEMO_LAYERS {
             return None;
         }
-        let table = self.0.get_or_init(|| vec![Cell::new(UNKNOWN); (layers + 1) * (layers + 1)]);
+        let table = self.0.get_or_init(|| vec![Cell::new((UNKNOWN, 0.0)); (layers + 1) * (layers + 1)]);
         table.get(s * (layers + 1) + e)
     }
 }
@@ -226,21 +228,27 @@ impl CostModel {
     /// The fastest placement of `[start, end)` on `node` within its GPU and host RAM;
     /// `None` when no placement fits or the node has no host tier.
     pub fn offload(&self, node: usize, start: usize, end: usize) -> Option<Offload> {
+        self.placed(node, start, end).map(|(o, _)| o)
+    }
+
+    /// [`CostModel::offload`] with its decode step's time (without the hop), memoised.
+    pub(super) fn placed(&self, node: usize, start: usize, end: usize) -> Option<(Offload, f64)> {
         self.host(node)?;
+        let timed = |o: Offload| (o, self.offload_time(node, start, end, o).total());
         if let Some(&(_, fixed)) = self.fixed.iter().find(|(p, _)| *p == Placement::new(node, start, end)) {
-            return self.holds(node, start, end, fixed).then_some(fixed);
+            return self.holds(node, start, end, fixed).then(|| timed(fixed));
         }
         let memo = self.memos.get(node).and_then(|m| m.cell(self.layers, start, end));
         if let Some(cell) = memo {
             match cell.get() {
-                UNKNOWN => {}
-                NO_FIT => return None,
-                packed => return Some(Offload::unpack(packed)),
+                (UNKNOWN, _) => {}
+                (NO_FIT, _) => return None,
+                (packed, time) => return Some((Offload::unpack(packed), time)),
             }
         }
-        let found = self.search_offload(node, start, end, &|a, b| self.kv[b] - self.kv[a], 0);
+        let found = self.search_offload(node, start, end, &|a, b| self.kv[b] - self.kv[a], 0).map(timed);
         if let Some(cell) = memo {
-            cell.set(found.map_or(NO_FIT, Offload::pack));
+            cell.set(found.map_or((NO_FIT, 0.0), |(o, t)| (o.pack(), t)));
         }
         found
     }
@@ -332,12 +340,18 @@ impl CostModel {
             // When nothing is faster in host RAM, more layers there with no FFN moved only
             // cost more: once that alone is no faster than the best, no larger count is
             // (except all of them, where the head moves too and a crossing goes).
-            let alone = self.offload_time(node, start, end, Offload { host_layers, ..Offload::default() }).total();
-            if host.monotone && best.is_some_and(|(b, _)| alone >= b) {
+            if host.monotone
+                && let Some((b, _)) = best
+                && self.offload_time(node, start, end, Offload { host_layers, ..Offload::default() }).total() >= b
+            {
                 break;
             }
             keep(&mut best, consider(host_layers, false, false));
-            keep(&mut best, consider(host_layers, true, false));
+            // Ending the stage with its FFN layers saves a change of tier only where the
+            // stage hands over to another machine; a last stage's head is on the GPU.
+            if !last {
+                keep(&mut best, consider(host_layers, true, false));
+            }
         }
         if most_host_layers == n {
             // Every layer in host RAM: the head on the GPU (`-ngl 1`) or, on a last stage, there too.
@@ -683,7 +697,7 @@ mod tests {
                 let n = end - start;
                 let family = (0..=n)
                     .flat_map(|k1| (0..=n - k1).flat_map(move |k2| [(k1, k2, false), (k1, k2, true)]))
-                    .filter(|&(k1, k2, ffn_last)| (start == 0 || k1 == 0) && !(ffn_last && k2 == 0))
+                    .filter(|&(k1, k2, ffn_last)| (start == 0 || k1 == 0) && !(ffn_last && (k2 == 0 || end == l)))
                     .flat_map(|(k1, k2, ffn_last)| [(k1, k2, ffn_last, false), (k1, k2, ffn_last, k1 == n && end == l)])
                     .filter_map(|(k1, k2, ffn_last, head_on_host)| {
                         let o = Offload { host_layers: k1, host_ffn: k2, ffn_last, head_on_host };

@@ -341,10 +341,14 @@ impl ReachTable {
     fn new(cost: &CostModel, k: usize, tau: f64, hop: f64, ret: f64) -> ReachTable {
         let l = cost.layers();
         let within = |j: usize, e: usize, send: f64| cost.fits(k, j, e) && cost.roofline_s(k, j, e) + send <= tau;
-        // Two pointers: a stage that fits stays fitting when its start moves up.
+        // Two pointers: a stage that fits stays fitting when its start moves up, from 1 on
+        // (a first stage may reach farther, with whole layers in a machine's RAM).
         let mut p = 0usize;
         let reach = (0..l)
             .map(|j| {
+                if j == 1 {
+                    p = 0;
+                }
                 p = p.max(j);
                 while p + 1 < l && within(j, p + 1, hop) {
                     p += 1;
