@@ -196,51 +196,7 @@ fn run_case(case: &Case, cpu: &Cpu, bin: &Path, work: &Path, report: &mut String
     assert_eq!(rpc.len(), stages.len(), "{}: one rpc-server per machine:\n{script}", case.name);
     assert_eq!(server.len(), 1, "{}: one llama-server:\n{script}", case.name);
 
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let mut children = Processes(Vec::new());
-    for command in &rpc {
-        children.0.push(
-            Command::new("bash")
-                .args(["-c", &format!("exec {command}")])
-                .env("PATH", &path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("the rpc-server starts"),
-        );
-    }
-    for port in &ports {
-        wait_for(|| TcpStream::connect(("127.0.0.1", *port)).is_ok(), &format!("{}: rpc-server on {port}", case.name));
-    }
-    let http = free_port();
-    let log = dir.join("llama-server.log");
-    children.0.push(
-        Command::new("bash")
-            .args(["-c", &format!("exec {}", server[0])])
-            .env("PATH", &path)
-            .env("LLAMA_ARG_PORT", http.to_string())
-            .env("LLAMA_ARG_LOG_VERBOSITY", "5")
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
-            .spawn()
-            .expect("llama-server starts"),
-    );
-    wait_for(
-        || request(http, "GET /health HTTP/1.0\r\n\r\n").is_some_and(|r| r.contains("\"ok\"")),
-        &format!("{}: llama-server health (log: {})", case.name, log.display()),
-    );
-    let body = r#"{"prompt": "hello world", "n_predict": 8, "temperature": 0}"#;
-    let response = request(
-        http,
-        &format!(
-            "POST /completion HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    )
-    .expect("llama-server answers");
-    let json: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();
-    assert_eq!(json["tokens_predicted"], 8, "{}: tokens are generated: {json}", case.name);
-    let speed = json["timings"]["predicted_per_second"].as_f64().unwrap_or(0.0);
+    let (children, log, speed) = run_verbatim(case.name, &rpc, server[0], bin, &dir);
     // One request is one stream, whatever the workload's batch; predicted for this split
     // with this CPU's probed figures.
     let probed = format!(
@@ -428,54 +384,7 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
     let commands = commands(&script);
     let (rpc, server): (Vec<&String>, Vec<&String>) = commands.iter().partition(|c| !c.contains("llama-server"));
     assert_eq!(server.len(), 1, "{}: one llama-server:\n{script}", case.name);
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let mut children = Processes(Vec::new());
-    for command in &rpc {
-        children.0.push(
-            Command::new("bash")
-                .args(["-c", &format!("exec {command}")])
-                .env("PATH", &path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("the rpc-server starts"),
-        );
-    }
-    let listening: Vec<u16> = rpc
-        .iter()
-        .map(|c| c.split_whitespace().skip_while(|w| *w != "--port").nth(1).unwrap().parse().unwrap())
-        .collect();
-    for port in &listening {
-        wait_for(|| TcpStream::connect(("127.0.0.1", *port)).is_ok(), &format!("{}: rpc-server on {port}", case.name));
-    }
-    let http = free_port();
-    let log = dir.join("llama-server.log");
-    children.0.push(
-        Command::new("bash")
-            .args(["-c", &format!("exec {}", server[0])])
-            .env("PATH", &path)
-            .env("LLAMA_ARG_PORT", http.to_string())
-            .env("LLAMA_ARG_LOG_VERBOSITY", "5")
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
-            .spawn()
-            .expect("llama-server starts"),
-    );
-    wait_for(
-        || request(http, "GET /health HTTP/1.0\r\n\r\n").is_some_and(|r| r.contains("\"ok\"")),
-        &format!("{}: llama-server health (log: {})", case.name, log.display()),
-    );
-    let body = r#"{"prompt": "hello world", "n_predict": 8, "temperature": 0}"#;
-    let response = request(
-        http,
-        &format!(
-            "POST /completion HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    )
-    .expect("llama-server answers");
-    let json: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();
-    assert_eq!(json["tokens_predicted"], 8, "{}: tokens are generated: {json}", case.name);
+    let (children, log, _) = run_verbatim(case.name, &rpc, server[0], bin, &dir);
     drop(children);
 
     let text = std::fs::read_to_string(&log).unwrap();
@@ -562,6 +471,59 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
             case.name
         ));
     }
+}
+
+/// Runs an export's commands verbatim on 127.0.0.1: its rpc-servers (waiting for each
+/// `--port`), then llama-server with a verbose log, until it has generated 8 tokens. The
+/// servers (killed when dropped), the log's path and the generation's tokens/s.
+fn run_verbatim(name: &str, rpc: &[&String], server: &str, bin: &Path, dir: &Path) -> (Processes, PathBuf, f64) {
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut children = Processes(Vec::new());
+    for command in rpc {
+        children.0.push(
+            Command::new("bash")
+                .args(["-c", &format!("exec {command}")])
+                .env("PATH", &path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the rpc-server starts"),
+        );
+    }
+    for command in rpc {
+        let port: u16 = command.split_whitespace().skip_while(|w| *w != "--port").nth(1).unwrap().parse().unwrap();
+        wait_for(|| TcpStream::connect(("127.0.0.1", port)).is_ok(), &format!("{name}: rpc-server on {port}"));
+    }
+    let http = free_port();
+    let log = dir.join("llama-server.log");
+    children.0.push(
+        Command::new("bash")
+            .args(["-c", &format!("exec {server}")])
+            .env("PATH", &path)
+            .env("LLAMA_ARG_PORT", http.to_string())
+            .env("LLAMA_ARG_LOG_VERBOSITY", "5")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::from(std::fs::File::options().append(true).open(&log).unwrap()))
+            .spawn()
+            .expect("llama-server starts"),
+    );
+    wait_for(
+        || request(http, "GET /health HTTP/1.0\r\n\r\n").is_some_and(|r| r.contains("\"ok\"")),
+        &format!("{name}: llama-server health (log: {})", log.display()),
+    );
+    let body = r#"{"prompt": "hello world", "n_predict": 8, "temperature": 0}"#;
+    let response = request(
+        http,
+        &format!(
+            "POST /completion HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .expect("llama-server answers");
+    let json: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!(json["tokens_predicted"], 8, "{name}: tokens are generated: {json}");
+    let speed = json["timings"]["predicted_per_second"].as_f64().unwrap_or(0.0);
+    (children, log, speed)
 }
 
 /// What llama.cpp's log says one stage's machine allocated, in MiB.

@@ -690,15 +690,19 @@ impl CostModel {
 
     #[inline]
     pub(crate) fn step_work(&self, start: usize, end: usize) -> (f64, f64) {
-        let mut read = self.read[end] - self.read[start];
-        let mut flops = self.flops[end] - self.flops[start];
-        if start == 0 {
-            read += self.embed.read;
-            flops += self.embed.flops;
-        }
-        if end == self.layers {
-            read += self.head.read;
-            flops += self.head.flops;
+        self.work(start, end, (&self.read, &self.flops), |x| (x.read, x.flops))
+    }
+
+    /// Bytes read and FLOPs of `[start, end)` from per-layer prefix sums, with the
+    /// embedding's and head's share (`of`) where the stage holds them.
+    #[inline]
+    fn work(&self, start: usize, end: usize, sums: (&[f64], &[f64]), of: impl Fn(&Extra) -> (f64, f64)) -> (f64, f64) {
+        let (mut read, mut flops) = (sums.0[end] - sums.0[start], sums.1[end] - sums.1[start]);
+        for (holds, extra) in [(start == 0, &self.embed), (end == self.layers, &self.head)] {
+            if holds {
+                let (r, f) = of(extra);
+                (read, flops) = (read + r, flops + f);
+            }
         }
         (read, flops)
     }
@@ -764,17 +768,7 @@ impl CostModel {
 
     /// Bytes read and FLOPs per prompt token of `[start, end)` (weights once a chunk).
     fn prefill_work(&self, start: usize, end: usize) -> (f64, f64) {
-        let mut read = self.prefill_read[end] - self.prefill_read[start];
-        let mut flops = self.prefill_flops[end] - self.prefill_flops[start];
-        if start == 0 {
-            read += self.embed.prefill_read;
-            flops += self.embed.prefill_flops;
-        }
-        if end == self.layers {
-            read += self.head.prefill_read;
-            flops += self.head.prefill_flops;
-        }
-        (read, flops)
+        self.work(start, end, (&self.prefill_read, &self.prefill_flops), |x| (x.prefill_read, x.prefill_flops))
     }
 
     /// Time of every stage of an assignment, in pipeline order, including hops.
