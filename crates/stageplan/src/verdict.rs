@@ -74,8 +74,12 @@ impl<'a> Verdict<'a> {
         }
         for stage in &plan.stages {
             if let Some((offload, kept)) = stage.offload.as_ref().and_then(|o| Some((o, o.kept()?))) {
+                // How many of the stage's layers keep their experts (or FFN) on the GPU.
+                let layers = stage.layers[1] - stage.layers[0];
+                let on_gpu = layers - offload.host_layers - offload.host_ffn;
+                let what = if offload.experts { "experts" } else { "FFN" };
                 lines.push(format!(
-                    "in RAM: `{}` keeps {kept} in its system RAM ({} of {})",
+                    "in RAM: `{}` keeps {kept} in its system RAM ({} of {}); {on_gpu} of {layers} layers keep their {what} on the GPU",
                     crate::quote::line(&stage.node),
                     format_bytes(offload.memory.total as f64),
                     format_bytes(offload.memory.budget as f64),
