@@ -79,12 +79,7 @@ const MEMORY_MOE: u32 = 74;
 
 #[test]
 fn llama_cpp_allocates_what_the_plan_says() {
-    let Some(bin) = std::env::var_os("STAGEPLAN_LLAMA_CPP").map(PathBuf::from) else {
-        eprintln!("skipped: set STAGEPLAN_LLAMA_CPP to llama.cpp's bin directory (cargo xtask test does)");
-        return;
-    };
-    let work = std::env::temp_dir().join(format!("stageplan-engine-{}", std::process::id()));
-    std::fs::create_dir_all(&work).unwrap();
+    let Some((bin, work)) = llama_cpp_and_workspace("stageplan-engine") else { return };
     let cpu = this_cpu();
     let mut report = String::from(
         "| case | stage | planned MiB | allocated MiB | weights+KV planned / allocated | tok/s predicted / measured |\n",
@@ -94,6 +89,18 @@ fn llama_cpp_allocates_what_the_plan_says() {
     }
     eprintln!("{report}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// llama.cpp's bin directory (`STAGEPLAN_LLAMA_CPP`, which `cargo xtask test` sets) and a
+/// fresh working directory named `prefix`; `None`, said, when the binaries are not given.
+fn llama_cpp_and_workspace(prefix: &str) -> Option<(PathBuf, PathBuf)> {
+    let Some(bin) = std::env::var_os("STAGEPLAN_LLAMA_CPP").map(PathBuf::from) else {
+        eprintln!("skipped: set STAGEPLAN_LLAMA_CPP to llama.cpp's bin directory (cargo xtask test does)");
+        return None;
+    };
+    let work = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    Some((bin, work))
 }
 
 /// This machine's CPU as one llama.cpp thread sees it (`stageplan probe --cpu`): every
@@ -184,17 +191,10 @@ fn run_case(case: &Case, cpu: &Cpu, bin: &Path, work: &Path, report: &mut String
     );
 
     let ports: Vec<u16> = stages.iter().map(|_| free_port()).collect();
-    let mut args =
-        vec!["export".to_owned(), plan_path.to_string_lossy().into_owned(), "--to".into(), "llama.cpp".into()];
-    for (stage, port) in stages.iter().zip(&ports) {
-        args.push("--host".into());
-        args.push(format!("{}=127.0.0.1:{port}", stage["node"].as_str().unwrap()));
-    }
-    let script = stageplan(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let commands = commands(&script);
-    let (rpc, server): (Vec<&String>, Vec<&String>) = commands.iter().partition(|c| !c.contains("llama-server"));
+    let (script, rpc, server) = export_llama_cpp(case.name, &plan_path, stages, &ports);
+    let rpc: Vec<&String> = rpc.iter().collect();
+    let server = [&server];
     assert_eq!(rpc.len(), stages.len(), "{}: one rpc-server per machine:\n{script}", case.name);
-    assert_eq!(server.len(), 1, "{}: one llama-server:\n{script}", case.name);
 
     let (children, log, speed) = run_verbatim(case.name, &rpc, server[0], bin, &dir);
     // One request is one stream, whatever the workload's batch; predicted for this split
@@ -312,12 +312,7 @@ const OFFLOAD_CASES: [OffloadCase; 4] = [
 
 #[test]
 fn llama_cpp_places_tensors_where_the_plan_says() {
-    let Some(bin) = std::env::var_os("STAGEPLAN_LLAMA_CPP").map(PathBuf::from) else {
-        eprintln!("skipped: set STAGEPLAN_LLAMA_CPP to llama.cpp's bin directory (cargo xtask test does)");
-        return;
-    };
-    let work = std::env::temp_dir().join(format!("stageplan-offload-{}", std::process::id()));
-    std::fs::create_dir_all(&work).unwrap();
+    let Some((bin, work)) = llama_cpp_and_workspace("stageplan-offload") else { return };
     let mut report =
         String::from("| case | memory | planned MiB (weights+KV / total) | allocated MiB (weights+KV / total) |\n");
     for case in &OFFLOAD_CASES {
@@ -374,17 +369,9 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
     // Device ports 10 apart: a machine's CPU rpc-server listens one above its device's.
     let base = free_port().min(60000);
     let ports: Vec<u16> = (0..stages.len() as u16).map(|i| base + 10 * i).collect();
-    let mut args =
-        vec!["export".to_owned(), plan_path.to_string_lossy().into_owned(), "--to".into(), "llama.cpp".into()];
-    for (stage, port) in stages.iter().zip(&ports) {
-        args.push("--host".into());
-        args.push(format!("{}=127.0.0.1:{port}", stage["node"].as_str().unwrap()));
-    }
-    let script = stageplan(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let commands = commands(&script);
-    let (rpc, server): (Vec<&String>, Vec<&String>) = commands.iter().partition(|c| !c.contains("llama-server"));
-    assert_eq!(server.len(), 1, "{}: one llama-server:\n{script}", case.name);
-    let (children, log, _) = run_verbatim(case.name, &rpc, server[0], bin, &dir);
+    let (_, rpc, server) = export_llama_cpp(case.name, &plan_path, stages, &ports);
+    let rpc: Vec<&String> = rpc.iter().collect();
+    let (children, log, _) = run_verbatim(case.name, &rpc, &server, bin, &dir);
     drop(children);
 
     let text = std::fs::read_to_string(&log).unwrap();
@@ -471,6 +458,23 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
             case.name
         ));
     }
+}
+
+/// `stageplan export --to llama.cpp` of the plan at `plan_path`, stage `s`'s machine at
+/// 127.0.0.1:`ports[s]`: the script, its rpc-server commands and its one llama-server command.
+fn export_llama_cpp(name: &str, plan_path: &Path, stages: &[Value], ports: &[u16]) -> (String, Vec<String>, String) {
+    let mut args =
+        vec!["export".to_owned(), plan_path.to_string_lossy().into_owned(), "--to".into(), "llama.cpp".into()];
+    for (stage, port) in stages.iter().zip(ports) {
+        args.push("--host".into());
+        args.push(format!("{}=127.0.0.1:{port}", stage["node"].as_str().unwrap()));
+    }
+    let script = stageplan(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (rpc, mut server): (Vec<String>, Vec<String>) =
+        commands(&script).into_iter().partition(|c| !c.contains("llama-server"));
+    assert_eq!(server.len(), 1, "{name}: one llama-server:\n{script}");
+    let server = server.remove(0);
+    (script, rpc, server)
 }
 
 /// Runs an export's commands verbatim on 127.0.0.1: its rpc-servers (waiting for each

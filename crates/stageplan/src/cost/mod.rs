@@ -589,24 +589,6 @@ impl CostModel {
     /// True when `node` can hold `[start, end)` with the KV cache sized for `context` tokens.
     pub fn fits_at_context(&self, node: usize, start: usize, end: usize, context: u64) -> bool {
         let layer_kv = |l: usize| self.kv_per_context_token[l].saturating_mul(self.kv_cells(context, self.windows[l]));
-        if self.host(node).is_some() {
-            let (first, last) = (start == 0, end == self.layers);
-            let grown = match &self.dims {
-                Some(dims) => {
-                    i128::from(engine::buffers(self.engine, dims, Shape { context, ..self.shape }).of(first, last))
-                        - i128::from(self.buffers.of(first, last))
-                }
-                None => 0,
-            };
-            let mut prefix = vec![0u128; end - start + 1];
-            for l in start..end {
-                prefix[l - start + 1] = prefix[l - start] + u128::from(layer_kv(l));
-            }
-            let kv = |a: usize, b: usize| prefix[b - start] - prefix[a - start];
-            return self.search_offload(node, start, end, &kv, grown).is_some();
-        }
-        let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
-        let held = self.held(start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
         // The engine's buffers grow with the context too (the attention mask, and without
         // flash attention the KQ matrix).
         let (first, last) = (start == 0, end == self.layers);
@@ -617,6 +599,16 @@ impl CostModel {
             }
             None => 0,
         };
+        if self.host(node).is_some() {
+            let mut prefix = vec![0u128; end - start + 1];
+            for l in start..end {
+                prefix[l - start + 1] = prefix[l - start] + u128::from(layer_kv(l));
+            }
+            let kv = |a: usize, b: usize| prefix[b - start] - prefix[a - start];
+            return self.search_offload(node, start, end, &kv, grown).is_some();
+        }
+        let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
+        let held = self.held(start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
         let held = i128::from(held.saturating_add(kv)) + grown;
         held <= i128::from(self.nodes[node].capacity)
     }
