@@ -553,6 +553,16 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
             ),
             _ => String::new(),
         };
+        // A machine with system RAM: the CPU's part and the changes of tier, besides.
+        let why = if stage.time.host_s > 0.0 {
+            format!(
+                "{why} on the GPU, plus {} on the CPU from system RAM and {} changing between them",
+                format_seconds(stage.time.host_s),
+                format_seconds(stage.time.split_s)
+            )
+        } else {
+            why
+        };
         if plan.stages.len() > 1 || plan.objective == Objective::Throughput {
             notes.push(Diagnostic {
                 level: Level::Info,
