@@ -171,11 +171,7 @@ fn run_case(case: &Case, cpu: &Cpu, bin: &Path, work: &Path, report: &mut String
         case.workload,
         nodes(r#""20 GB/s""#, r#""20 GFLOPS""#)
     );
-    let scenario_path = dir.join("scenario.json");
-    std::fs::write(&scenario_path, scenario).unwrap();
-    let plan_out = stageplan(&["plan", &scenario_path.to_string_lossy(), "--format", "json"]);
-    let plan: Value = serde_json::from_str(&plan_out).unwrap();
-    assert_eq!(plan["feasible"], true, "{}: the plan does not fit: {plan_out}", case.name);
+    let (plan_out, plan) = plan_fitting(case.name, &dir, &scenario);
     let stages = plan["stages"].as_array().unwrap();
     assert_eq!(stages.len(), case.stages, "{}: the machines' memory should force {} stages", case.name, case.stages);
     let plan_path = dir.join("plan.json");
@@ -349,11 +345,7 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
         case.policy,
         nodes.join(", ")
     );
-    let scenario_path = dir.join("scenario.json");
-    std::fs::write(&scenario_path, scenario).unwrap();
-    let plan_out = stageplan(&["plan", &scenario_path.to_string_lossy(), "--format", "json"]);
-    let plan: Value = serde_json::from_str(&plan_out).unwrap();
-    assert_eq!(plan["feasible"], true, "{}: the plan does not fit: {plan_out}", case.name);
+    let (plan_out, plan) = plan_fitting(case.name, &dir, &scenario);
     let stages = plan["stages"].as_array().unwrap();
     let kept: Vec<(usize, usize)> = stages
         .iter()
@@ -458,6 +450,16 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
             case.name
         ));
     }
+}
+
+/// `stageplan plan` of `scenario` (written to `dir`): its JSON text and value, which must fit.
+fn plan_fitting(name: &str, dir: &Path, scenario: &str) -> (String, Value) {
+    let scenario_path = dir.join("scenario.json");
+    std::fs::write(&scenario_path, scenario).unwrap();
+    let plan_out = stageplan(&["plan", &scenario_path.to_string_lossy(), "--format", "json"]);
+    let plan: Value = serde_json::from_str(&plan_out).unwrap();
+    assert_eq!(plan["feasible"], true, "{name}: the plan does not fit: {plan_out}");
+    (plan_out, plan)
 }
 
 /// `stageplan export --to llama.cpp` of the plan at `plan_path`, stage `s`'s machine at

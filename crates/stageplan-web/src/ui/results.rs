@@ -11,7 +11,7 @@ use super::text::{as_printed, download, name, named, named_attribute, prose};
 use crate::fields::InputError;
 use crate::planning::{Computed, Outcome};
 use crate::state::AppState;
-use stageplan::view::PlanView;
+use stageplan::view::{MemoryBar, PlanView};
 
 /// The plan: stage diagram, memory bars, figures, left-out nodes, baselines, notes. While an
 /// input is wrong, its problem leads and the last plan that planned stays below, dimmed.
@@ -121,20 +121,10 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
                             <small class="figures">{view.figures.get(i).cloned()}</small></th>
                         <td class="layers">{format!("{}–{}", s.layers[0], s.layers[1])}</td>
                         <td>
-                            <div class="bar" class:over=bar.over role="img"
-                                aria-label=format!("{} of {} used, {}", bar.used, bar.budget, bar.headroom)>
-                                {bar.segments.iter().map(|seg| view! {
-                                    <span class=format!("segment {}", seg.part.replace('/', "-")) style=format!("width:{:.4}%", seg.pct) title=format!("{}: {}", seg.part, seg.bytes)></span>
-                                }).collect_view()}
-                            </div>
+                            {memory_bar(bar, "bar", "")}
                             <small>{format!("{} / {} · {}", bar.used, bar.budget, bar.headroom)}</small>
                             {view.ram_bars.get(i).cloned().flatten().map(|ram| view! {
-                                <div class="bar ram" class:over=ram.over role="img"
-                                    aria-label=format!("system RAM: {} of {} used, {}", ram.used, ram.budget, ram.headroom)>
-                                    {ram.segments.iter().map(|seg| view! {
-                                        <span class=format!("segment {}", seg.part.replace('/', "-")) style=format!("width:{:.4}%", seg.pct) title=format!("{}: {}", seg.part, seg.bytes)></span>
-                                    }).collect_view()}
-                                </div>
+                                {memory_bar(&ram, "bar ram", "system RAM: ")}
                                 <small class="ram-kept">{format!("RAM {} / {} · {}", ram.used, ram.budget, view.rows.get(i).and_then(|r| r.ram.clone()).unwrap_or_default())}</small>
                             })}
                         </td>
@@ -144,6 +134,18 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
                 }).collect_view()}
             </tbody>
         </table>
+        </div>
+    }
+}
+
+/// One memory's bar: its parts against its budget (a GPU's, or beside it its system RAM's).
+fn memory_bar(bar: &MemoryBar, class: &'static str, what: &'static str) -> impl IntoView + use<> {
+    view! {
+        <div class=class class:over=bar.over role="img"
+            aria-label=format!("{what}{} of {} used, {}", bar.used, bar.budget, bar.headroom)>
+            {bar.segments.iter().map(|seg| view! {
+                <span class=format!("segment {}", seg.part.replace('/', "-")) style=format!("width:{:.4}%", seg.pct) title=format!("{}: {}", seg.part, seg.bytes)></span>
+            }).collect_view()}
         </div>
     }
 }
