@@ -9,11 +9,17 @@ with the 256 byte tokens llama.cpp's tokenizer falls back to, and the hyperparam
 llama architecture requires. With `--experts`, each layer's MLP is a Mixtral-style mixture
 (llama.cpp's llama architecture with `expert_count`: a router `ffn_gate_inp` and stacked
 `ffn_{gate,up,down}_exps`, each expert `--ffn` wide). Uses `gguf` (gguf-py, llama.cpp's own writer).
+
+With `--sparse TYPE` (e.g. `q8_0`) the file declares every matrix in TYPE and holds no data:
+the header is written and the file extended to its full size as a sparse file, so models of
+real size (tens of GB) cost no disk. llama.cpp can size such a file (`llama-fit-params`,
+which loads with `no_alloc`) but not run it.
 """
 import argparse
+import os
 
 import numpy as np
-from gguf import GGUFWriter, LlamaFileType, TokenType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
 
 
 def vocabulary(size):
@@ -50,20 +56,42 @@ def main():
     p.add_argument("--experts", type=int, default=0, help="routed experts per layer; 0: a dense MLP")
     p.add_argument("--experts-used", type=int, default=2)
     p.add_argument("--name", default="stageplan-test")
+    p.add_argument("--sparse", metavar="TYPE", help="declare matrices in TYPE (e.g. q8_0), write no data")
     a = p.parse_args()
+    sparse = GGMLQuantizationType[a.sparse.upper()] if a.sparse else None
 
     rng = np.random.default_rng(11)
     head_dim = a.head_dim or a.hidden // a.heads
 
     def weight(*shape):
+        if sparse is not None:
+            return (shape, sparse)
         return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
 
     def norm(n):
+        if sparse is not None:
+            return ((n,), GGMLQuantizationType.F32)
         return np.ones(n, dtype=np.float32)
 
     w = GGUFWriter(a.out, "llama")
+    data_bytes = 0
+
+    def add_tensor(name, value):
+        """A tensor with data, or with `--sparse` its declaration: (numpy shape, type)."""
+        nonlocal data_bytes
+        if isinstance(value, np.ndarray):
+            w.add_tensor(name, value)
+            return
+        shape, ty = value
+        block, size = GGML_QUANT_SIZES[ty]
+        elements = int(np.prod(shape))
+        assert shape[-1] % block == 0, (name, shape, ty)
+        nbytes = elements // block * size
+        w.add_tensor_info(name, shape, np.float32, nbytes, raw_dtype=ty)
+        data_bytes += -(-nbytes // w.data_alignment) * w.data_alignment
+
     w.add_name(a.name)
-    w.add_file_type(LlamaFileType.MOSTLY_F16)
+    w.add_file_type(LlamaFileType[f"MOSTLY_{sparse.name}"] if sparse is not None else LlamaFileType.MOSTLY_F16)
     w.add_block_count(a.layers)
     w.add_context_length(a.context)
     w.add_embedding_length(a.hidden)
@@ -89,31 +117,45 @@ def main():
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
 
-    w.add_tensor("token_embd.weight", weight(a.vocab, a.hidden))
+    add_tensor("token_embd.weight", weight(a.vocab, a.hidden))
     for i in range(a.layers):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", norm(a.hidden))
-        w.add_tensor(f"blk.{i}.attn_q.weight", weight(a.heads * head_dim, a.hidden))
-        w.add_tensor(f"blk.{i}.attn_k.weight", weight(a.kv_heads * head_dim, a.hidden))
-        w.add_tensor(f"blk.{i}.attn_v.weight", weight(a.kv_heads * head_dim, a.hidden))
-        w.add_tensor(f"blk.{i}.attn_output.weight", weight(a.hidden, a.heads * head_dim))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", norm(a.hidden))
+        add_tensor(f"blk.{i}.attn_norm.weight", norm(a.hidden))
+        add_tensor(f"blk.{i}.attn_q.weight", weight(a.heads * head_dim, a.hidden))
+        add_tensor(f"blk.{i}.attn_k.weight", weight(a.kv_heads * head_dim, a.hidden))
+        add_tensor(f"blk.{i}.attn_v.weight", weight(a.kv_heads * head_dim, a.hidden))
+        add_tensor(f"blk.{i}.attn_output.weight", weight(a.hidden, a.heads * head_dim))
+        add_tensor(f"blk.{i}.ffn_norm.weight", norm(a.hidden))
         if a.experts:
             # numpy shapes are ggml's reversed: ggml's {n_embd, n_ff, n_expert}.
-            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", weight(a.experts, a.hidden).astype(np.float32))
-            w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", weight(a.experts, a.ffn, a.hidden))
-            w.add_tensor(f"blk.{i}.ffn_up_exps.weight", weight(a.experts, a.ffn, a.hidden))
-            w.add_tensor(f"blk.{i}.ffn_down_exps.weight", weight(a.experts, a.hidden, a.ffn))
+            router = weight(a.experts, a.hidden)
+            if sparse is None:
+                router = router.astype(np.float32)
+            else:
+                router = (router[0], GGMLQuantizationType.F32)
+            add_tensor(f"blk.{i}.ffn_gate_inp.weight", router)
+            add_tensor(f"blk.{i}.ffn_gate_exps.weight", weight(a.experts, a.ffn, a.hidden))
+            add_tensor(f"blk.{i}.ffn_up_exps.weight", weight(a.experts, a.ffn, a.hidden))
+            add_tensor(f"blk.{i}.ffn_down_exps.weight", weight(a.experts, a.hidden, a.ffn))
         else:
-            w.add_tensor(f"blk.{i}.ffn_gate.weight", weight(a.ffn, a.hidden))
-            w.add_tensor(f"blk.{i}.ffn_up.weight", weight(a.ffn, a.hidden))
-            w.add_tensor(f"blk.{i}.ffn_down.weight", weight(a.hidden, a.ffn))
-    w.add_tensor("output_norm.weight", norm(a.hidden))
+            add_tensor(f"blk.{i}.ffn_gate.weight", weight(a.ffn, a.hidden))
+            add_tensor(f"blk.{i}.ffn_up.weight", weight(a.ffn, a.hidden))
+            add_tensor(f"blk.{i}.ffn_down.weight", weight(a.hidden, a.ffn))
+    add_tensor("output_norm.weight", norm(a.hidden))
     if not a.tied:
-        w.add_tensor("output.weight", weight(a.vocab, a.hidden))
+        add_tensor("output.weight", weight(a.vocab, a.hidden))
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    if sparse is None:
+        w.write_tensors_to_file()
+        w.close()
+        return
+    w.write_ti_data_to_file()
+    out = w.fout[0]
+    w.write_padding(out, out.tell())
+    out.flush()
+    data_start = out.tell()
     w.close()
+    os.truncate(a.out, data_start + data_bytes)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,10 @@ pub(crate) const LLAMA_CPP_PYTHON: &str = "0.3.36";
 
 pub(crate) const LLAMA_CPP_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
 
-/// What the tests run: the server, the RPC server, the quantizer, the benchmark.
-pub(crate) const LLAMA_CPP_TARGETS: [&str; 4] = ["llama-server", "ggml-rpc-server", "llama-quantize", "llama-bench"];
+/// What the tests run: the server, the RPC server, the quantizer, the benchmark, and
+/// `--fit`'s own projection (`llama-fit-params`) to compare the `llama-fit` baseline with.
+pub(crate) const LLAMA_CPP_TARGETS: [&str; 5] =
+    ["llama-server", "ggml-rpc-server", "llama-quantize", "llama-bench", "llama-fit-params"];
 
 pub(crate) const LLAMA_CPP_CMAKE: [&str; 7] = [
     "-DGGML_RPC=ON",

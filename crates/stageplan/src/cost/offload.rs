@@ -71,8 +71,8 @@ pub enum OffloadRule {
     /// Whole layers only (`-ngl`): the fewest layers in host RAM that make the GPU fit.
     Layers,
     /// llama.cpp's `--fit` on one GPU (`common/fit.cpp`, `docs/llama-cpp-placement.md` §3):
-    /// the GPU filled to its memory less [`FIT_MARGIN`]; a dense model's fewest host layers;
-    /// an MoE model's experts moved to host RAM first (the fewest layers' worth; `--fit`
+    /// the GPU filled to its memory less [`FIT_MARGIN`]; a dense model's fewest whole host
+    /// layers (it moves no dense FFN alone); an MoE model's experts moved to host RAM first (the fewest layers' worth; `--fit`
     /// takes the high-index layers, which costs the same), and only when all experts there
     /// do not make it fit, whole layers too. Its last partial layer (part of one layer's FFN
     /// left on the GPU) is not modelled: a layer's FFN moves whole.
@@ -272,6 +272,10 @@ impl CostModel {
             OffloadRule::LlamaFit => i128::from(host.gpu_capacity) - i128::from(FIT_MARGIN),
             _ => i128::from(host.gpu_capacity),
         };
+        // `--fit` moves a layer's FFN alone only in an MoE model (`fit.cpp`'s step 4); a dense
+        // model's layers go to RAM whole, as the `llama-fit-params` engine test shows.
+        let whole_layers_only =
+            rule == OffloadRule::Layers || (rule == OffloadRule::LlamaFit && self.active_fraction.is_none());
         let consider = |host_layers: usize, ffn_last: bool, head_on_host: bool| -> Option<(f64, Offload)> {
             let host_range = (start, start + host_layers);
             // The layers whose attention stays on the GPU.
@@ -284,7 +288,7 @@ impl CostModel {
             let need = gpu_all - gpu_capacity;
             let host_ffn = if need <= 0 {
                 0
-            } else if rule == OffloadRule::Layers || streams {
+            } else if whole_layers_only || streams {
                 return None;
             } else {
                 // The fewest FFN moves that free `need` bytes, from `r0` on (or from `r1`

@@ -624,3 +624,22 @@ fn manual_and_baseline_plans_are_evaluated_on_the_same_cost_model() {
     let best = plan(&problem);
     assert!(best.tokens_per_s >= manual.tokens_per_s);
 }
+
+#[test]
+fn llama_fit_moves_experts_of_an_moe_model_and_whole_layers_of_a_dense_one() {
+    // `fit.cpp` moves a layer's FFN alone only when the model has experts; the engine test
+    // (`llama_fit_params_never_beats_the_plan`) holds the binary to the same choices.
+    let kept = |model: &str, gpu: &str| {
+        let problem = scenario(&format!(
+            r#"{{"model": {model}, "policy": "llama-fit", "workload": {{"context": 8192}},
+                "nodes": [{{"name": "box", "kind": "gpu", "memory": "{gpu}", "bandwidth": "500 GB/s", "compute": "30 TFLOPS",
+                            "host": {{"memory": "64 GiB", "bandwidth": "90 GB/s"}}}}]}}"#
+        ));
+        let offload = plan(&problem).stages[0].offload.clone().expect("the stage uses RAM");
+        (offload.host_layers, offload.host_ffn)
+    };
+    let (layers, ffn) = kept(r#"{"preset": "llama-3.1-8b", "weights": "q8_0"}"#, "6 GiB");
+    assert!(layers > 0 && ffn == 0, "dense: {layers} layers whole in RAM, {ffn} FFN");
+    let (layers, ffn) = kept(r#"{"preset": "qwen3-30b-a3b", "weights": "q4_k_m"}"#, "12 GiB");
+    assert!(layers == 0 && ffn > 0, "MoE: {layers} layers whole in RAM, {ffn} FFN");
+}

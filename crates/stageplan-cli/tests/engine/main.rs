@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod fit;
+
 /// One end-to-end case: a model, a workload, and machines whose memory forces a split.
 struct Case {
     name: &'static str,
