@@ -31,8 +31,26 @@ const FIT_CASES: [FitCase; 2] = [
         // Qwen3-30B-A3B's shape (48 layers, 128 experts of 768, 8 used), 32.5 GB.
         name: "moe-30b-a3b",
         model: &[
-            "--layers", "48", "--hidden", "2048", "--heads", "32", "--kv-heads", "4", "--head-dim", "128", "--ffn",
-            "768", "--experts", "128", "--experts-used", "8", "--vocab", "151936", "--context", "40960",
+            "--layers",
+            "48",
+            "--hidden",
+            "2048",
+            "--heads",
+            "32",
+            "--kv-heads",
+            "4",
+            "--head-dim",
+            "128",
+            "--ffn",
+            "768",
+            "--experts",
+            "128",
+            "--experts-used",
+            "8",
+            "--vocab",
+            "151936",
+            "--context",
+            "40960",
         ],
         budgets: &[6144, 12288, 18432],
     },
@@ -40,8 +58,20 @@ const FIT_CASES: [FitCase; 2] = [
         // Llama 3.1 8B's shape, 8.5 GB.
         name: "dense-8b",
         model: &[
-            "--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--vocab",
-            "128256", "--context", "131072",
+            "--layers",
+            "32",
+            "--hidden",
+            "4096",
+            "--heads",
+            "32",
+            "--kv-heads",
+            "8",
+            "--ffn",
+            "14336",
+            "--vocab",
+            "128256",
+            "--context",
+            "131072",
         ],
         budgets: &[3072, 4096, 6144],
     },
@@ -62,8 +92,15 @@ fn llama_fit_params_never_beats_the_plan() {
     let Some((bin, work)) = llama_cpp_and_workspace("stageplan-fit") else { return };
     // The CPU device reports all physical memory as free (`ggml-cpu.cpp`), in whole MiB.
     let meminfo = std::fs::read_to_string("/proc/meminfo").expect("Linux's /proc/meminfo");
-    let total_kib: u64 =
-        meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:")).unwrap().trim().trim_end_matches("kB").trim().parse().unwrap();
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
     let total = total_kib / 1024;
     let port = free_port();
     let server = Command::new(bin.join("ggml-rpc-server"))
@@ -98,7 +135,8 @@ fn llama_fit_params_never_beats_the_plan() {
             // The baseline leaves `--fit`'s 1 GiB margin itself: give it 1 GiB more.
             let (baseline, _) = plan(&dir, &model, r#""llama-fit""#, total, target - 1024);
             let (planned, speed) = plan(&dir, &model, r#""optimal""#, total, target);
-            let planned = planned.unwrap_or_else(|| panic!("{}: --fit fits {budget} MiB and the plan does not", case.name));
+            let planned =
+                planned.unwrap_or_else(|| panic!("{}: --fit fits {budget} MiB and the plan does not", case.name));
             let baseline = baseline.expect("the baseline fits where --fit does");
             let manual = format!(
                 r#""manual", "stages": [{{"node": "box", "layers": [0, {layers}], "offload": {{"host_layers": {}, "host_ffn": {}}}}}]"#,
@@ -147,18 +185,14 @@ fn fit_params(bin: &Path, model: &Path, port: u16, target: u64, layers: u64) -> 
     let words: Vec<&str> = args.split_whitespace().collect();
     let ngl: i64 = words.iter().skip_while(|w| **w != "-ngl").nth(1).expect("-ngl").parse().unwrap();
     let host_layers = if ngl < 0 { 0 } else { (layers + 1).saturating_sub(ngl as u64) };
-    let host_ffn = words
-        .iter()
-        .skip_while(|w| **w != "-ot")
-        .nth(1)
-        .map_or(0, |patterns| {
-            patterns
-                .trim_matches('"')
-                .split(',')
-                .filter_map(|p| p.strip_prefix(r"blk\.")?.split_once(r"\.")?.0.parse::<u64>().ok())
-                .filter(|&layer| layer < layers)
-                .count() as u64
-        });
+    let host_ffn = words.iter().skip_while(|w| **w != "-ot").nth(1).map_or(0, |patterns| {
+        patterns
+            .trim_matches('"')
+            .split(',')
+            .filter_map(|p| p.strip_prefix(r"blk\.")?.split_once(r"\.")?.0.parse::<u64>().ok())
+            .filter(|&layer| layer < layers)
+            .count() as u64
+    });
     Some(Placement { host_layers, host_ffn })
 }
 
