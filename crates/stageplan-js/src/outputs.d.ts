@@ -101,6 +101,11 @@ layers: number,
  */
 experts: number | null, 
 /**
+ * Multi-token-prediction layers after the blocks, which llama.cpp does not load but
+ * counts in `-ngl` and places on the last device (GLM-4.5, Qwen3-Next).
+ */
+nextn_layers?: number, 
+/**
  * The model file the scenario named, which exports load unless told otherwise.
  */
 file?: string | null, };

@@ -95,6 +95,9 @@ pub struct Buffers {
     pub first: u64,
     /// Less when one stage is the whole pipeline (no pipeline copies).
     pub single_saving: u64,
+    /// The host-side part of `first` when one stage is the whole pipeline (one copy of
+    /// the inputs): what a tiered machine's RAM holds for it.
+    pub first_single: u64,
 }
 
 impl Buffers {
@@ -147,6 +150,16 @@ pub struct Dims {
     mlp: f64,
     /// Routed experts per MoE layer, 0 for a dense model.
     experts: f64,
+    /// Activations per token a layer keeps live beyond attention's and the MLP's, in
+    /// elements: what the architecture's graph adds (`Dims::of`).
+    extra: f64,
+    /// Attention masks per micro-batch: none without attention, two when sliding and full
+    /// layers mix (the second over the window's cells).
+    masks: u8,
+    window: Option<u64>,
+    /// Inputs per token the host builds beyond the embedding's row (Gemma 3n's per-layer
+    /// embeddings), in elements.
+    host_extra: f64,
 }
 
 impl Dims {
@@ -160,7 +173,33 @@ impl Dims {
                 .max(arch.intermediate_size),
             None => arch.intermediate_size,
         };
+        // Checked against llama-server's own projection at published sizes
+        // (`tests/engine/arch.rs`): an MoE layer keeps one more activation of its experts'
+        // width (the gated product beside up and gate); a recurrent layer its scan's input
+        // and output rows and its state; Gemma 3n three more residual streams (AltUp).
+        let moe_extra = if arch.moe.is_some() { mlp as f64 } else { 0.0 };
+        // The scan's input and output rows, `inner` wide each (Mamba-2's inner is twice the
+        // hidden size; a bound for the others).
+        // An SSM's state is `d_state × inner`, far more than a short convolution's rows (LFM2,
+        // whose layers need nothing beyond the MLP's).
+        let ssm = arch.state_elements.iter().any(|&s| s > 4 * arch.hidden_size);
+        let recurrent_extra = if ssm { 8.0 * arch.hidden_size as f64 } else { 0.0 };
+        let streams = if arch.model_type == "gemma3n" { 6.0 * arch.hidden_size as f64 } else { 0.0 };
+        let attends = arch.kv_elements.iter().any(|&e| e > 0);
+        let window = arch.windows.iter().flatten().copied().max();
+        let full = arch.windows.iter().any(Option::is_none);
+        let masks = match (attends, window, full) {
+            (false, _, _) => 0,
+            (true, Some(_), true) => 2,
+            _ => 1,
+        };
+        // Gemma 3n's per-layer inputs: 256 per layer (a constant in llama.cpp's gemma3n.cpp).
+        let host_extra = if arch.model_type == "gemma3n" { 256.0 * arch.num_layers as f64 } else { 0.0 };
         Dims {
+            extra: moe_extra + recurrent_extra + streams,
+            masks,
+            window: window.filter(|_| full),
+            host_extra,
             hidden: arch.hidden_size as f64,
             vocab: arch.vocab_size as f64,
             heads: arch.num_heads as f64,
@@ -174,11 +213,17 @@ impl Dims {
 
 /// The engine's buffers for a model of `dims` run as `shape`.
 pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
-    let Dims { hidden, vocab, heads, head_dim, v_width, mlp, experts } = *dims;
+    let Dims { hidden, vocab, heads, head_dim, v_width, mlp, experts, extra, masks, window, host_extra } = *dims;
     match engine {
         Engine::Generic | Engine::Vllm => {
             let c = shape.prefill_chunk.min(shape.context.max(1)) as f64;
-            Buffers { stage: bytes(c * (hidden + mlp) * 8.0), last: bytes(c * vocab * 4.0), first: 0, single_saving: 0 }
+            Buffers {
+                stage: bytes(c * (hidden + mlp) * 8.0),
+                last: bytes(c * vocab * 4.0),
+                first: 0,
+                single_saving: 0,
+                first_single: 0,
+            }
         }
         Engine::LlamaCpp => {
             let b = shape.batch.max(1);
@@ -187,11 +232,22 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
             let (t, k, s) = (tokens as f64, cells as f64, b as f64);
             let outputs = t.min(s);
             let fa = shape.flash_attention;
+            // The full layers' mask, and the sliding layers' (which the host builds over all
+            // the cells without flash attention; over the window's with it).
+            let window_cells = window.map_or(k, |w| llama_cpp_window_cells(shape.context, w, tokens) as f64);
+            let mask_cells = match masks {
+                0 => 0.0,
+                1 => k,
+                _ if fa => k + window_cells,
+                // Measured: three masks' worth without flash attention (Llama 4's chunked
+                // layers need the most).
+                _ => 3.0 * k,
+            };
             let mask = if fa { 2.0 } else { 4.0 };
             let rows = 8.0 * t + 8.0 * t * if fa { 1.0 } else { v_width };
             // What a device receives each micro-batch: the hidden state, mask, positions,
             // and the KV rows to write.
-            let inputs = 4.0 * hidden * t + mask * k * t + 4.0 * t + rows;
+            let inputs = 4.0 * hidden * t + mask * mask_cells * t + 4.0 * t + rows;
             let attention = if fa {
                 4.0 * t * (hidden + 2.0 * heads * head_dim)
             } else {
@@ -199,21 +255,25 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
             };
             // MoE: the router's logits, one per expert, ride along with the experts' MLPs.
             let mlp = 4.0 * t * (hidden + 3.0 * mlp + experts);
+            let extra = 4.0 * t * extra;
             let logits = 4.0 * outputs * (vocab + 2.0 * hidden);
             let copies = LLAMA_CPP_PIPELINE_COPIES as f64;
             // Measured beyond the live tensors (ggml-alloc's best fit leaves holes when
             // tensor sizes differ): one token's hidden state and attention width, at most.
             let slack = 4.0 * t * (hidden + heads * head_dim);
-            let peak = attention.max(mlp) + slack;
+            let peak = attention.max(mlp) + extra + slack;
             // The host: token ids, the embedding input (allocated though unused), the other
             // inputs, and the looked-up embeddings; plus the logits of `B` outputs.
-            let host_inputs = 4.0 * t + 4.0 * hidden * t + 4.0 * t + mask * k * t + rows + 4.0 * outputs;
-            let host = copies * host_inputs + 4.0 * hidden * t + 4.0 * vocab * s;
+            let host_inputs = 4.0 * t + 4.0 * hidden * t + 4.0 * t + mask * mask_cells * t + rows + 4.0 * outputs;
+            let looked_up = 4.0 * (hidden + host_extra) * t + 4.0 * vocab * s;
+            let host = copies * host_inputs + looked_up;
+            let host_single = host_inputs + looked_up;
             Buffers {
                 stage: bytes(copies * inputs + peak).saturating_add(LLAMA_CPP_ALIGNMENT_SLACK),
                 last: bytes(copies * 4.0 * outputs + peak.max(logits) - peak),
                 first: bytes(host),
                 single_saving: bytes((copies - 1.0) * (inputs + 4.0 * outputs + host_inputs)),
+                first_single: bytes(host_single),
             }
         }
     }

@@ -118,6 +118,10 @@ pub struct PlannedModel {
     pub layers: usize,
     /// Routed experts per MoE layer; `null` for a dense model.
     pub experts: Option<u64>,
+    /// Multi-token-prediction layers after the blocks, which llama.cpp does not load but
+    /// counts in `-ngl` and places on the last device (GLM-4.5, Qwen3-Next).
+    #[serde(default, skip_serializing_if = "is_no_layers")]
+    pub nextn_layers: usize,
     /// The model file the scenario named, which exports load unless told otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
@@ -382,4 +386,9 @@ impl Plan {
             Objective::Latency => self.latency_s,
         }
     }
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes fields by reference
+fn is_no_layers(n: &usize) -> bool {
+    *n == 0
 }

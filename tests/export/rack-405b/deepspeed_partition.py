@@ -1,11 +1,11 @@
-# stageplan · llama-3.1-405b fp8 · 6 stages · layers 17/34/17/14/11/33 on a100-1, h200-1, a100-2, a100-3, a100-4, h200-2
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/17/17/17/8/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
 # DeepSpeed pipeline stages as PipelineModule boundaries. BLOCK_PARTS counts transformer
 # blocks; set BLOCK_OFFSET to the number of layer specs before the first block (1 for an
 # embedding spec). Layer specs after the last block (norm, head) join the last stage.
 from deepspeed.pipe import PipelineModule
 
-BLOCK_PARTS = [0, 17, 51, 68, 82, 93, 126]
-STAGE_NODES = ["a100-1", "h200-1", "a100-2", "a100-3", "a100-4", "h200-2"]
+BLOCK_PARTS = [0, 34, 51, 68, 85, 93, 126]
+STAGE_NODES = ["h200-1", "a100-1", "a100-2", "a100-3", "a100-4", "h200-2"]
 BLOCK_OFFSET = 1
 
 class StageplanPipelineModule(PipelineModule):

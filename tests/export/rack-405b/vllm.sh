@@ -1,21 +1,21 @@
-# stageplan · llama-3.1-405b fp8 · 6 stages · layers 17/34/17/14/11/33 on a100-1, h200-1, a100-2, a100-3, a100-4, h200-2
-# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: rank 0 = a100-1 (layers 0–17), rank 1 = h200-1 (layers 17–51), rank 2 = a100-2 (layers 51–68), rank 3 = a100-3 (layers 68–82), rank 4 = a100-4 (layers 82–93), rank 5 = h200-2 (layers 93–126).
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/17/17/17/8/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
+# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: rank 0 = h200-1 (layers 0–34), rank 1 = a100-1 (layers 34–51), rank 2 = a100-2 (layers 51–68), rank 3 = a100-3 (layers 68–85), rank 4 = a100-4 (layers 85–93), rank 5 = h200-2 (layers 93–126).
 
-# 1. A Ray cluster: on a100-1,
+# 1. A Ray cluster: on h200-1,
 ray start --head --port 6379
-#    on h200-1:
-ray start --address a100-1:6379
+#    on a100-1:
+ray start --address h200-1:6379
 #    on a100-2:
-ray start --address a100-1:6379
+ray start --address h200-1:6379
 #    on a100-3:
-ray start --address a100-1:6379
+ray start --address h200-1:6379
 #    on a100-4:
-ray start --address a100-1:6379
+ray start --address h200-1:6379
 #    on h200-2:
-ray start --address a100-1:6379
+ray start --address h200-1:6379
 
-# 2. On a100-1:
-VLLM_PP_LAYER_PARTITION=17,34,17,14,11,33 vllm serve meta-llama/Llama-3.1-405B \
+# 2. On h200-1:
+VLLM_PP_LAYER_PARTITION=34,17,17,17,8,33 vllm serve meta-llama/Llama-3.1-405B \
   --pipeline-parallel-size 6 \
   --tensor-parallel-size 1 \
   --distributed-executor-backend ray \

@@ -163,6 +163,10 @@ pub(crate) struct NodeRates {
     pub capacity: i64,
     /// The machine's system RAM and CPU, when the scenario gives them.
     pub host: Option<HostRates>,
+    /// The token embedding is in this memory on a first stage: llama.cpp keeps it in host
+    /// RAM (`token_embd` on the CPU), so a discrete GPU's memory does not hold it; a CPU's or
+    /// a unified memory does, and vLLM keeps it on the GPU.
+    pub keeps_embedding: bool,
 }
 
 impl NodeRates {
@@ -242,6 +246,8 @@ pub struct CostModel {
     prefill_chunk: f64,
     /// Per layer: KV bytes held per token of context (all sequences), and the layer's window.
     kv_per_context_token: Vec<u64>,
+    /// Recurrent state bytes per layer for every sequence: held whatever the context.
+    state_per_layer: Vec<u64>,
     windows: Vec<Option<u64>>,
     pub(crate) nodes: Vec<NodeRates>,
     reserves: Vec<u64>,
@@ -293,6 +299,7 @@ impl CostModel {
         let layers = model.layers();
         let n = layers.len();
         let mut kv_per_context_token = Vec::with_capacity(n);
+        let mut state_per_layer = Vec::with_capacity(n);
         let mut windows = Vec::with_capacity(n);
         let mut weights = vec![0u128; n + 1];
         let mut kv = vec![0u128; n + 1];
@@ -308,15 +315,20 @@ impl CostModel {
         for (i, layer) in layers.iter().enumerate() {
             let window = arch.windows.get(i).copied().flatten();
             let tokens = window.map_or(context, |w| w.min(context));
-            let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0));
+            let padded = if workload.flash_attention { 0 } else { arch.v_pad_elements.get(i).copied().unwrap_or(0) };
+            let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0).saturating_add(padded));
             let dense = (layer.bytes - layer.expert_bytes) as f64;
             let active_params = (layer.params - layer.expert_params) as f64
                 + layer.expert_params as f64 * active_fraction.unwrap_or(1.0);
             // Saturating: sizes from model files are untrusted, and a saturated total simply
             // does not fit anywhere.
             let cells = kv_cells(workload.engine, workload.prefill_chunk, context, window);
-            let kv_held = workload.batch.saturating_mul(cells).saturating_mul(kv_per_token);
+            // A recurrent layer's state is one per sequence, whatever the context (f32).
+            let state =
+                workload.batch.saturating_mul(arch.state_elements.get(i).copied().unwrap_or(0)).saturating_mul(4);
+            let kv_held = workload.batch.saturating_mul(cells).saturating_mul(kv_per_token).saturating_add(state);
             kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
+            state_per_layer.push(state);
             windows.push(window);
             weights[i + 1] = weights[i] + u128::from(layer.bytes);
             kv[i + 1] = kv[i] + u128::from(kv_held);
@@ -330,7 +342,9 @@ impl CostModel {
             };
             ffn_dense_read[i + 1] = ffn_dense_read[i] + ffn_dense;
             ffn_flops_per_sequence[i + 1] = ffn_flops_per_sequence[i] + 2.0 * ffn_active;
-            kv_read_per_sequence[i + 1] = kv_read_per_sequence[i] + tokens as f64 * kv_per_token as f64;
+            // A recurrent layer reads its state each step (and writes it back).
+            let state_read = 4.0 * arch.state_elements.get(i).copied().unwrap_or(0) as f64;
+            kv_read_per_sequence[i + 1] = kv_read_per_sequence[i] + tokens as f64 * kv_per_token as f64 + state_read;
             flops_per_sequence[i + 1] = flops_per_sequence[i] + 2.0 * active_params + attention * tokens as f64;
             prefill_read[i + 1] =
                 prefill_read[i] + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk + kv_per_token as f64;
@@ -397,6 +411,8 @@ impl CostModel {
                     per_layer_s,
                     capacity: host.map_or(capacity, |h| h.capacity.max(0).saturating_add(capacity)),
                     host,
+                    keeps_embedding: node.kind != Some(crate::device::DeviceKind::Gpu)
+                        || workload.engine != Engine::LlamaCpp,
                 }
             })
             .collect();
@@ -435,6 +451,7 @@ impl CostModel {
             token_bytes: 0.0,
             prefill_chunk: chunk,
             kv_per_context_token,
+            state_per_layer,
             windows,
             nodes: node_rates,
             reserves: nodes.iter().map(|n| n.reserve).collect(),
@@ -537,7 +554,7 @@ impl CostModel {
         }
         let kv = self.kv[end] - self.kv[start];
         let scaled = kv / u128::from(self.batch.max(1)) * u128::from(sequences);
-        let held = u128::from(self.held(start, end)) - kv.min(u128::from(self.held(start, end))) + scaled;
+        let held = u128::from(self.held(node, start, end)) - kv.min(u128::from(self.held(node, start, end))) + scaled;
         i64::try_from(saturate(held)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
@@ -556,22 +573,32 @@ impl CostModel {
         self.links.is_uniform()
     }
 
-    /// Bytes a stage `[start, end)` holds besides reserve and workspace.
-    fn held(&self, start: usize, end: usize) -> u64 {
-        // In u128, saturated once at the end: a sum that saturated early and then had the
-        // shared copy subtracted would undercount.
-        let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
+    /// The embedding and head bytes stage `[start, end)` keeps in a memory that does
+    /// (`keeps_embedding`) or does not hold the token embedding: a tied head's copy is
+    /// shared only where the embedding is.
+    fn embed_head(&self, keeps_embedding: bool, start: usize, end: usize) -> u64 {
         let (first, last) = (start == 0, end == self.layers);
-        if first {
-            held += u128::from(self.embed.held);
-        }
+        let embed = if first && keeps_embedding { self.embed.held } else { 0 };
+        let mut bytes = embed;
         if last {
-            held += u128::from(self.head.held);
+            bytes = bytes.saturating_add(self.head.held);
             if first {
-                // `held` includes the embedding, which is at least the shared copy.
-                held -= u128::from(self.shared_single);
+                bytes = bytes.saturating_sub(self.shared_single.min(embed));
             }
         }
+        bytes
+    }
+
+    /// Bytes a stage `[start, end)` on `node` holds besides reserve and workspace.
+    fn held(&self, node: usize, start: usize, end: usize) -> u64 {
+        self.held_keeping(self.nodes[node].keeps_embedding, start, end)
+    }
+
+    fn held_keeping(&self, keeps_embedding: bool, start: usize, end: usize) -> u64 {
+        // In u128, saturated once at the end: a sum that saturated early would undercount.
+        let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
+        let (first, last) = (start == 0, end == self.layers);
+        held += u128::from(self.embed_head(keeps_embedding, start, end));
         // The buffers beyond every stage's own (which the capacity already left out).
         held += u128::from(self.buffers.of(first, last));
         held -= u128::from(self.buffers.stage.min(self.buffers.of(first, last)));
@@ -583,12 +610,16 @@ impl CostModel {
         if self.host(node).is_some() {
             return self.offload(node, start, end).is_some();
         }
-        i64::try_from(self.held(start, end)).is_ok_and(|held| held <= self.nodes[node].capacity)
+        i64::try_from(self.held(node, start, end)).is_ok_and(|held| held <= self.nodes[node].capacity)
     }
 
     /// True when `node` can hold `[start, end)` with the KV cache sized for `context` tokens.
     pub fn fits_at_context(&self, node: usize, start: usize, end: usize, context: u64) -> bool {
-        let layer_kv = |l: usize| self.kv_per_context_token[l].saturating_mul(self.kv_cells(context, self.windows[l]));
+        let layer_kv = |l: usize| {
+            self.kv_per_context_token[l]
+                .saturating_mul(self.kv_cells(context, self.windows[l]))
+                .saturating_add(self.state_per_layer[l])
+        };
         // The engine's buffers grow with the context too (the attention mask, and without
         // flash attention the KQ matrix).
         let (first, last) = (start == 0, end == self.layers);
@@ -608,7 +639,7 @@ impl CostModel {
             return self.search_offload(node, start, end, &kv, grown).is_some();
         }
         let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
-        let held = self.held(start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
+        let held = self.held(node, start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
         let held = i128::from(held.saturating_add(kv)) + grown;
         held <= i128::from(self.nodes[node].capacity)
     }
@@ -636,16 +667,7 @@ impl CostModel {
         }
         let first = start == 0;
         let last = end == self.layers;
-        let mut embed_head = 0u64;
-        if first {
-            embed_head = embed_head.saturating_add(self.embed.held);
-        }
-        if last {
-            embed_head = embed_head.saturating_add(self.head.held);
-            if first {
-                embed_head = embed_head.saturating_sub(self.shared_single);
-            }
-        }
+        let embed_head = self.embed_head(self.nodes[node].keeps_embedding, start, end);
         MemoryParts {
             weights: saturate(self.weights[end] - self.weights[start]),
             kv: saturate(self.kv[end] - self.kv[start]),
@@ -831,9 +853,14 @@ impl CostModel {
     /// Bytes the model needs spread over `stages` nodes, at the least: everything once, the
     /// head copy when tied and split, and one workspace per stage.
     pub(crate) fn minimum_total(&self, stages: usize) -> u64 {
-        let mut total = self.held(0, self.layers).saturating_add(self.buffers.stage.saturating_mul(stages as u64));
+        // A GPU that leaves the embedding in host RAM may start the pipeline.
+        let keeps = self.nodes.iter().all(|n| n.keeps_embedding);
+        let mut total =
+            self.held_keeping(keeps, 0, self.layers).saturating_add(self.buffers.stage.saturating_mul(stages as u64));
         if stages > 1 {
-            total = total.saturating_add(self.shared_single).saturating_add(self.buffers.single_saving);
+            // Split, a tied head is a copy of its own, beside the embedding where kept.
+            let copy = if keeps { self.shared_single } else { 0 };
+            total = total.saturating_add(copy).saturating_add(self.buffers.single_saving);
         }
         total
     }

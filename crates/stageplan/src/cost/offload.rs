@@ -412,8 +412,12 @@ impl CostModel {
     /// The engine's buffers in host RAM: a first stage's host-side buffers (its inputs and
     /// logits, with llama-server; counted on the GPU too, to be safe), and a compute buffer
     /// of a stage's size when the CPU runs a part.
-    fn host_workspace(&self, first: bool, offload: Offload) -> u64 {
-        let host = if first { self.buffers.first } else { 0 };
+    fn host_workspace(&self, first: bool, last: bool, offload: Offload) -> u64 {
+        let host = match (first, last) {
+            (true, true) => self.buffers.first_single,
+            (true, false) => self.buffers.first,
+            (false, _) => 0,
+        };
         let runs = offload.host_layers + offload.host_ffn > 0;
         host.saturating_add(if runs { self.buffers.stage } else { 0 })
     }
@@ -429,7 +433,7 @@ impl CostModel {
                 bytes = bytes.saturating_sub(self.shared_single);
             }
         }
-        bytes.saturating_add(self.host_workspace(first, offload))
+        bytes.saturating_add(self.host_workspace(first, last, offload))
     }
 
     /// Bytes each memory holds for `[start, end)` placed as `offload` (the GPU's with the
@@ -470,7 +474,7 @@ impl CostModel {
             weights: saturate(host_weights + ffn_host),
             kv: saturate(host_kv),
             embed_head: host_embed_head,
-            workspace: self.host_workspace(first, offload),
+            workspace: self.host_workspace(first, last, offload),
             reserve: self.host_reserves[node],
         };
         (gpu, host)

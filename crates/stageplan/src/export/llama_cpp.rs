@@ -183,6 +183,10 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     let mut counts = layout.counts();
     counts[0] -= host_layers;
     let mut shares = tensor_split(&counts);
+    // llama.cpp's slots run on through the NextN layers it does not load: the last device's.
+    if let Some(last) = shares.last_mut() {
+        *last += plan.model.nextn_layers;
+    }
     // Each CPU rpc-server is a device too (so llama.cpp runs what it holds), with no layers.
     for _ in &cpu_rpc {
         devices.push(format!("RPC{}", rpc.len() + devices.len() - layout.stages.len()));
@@ -254,7 +258,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     let _ = writeln!(
         out,
         "# --tensor-split gives each device its blocks (+1 on the last for the output layer) of the {} slots;",
-        layout.layers + 1
+        layout.layers + plan.model.nextn_layers + 1
     );
     let _ = writeln!(out, "# llama.cpp then places exactly the plan's layers on each device, in --device order.");
     out.push('\n');
@@ -299,7 +303,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     }
     args.extend(["--device".into(), shell(&devices.join(",")).into_owned()]);
     // Every block and the output layer, N + 1 slots, but the first layers in host RAM.
-    let gpu_layers = layout.layers + 1 - host_layers - usize::from(head_on_host);
+    let gpu_layers = layout.layers + plan.model.nextn_layers + 1 - host_layers - usize::from(head_on_host);
     args.extend(["--n-gpu-layers".into(), gpu_layers.to_string()]);
     // After `--rpc`, which registers the devices these name.
     for (target, f0, f1) in &ffn_overrides {

@@ -280,6 +280,9 @@ impl<'p> Layout<'p> {
         if plan.model.layers > MAX_LAYERS {
             return plan_error("model.layers", "is over 10,000; no model has that many blocks");
         }
+        if plan.model.nextn_layers > MAX_LAYERS {
+            return plan_error("model.nextn_layers", "is over 10,000; no model has that many blocks");
+        }
         if plan.workload.context == 0 || plan.workload.context > MAX_CONTEXT {
             return plan_error(
                 "workload.context",

@@ -11,6 +11,7 @@
 //! well-formed file could hold before anything is allocated (see `reader.rs`), and errors
 //! say where (byte offset or tensor name) and what.
 
+mod arch;
 pub mod files;
 pub mod gguf;
 pub mod names;
@@ -134,6 +135,12 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
             tensors.len()
         )));
     }
+    // llama.cpp loads no multi-token-prediction (NextN) layer unless it drafts with one
+    // (`--spec-type draft-mtp`): those layers hold no memory of a plan.
+    let trunk = trunk_layers(first);
+    if let Some(trunk) = trunk {
+        tensors.retain(|t| !matches!(t.place, Place::Layer(i) if u64::from(i) >= trunk));
+    }
     let arch = gguf_transformer(first, &tensors)?;
     let title = first.get("general.name").and_then(gguf::Value::as_str).unwrap_or(name);
     Ok(Model {
@@ -143,6 +150,14 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
         arch,
         tensors,
     })
+}
+
+/// `block_count − nextn_predict_layers`, when the file has NextN layers.
+fn trunk_layers(h: &GgufHeader) -> Option<u64> {
+    let arch = h.get("general.architecture").and_then(gguf::Value::as_str)?;
+    let count = |k: &str| h.get(&format!("{arch}.{k}")).and_then(gguf::Value::as_u64);
+    let nextn = count("nextn_predict_layers").filter(|&n| n > 0)?;
+    count("block_count")?.checked_sub(nextn)
 }
 
 /// Layers the tensors fill: one past the highest `blk.N` / `layers.N` index (each below
@@ -191,7 +206,8 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
     if num_layers == 0 {
         return Err(ImportError::Model("no `blk.N.*` tensors: the file holds no transformer layers".into()));
     }
-    if let Some(claimed) = scalar("block_count")
+    let nextn = scalar("nextn_predict_layers").unwrap_or(0);
+    if let Some(claimed) = scalar("block_count").map(|c| c.saturating_sub(nextn))
         && claimed > num_layers
     {
         return Err(ImportError::Model(format!(
@@ -217,26 +233,17 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
             _ => (0..n).map(|i| values.get(i).copied().unwrap_or(default)).collect(),
         }
     };
-    let heads = expand(per_layer("attention.head_count").ok_or_else(|| missing("attention.head_count"))?, 0);
+    // A model of recurrent layers only (Mamba) may have no attention heads at all.
+    let heads = match per_layer("attention.head_count") {
+        Some(heads) => expand(heads, 0),
+        None if scalar("ssm.state_size").is_some() => vec![0; n],
+        None => return Err(missing("attention.head_count")),
+    };
     let max_heads = heads.iter().copied().max().unwrap_or(0).max(1);
     let heads_kv = expand(per_layer("attention.head_count_kv").unwrap_or_default(), max_heads);
     let key_len = scalar("attention.key_length").unwrap_or(hidden / max_heads);
-    let value_len = scalar("attention.value_length").unwrap_or(key_len);
     let ffn = per_layer("feed_forward_length").and_then(|v| v.into_iter().max()).unwrap_or(0);
-    let window = scalar("attention.sliding_window").filter(|&w| w > 0);
-    let pattern = key("attention.sliding_window_pattern");
-    let windows: Vec<Option<u64>> = (0..n)
-        .map(|i| {
-            let sliding = match pattern {
-                Some(p) if p.as_bools().is_some() => p.as_bools().and_then(|b| b.get(i).copied()).unwrap_or(false),
-                Some(p) => p.as_u64().is_some_and(|every| every == 0 || !(i as u64 + 1).is_multiple_of(every)),
-                None if arch == "gemma2" => i % 2 == 0,
-                None if arch.starts_with("gemma3") => (i + 1) % 6 != 0,
-                None => true,
-            };
-            window.filter(|_| sliding)
-        })
-        .collect();
+    let memory = arch::layer_memory(&arch, h, n, hidden, max_heads, &heads_kv)?;
     let experts = scalar("expert_count").unwrap_or(0);
     let moe = (experts > 1).then(|| Moe {
         experts,
@@ -260,8 +267,12 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
         mlp_bias: false,
         extra_norms: 0,
         qk_norm: false,
-        kv_elements: heads_kv.iter().map(|&h| h.saturating_mul(key_len.saturating_add(value_len))).collect(),
-        windows,
+        kv_elements: memory.kv_elements,
+        state_elements: memory.state_elements,
+        v_pad_elements: memory.v_pad_elements,
+        nextn_layers: nextn,
+        mla: None,
+        windows: memory.windows,
         max_context: scalar("context_length"),
         moe,
     })
@@ -333,7 +344,12 @@ pub fn safetensors_model(
         Some(config) => {
             let arch = config.transformer().map_err(|e| ImportError::Model(format!("config.json: {e}")))?;
             let named = layer_count(&tensors);
-            if named != arch.num_layers {
+            // Multi-token-prediction layers follow the blocks; llama.cpp's converter drops
+            // DeepSeek's and its loader skips GLM's, so they are not part of the plan.
+            if arch.nextn_layers > 0 && named == arch.num_layers.saturating_add(arch.nextn_layers) {
+                let trunk = arch.num_layers;
+                tensors.retain(|t| !matches!(t.place, Place::Layer(i) if u64::from(i) >= trunk));
+            } else if named != arch.num_layers {
                 return Err(ImportError::Model(format!(
                     "config.json has {} layers (`num_hidden_layers`) but the tensors fill {named}",
                     arch.num_layers
@@ -426,6 +442,10 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
         qk_norm: false,
         windows: vec![None; n],
         kv_elements,
+        state_elements: Vec::new(),
+        v_pad_elements: Vec::new(),
+        nextn_layers: 0,
+        mla: None,
         max_context: None,
         moe,
     })

@@ -46,8 +46,17 @@ pub fn gguf(name: &str) -> Result<(Place, bool), PastLimit<'_>> {
     {
         return Ok((Place::Layer(layer?), tail.contains("_exps")));
     }
-    let head = name.starts_with("output") || name.starts_with("cls") || name == "lm_head.weight";
-    Ok((if head { Place::Head } else { Place::Embedding }, false))
+    // llama.cpp's input layer (`LLM_TENSOR_LAYER_INPUT` in `llama-arch.cpp`) stays with
+    // the embedding on the first stage's host; every other tensor outside the blocks is the
+    // output layer's (Gemma 3n's AltUp projections, a final norm), on the last stage.
+    const INPUT: [&str; 5] = ["token_embd.", "position_embd.", "token_types.", "per_layer_token_embd.", "masked_embd"];
+    let input = INPUT.iter().any(|p| name.starts_with(p));
+    // Gemma 3n's per-layer input projection is a "repeating" tensor outside the blocks,
+    // which llama.cpp keeps with the first layer.
+    if name.starts_with("per_layer_model_proj.") || name.starts_with("per_layer_proj_norm.") {
+        return Ok((Place::Layer(0), false));
+    }
+    Ok((if input { Place::Embedding } else { Place::Head }, false))
 }
 
 /// Place and expert flag of a Hugging Face (safetensors) tensor.
@@ -98,11 +107,14 @@ mod tests {
         assert_eq!(gguf("blk.3.ffn_down_exps.weight"), Ok((Place::Layer(3), true)));
         assert_eq!(gguf("blk.3.ffn_down_shexp.weight"), Ok((Place::Layer(3), false)));
         assert_eq!(gguf("token_embd.weight"), Ok((Place::Embedding, false)));
-        assert_eq!(gguf("rope_freqs.weight"), Ok((Place::Embedding, false)));
+        assert_eq!(gguf("per_layer_token_embd.weight"), Ok((Place::Embedding, false)));
+        // Outside the blocks and not an input: the output layer's.
+        assert_eq!(gguf("rope_freqs.weight"), Ok((Place::Head, false)));
+        assert_eq!(gguf("altup_proj.weight"), Ok((Place::Head, false)));
         assert_eq!(gguf("output_norm.weight"), Ok((Place::Head, false)));
         assert_eq!(gguf("output.weight"), Ok((Place::Head, false)));
         assert_eq!(gguf("blk.9999.attn_v.weight"), Ok((Place::Layer(9999), false)));
-        assert_eq!(gguf("blk.+5.attn_v.weight"), Ok((Place::Embedding, false)));
+        assert_eq!(gguf("blk.+5.attn_v.weight"), Ok((Place::Head, false)));
         for index in ["10000", "4294967295", "4294967296", "18446744073709551616"] {
             assert_eq!(gguf(&format!("blk.{index}.attn_v.weight")), Err(PastLimit(index)));
         }

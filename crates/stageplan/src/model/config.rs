@@ -53,8 +53,31 @@ pub struct HfConfig {
     pub torch_dtype: Option<String>,
     /// Multimodal configs nest the language model here.
     pub text_config: Option<Box<HfConfig>>,
-    /// DeepSeek's multi-head latent attention; not modelled from a config (see validation).
+    /// DeepSeek-V2/V3 and Kimi's multi-head latent attention: the compressed KV row…
     pub kv_lora_rank: Option<u64>,
+    /// …the compressed query (absent: a full query projection, as in DeepSeek-V2-Lite)…
+    pub q_lora_rank: Option<u64>,
+    /// …and each head's widths: the part without position, the rotary part, the value.
+    pub qk_nope_head_dim: Option<u64>,
+    pub qk_rope_head_dim: Option<u64>,
+    pub v_head_dim: Option<u64>,
+    /// DeepSeek, Kimi, GLM-4.5: routed experts, and shared experts of the same width.
+    pub n_routed_experts: Option<u64>,
+    pub n_shared_experts: Option<u64>,
+    /// DeepSeek, Kimi, GLM-4.5: the first `k` layers are dense.
+    pub first_k_dense_replace: Option<u64>,
+    /// DeepSeek: every `moe_layer_freq`-th layer after those is sparse.
+    pub moe_layer_freq: Option<u64>,
+    /// Llama 4: every `interleave_moe_layer_step`-th layer is sparse…
+    pub interleave_moe_layer_step: Option<u64>,
+    /// …and its dense layers are this wide (`intermediate_size` is an expert's width).
+    pub intermediate_size_mlp: Option<u64>,
+    /// Llama 4's chunked attention.
+    pub attention_chunk_size: Option<u64>,
+    /// GLM-4.5: per-head q/k norms.
+    pub use_qk_norm: Option<bool>,
+    /// Multi-token-prediction layers after the blocks (DeepSeek-V3, GLM-4.5).
+    pub num_nextn_predict_layers: Option<u64>,
 }
 
 /// Validated transformer hyperparameters: every dimension present and non-zero.
@@ -81,8 +104,37 @@ pub struct Transformer {
     /// KV-cache elements per token of each layer: K and V together (`2 × kv_heads × head_dim`
     /// for a config; from each layer's own head counts and key/value lengths for a file).
     pub kv_elements: Vec<u64>,
+    /// Recurrent state of each layer per sequence, in f32 elements, whatever the context:
+    /// llama.cpp's `r` and `s` states (a Mamba layer's convolution and SSM states, a
+    /// gated delta-net's, an LFM2 short convolution's). Empty when no layer is recurrent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_elements: Vec<u64>,
+    /// V elements per token a layer adds without flash attention: llama.cpp then stores V
+    /// transposed at the widest layer's width (OpenELM's layers differ). Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub v_pad_elements: Vec<u64>,
+    /// Multi-token-prediction (NextN) layers the file holds after the blocks: llama.cpp
+    /// loads none of them unless it drafts with them, but `-ngl` counts them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nextn_layers: u64,
     pub max_context: Option<u64>,
     pub moe: Option<Moe>,
+    /// Multi-head latent attention's widths; `None` for ordinary attention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<Mla>,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): K and V are projected up from one
+/// compressed row per token, which is all llama.cpp caches (`kv_lora_rank + qk_rope_head_dim`
+/// elements, no V: `llama-kv-cache.cpp`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mla {
+    /// The compressed query's width; `None`: a full query projection.
+    pub q_lora_rank: Option<u64>,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
 }
 
 /// Mixture-of-experts shape: all experts' weights are stored, `active` of them run per token.
@@ -131,12 +183,6 @@ impl HfConfig {
     pub fn transformer(&self) -> Result<Transformer, ModelError> {
         let c = self.language_model();
         let model_type = c.model_type.clone().unwrap_or_else(|| "llama".to_owned());
-        if c.kv_lora_rank.is_some() || model_type.starts_with("deepseek_v") {
-            return Err(ModelError::Unsupported {
-                what: format!("`model_type` `{model_type}` (multi-head latent attention)"),
-                fix: "import the model's safetensors or GGUF header instead, which states every tensor".to_owned(),
-            });
-        }
         let required = |value: Option<u64>, field: &'static str| -> Result<u64, ModelError> {
             match value {
                 Some(0) => Err(ModelError::invalid(field, "is 0; it must be at least 1")),
@@ -147,8 +193,11 @@ impl HfConfig {
         let hidden_size = required(c.hidden_size, "hidden_size")?;
         let num_layers = required(c.num_hidden_layers, "num_hidden_layers")?;
         let num_heads = required(c.num_attention_heads, "num_attention_heads")?;
-        let vocab_size = required(c.vocab_size, "vocab_size")?;
+        // Gemma 3's configs leave out `Gemma3TextConfig`'s default vocabulary.
+        let vocab_size = required(c.vocab_size.or((model_type == "gemma3_text").then_some(262_208)), "vocab_size")?;
         let num_kv_heads = match c.num_key_value_heads {
+            // One compressed row per token, as llama.cpp's converter writes it.
+            _ if c.kv_lora_rank.is_some() => 1,
             None => num_heads,
             Some(kv) => required(Some(kv), "num_key_value_heads")?,
         };
@@ -158,10 +207,13 @@ impl HfConfig {
                 &format!("is {num_kv_heads}, which does not divide num_attention_heads ({num_heads})"),
             ));
         }
-        let head_dim = match c.head_dim {
-            Some(d) => required(Some(d), "head_dim")?,
-            None if hidden_size % num_heads == 0 => hidden_size / num_heads,
-            None => {
+        let mla = c.mla(&model_type)?;
+        let head_dim = match (&mla, c.head_dim) {
+            // What llama.cpp caches per token, as a GGUF of the model states it.
+            (Some(m), _) => m.kv_lora_rank + m.qk_rope_head_dim,
+            (None, Some(d)) => required(Some(d), "head_dim")?,
+            (None, None) if hidden_size % num_heads == 0 => hidden_size / num_heads,
+            (None, None) => {
                 return Err(ModelError::invalid(
                     "head_dim",
                     &format!(
@@ -187,7 +239,7 @@ impl HfConfig {
         }
 
         let moe = c.moe(hidden_size, num_layers)?;
-        let intermediate_size = match (&moe, c.intermediate_size) {
+        let intermediate_size = match (&moe, c.intermediate_size_mlp.or(c.intermediate_size)) {
             (_, Some(i)) => required(Some(i), "intermediate_size")?,
             (Some(m), None) => m.expert_intermediate,
             (None, None) => required(None, "intermediate_size")?,
@@ -219,23 +271,58 @@ impl HfConfig {
             // Gemma ties its embeddings without always saying so.
             tied_embeddings: c.tie_word_embeddings.unwrap_or(is_gemma),
             qkv_bias: c.qkv_bias(),
-            o_bias: c.attention_bias.unwrap_or(false) && !model_type.starts_with("qwen"),
+            o_bias: c.attention_bias.unwrap_or(false)
+                && !model_type.starts_with("qwen")
+                && !model_type.starts_with("glm"),
             mlp_bias: c.mlp_bias.unwrap_or(false),
             extra_norms: if model_type == "gemma2" || model_type.starts_with("gemma3") { 2 } else { 0 },
-            qk_norm: model_type.starts_with("qwen3") || model_type.starts_with("gemma3"),
+            // Llama 4's q/k norm is a plain L2 norm, without weights.
+            qk_norm: !model_type.starts_with("llama4")
+                && c.use_qk_norm.unwrap_or(model_type.starts_with("qwen3") || model_type.starts_with("gemma3")),
             windows,
-            kv_elements: vec![2 * num_kv_heads * head_dim; num_layers as usize],
+            kv_elements: vec![if mla.is_some() { head_dim } else { 2 * num_kv_heads * head_dim }; num_layers as usize],
+            state_elements: Vec::new(),
+            v_pad_elements: Vec::new(),
+            nextn_layers: c.num_nextn_predict_layers.unwrap_or(0).min(crate::limits::MAX_LAYERS as u64),
             max_context: c.max_position_embeddings,
             moe,
+            mla,
             model_type,
         })
     }
 
+    fn mla(&self, model_type: &str) -> Result<Option<Mla>, ModelError> {
+        let Some(kv_lora_rank) = self.kv_lora_rank else {
+            if model_type.starts_with("deepseek_v") {
+                return Err(ModelError::invalid(
+                    "kv_lora_rank",
+                    "is missing in a DeepSeek config; copy it from config.json",
+                ));
+            }
+            return Ok(None);
+        };
+        let dim = |value: Option<u64>, field: &'static str| match value {
+            Some(v @ 1..=65536) => Ok(v),
+            Some(v) => Err(ModelError::invalid(field, &format!("is {v}; it must be between 1 and 65536"))),
+            None => {
+                Err(ModelError::invalid(field, "is missing in a latent-attention config; copy it from config.json"))
+            }
+        };
+        Ok(Some(Mla {
+            q_lora_rank: self.q_lora_rank.map(|q| dim(Some(q), "q_lora_rank")).transpose()?,
+            kv_lora_rank: dim(Some(kv_lora_rank), "kv_lora_rank")?,
+            qk_nope_head_dim: dim(self.qk_nope_head_dim, "qk_nope_head_dim")?,
+            qk_rope_head_dim: dim(self.qk_rope_head_dim, "qk_rope_head_dim")?,
+            v_head_dim: dim(self.v_head_dim, "v_head_dim")?,
+        }))
+    }
+
     fn moe(&self, hidden_size: u64, num_layers: u64) -> Result<Option<Moe>, ModelError> {
-        let (experts, field) = match (self.num_local_experts, self.num_experts) {
-            (Some(e), _) => (e, "num_local_experts"),
-            (None, Some(e)) => (e, "num_experts"),
-            (None, None) => return Ok(None),
+        let (experts, field) = match (self.num_local_experts, self.num_experts, self.n_routed_experts) {
+            (Some(e), _, _) => (e, "num_local_experts"),
+            (None, Some(e), _) => (e, "num_experts"),
+            (None, None, Some(e)) => (e, "n_routed_experts"),
+            (None, None, None) => return Ok(None),
         };
         if experts <= 1 {
             return Ok(None);
@@ -256,7 +343,6 @@ impl HfConfig {
             self.moe_intermediate_size.or(self.intermediate_size).filter(|&i| i > 0).ok_or_else(|| {
                 ModelError::invalid("moe_intermediate_size", "is missing or 0; copy it from config.json")
             })?;
-        let step = self.decoder_sparse_step.unwrap_or(1).max(1);
         // A mask, not a list search: `mlp_only_layers` may be as long as the file allows.
         let mut dense = vec![false; num_layers as usize];
         for &layer in self.mlp_only_layers.iter().flatten() {
@@ -264,13 +350,31 @@ impl HfConfig {
                 *slot = true;
             }
         }
-        let sparse_layers = (0..num_layers).map(|i| !dense[i as usize] && (i + 1) % step == 0).collect();
+        let first_sparse = self.first_k_dense_replace.unwrap_or(0);
+        let sparse_layers = (0..num_layers)
+            .map(|i| {
+                let sparse = match (self.moe_layer_freq, self.interleave_moe_layer_step) {
+                    // DeepSeek counts from 0, Qwen and Llama 4 from 1.
+                    (Some(freq), _) => i % freq.max(1) == 0,
+                    (None, Some(step)) => (i + 1) % step.max(1) == 0,
+                    (None, None) => (i + 1) % self.decoder_sparse_step.unwrap_or(1).max(1) == 0,
+                };
+                sparse && i >= first_sparse && !dense[i as usize]
+            })
+            .collect();
         let _ = hidden_size;
+        // Llama 4's shared expert is as wide as a routed one; DeepSeek's are `n` of them.
+        let shared = match (self.shared_expert_intermediate_size, self.n_shared_experts) {
+            (Some(s), _) => s,
+            (None, Some(n)) => n.saturating_mul(expert_intermediate),
+            (None, None) if self.interleave_moe_layer_step.is_some() => expert_intermediate,
+            (None, None) => 0,
+        };
         Ok(Some(Moe {
             experts,
             active,
             expert_intermediate,
-            shared_intermediate: self.shared_expert_intermediate_size.filter(|&s| s > 0),
+            shared_intermediate: Some(shared).filter(|&s| s > 0),
             sparse_layers,
         }))
     }
@@ -292,6 +396,8 @@ impl HfConfig {
         }
         Ok((0..n)
             .map(|i| match model_type {
+                // Llama 4 attends in chunks on three layers of four (`src/models/llama4.cpp`).
+                t if t.starts_with("llama4") => self.attention_chunk_size.filter(|&c| c > 0 && (i + 1) % 4 != 0),
                 // Gemma 2 alternates: even layers slide, odd layers see everything.
                 "gemma2" => window.filter(|_| i % 2 == 0),
                 t if t.starts_with("gemma3") => {
@@ -299,7 +405,10 @@ impl HfConfig {
                     let pattern = self.sliding_window_pattern.unwrap_or(6).max(1);
                     window.filter(|_| !(i as u64 + 1).is_multiple_of(pattern))
                 }
-                _ => window,
+                // Everything else attends to the whole context in llama.cpp, whatever the
+                // config says: Mistral runs as its `llama`, Phi-3's window is switched off
+                // (`src/models/phi3.cpp`). Full attention is never under what it keeps.
+                _ => None,
             })
             .collect())
     }
@@ -315,6 +424,11 @@ impl Transformer {
     pub fn kv_width(&self) -> u64 {
         self.num_kv_heads * self.head_dim
     }
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes fields by reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]
@@ -346,7 +460,14 @@ mod tests {
                 r#"{"hidden_size": 64, "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 6, "num_key_value_heads": 4, "vocab_size": 1}"#,
                 "`num_key_value_heads` is 4, which does not divide",
             ),
-            (r#"{"model_type": "deepseek_v3", "kv_lora_rank": 512}"#, "latent attention"),
+            (
+                r#"{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 1, "intermediate_size": 1, "kv_lora_rank": 32, "qk_rope_head_dim": 8}"#,
+                "`qk_nope_head_dim` is missing in a latent-attention config",
+            ),
+            (
+                r#"{"model_type": "deepseek_v2", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 1, "intermediate_size": 1}"#,
+                "`kv_lora_rank` is missing",
+            ),
         ];
         for (json, expected) in cases {
             let err = HfConfig::from_json(json).and_then(|c| c.transformer()).unwrap_err();
@@ -360,7 +481,8 @@ mod tests {
                        "num_attention_heads": 4, "vocab_size": 100, "sliding_window": 16"#;
         let windows =
             |extra: &str| HfConfig::from_json(&format!("{{{base}{extra}}}")).unwrap().transformer().unwrap().windows;
-        assert_eq!(windows(r#", "model_type": "mistral""#), vec![Some(16); 4]);
+        // llama.cpp runs Mistral as `llama`, without a window.
+        assert_eq!(windows(r#", "model_type": "mistral""#), vec![None; 4]);
         assert_eq!(windows(r#", "model_type": "qwen2", "use_sliding_window": false"#), vec![None; 4]);
         assert_eq!(windows(r#", "model_type": "gemma2""#), vec![Some(16), None, Some(16), None]);
         assert_eq!(
@@ -369,6 +491,35 @@ mod tests {
             ),
             vec![None, Some(16), None, Some(16)]
         );
+    }
+
+    #[test]
+    fn latent_attention_caches_one_compressed_row() {
+        let deepseek = crate::presets::ModelPreset::find("deepseek-v3").unwrap().config().transformer().unwrap();
+        // `kv_lora_rank + qk_rope_head_dim`, as llama.cpp's GGUF of the model states it.
+        assert_eq!(deepseek.kv_elements, vec![576; 61]);
+        assert_eq!((deepseek.num_kv_heads, deepseek.head_dim), (1, 576));
+        let moe = deepseek.moe.as_ref().unwrap();
+        assert_eq!(moe.sparse_layers.iter().position(|&s| s), Some(3), "first_k_dense_replace");
+        assert_eq!(moe.shared_intermediate, Some(2048));
+        assert_eq!(deepseek.nextn_layers, 1);
+    }
+
+    #[test]
+    fn sparse_layers_and_windows_of_2026_configs() {
+        let arch = |name: &str| crate::presets::ModelPreset::find(name).unwrap().config().transformer().unwrap();
+        let maverick = arch("llama-4-maverick");
+        let sparse: Vec<bool> = maverick.moe.as_ref().unwrap().sparse_layers.clone();
+        assert_eq!(&sparse[..4], &[false, true, false, true], "interleave_moe_layer_step 2 counts from 1");
+        assert_eq!((maverick.intermediate_size, maverick.moe.unwrap().shared_intermediate), (16384, Some(8192)));
+        assert_eq!(&arch("llama-4-scout").windows[..4], &[Some(8192), Some(8192), Some(8192), None]);
+        assert_eq!(&arch("gpt-oss-20b").windows[..2], &[Some(128), None]);
+        let gemma = arch("gemma-3-27b");
+        assert_eq!((gemma.vocab_size, gemma.tied_embeddings), (262_208, true), "Gemma3TextConfig's defaults");
+        assert_eq!(gemma.windows.iter().filter(|w| w.is_none()).count(), 10, "every sixth of 62 layers is global");
+        let air = arch("glm-4.5-air");
+        assert!(!air.qk_norm && air.qkv_bias && !air.o_bias);
+        assert_eq!(air.moe.unwrap().sparse_layers.iter().filter(|&&s| !s).count(), 1);
     }
 
     #[test]

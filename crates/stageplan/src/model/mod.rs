@@ -9,7 +9,7 @@
 mod config;
 mod weights;
 
-pub use config::{HfConfig, Moe, Transformer};
+pub use config::{HfConfig, Mla, Moe, Transformer};
 pub use weights::{FileType, WeightFormat};
 
 use serde::{Deserialize, Serialize};
@@ -143,7 +143,20 @@ impl Model {
     /// the tied embedding.
     pub fn head_bytes(&self) -> u64 {
         let own = self.bytes_at(Place::Head);
-        if self.head_shares_embedding { own.saturating_add(self.bytes_at(Place::Embedding)) } else { own }
+        if self.head_shares_embedding { own.saturating_add(self.token_embedding_bytes()) } else { own }
+    }
+
+    /// Bytes of the token embedding matrix (`hidden × vocab`): what a tied head copies. The
+    /// first stage's other tensors (Gemma 3n's per-layer embeddings, a vision tower) are not
+    /// part of the copy; without such a matrix, everything placed with the embedding.
+    fn token_embedding_bytes(&self) -> u64 {
+        let (hidden, vocab) = (self.arch.hidden_size, self.arch.vocab_size);
+        self.tensors
+            .iter()
+            .filter(|t| t.place == Place::Embedding && t.shape == [hidden, vocab])
+            .map(|t| t.bytes)
+            .max()
+            .unwrap_or_else(|| self.bytes_at(Place::Embedding))
     }
 
     /// Bytes of one embedding row: what the first stage reads per token.
@@ -285,13 +298,23 @@ pub(crate) fn tensor_shapes(arch: &Transformer) -> Vec<TensorShape> {
         out.push(TensorShape { name, shape, place, expert });
     };
     push("token_embd.weight".into(), vec![h, arch.vocab_size], Place::Embedding, false);
+    let gpt_oss = arch.model_type == "gpt_oss";
+    // DeepSeek-V3's router (and Kimi's, GLM-4.5's) adds a bias per expert when choosing.
+    let routing_bias = matches!(arch.model_type.as_str(), "deepseek_v3" | "kimi_k2" | "glm4_moe");
     for i in 0..arch.num_layers {
         let place = Place::Layer(i as u32);
         let blk = |suffix: &str| format!("blk.{i}.{suffix}");
         push(blk("attn_norm.weight"), vec![h], place, false);
-        push(blk("attn_q.weight"), vec![h, arch.q_width()], place, false);
-        push(blk("attn_k.weight"), vec![h, arch.kv_width()], place, false);
-        push(blk("attn_v.weight"), vec![h, arch.kv_width()], place, false);
+        if let Some(mla) = &arch.mla {
+            latent_attention(&mut push, &blk, arch, mla, place);
+        } else {
+            push(blk("attn_q.weight"), vec![h, arch.q_width()], place, false);
+            push(blk("attn_k.weight"), vec![h, arch.kv_width()], place, false);
+            push(blk("attn_v.weight"), vec![h, arch.kv_width()], place, false);
+        }
+        if gpt_oss {
+            push(blk("attn_sinks.weight"), vec![arch.num_heads], place, false);
+        }
         if arch.qkv_bias {
             push(blk("attn_q.bias"), vec![arch.q_width()], place, false);
             push(blk("attn_k.bias"), vec![arch.kv_width()], place, false);
@@ -301,7 +324,9 @@ pub(crate) fn tensor_shapes(arch: &Transformer) -> Vec<TensorShape> {
             push(blk("attn_q_norm.weight"), vec![arch.head_dim], place, false);
             push(blk("attn_k_norm.weight"), vec![arch.head_dim], place, false);
         }
-        push(blk("attn_output.weight"), vec![arch.q_width(), h], place, false);
+        if arch.mla.is_none() {
+            push(blk("attn_output.weight"), vec![arch.q_width(), h], place, false);
+        }
         if arch.o_bias {
             push(blk("attn_output.bias"), vec![h], place, false);
         }
@@ -318,8 +343,20 @@ pub(crate) fn tensor_shapes(arch: &Transformer) -> Vec<TensorShape> {
                 push(blk("ffn_gate_exps.weight"), vec![h, w, e], place, true);
                 push(blk("ffn_up_exps.weight"), vec![h, w, e], place, true);
                 push(blk("ffn_down_exps.weight"), vec![w, h, e], place, true);
+                if gpt_oss {
+                    push(blk("ffn_gate_inp.bias"), vec![e], place, false);
+                    push(blk("ffn_gate_exps.bias"), vec![w, e], place, true);
+                    push(blk("ffn_up_exps.bias"), vec![w, e], place, true);
+                    push(blk("ffn_down_exps.bias"), vec![h, e], place, true);
+                }
+                if routing_bias {
+                    push(blk("exp_probs_b.bias"), vec![e], place, false);
+                }
                 if let Some(s) = moe.shared_intermediate {
-                    push(blk("ffn_gate_inp_shexp.weight"), vec![h], place, false);
+                    // Only Qwen's shared expert has a gate of its own.
+                    if arch.model_type.starts_with("qwen") {
+                        push(blk("ffn_gate_inp_shexp.weight"), vec![h], place, false);
+                    }
                     push(blk("ffn_gate_shexp.weight"), vec![h, s], place, false);
                     push(blk("ffn_up_shexp.weight"), vec![h, s], place, false);
                     push(blk("ffn_down_shexp.weight"), vec![s, h], place, false);
@@ -343,6 +380,34 @@ pub(crate) fn tensor_shapes(arch: &Transformer) -> Vec<TensorShape> {
         push("output.weight".into(), vec![h, arch.vocab_size], Place::Head, false);
     }
     out
+}
+
+/// Multi-head latent attention's tensors, as llama.cpp's converter writes them: the query
+/// (compressed or full), the compressed KV row with its rotary part, K and V projected up
+/// per head, and the output.
+fn latent_attention(
+    push: &mut impl FnMut(String, Vec<u64>, Place, bool),
+    blk: &impl Fn(&str) -> String,
+    arch: &Transformer,
+    mla: &Mla,
+    place: Place,
+) {
+    let (h, heads) = (arch.hidden_size, arch.num_heads);
+    let q_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+    match mla.q_lora_rank {
+        Some(q) => {
+            push(blk("attn_q_a.weight"), vec![h, q], place, false);
+            push(blk("attn_q_a_norm.weight"), vec![q], place, false);
+            push(blk("attn_q_b.weight"), vec![q, heads * q_head], place, false);
+        }
+        None => push(blk("attn_q.weight"), vec![h, heads * q_head], place, false),
+    }
+    let kv = mla.kv_lora_rank;
+    push(blk("attn_kv_a_mqa.weight"), vec![h, kv + mla.qk_rope_head_dim], place, false);
+    push(blk("attn_kv_a_norm.weight"), vec![kv], place, false);
+    push(blk("attn_k_b.weight"), vec![mla.qk_nope_head_dim, kv, heads], place, false);
+    push(blk("attn_v_b.weight"), vec![kv, mla.v_head_dim, heads], place, false);
+    push(blk("attn_output.weight"), vec![heads * mla.v_head_dim, h], place, false);
 }
 
 #[cfg(test)]

@@ -324,6 +324,7 @@ pub(crate) fn evaluate(
             weights: problem.model.weights.clone(),
             layers: problem.model.num_layers(),
             experts: problem.model.arch.moe.as_ref().map(|m| m.experts),
+            nextn_layers: usize::try_from(problem.model.arch.nextn_layers).unwrap_or(usize::MAX),
             file: problem.file.clone(),
         },
         engine: problem.workload.engine,

@@ -116,6 +116,10 @@ impl Instance {
             qk_norm: false,
             windows: (0..l).map(|i| self.window.filter(|_| i % 2 == 0)).collect(),
             kv_elements: vec![64; l as usize],
+            state_elements: Vec::new(),
+            v_pad_elements: Vec::new(),
+            nextn_layers: 0,
+            mla: None,
             max_context: None,
             moe: self.moe.then_some(crate::model::Moe {
                 experts: 8,
