@@ -1,6 +1,7 @@
 //! Built-in models and devices, with the published figures they come from.
 //!
-//! Model presets are Hugging Face `config.json` files (under `presets/models/`) plus the
+//! Model presets are Hugging Face `config.json` files (under `presets/models/`, the newer ones
+//! trimmed to the fields that decide a model's size, since the page carries them) plus the
 //! parameter total the model card publishes; a test checks our count against it. Device
 //! presets carry vendor figures: memory as the driver reports it, peak memory bandwidth,
 //! and dense FP16 throughput (tensor cores with FP32 accumulation on NVIDIA GeForce cards,
@@ -41,7 +42,7 @@ model_presets! {
     "llama-3.1-8b", "Llama 3.1 8B", 8.03e9;
     "llama-3.1-70b", "Llama 3.1 70B", 70.6e9;
     "llama-3.1-405b", "Llama 3.1 405B", 405.9e9;
-    "mistral-7b-v0.1", "Mistral 7B v0.1 (sliding window 4096)", 7.24e9;
+    "mistral-7b-v0.1", "Mistral 7B v0.1", 7.24e9;
     "mistral-nemo-12b", "Mistral NeMo 12B", 12.2e9;
     "mixtral-8x7b", "Mixtral 8x7B (8 experts, 2 active)", 46.7e9;
     "qwen3-30b-a3b", "Qwen3 30B-A3B (128 experts, 8 active)", 30.5e9;
@@ -50,6 +51,33 @@ model_presets! {
     "qwen2.5-32b", "Qwen2.5 32B", 32.8e9;
     "qwen2.5-72b", "Qwen2.5 72B", 72.7e9;
     "gemma-2-9b", "Gemma 2 9B (alternating sliding window, tied)", 9.24e9;
+    // 2026's open models. Published counts are Hugging Face's safetensors totals (the
+    // `safetensors.total` of each repository, as keras-hub's presets and the Hub's API list
+    // them) unless said otherwise; multimodal models count their language model only, the
+    // vision encoder being a separate `--mmproj` file for llama.cpp.
+    "qwen3-8b", "Qwen3 8B", 8_190_735_360.0;
+    "qwen3-32b", "Qwen3 32B", 32_762_123_264.0;
+    "qwen3-235b-a22b", "Qwen3 235B-A22B (128 experts, 8 active)", 235_093_634_560.0;
+    "gpt-oss-20b", "gpt-oss 20B (32 experts, 4 active, MXFP4)", 20_914_757_184.0;
+    "gpt-oss-120b", "gpt-oss 120B (128 experts, 4 active, MXFP4)", 116_829_156_672.0;
+    // The model card's main model; its 14B multi-token-prediction layer llama.cpp does not load.
+    "deepseek-v3", "DeepSeek-V3 671B (MLA, 256 experts)", 671.0e9;
+    // The tensors' count (Fireworks' `paramCount`); the Hub's total is 3,416 more.
+    "kimi-k2", "Kimi K2 1T (MLA, 384 experts)", 1_026_408_232_448.0;
+    // The Hub's totals, which include the 0.87B vision encoder (0.8% and 0.2% of them).
+    "llama-4-scout", "Llama 4 Scout 17B-16E (chunked attention)", 108_641_793_536.0;
+    "llama-4-maverick", "Llama 4 Maverick 17B-128E (chunked attention)", 401_583_781_376.0;
+    // keras-hub's text models (`gemma3_27b_text`, `gemma3_12b_text`); they keep 64 fewer
+    // embedding rows than the checkpoint's 262,208.
+    "gemma-3-27b", "Gemma 3 27B (5 of 6 layers sliding, tied)", 27_009_002_240.0;
+    "gemma-3-12b", "Gemma 3 12B (5 of 6 layers sliding, tied)", 11_765_788_416.0;
+    "gemma-3-1b", "Gemma 3 1B (5 of 6 layers sliding, tied)", 999_885_952.0;
+    // The model card's totals ("355 billion", "106 billion"), without the MTP layer.
+    "glm-4.5", "GLM-4.5 355B-A32B (160 experts)", 355.0e9;
+    "glm-4.5-air", "GLM-4.5-Air 106B-A12B (128 experts)", 106.0e9;
+    // The text model (keras-hub's `magistral_small_2506_en`, built on Mistral Small 3.1).
+    "mistral-small-3.1-24b", "Mistral Small 3.1 24B", 23_572_403_200.0;
+    "phi-4", "Phi-4 14B", 14_659_507_200.0;
 }
 
 impl ModelPreset {
@@ -70,6 +98,22 @@ impl ModelPreset {
             "qwen2.5-32b" => "Qwen/Qwen2.5-32B",
             "qwen2.5-72b" => "Qwen/Qwen2.5-72B",
             "gemma-2-9b" => "google/gemma-2-9b",
+            "qwen3-8b" => "Qwen/Qwen3-8B",
+            "qwen3-32b" => "Qwen/Qwen3-32B",
+            "qwen3-235b-a22b" => "Qwen/Qwen3-235B-A22B",
+            "gpt-oss-20b" => "openai/gpt-oss-20b",
+            "gpt-oss-120b" => "openai/gpt-oss-120b",
+            "deepseek-v3" => "deepseek-ai/DeepSeek-V3",
+            "kimi-k2" => "moonshotai/Kimi-K2-Instruct",
+            "llama-4-scout" => "meta-llama/Llama-4-Scout-17B-16E",
+            "llama-4-maverick" => "meta-llama/Llama-4-Maverick-17B-128E",
+            "gemma-3-27b" => "google/gemma-3-27b-pt",
+            "gemma-3-12b" => "google/gemma-3-12b-pt",
+            "gemma-3-1b" => "google/gemma-3-1b-pt",
+            "glm-4.5" => "zai-org/GLM-4.5",
+            "glm-4.5-air" => "zai-org/GLM-4.5-Air",
+            "mistral-small-3.1-24b" => "mistralai/Mistral-Small-3.1-24B-Base-2503",
+            "phi-4" => "microsoft/phi-4",
             _ => self.name,
         }
     }

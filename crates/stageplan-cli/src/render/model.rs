@@ -65,8 +65,11 @@ pub(crate) fn reads(files: usize, bytes_read: u64, file_bytes: u64) -> String {
 /// Model presets, device presets and weight formats.
 pub(crate) fn presets() -> String {
     let mut out = String::from("model presets\n");
+    let name_width = MODELS.iter().map(|m| m.name.len()).max().unwrap_or(0);
+    let title_width = MODELS.iter().map(|m| m.title.chars().count()).max().unwrap_or(0);
     for m in MODELS {
-        let _ = writeln!(out, "  {:<18} {:<48} {:>8}", m.name, m.title, params(m.published_params as u64));
+        let params = params(m.published_params as u64);
+        let _ = writeln!(out, "  {:<name_width$} {:<title_width$} {params:>9}", m.name, m.title);
     }
     out.push_str("\ndevice presets            memory      bandwidth    compute (fp16)  reserve\n");
     for d in DEVICES {
