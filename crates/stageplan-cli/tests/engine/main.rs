@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod arch;
 mod fit;
 
 /// One end-to-end case: a model, a workload, and machines whose memory forces a split.
@@ -303,7 +304,7 @@ const OFFLOAD_CASES: [OffloadCase; 4] = [
         name: "moe-2-machines-experts-in-remote-ram",
         model: &["--layers", "6", "--experts", "8", "--experts-used", "2", "--ffn", "512"],
         policy: r#""manual", "stages": [{"node": "m0", "layers": [0, 3]}, {"node": "m1", "layers": [3, 6]}]"#,
-        machines: &[(40, 1024), (40, 1024)],
+        machines: &[(42, 1024), (42, 1024)],
         expect: &[(2, 1), (0, 3)],
     },
 ];
@@ -431,7 +432,7 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
             }
             let value: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
             total += value;
-            if kind == "model" || kind == "KV" {
+            if matches!(kind, "model" | "KV" | "RS") {
                 held += value;
             }
         }
@@ -561,7 +562,7 @@ fn allocations(log: &str, ports: &[u16]) -> Vec<Allocated> {
             None => 0,
         };
         out[stage].total += mib;
-        if kind == "model" || kind == "KV" {
+        if matches!(kind, "model" | "KV" | "RS") {
             out[stage].held += mib;
         }
     }

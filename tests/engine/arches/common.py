@@ -1,0 +1,99 @@
+"""A GGUF being written: metadata and tensors in ggml's dimension order, with random data
+(for models llama.cpp runs) or none (`sparse`: models of real size that llama.cpp sizes)."""
+import os
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
+
+
+class Model:
+    def __init__(self, path, arch, sparse=None, seed=11):
+        """`sparse`: a GGML type name (e.g. "q8_0") for every matrix, and no data written."""
+        self.path = path
+        self.arch = arch
+        self.w = GGUFWriter(path, arch)
+        self.sparse = GGMLQuantizationType[sparse.upper()] if sparse else None
+        self.rng = np.random.default_rng(seed)
+        self.data_bytes = 0
+
+    def key(self, name, value):
+        """`{arch}.name` (or a `general.`/`tokenizer.` key as given) with a typed value:
+        int → u32, float → f32, bool, str, or a list of one of those."""
+        full = name if name.startswith(("general.", "tokenizer.")) else f"{self.arch}.{name}"
+        w = self.w
+        if isinstance(value, bool):
+            w.add_bool(full, value)
+        elif isinstance(value, int):
+            w.add_uint32(full, value)
+        elif isinstance(value, float):
+            w.add_float32(full, value)
+        elif isinstance(value, str):
+            w.add_string(full, value)
+        elif isinstance(value, (list, tuple)):
+            w.add_array(full, list(value))
+        else:
+            raise TypeError(f"{name}: {value!r}")
+
+    def vocab(self, size):
+        """A SentencePiece-style vocabulary of `size` tokens: <unk>, <s>, </s>, the 256 byte
+        tokens llama.cpp's tokenizer falls back to, then distinct pieces."""
+        tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        pieces = ["\u2581"] + list(letters) + ["\u2581" + c for c in letters]
+        i = 0
+        while len(pieces) + len(tokens) < size:
+            a, b = divmod(i, 26)
+            pieces.append("\u2581" + letters[a % 26] + letters[b] + ("" if a < 26 else str(a // 26)))
+            i += 1
+        pieces = pieces[: size - len(tokens)]
+        tokens += pieces
+        types += [TokenType.NORMAL] * len(pieces)
+        w = self.w
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores([0.0] * 259 + [-float(k) for k in range(len(pieces))])
+        w.add_token_types(types)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
+
+    def tensor(self, name, *ne, f32=False):
+        """A tensor of ggml dimensions `ne` (row length first). Norms, biases and 1-D tensors
+        are F32 (as llama.cpp's converter writes them); `f32` forces F32 for a matrix."""
+        f32 = f32 or len(ne) == 1
+        if self.sparse is None:
+            shape = tuple(reversed(ne))
+            if f32:
+                data = np.ones(shape, dtype=np.float32) if len(ne) == 1 else self._random(shape).astype(np.float32)
+            else:
+                data = self._random(shape).astype(np.float16)
+            self.w.add_tensor(name, data)
+            return
+        ty = GGMLQuantizationType.F32 if f32 else self.sparse
+        block, size = GGML_QUANT_SIZES[ty]
+        if ne[0] % block:
+            ty, (block, size) = GGMLQuantizationType.F16, GGML_QUANT_SIZES[GGMLQuantizationType.F16]
+        nbytes = int(np.prod(ne)) // block * size
+        self.w.add_tensor_info(name, tuple(reversed(ne)), np.float32, nbytes, raw_dtype=ty)
+        self.data_bytes += -(-nbytes // self.w.data_alignment) * self.w.data_alignment
+
+    def _random(self, shape):
+        return self.rng.standard_normal(shape, dtype=np.float32) * 0.02
+
+    def finish(self):
+        w = self.w
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        if self.sparse is None:
+            w.write_tensors_to_file()
+            w.close()
+            return
+        w.write_ti_data_to_file()
+        out = w.fout[0]
+        w.write_padding(out, out.tell())
+        out.flush()
+        start = out.tell()
+        w.close()
+        os.truncate(self.path, start + self.data_bytes)
