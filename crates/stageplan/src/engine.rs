@@ -160,6 +160,9 @@ pub struct Dims {
     /// Inputs per token the host builds beyond the embedding's row (Gemma 3n's per-layer
     /// embeddings), in elements.
     host_extra: f64,
+    /// Inputs per token each device receives beyond the hidden row, in elements: Gemma 3n
+    /// hands on its three other AltUp streams and every layer's per-layer input.
+    input_extra: f64,
 }
 
 impl Dims {
@@ -195,7 +198,9 @@ impl Dims {
         };
         // Gemma 3n's per-layer inputs: 256 per layer (a constant in llama.cpp's gemma3n.cpp).
         let host_extra = if arch.model_type == "gemma3n" { 256.0 * arch.num_layers as f64 } else { 0.0 };
+        let input_extra = if arch.model_type == "gemma3n" { 3.0 * arch.hidden_size as f64 + host_extra } else { 0.0 };
         Dims {
+            input_extra,
             extra: moe_extra + recurrent_extra + streams,
             masks,
             window: window.filter(|_| full),
@@ -213,7 +218,8 @@ impl Dims {
 
 /// The engine's buffers for a model of `dims` run as `shape`.
 pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
-    let Dims { hidden, vocab, heads, head_dim, v_width, mlp, experts, extra, masks, window, host_extra } = *dims;
+    let Dims { hidden, vocab, heads, head_dim, v_width, mlp, experts, extra, masks, window, host_extra, input_extra } =
+        *dims;
     match engine {
         Engine::Generic | Engine::Vllm => {
             let c = shape.prefill_chunk.min(shape.context.max(1)) as f64;
@@ -247,7 +253,7 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
             let rows = 8.0 * t + 8.0 * t * if fa { 1.0 } else { v_width };
             // What a device receives each micro-batch: the hidden state, mask, positions,
             // and the KV rows to write.
-            let inputs = 4.0 * hidden * t + mask * mask_cells * t + 4.0 * t + rows;
+            let inputs = 4.0 * (hidden + input_extra) * t + mask * mask_cells * t + 4.0 * t + rows;
             let attention = if fa {
                 4.0 * t * (hidden + 2.0 * heads * head_dim)
             } else {
