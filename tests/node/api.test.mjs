@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 
@@ -21,6 +22,18 @@ const stageplan = createRequire(import.meta.url)(path.join(embed, 'node/stagepla
 
 const read = (file) => fs.readFileSync(path.join(root, file), 'utf8');
 const runCli = (...args) => JSON.parse(execFileSync(cli, args, { cwd: root, encoding: 'utf8' }));
+
+/** `stageplan plan` of a scenario object, as JSON (a plan that does not fit exits 1 and still prints). */
+function runCliPlan(scenario) {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-node-')), 'scenario.json');
+  fs.writeFileSync(file, JSON.stringify(scenario));
+  try {
+    return runCli('plan', file, '--format', 'json');
+  } catch (e) {
+    if (e.status === 1) return JSON.parse(e.stdout);
+    throw e;
+  }
+}
 
 /** The object shapes the declarations give: name → { required, optional } field names, from
  *  the hand-written `export interface X { … }` and the generated `export type X = { … };`. */
@@ -225,6 +238,21 @@ test('importHeader() reads the reference writers\' files as the CLI does', { ski
   const whole = fs.readFileSync(path.join(fixtures, 'dense.gguf'));
   const plan = stageplan.plan({ model: { file: 'dense.gguf' }, nodes: [{ name: 'a', device: 'h100' }] }, { name: 'dense.gguf', bytes: whole });
   assert.ok(plan.feasible);
+});
+
+// Memory on every architecture (#35): the JS API (the widget's core) sizes a model of each
+// family as the CLI does, weights and KV cache or state on every stage.
+test('a model of each architecture family is planned as the CLI plans it', { skip: !fixtures && 'STAGEPLAN_FIXTURES is not set' }, () => {
+  const dir = path.join(fixtures, 'arches');
+  const files = fs.readdirSync(dir).filter((f) => f.endsWith('.gguf'));
+  assert.ok(files.length >= 12, `${files.length} families`);
+  for (const file of files) {
+    const scenario = { model: { file }, workload: { context: 4096 }, nodes: [{ name: 'a', device: 'rtx-4090' }, { name: 'b', device: 'rtx-3060' }], policy: 'even' };
+    const ours = stageplan.plan(scenario, { name: file, bytes: fs.readFileSync(path.join(dir, file)) });
+    const theirs = runCliPlan({ ...scenario, model: { file: path.join(dir, file) } });
+    const memory = (plan) => plan.stages.map((s) => [s.node, s.layers, s.memory]);
+    assert.deepStrictEqual(memory(ours), memory(theirs), file);
+  }
 });
 
 // One reader, one verdict (issue #32, items 19-20): each model file the CLI refuses in a

@@ -86,6 +86,9 @@ pub(crate) fn test() -> Result<(), String> {
     let mut write = Command::new(&python);
     write.arg(root().join("tests/fixtures/write_models.py")).arg(&fixtures);
     step("model files for the browser tests (reference writers)", write)?;
+    let mut arches = Command::new(&python);
+    arches.arg(root().join("tests/engine/write_arch.py")).arg("--all").arg(fixtures.join("arches"));
+    step("a model of each architecture family for the browser tests (gguf-py)", arches)?;
     let mut cli = cargo();
     cli.args(["build", "--package", "stageplan-cli", "--locked"]);
     step("the CLI the browser tests compare against", cli)?;
