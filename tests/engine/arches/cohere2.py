@@ -15,12 +15,8 @@ SMALL = dict(layers=4, hidden=256, heads=4, kv_heads=2, ffn=512, swa=64, vocab=1
 
 def write(m, d):
     head_dim = d["hidden"] // d["heads"]
-    m.key("block_count", d["layers"])
-    m.key("context_length", d["context"])
-    m.key("embedding_length", d["hidden"])
-    m.key("feed_forward_length", d["ffn"])
-    m.key("attention.head_count", d["heads"])
-    m.key("attention.head_count_kv", d["kv_heads"])
+    m.sizes(d)
+    m.heads(d, lengths=False)
     m.key("attention.sliding_window", d["swa"])
     m.key("attention.layer_norm_epsilon", 1e-5)
     m.key("logit_scale", 0.25)
@@ -33,11 +29,7 @@ def write(m, d):
     m.tensor("token_embd.weight", h, d["vocab"])
     for i in range(d["layers"]):
         b = f"blk.{i}."
-        m.tensor(b + "attn_norm.weight", h)
-        m.tensor(b + "attn_q.weight", h, h)
-        m.tensor(b + "attn_k.weight", h, kv)
-        m.tensor(b + "attn_v.weight", h, kv)
-        m.tensor(b + "attn_output.weight", h, h)
+        m.attention(b, h, h, kv)
         m.tensor(b + "ffn_gate.weight", h, d["ffn"])
         m.tensor(b + "ffn_up.weight", h, d["ffn"])
         m.tensor(b + "ffn_down.weight", d["ffn"], h)

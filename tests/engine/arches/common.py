@@ -59,6 +59,50 @@ class Model:
         w.add_unk_token_id(0)
         w.add_add_bos_token(True)
 
+    def sizes(self, d):
+        """The block count, context, embedding and feed-forward sizes of hyperparameters `d`."""
+        self.key("block_count", d["layers"])
+        self.key("context_length", d["context"])
+        self.key("embedding_length", d["hidden"])
+        self.key("feed_forward_length", d["ffn"])
+
+    def heads(self, d, lengths=True):
+        """Query and KV head counts, and (with `lengths`) the head size as key and value length."""
+        self.key("attention.head_count", d["heads"])
+        self.key("attention.head_count_kv", d["kv_heads"])
+        if lengths:
+            self.key("attention.key_length", d["head_dim"])
+            self.key("attention.value_length", d["head_dim"])
+
+    def attention(self, b, h, q, kv, bias=False):
+        """Block `b`'s attention norm and Q, K, V (with biases), output projections."""
+        self.tensor(b + "attn_norm.weight", h)
+        for name, width in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+            self.tensor(b + name + ".weight", h, width)
+            if bias:
+                self.tensor(b + name + ".bias", width)
+        self.tensor(b + "attn_output.weight", q, h)
+
+    def ffn(self, b, h, ffn):
+        """Block `b`'s FFN norm and gated MLP."""
+        self.tensor(b + "ffn_norm.weight", h)
+        self.tensor(b + "ffn_gate.weight", h, ffn)
+        self.tensor(b + "ffn_up.weight", h, ffn)
+        self.tensor(b + "ffn_down.weight", ffn, h)
+
+    def experts(self, b, h, ffn, n):
+        """Block `b`'s router (F32) and `n` routed experts of width `ffn`."""
+        self.tensor(b + "ffn_gate_inp.weight", h, n, f32=True)
+        self.tensor(b + "ffn_gate_exps.weight", h, ffn, n)
+        self.tensor(b + "ffn_up_exps.weight", h, ffn, n)
+        self.tensor(b + "ffn_down_exps.weight", ffn, h, n)
+
+    def output(self, h, vocab=None):
+        """The final norm, and the output matrix unless the embedding is tied (`vocab` None)."""
+        self.tensor("output_norm.weight", h)
+        if vocab is not None:
+            self.tensor("output.weight", h, vocab)
+
     def tensor(self, name, *ne, f32=False):
         """A tensor of ggml dimensions `ne` (row length first). Norms, biases and 1-D tensors
         are F32 (as llama.cpp's converter writes them); `f32` forces F32 for a matrix."""

@@ -90,12 +90,8 @@ def write(m, d):
             m.tensor(b + "ffn_down.weight", d["ffn"], h)
         else:
             fe, ne, sh = d["ffn_exp"], d["experts"], d["ffn_exp"] * d["shared"]
-            m.tensor(b + "ffn_gate_inp.weight", h, ne, f32=True)
-            m.tensor(b + "ffn_gate_exps.weight", h, fe, ne)
-            m.tensor(b + "ffn_up_exps.weight", h, fe, ne)
-            m.tensor(b + "ffn_down_exps.weight", fe, h, ne)
+            m.experts(b, h, fe, ne)
             m.tensor(b + "ffn_gate_shexp.weight", h, sh)
             m.tensor(b + "ffn_up_shexp.weight", h, sh)
             m.tensor(b + "ffn_down_shexp.weight", sh, h)
-    m.tensor("output_norm.weight", h)
-    m.tensor("output.weight", h, d["vocab"])
+    m.output(h, d["vocab"])

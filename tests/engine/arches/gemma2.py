@@ -14,14 +14,8 @@ SMALL = dict(layers=4, hidden=256, heads=4, kv_heads=2, head_dim=64, ffn=512, vo
 
 
 def write(m, d):
-    m.key("block_count", d["layers"])
-    m.key("context_length", d["context"])
-    m.key("embedding_length", d["hidden"])
-    m.key("feed_forward_length", d["ffn"])
-    m.key("attention.head_count", d["heads"])
-    m.key("attention.head_count_kv", d["kv_heads"])
-    m.key("attention.key_length", d["head_dim"])
-    m.key("attention.value_length", d["head_dim"])
+    m.sizes(d)
+    m.heads(d)
     m.key("attention.layer_norm_rms_epsilon", 1e-6)
     # SWA: window read at gemma2.cpp:12 (default 4096 at :5); the pattern (every 2nd layer
     # full, `attention.sliding_window_pattern` optional) comes from load_swa_pattern(ml, 2).
@@ -35,15 +29,8 @@ def write(m, d):
     m.tensor("token_embd.weight", h, d["vocab"])  # also the output matrix (TENSOR_DUPLICATED)
     for i in range(d["layers"]):
         b = f"blk.{i}."
-        m.tensor(b + "attn_norm.weight", h)
-        m.tensor(b + "attn_q.weight", h, q)
-        m.tensor(b + "attn_k.weight", h, kv)
-        m.tensor(b + "attn_v.weight", h, kv)
-        m.tensor(b + "attn_output.weight", q, h)
+        m.attention(b, h, q, kv)
         m.tensor(b + "post_attention_norm.weight", h)
-        m.tensor(b + "ffn_norm.weight", h)
-        m.tensor(b + "ffn_gate.weight", h, d["ffn"])
-        m.tensor(b + "ffn_up.weight", h, d["ffn"])
-        m.tensor(b + "ffn_down.weight", d["ffn"], h)
+        m.ffn(b, h, d["ffn"])
         m.tensor(b + "post_ffw_norm.weight", h)
     m.tensor("output_norm.weight", h)

@@ -58,8 +58,5 @@ def write(m, d):
             m.tensor(b + "shortconv.conv.weight", d["l_cache"], h, f32=True)  # ssm_conv wants F32
             m.tensor(b + "shortconv.in_proj.weight", h, 3 * h)
             m.tensor(b + "shortconv.out_proj.weight", h, h)
-        m.tensor(b + "ffn_norm.weight", h)
-        m.tensor(b + "ffn_gate.weight", h, d["ffn"])
-        m.tensor(b + "ffn_up.weight", h, d["ffn"])
-        m.tensor(b + "ffn_down.weight", d["ffn"], h)
+        m.ffn(b, h, d["ffn"])
     # output.weight is optional: tied to token_embd (src/models/lfm2.cpp:40-44)

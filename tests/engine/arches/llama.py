@@ -5,14 +5,8 @@ SMALL = dict(layers=4, hidden=256, heads=4, kv_heads=2, head_dim=64, ffn=512, vo
 
 
 def write(m, d):
-    m.key("block_count", d["layers"])
-    m.key("context_length", d["context"])
-    m.key("embedding_length", d["hidden"])
-    m.key("feed_forward_length", d["ffn"])
-    m.key("attention.head_count", d["heads"])
-    m.key("attention.head_count_kv", d["kv_heads"])
-    m.key("attention.key_length", d["head_dim"])
-    m.key("attention.value_length", d["head_dim"])
+    m.sizes(d)
+    m.heads(d)
     m.key("rope.dimension_count", d["head_dim"])
     m.key("rope.freq_base", 500000.0)
     m.key("attention.layer_norm_rms_epsilon", 1e-5)
@@ -22,14 +16,6 @@ def write(m, d):
     m.tensor("token_embd.weight", h, d["vocab"])
     for i in range(d["layers"]):
         b = f"blk.{i}."
-        m.tensor(b + "attn_norm.weight", h)
-        m.tensor(b + "attn_q.weight", h, q)
-        m.tensor(b + "attn_k.weight", h, kv)
-        m.tensor(b + "attn_v.weight", h, kv)
-        m.tensor(b + "attn_output.weight", q, h)
-        m.tensor(b + "ffn_norm.weight", h)
-        m.tensor(b + "ffn_gate.weight", h, d["ffn"])
-        m.tensor(b + "ffn_up.weight", h, d["ffn"])
-        m.tensor(b + "ffn_down.weight", d["ffn"], h)
-    m.tensor("output_norm.weight", h)
-    m.tensor("output.weight", h, d["vocab"])
+        m.attention(b, h, q, kv)
+        m.ffn(b, h, d["ffn"])
+    m.output(h, d["vocab"])

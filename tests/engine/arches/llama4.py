@@ -21,18 +21,12 @@ SMALL = dict(layers=4, hidden=256, heads=4, kv_heads=2, head_dim=64, ffn=512, ff
 
 
 def write(m, d):
-    m.key("block_count", d["layers"])
-    m.key("context_length", d["context"])
-    m.key("embedding_length", d["hidden"])
-    m.key("feed_forward_length", d["ffn"])
+    m.sizes(d)
     m.key("expert_feed_forward_length", d["ffn_exp"])
     m.key("expert_count", d["experts"])
     m.key("expert_used_count", d["experts_used"])
     m.key("interleave_moe_layer_step", d["moe_step"])
-    m.key("attention.head_count", d["heads"])
-    m.key("attention.head_count_kv", d["kv_heads"])
-    m.key("attention.key_length", d["head_dim"])
-    m.key("attention.value_length", d["head_dim"])
+    m.heads(d)
     m.key("rope.dimension_count", d["head_dim"])
     m.key("rope.freq_base", 500000.0)
     m.key("attention.layer_norm_rms_epsilon", 1e-5)
@@ -44,11 +38,7 @@ def write(m, d):
     m.tensor("rope_freqs.weight", d["head_dim"] // 2)
     for i in range(d["layers"]):
         b = f"blk.{i}."
-        m.tensor(b + "attn_norm.weight", h)
-        m.tensor(b + "attn_q.weight", h, q)
-        m.tensor(b + "attn_k.weight", h, kv)
-        m.tensor(b + "attn_v.weight", h, kv)
-        m.tensor(b + "attn_output.weight", q, h)
+        m.attention(b, h, q, kv)
         m.tensor(b + "ffn_norm.weight", h)
         if (i + 1) % d["moe_step"] == 0:
             m.tensor(b + "ffn_gate_inp.weight", h, n_e, f32=True)  # routers stay F32 (llama-quant)
@@ -62,5 +52,4 @@ def write(m, d):
             m.tensor(b + "ffn_gate.weight", h, f)
             m.tensor(b + "ffn_up.weight", h, f)
             m.tensor(b + "ffn_down.weight", f, h)
-    m.tensor("output_norm.weight", h)
-    m.tensor("output.weight", h, d["vocab"])
+    m.output(h, d["vocab"])

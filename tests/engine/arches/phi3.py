@@ -31,8 +31,7 @@ def write(m, d):
     m.key("rope.scaling.original_context_length", d["context"])
     m.key("embedding_length", h)
     m.key("feed_forward_length", d["ffn"])
-    m.key("attention.head_count", d["heads"])
-    m.key("attention.head_count_kv", d["kv_heads"])
+    m.heads(d, lengths=False)
     m.key("attention.layer_norm_rms_epsilon", 1e-5)
     m.key("rope.dimension_count", head_dim)
     m.key("rope.freq_base", 10000.0)
@@ -49,8 +48,7 @@ def write(m, d):
         m.tensor(b + "ffn_norm.weight", h)
         m.tensor(b + "ffn_up.weight", h, 2 * d["ffn"])
         m.tensor(b + "ffn_down.weight", d["ffn"], h)
-    m.tensor("output_norm.weight", h)
-    m.tensor("output.weight", h, d["vocab"])
+    m.output(h, d["vocab"])
 
 
 def vocab(m, size):

@@ -17,12 +17,8 @@ SMALL = dict(layers=4, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=1024, con
 
 
 def write(m, d):
-    m.key("block_count", d["layers"])
-    m.key("context_length", d["context"])
-    m.key("embedding_length", d["hidden"])
-    m.key("feed_forward_length", d["ffn"])
-    m.key("attention.head_count", d["heads"])
-    m.key("attention.head_count_kv", d["kv_heads"])
+    m.sizes(d)
+    m.heads(d, lengths=False)
     m.key("rope.freq_base", 1000000.0)
     m.key("attention.layer_norm_rms_epsilon", 1e-6)
     m.key("vocab_size", d["vocab"])
@@ -33,17 +29,6 @@ def write(m, d):
     m.tensor("token_embd.weight", h, d["vocab"])
     for i in range(d["layers"]):
         b = f"blk.{i}."
-        m.tensor(b + "attn_norm.weight", h)
-        m.tensor(b + "attn_q.weight", h, h)
-        m.tensor(b + "attn_q.bias", h)
-        m.tensor(b + "attn_k.weight", h, kv)
-        m.tensor(b + "attn_k.bias", kv)
-        m.tensor(b + "attn_v.weight", h, kv)
-        m.tensor(b + "attn_v.bias", kv)
-        m.tensor(b + "attn_output.weight", h, h)
-        m.tensor(b + "ffn_norm.weight", h)
-        m.tensor(b + "ffn_gate.weight", h, d["ffn"])
-        m.tensor(b + "ffn_up.weight", h, d["ffn"])
-        m.tensor(b + "ffn_down.weight", d["ffn"], h)
-    m.tensor("output_norm.weight", h)
-    m.tensor("output.weight", h, d["vocab"])
+        m.attention(b, h, h, kv, bias=True)
+        m.ffn(b, h, d["ffn"])
+    m.output(h, d["vocab"])

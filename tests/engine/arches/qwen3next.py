@@ -39,10 +39,7 @@ def write(m, d):
     if d["nextn"]:
         m.key("nextn_predict_layers", d["nextn"])
     m.key("feed_forward_length", d["ffn"])
-    m.key("attention.head_count", d["heads"])
-    m.key("attention.head_count_kv", d["kv_heads"])
-    m.key("attention.key_length", d["head_dim"])
-    m.key("attention.value_length", d["head_dim"])
+    m.heads(d)
     m.key("rope.dimension_count", d["rope_dim"])
     m.key("rope.freq_base", 10000000.0)
     m.key("attention.layer_norm_rms_epsilon", 1e-6)
@@ -69,8 +66,7 @@ def write(m, d):
     conv_dim = 2 * key_dim + value_dim
     ne, ff, sh = d["experts"], d["expert_ffn"], d["shexp_ffn"]
     m.tensor("token_embd.weight", h, d["vocab"])
-    m.tensor("output_norm.weight", h)
-    m.tensor("output.weight", h, d["vocab"])
+    m.output(h, d["vocab"])
     for i in range(n_all):
         b = f"blk.{i}."
         m.tensor(b + "attn_norm.weight", h)
@@ -91,10 +87,7 @@ def write(m, d):
             m.tensor(b + "ssm_ba.weight", h, 2 * d["v_heads"])
             m.tensor(b + "ssm_norm.weight", d["k_head_dim"])
             m.tensor(b + "ssm_out.weight", value_dim, h)
-        m.tensor(b + "ffn_gate_inp.weight", h, ne, f32=True)
-        m.tensor(b + "ffn_gate_exps.weight", h, ff, ne)
-        m.tensor(b + "ffn_up_exps.weight", h, ff, ne)
-        m.tensor(b + "ffn_down_exps.weight", ff, h, ne)
+        m.experts(b, h, ff, ne)
         m.tensor(b + "ffn_gate_inp_shexp.weight", h)
         m.tensor(b + "ffn_gate_shexp.weight", h, sh)
         m.tensor(b + "ffn_up_shexp.weight", h, sh)
