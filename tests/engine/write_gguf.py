@@ -17,9 +17,13 @@ which loads with `no_alloc`) but not run it.
 """
 import argparse
 import os
+import sys
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from arches.common import finish  # noqa: E402
 
 
 def vocabulary(size):
@@ -143,19 +147,7 @@ def main():
     add_tensor("output_norm.weight", norm(a.hidden))
     if not a.tied:
         add_tensor("output.weight", weight(a.vocab, a.hidden))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    if sparse is None:
-        w.write_tensors_to_file()
-        w.close()
-        return
-    w.write_ti_data_to_file()
-    out = w.fout[0]
-    w.write_padding(out, out.tell())
-    out.flush()
-    data_start = out.tell()
-    w.close()
-    os.truncate(a.out, data_start + data_bytes)
+    finish(w, a.out, sparse is not None, data_bytes)
 
 
 if __name__ == "__main__":

@@ -127,17 +127,22 @@ class Model:
         return self.rng.standard_normal(shape, dtype=np.float32) * 0.02
 
     def finish(self):
-        w = self.w
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        if self.sparse is None:
-            w.write_tensors_to_file()
-            w.close()
-            return
-        w.write_ti_data_to_file()
-        out = w.fout[0]
-        w.write_padding(out, out.tell())
-        out.flush()
-        start = out.tell()
+        finish(self.w, self.path, self.sparse is not None, self.data_bytes)
+
+
+def finish(w, path, sparse, data_bytes):
+    """Writes `w` to `path`: header, metadata, and the tensors' data; or when `sparse`, the
+    tensor infos and a hole of `data_bytes` where the data would be."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    if not sparse:
+        w.write_tensors_to_file()
         w.close()
-        os.truncate(self.path, start + self.data_bytes)
+        return
+    w.write_ti_data_to_file()
+    out = w.fout[0]
+    w.write_padding(out, out.tell())
+    out.flush()
+    start = out.tell()
+    w.close()
+    os.truncate(path, start + data_bytes)

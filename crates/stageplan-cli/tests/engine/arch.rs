@@ -14,13 +14,13 @@
 //! the machine's total. With `--nocapture` it prints the signed table `BENCHMARKS.md` keeps.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
 use super::{
-    Processes, allocations, export_llama_cpp, free_port, llama_cpp_and_workspace, plan_fitting, python, repo,
-    run_verbatim, wait_for,
+    Processes, allocations, cpu_rpc_server, export_llama_cpp, free_port, llama_cpp_and_workspace, plan_fitting, python,
+    repo, run_verbatim, wait_for,
 };
 
 /// Families the planner sizes: the modules of `tests/engine/arches/` (as `write_arch.py
@@ -50,15 +50,7 @@ const MIB: f64 = 1048576.0;
 #[test]
 fn memory_on_every_architecture() {
     let Some((bin, work)) = llama_cpp_and_workspace("stageplan-arch") else { return };
-    let port = free_port();
-    let server = Command::new(bin.join("ggml-rpc-server"))
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--device", "CPU"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the rpc-server starts");
-    let rpc = Processes(vec![server]);
-    wait_for(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "rpc-server");
+    let (rpc, port) = cpu_rpc_server(&bin);
     let mut table = String::from(
         "| family | size · context · KV | machine | weights MiB plan / llama.cpp | KV or state | compute | total | error |\n|---|---|---|---|---|---|---|---|\n",
     );

@@ -12,11 +12,11 @@
 //!   cost model (a layer `--fit` splits counts as moved: it moves most of its FFN).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
-use super::{Processes, free_port, llama_cpp_and_workspace, python, repo, stageplan, wait_for};
+use super::{cpu_rpc_server, llama_cpp_and_workspace, python, repo, stageplan};
 
 struct FitCase {
     name: &'static str,
@@ -102,15 +102,7 @@ fn llama_fit_params_never_beats_the_plan() {
         .parse()
         .unwrap();
     let total = total_kib / 1024;
-    let port = free_port();
-    let server = Command::new(bin.join("ggml-rpc-server"))
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--device", "CPU"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the rpc-server starts");
-    let _server = Processes(vec![server]);
-    wait_for(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "rpc-server");
+    let (_server, port) = cpu_rpc_server(&bin);
     let mut report = String::from(
         "| model | budget MiB | --fit (RAM layers / FFN) | llama-fit baseline | plan | tok/s: plan / --fit's placement |\n",
     );

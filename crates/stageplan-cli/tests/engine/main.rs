@@ -619,6 +619,21 @@ fn request(port: u16, text: &str) -> Option<String> {
     Some(out)
 }
 
+/// An rpc-server on a free port of 127.0.0.1 serving this machine's CPU as a device (a "GPU"
+/// whose memory llama.cpp reports as the machine's), once it accepts connections.
+fn cpu_rpc_server(bin: &Path) -> (Processes, u16) {
+    let port = free_port();
+    let server = Command::new(bin.join("ggml-rpc-server"))
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--device", "CPU"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the rpc-server starts");
+    let server = Processes(vec![server]);
+    wait_for(|| TcpStream::connect(("127.0.0.1", port)).is_ok(), "rpc-server");
+    (server, port)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
