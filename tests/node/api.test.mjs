@@ -247,7 +247,7 @@ test('a model of each architecture family is planned as the CLI plans it', { ski
   const files = fs.readdirSync(dir).filter((f) => f.endsWith('.gguf'));
   assert.ok(files.length >= 12, `${files.length} families`);
   for (const file of files) {
-    const scenario = { model: { file }, workload: { context: 4096 }, nodes: [{ name: 'a', device: 'rtx-4090' }, { name: 'b', device: 'rtx-3060' }], policy: 'even' };
+    const scenario = { model: { file }, workload: { context: 4096 }, nodes: [{ name: 'a', device: 'rtx-4090' }, { name: 'b', device: 'rtx-3060-12gb' }], policy: 'even' };
     const ours = stageplan.plan(scenario, { name: file, bytes: fs.readFileSync(path.join(dir, file)) });
     const theirs = runCliPlan({ ...scenario, model: { file: path.join(dir, file) } });
     const memory = (plan) => plan.stages.map((s) => [s.node, s.layers, s.memory]);
