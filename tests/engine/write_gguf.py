@@ -20,29 +20,10 @@ import os
 import sys
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from arches.common import finish  # noqa: E402
-
-
-def vocabulary(size):
-    """<unk>, <s>, </s>, the 256 byte tokens, then distinct pieces up to `size`."""
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    pieces = ["\u2581"] + [c for c in letters] + ["\u2581" + c for c in letters]
-    i = 0
-    while len(pieces) + len(tokens) < size:
-        a, b = divmod(i, 26)
-        pieces.append("\u2581" + letters[a % 26] + letters[b] + ("" if a < 26 else str(a // 26)))
-        i += 1
-    pieces = pieces[: size - len(tokens)]
-    tokens += pieces
-    types += [TokenType.NORMAL] * len(pieces)
-    scores = [0.0] * 259 + [-float(k) for k in range(len(pieces))]
-    assert len(tokens) == size, (len(tokens), size)
-    return tokens, scores, types
+from arches.common import finish, vocabulary  # noqa: E402
 
 
 def main():

@@ -37,22 +37,11 @@ class Model:
     def vocab(self, size):
         """A SentencePiece-style vocabulary of `size` tokens: <unk>, <s>, </s>, the 256 byte
         tokens llama.cpp's tokenizer falls back to, then distinct pieces."""
-        tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-        types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
-        letters = "abcdefghijklmnopqrstuvwxyz"
-        pieces = ["\u2581"] + list(letters) + ["\u2581" + c for c in letters]
-        i = 0
-        while len(pieces) + len(tokens) < size:
-            a, b = divmod(i, 26)
-            pieces.append("\u2581" + letters[a % 26] + letters[b] + ("" if a < 26 else str(a // 26)))
-            i += 1
-        pieces = pieces[: size - len(tokens)]
-        tokens += pieces
-        types += [TokenType.NORMAL] * len(pieces)
+        tokens, scores, types = vocabulary(size)
         w = self.w
         w.add_tokenizer_model("llama")
         w.add_token_list(tokens)
-        w.add_token_scores([0.0] * 259 + [-float(k) for k in range(len(pieces))])
+        w.add_token_scores(scores)
         w.add_token_types(types)
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
@@ -128,6 +117,25 @@ class Model:
 
     def finish(self):
         finish(self.w, self.path, self.sparse is not None, self.data_bytes)
+
+
+def vocabulary(size):
+    """<unk>, <s>, </s>, the 256 byte tokens, then distinct pieces up to `size`."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    pieces = ["\u2581"] + [c for c in letters] + ["\u2581" + c for c in letters]
+    i = 0
+    while len(pieces) + len(tokens) < size:
+        a, b = divmod(i, 26)
+        pieces.append("\u2581" + letters[a % 26] + letters[b] + ("" if a < 26 else str(a // 26)))
+        i += 1
+    pieces = pieces[: size - len(tokens)]
+    tokens += pieces
+    types += [TokenType.NORMAL] * len(pieces)
+    scores = [0.0] * 259 + [-float(k) for k in range(len(pieces))]
+    assert len(tokens) == size, (len(tokens), size)
+    return tokens, scores, types
 
 
 def finish(w, path, sparse, data_bytes):
