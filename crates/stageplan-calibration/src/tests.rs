@@ -95,6 +95,7 @@ fn two_4090s(backend: Backend) -> Problem {
         manual: None,
         fixed_offloads: Vec::new(),
         file: None,
+        riders: Default::default(),
     }
 }
 

@@ -17,7 +17,66 @@ use crate::outcome::Failure;
 /// The core's one road from a scenario to a problem ([`stageplan::check()`]), reading the
 /// headers of a model file the scenario names (relative to `base`, the scenario file's folder).
 pub(crate) fn check<'a>(base: &Path, scenario: impl Into<ScenarioInput<'a>>) -> Result<Checked, Failure> {
+    let scenario = with_projector(base, scenario.into())?;
     stageplan::check(scenario, |file| Ok(model_file(&base.join(file), None)?.model))
+}
+
+/// The scenario with its vision projector's sizes read from the `model.mmproj.file` it
+/// names, where it does not give them.
+fn with_projector<'a>(base: &Path, input: ScenarioInput<'a>) -> Result<ScenarioInput<'a>, Failure> {
+    let needs = |s: &stageplan::Scenario| {
+        s.model.mmproj.as_ref().is_some_and(|m| m.file.is_some() && (m.weights.is_none() || m.compute.is_none()))
+    };
+    let mut scenario = match input {
+        ScenarioInput::Json(text) => match stageplan::Scenario::from_json(text) {
+            Ok(parsed) if needs(&parsed) => parsed,
+            // Checking reports any error with the value as written.
+            _ => return Ok(ScenarioInput::Json(text)),
+        },
+        ScenarioInput::Value(scenario) if needs(&scenario) => *scenario,
+        value @ ScenarioInput::Value(_) => return Ok(value),
+    };
+    if let Some(mmproj) = &mut scenario.model.mmproj
+        && let Some(file) = &mmproj.file
+    {
+        let size = projector_file(&base.join(file))?;
+        let bytes = |b: u64| stageplan::units::Bytes::new(b as f64).ok();
+        mmproj.weights = mmproj.weights.or_else(|| bytes(size.weights));
+        mmproj.compute = mmproj.compute.or_else(|| bytes(size.compute));
+    }
+    Ok(ScenarioInput::Value(Box::new(scenario)))
+}
+
+/// A vision projector's sizes from its GGUF header.
+fn projector_file(path: &Path) -> Result<import::ProjectorSize, Failure> {
+    let (mut file, size) = input::open(path)?;
+    let shown = || path.display().to_string();
+    let mut prefix = Vec::new();
+    let mut want: u64 = 1 << 20;
+    loop {
+        let have = prefix.len() as u64;
+        if want > have {
+            (&mut file)
+                .take(want.min(size) - have.min(size))
+                .read_to_end(&mut prefix)
+                .map_err(|e| input::failure(path, &e))?;
+        }
+        match import::gguf::parse(&prefix, Some(size)) {
+            Ok(import::Parse::Done(header)) => {
+                return import::gguf_projector(&header).map_err(|e| Failure(format!("`{}`: {e}", shown())));
+            }
+            Ok(import::Parse::NeedMore(n)) if n > prefix.len() as u64 && (prefix.len() as u64) < size => {
+                want = n.max(want.saturating_mul(2));
+            }
+            Ok(import::Parse::NeedMore(_)) => {
+                return Err(Failure(format!(
+                    "`{}`: the GGUF header ends before its end; the file is cut short",
+                    shown()
+                )));
+            }
+            Err(e) => return Err(Failure(format!("`{}`: {e}", shown()))),
+        }
+    }
 }
 
 /// Checks a scenario read from `path` (`-`: standard input) into a problem: a model file

@@ -58,6 +58,7 @@ impl From<ScenarioError> for Failure {
 /// A scenario given as JSON text, checked; a model file it names is refused, naming the call
 /// that reads one.
 fn check(scenario: &str) -> Result<Checked, Failure> {
+    refuse_draft_file(scenario)?;
     Ok(stageplan::check(scenario, |name| {
         let mut error = ScenarioError::field(
             "model.file",
@@ -69,6 +70,25 @@ fn check(scenario: &str) -> Result<Checked, Failure> {
         error.value = serde_json::to_string(name).ok();
         Err(error)
     })?)
+}
+
+/// The one model file a call reads is the model's: a draft is named by `preset` or `config`.
+fn refuse_draft_file(scenario: &str) -> Result<(), Failure> {
+    let parsed = stageplan::Scenario::from_json(scenario)?;
+    match parsed.model.draft.and_then(|d| d.file) {
+        Some(file) => {
+            let mut error = ScenarioError::field(
+                "model.draft.file",
+                format!(
+                    "names `{}`; the JS API reads one file, the model's: give the draft as a `preset` or `config`",
+                    stageplan::quote::line(&file)
+                ),
+            );
+            error.value = serde_json::to_string(&file).ok();
+            Err(error.into())
+        }
+        None => Ok(()),
+    }
 }
 
 /// Plans a scenario given as JSON text.
@@ -85,6 +105,7 @@ pub fn plan(scenario: &str) -> Result<Plan, Failure> {
 /// The scenario's first problem, or the file's.
 #[cfg(feature = "more")]
 pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, Failure> {
+    refuse_draft_file(scenario)?;
     let mut read = false;
     let checked = stageplan::check(scenario, |_| {
         read = true;

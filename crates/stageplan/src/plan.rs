@@ -74,6 +74,46 @@ pub struct Plan {
     pub baselines: Vec<Baseline>,
     /// Notes, warnings and errors, each with a fix where there is one.
     pub diagnostics: Vec<Diagnostic>,
+    /// What rides along with the model (a draft model, a vision projector) and the machine
+    /// each is placed on; their bytes are in that stage's `memory.riders`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub riders: Vec<PlannedRider>,
+}
+
+/// A draft model or a vision projector, placed whole on one stage's machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct PlannedRider {
+    pub kind: RiderKind,
+    /// The draft model's name, or the projector's file name.
+    pub name: String,
+    /// Its file, for exports to load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The machine it is on: one of the stages' nodes.
+    pub node: String,
+    /// A draft's blocks (all on its machine, with its output layer).
+    #[serde(default, skip_serializing_if = "is_no_layers")]
+    pub layers: usize,
+    /// A draft's weight format.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub weights: String,
+    /// A draft's KV-cache format.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kv: String,
+    /// Its bytes on that machine, by part (`reserve` 0; `budget` the machine's memory).
+    pub memory: MemoryBreakdown,
+}
+
+/// What rides along.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub enum RiderKind {
+    /// A speculative-decoding draft model (llama.cpp's `--model-draft`).
+    Draft,
+    /// A vision projector (llama.cpp's `--mmproj`).
+    Mmproj,
 }
 
 /// The calibration's word on a plan's speed.
@@ -220,6 +260,9 @@ pub struct MemoryBreakdown {
     pub embed_head: u64,
     pub workspace: u64,
     pub reserve: u64,
+    /// A draft model and a vision projector placed on this machine ([`Plan::riders`]).
+    #[serde(default, skip_serializing_if = "is_zero_bytes")]
+    pub riders: u64,
     pub total: u64,
     /// The node's memory.
     pub budget: u64,
@@ -386,6 +429,11 @@ impl Plan {
             Objective::Latency => self.latency_s,
         }
     }
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes fields by reference
+fn is_zero_bytes(n: &u64) -> bool {
+    *n == 0
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde passes fields by reference

@@ -247,6 +247,44 @@ pub struct Problem {
     pub fixed_offloads: Vec<FixedOffload>,
     /// The model file the scenario names (`model.file`), for exports to load.
     pub file: Option<String>,
+    /// What rides along with the model (`model.draft`, `model.mmproj`).
+    pub riders: Riders,
+}
+
+/// What rides along with the model: a draft model for speculative decoding and a vision
+/// projector, each placed whole on one machine of the plan ([`crate::planner`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Riders {
+    pub draft: Option<Draft>,
+    pub projector: Option<Projector>,
+}
+
+impl Riders {
+    /// True when nothing rides along.
+    pub fn is_empty(&self) -> bool {
+        self.draft.is_none() && self.projector.is_none()
+    }
+}
+
+/// A checked draft model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Draft {
+    pub model: Model,
+    /// Its KV-cache format.
+    pub kv: TensorType,
+    /// Its file, for exports to load.
+    pub file: Option<String>,
+}
+
+/// A checked vision projector.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Projector {
+    /// Its file, for exports to load.
+    pub file: Option<String>,
+    /// Bytes of its tensors.
+    pub weights: u64,
+    /// Bytes of its buffers for encoding an image, on its device.
+    pub compute: u64,
 }
 
 #[cfg(test)]

@@ -68,6 +68,61 @@ pub struct ModelSpec {
     /// Weight format; defaults to `bf16`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<String>,
+    /// A speculative-decoding draft model that rides along (llama.cpp's `--model-draft`):
+    /// placed whole on one machine of the plan, its weights, KV cache and buffers counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<DraftSpec>,
+    /// A vision projector that rides along (llama.cpp's `--mmproj`): placed on one machine
+    /// of the plan, its weights and image-encoding buffers counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmproj: Option<ProjectorSpec>,
+}
+
+/// A draft model: named as the model is (a preset, an inline `config.json`, or in the CLI a
+/// file), with the KV-cache format it runs.
+///
+/// ```json
+/// {"preset": "qwen3-0.6b", "weights": "q8_0"}
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraftSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<HfConfig>,
+    /// A model file's path; read by the CLI, which replaces it with what it found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<String>,
+    /// Its KV-cache format; default `f16`, what llama.cpp gives a draft whatever the
+    /// model's own (`--cache-type-k-draft`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<String>,
+}
+
+/// A vision projector: its file (the CLI reads the sizes from its header), or its sizes.
+///
+/// ```json
+/// {"file": "mmproj-F16.gguf"}
+/// {"weights": "851 MiB", "compute": "1.1 GiB"}
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectorSpec {
+    /// The `mmproj` GGUF file, for the export to load; the CLI fills `weights` and
+    /// `compute` from its header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Bytes of its tensors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Bytes>,
+    /// Its buffers for encoding one image on the device (llama.cpp's clip compute buffer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Bytes>,
 }
 
 /// What runs: context length, concurrent sequences, KV-cache format, workspace.

@@ -57,7 +57,13 @@ pub(crate) fn table(problem: &Problem, plan: &Plan) -> String {
                 "  {i:<2} {:<name_width$}  {:<9}  {}  {:>21}  {:>10}  {}{marker}{over}",
                 names[i],
                 format!("{}–{}", stage.layers[0], stage.layers[1]),
-                bar(m.weights, m.kv, m.embed_head, m.workspace.saturating_add(m.reserve), m.budget),
+                bar(
+                    m.weights,
+                    m.kv,
+                    m.embed_head,
+                    m.workspace.saturating_add(m.reserve).saturating_add(m.riders),
+                    m.budget
+                ),
                 format!("{} / {}", short_bytes(m.total), format_bytes(m.budget as f64)),
                 format_seconds(stage.time_s),
                 match stage.time.bound {
@@ -80,9 +86,11 @@ pub(crate) fn table(problem: &Problem, plan: &Plan) -> String {
                 );
             }
         }
+        // What rides along is in the ░ part of its machine's bar.
+        let riding = if plan.riders.is_empty() { "" } else { "+draft/mmproj" };
         let _ = writeln!(
             out,
-            "     {:<name_width$}             █ weights ▓ KV ▒ embed/head ░ workspace+reserve · free",
+            "     {:<name_width$}             █ weights ▓ KV ▒ embed/head ░ workspace+reserve{riding} · free",
             ""
         );
         out.push('\n');

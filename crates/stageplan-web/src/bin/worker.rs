@@ -81,7 +81,7 @@ async fn serve(
         }),
         Request::Sweeps { scenario, enabled, dropped } => {
             let model = dropped.then(|| last_model.borrow().clone());
-            reply(match sweeps(&scenario, &enabled, model) {
+            reply(match sweeps(&scenario, &enabled, model.as_ref()) {
                 Ok(html) => Reply::Swept(html),
                 Err(message) => Reply::Failed(message),
             });
@@ -133,9 +133,9 @@ async fn calibrate(files: &[web_sys::File], node: &str) -> Result<Calibrated, St
 
 /// The sweeps' markup for a scenario; `model`: with the model last read from dropped files
 /// (`Some(None)`: none was read since this worker started).
-fn sweeps(scenario: &str, enabled: &[bool], model: Option<Option<stageplan::Model>>) -> Result<String, String> {
+fn sweeps(scenario: &str, enabled: &[bool], model: Option<&Option<stageplan::Model>>) -> Result<String, String> {
     let dropped_model = |_: &str| match model {
-        Some(Some(model)) => Ok(model),
+        Some(Some(model)) => Ok(model.clone()),
         _ => Err(stageplan::ScenarioError::about(
             "model.file",
             "drop the model file again to compare formats and contexts",

@@ -13,9 +13,10 @@ use crate::limits::{
 use crate::model::{Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset, RamPreset};
 use crate::problem::{
-    DEFAULT_LINK, DEFAULT_PROMPT, FixedOffload, Host, Link, Links, Node, Placement, Problem, Workload,
+    DEFAULT_LINK, DEFAULT_PROMPT, Draft, FixedOffload, Host, Link, Links, Node, Placement, Problem, Projector, Riders,
+    Workload,
 };
-use crate::scenario::{HostSpec, ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
+use crate::scenario::{DraftSpec, HostSpec, ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
@@ -42,16 +43,18 @@ impl Scenario {
     /// # Errors
     /// The first problem found, naming its field.
     pub(crate) fn problem(&self) -> Result<Problem, ScenarioError> {
-        self.problem_with_model(self.model.resolve()?)
+        self.problem_with_models(self.model.resolve()?, None)
     }
 
     /// Checks every field but `model`, planning `model` instead: how a caller that read a
-    /// model file (`"model": {"file": …}`) supplies what it found.
+    /// model file (`"model": {"file": …}`) supplies what it found; likewise `draft` for a
+    /// draft's file (`"draft": {"file": …}`).
     ///
     /// # Errors
     /// The first problem found, naming its field.
-    pub(crate) fn problem_with_model(&self, model: Model) -> Result<Problem, ScenarioError> {
+    pub(crate) fn problem_with_models(&self, model: Model, draft: Option<Model>) -> Result<Problem, ScenarioError> {
         let file = self.model.file()?.map(str::to_owned);
+        let riders = self.check_riders(draft)?;
         let workload = Workload { engine: self.engine, ..self.workload.check()? };
         let nodes = self.check_nodes()?;
         let cells = nodes.len().saturating_mul(model.num_layers());
@@ -78,7 +81,53 @@ impl Scenario {
             manual,
             fixed_offloads,
             file,
+            riders,
         })
+    }
+
+    /// The draft model (resolved, or as its file was read) and the vision projector.
+    fn check_riders(&self, read_draft: Option<Model>) -> Result<Riders, ScenarioError> {
+        let draft = match &self.model.draft {
+            None => None,
+            Some(spec) => {
+                let file = spec.file()?.map(str::to_owned);
+                let model = match read_draft {
+                    Some(model) if file.is_some() => model,
+                    _ => spec.resolve()?,
+                };
+                let kv = match &spec.kv {
+                    Some(name) => crate::tensor_type::kv_format(name)
+                        .map_err(|e| ScenarioError::field("model.draft.kv", e.to_string()))?,
+                    None => TensorType::F16,
+                };
+                Some(Draft { model, kv, file })
+            }
+        };
+        let projector = match &self.model.mmproj {
+            None => None,
+            Some(spec) => {
+                let size = |value: Option<Bytes>, field: &str, example: &str| {
+                    let at = format!("model.mmproj.{field}");
+                    let Some(value) = value.map(Bytes::get) else {
+                        let read = if spec.file.is_some() { "the CLI reads it from the file; here, " } else { "" };
+                        return Err(ScenarioError::field(
+                            at,
+                            format!("is missing; {read}give the projector's {field}, e.g. `{example}`"),
+                        ));
+                    };
+                    if value > MAX_BYTES {
+                        return Err(ScenarioError::field(at, "is over an exabyte; check the unit"));
+                    }
+                    Ok(value as u64)
+                };
+                Some(Projector {
+                    file: spec.file.clone(),
+                    weights: size(spec.weights, "weights", "851 MiB")?,
+                    compute: size(spec.compute, "compute", "1.1 GiB")?,
+                })
+            }
+        };
+        Ok(Riders { draft, projector })
     }
 
     fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
@@ -396,20 +445,7 @@ impl ModelSpec {
     /// # Errors
     /// A file together with a preset, a config or a weight format.
     pub fn file(&self) -> Result<Option<&str>, ScenarioError> {
-        let Some(file) = &self.file else { return Ok(None) };
-        if self.preset.is_some() || self.config.is_some() {
-            return Err(ScenarioError::field(
-                "model",
-                "gives more than one of `preset`, `config` and `file`; keep one",
-            ));
-        }
-        if self.weights.is_some() {
-            return Err(ScenarioError::field(
-                "model.weights",
-                "cannot change the formats a model file stores; remove `weights` or use a `preset`",
-            ));
-        }
-        Ok(Some(file))
+        self.source().file()
     }
 
     /// The model this spec names, with its weight format applied.
@@ -417,10 +453,71 @@ impl ModelSpec {
     /// # Errors
     /// Unknown preset or weight format, a bad config, or none/several of `preset`, `config`, `file`.
     pub fn resolve(&self) -> Result<Model, ScenarioError> {
-        let weights: WeightFormat = match &self.weights {
+        self.source().resolve()
+    }
+
+    fn source(&self) -> Source<'_> {
+        let ModelSpec { preset, config, file, name, weights, .. } = self;
+        Source { at: "model", preset, config, file, name, weights }
+    }
+}
+
+impl DraftSpec {
+    /// The draft's model file to read, when the spec names one (and only that).
+    ///
+    /// # Errors
+    /// As [`ModelSpec::file`], at `model.draft`.
+    pub fn file(&self) -> Result<Option<&str>, ScenarioError> {
+        self.source().file()
+    }
+
+    /// The draft model this spec names.
+    ///
+    /// # Errors
+    /// As [`ModelSpec::resolve`], at `model.draft`.
+    pub fn resolve(&self) -> Result<Model, ScenarioError> {
+        self.source().resolve()
+    }
+
+    fn source(&self) -> Source<'_> {
+        let DraftSpec { preset, config, file, name, weights, .. } = self;
+        Source { at: "model.draft", preset, config, file, name, weights }
+    }
+}
+
+/// Where a model comes from, as `model` and `model.draft` both name one: the one reading of
+/// `preset`, `config`, `file` and `weights`, with errors at `at`.
+struct Source<'a> {
+    at: &'static str,
+    preset: &'a Option<String>,
+    config: &'a Option<crate::model::HfConfig>,
+    file: &'a Option<String>,
+    name: &'a Option<String>,
+    weights: &'a Option<String>,
+}
+
+impl<'a> Source<'a> {
+    fn file(&self) -> Result<Option<&'a str>, ScenarioError> {
+        let at = self.at;
+        let Some(file) = self.file.as_deref() else { return Ok(None) };
+        if self.preset.is_some() || self.config.is_some() {
+            return Err(ScenarioError::field(at, "gives more than one of `preset`, `config` and `file`; keep one"));
+        }
+        if self.weights.is_some() {
+            return Err(ScenarioError::field(
+                format!("{at}.weights"),
+                "cannot change the formats a model file stores; remove `weights` or use a `preset`",
+            ));
+        }
+        Ok(Some(file))
+    }
+
+    fn resolve(&self) -> Result<Model, ScenarioError> {
+        let at = self.at;
+        let weights: WeightFormat = match self.weights {
             Some(w) => w.parse().map_err(|e: ModelError| match e {
                 ModelError::UnknownWeights { name, suggestion } => ScenarioError::field(
-                    "model.weights",
+                    format!("{at}.weights"),
                     format!(
                         "`{name}` is not a weight format{}; run `stageplan presets` to list them",
                         suggest(suggestion.as_deref())
@@ -430,11 +527,11 @@ impl ModelSpec {
             })?,
             None => WeightFormat::default(),
         };
-        match (&self.preset, &self.config, &self.file) {
+        match (self.preset, self.config, self.file) {
             (Some(preset), None, None) => {
                 let preset = ModelPreset::find(preset).map_err(|e| match e {
                     ModelError::UnknownPreset { name, suggestion } => ScenarioError::field(
-                        "model.preset",
+                        format!("{at}.preset"),
                         format!(
                             "`{name}` is not a model preset{}; run `stageplan presets` to list them",
                             suggest(suggestion.as_deref())
@@ -445,19 +542,19 @@ impl ModelSpec {
                 Ok(preset.model(weights)?)
             }
             (None, Some(config), None) => {
-                let arch = config.transformer().map_err(|e| e.within("model.config"))?;
+                let arch = config.transformer().map_err(|e| e.within(&format!("{at}.config")))?;
                 let name = self.name.clone().unwrap_or_else(|| arch.model_type.clone());
                 Ok(Model::from_transformer(&name, arch, weights))
             }
             (None, None, Some(_)) => Err(ScenarioError::field(
-                "model.file",
+                format!("{at}.file"),
                 "cannot be read here; the CLI reads model files, a library caller passes the model's config or header",
             )),
             (None, None, None) => Err(ScenarioError::field(
-                "model",
+                at,
                 "names no model; give `preset` (e.g. `llama-3.1-8b`), `config` (a config.json object) or `file`",
             )),
-            _ => Err(ScenarioError::field("model", "gives more than one of `preset`, `config` and `file`; keep one")),
+            _ => Err(ScenarioError::field(at, "gives more than one of `preset`, `config` and `file`; keep one")),
         }
     }
 }

@@ -42,7 +42,7 @@ pub struct Checked {
 }
 
 /// Reads (once) and checks a scenario into a [`Problem`], asking `read_model` for the model
-/// when the scenario names a `model.file`.
+/// when the scenario names a `model.file`, and for the draft when it names a `model.draft.file`.
 ///
 /// # Errors
 /// The scenario's first problem as a [`ScenarioError`] (into `E`) with the field's path and
@@ -57,19 +57,24 @@ pub struct Checked {
 /// ```
 pub fn check<'a, E: From<ScenarioError>>(
     input: impl Into<ScenarioInput<'a>>,
-    read_model: impl FnOnce(&str) -> Result<Model, E>,
+    mut read_model: impl FnMut(&str) -> Result<Model, E>,
 ) -> Result<Checked, E> {
     let (scenario, text) = match input.into() {
         ScenarioInput::Json(text) => (Scenario::from_json(text)?, Some(text)),
         ScenarioInput::Value(scenario) => (*scenario, None),
     };
-    let checked = match scenario.model.file() {
-        Ok(Some(file)) => {
-            let model = read_model(file)?;
-            scenario.problem_with_model(model)
+    let draft_file = scenario.model.draft.as_ref().map(crate::scenario::DraftSpec::file).transpose();
+    let checked = match (scenario.model.file(), draft_file) {
+        (Ok(file), Ok(draft_file)) => {
+            let model = file.map(&mut read_model).transpose()?;
+            let draft = draft_file.flatten().map(&mut read_model).transpose()?;
+            match (model, draft) {
+                (None, None) => scenario.problem(),
+                (Some(model), draft) => scenario.problem_with_models(model, draft),
+                (None, draft) => scenario.model.resolve().and_then(|model| scenario.problem_with_models(model, draft)),
+            }
         }
-        Ok(None) => scenario.problem(),
-        Err(e) => Err(e),
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
     match checked {
         Ok(problem) => Ok(Checked { scenario, problem }),

@@ -16,6 +16,7 @@
 use std::fmt::Write;
 
 use super::{DeviceKind, ExportError, Layout};
+use crate::plan::RiderKind;
 use crate::quote::shell;
 
 /// The port `ggml-rpc-server` listens on by default.
@@ -329,6 +330,59 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     if workload.prefill_chunk != UBATCH {
         let chunk = workload.prefill_chunk.min(i32::MAX as u64);
         args.extend(["--ubatch-size".into(), chunk.to_string(), "--batch-size".into(), chunk.max(BATCH).to_string()]);
+    }
+    // What rides along, each on its stage's device: the draft whole (`--device-draft`, every
+    // layer), the projector (`--mmproj-device`).
+    for rider in &plan.riders {
+        let Some(stage) = layout.stages.iter().position(|&(node, _, _)| node == rider.node) else { continue };
+        let device = &devices[stage];
+        match rider.kind {
+            RiderKind::Draft => {
+                let file = rider.file.clone().unwrap_or_else(|| {
+                    let file = format!(
+                        "{}-{}.gguf",
+                        rider.name,
+                        if rider.weights.is_empty() { "bf16" } else { &rider.weights }
+                    );
+                    notes.push(format!(
+                        "`{}` stands for the draft model's file; give its path in the plan's `riders`.",
+                        crate::quote::line(&file)
+                    ));
+                    file
+                });
+                let kv = if KV_TYPES.contains(&rider.kv.as_str()) {
+                    rider.kv.clone()
+                } else {
+                    notes.push(format!("llama.cpp has no `{}` KV cache for the draft; the command uses f16, which needs more memory than planned.", rider.kv));
+                    "f16".to_owned()
+                };
+                args.extend(["--model-draft".into(), shell(&file).into_owned()]);
+                // Without a type, llama.cpp loads the draft and then frees it.
+                args.extend(["--spec-type".into(), "draft-simple".into()]);
+                args.extend(["--device-draft".into(), shell(device).into_owned()]);
+                args.extend(["--gpu-layers-draft".into(), (rider.layers + 1).to_string()]);
+                args.extend(["--cache-type-k-draft".into(), kv.clone(), "--cache-type-v-draft".into(), kv]);
+                notes.push(format!(
+                    "The draft model runs whole on {} ({device}) with its own KV cache at the same context; builds before 2026 have no `--spec-type`: drop it there.",
+                    rider.node
+                ));
+            }
+            RiderKind::Mmproj => {
+                let file = rider.file.clone().unwrap_or_else(|| {
+                    notes.push(
+                        "`mmproj.gguf` stands for the vision projector's file; give its path in the plan's `riders`."
+                            .to_owned(),
+                    );
+                    "mmproj.gguf".to_owned()
+                });
+                args.extend(["--mmproj".into(), shell(&file).into_owned()]);
+                args.extend(["--mmproj-device".into(), shell(device).into_owned()]);
+                notes.push(format!(
+                    "The vision projector encodes images on {} ({device}); builds without `--mmproj-device` put it on the first GPU.",
+                    rider.node
+                ));
+            }
+        }
     }
     // One flag and its value per line, for reading.
     let mut line = args[0].clone();

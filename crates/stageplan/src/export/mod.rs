@@ -384,6 +384,36 @@ impl<'p> Layout<'p> {
         }
         let known = |node: &str| stages.iter().any(|&(n, _, _)| n == node);
         let nodes = || stages.iter().map(|&(n, _, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+        for rider in &plan.riders {
+            if !known(&rider.node) {
+                return plan_error(
+                    "riders",
+                    &format!(
+                        "puts `{}` on `{}`, which holds no stage; a rider goes on one of {}",
+                        crate::quote::line(&rider.name),
+                        crate::quote::line(&rider.node),
+                        nodes()
+                    ),
+                );
+            }
+            for (what, text) in [("name", &rider.name), ("weights", &rider.weights), ("kv", &rider.kv)] {
+                if let Some(shown) = unsafe_text(text) {
+                    return plan_error("riders", &format!("has a {what} that {shown}; give it without one"));
+                }
+            }
+            if let Some(file) = &rider.file
+                && (file.is_empty() || unsafe_text(file).is_some())
+            {
+                return plan_error(
+                    "riders",
+                    &format!(
+                        "has a file `{}` that is empty or {}; give its path without one",
+                        crate::quote::line(file),
+                        unsafe_words!()
+                    ),
+                );
+            }
+        }
         if let Some(main) = &options.main
             && !known(main)
         {
@@ -554,7 +584,12 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
         Target::DeepSpeed => training::deepspeed(&layout),
         Target::Megatron => training::megatron(&layout),
     };
-    let notes = layout.notes.iter().cloned().chain(notes).collect();
+    let mut notes: Vec<String> = layout.notes.iter().cloned().chain(notes).collect();
+    if target != Target::LlamaCpp && !plan.riders.is_empty() {
+        notes.push(
+            "The plan's draft model and vision projector are placed as llama.cpp runs them; this export does not load them: export to llama.cpp, or re-plan without `model.draft` and `model.mmproj`.".to_owned(),
+        );
+    }
     Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
 }
 

@@ -15,6 +15,7 @@ mod arch;
 pub mod files;
 pub mod gguf;
 pub mod names;
+pub mod projector;
 mod reader;
 pub mod safetensors;
 pub mod split;
@@ -22,6 +23,7 @@ pub mod split;
 use std::collections::BTreeMap;
 
 pub use files::{FileEntry, ModelReader, ReadError, Step};
+pub use projector::{ProjectorSize, gguf_projector};
 pub use split::{split_name, split_part_name};
 
 use crate::model::{HfConfig, Model, Moe, Place, Tensor, Transformer};

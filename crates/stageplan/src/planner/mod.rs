@@ -9,6 +9,7 @@ mod baselines;
 pub mod exhaustive;
 mod fixes;
 pub mod replan;
+mod riders;
 mod search;
 
 use crate::cost::{CostModel, Schedule};
@@ -88,6 +89,9 @@ impl<'a> PlanOptions<'a> {
 /// assert_eq!(without_desk.stages[0].node, "laptop");
 /// ```
 pub fn plan_with(problem: &Problem, options: PlanOptions<'_>) -> Plan {
+    if !problem.riders.is_empty() {
+        return riders::plan(problem, options);
+    }
     let cost = CostModel::new(problem);
     let allowed: Vec<bool> = (0..problem.nodes.len())
         .map(|i| options.enabled.is_none_or(|enabled| enabled.get(i).copied().unwrap_or(false)))
@@ -264,6 +268,7 @@ pub(crate) fn evaluate(
                     embed_head: host.embed_head,
                     workspace: host.workspace,
                     reserve: host.reserve,
+                    riders: 0,
                     total: host.total(),
                     budget,
                     headroom: crate::cost::clamp_i64(i128::from(budget) - i128::from(host.total())),
@@ -283,6 +288,7 @@ pub(crate) fn evaluate(
                 embed_head: memory.embed_head,
                 workspace: memory.workspace,
                 reserve: memory.reserve,
+                riders: 0,
                 total,
                 budget,
                 headroom: crate::cost::clamp_i64(i128::from(budget) - i128::from(total)),
@@ -362,6 +368,7 @@ pub(crate) fn evaluate(
         },
         baselines: Vec::new(),
         diagnostics: Vec::new(),
+        riders: Vec::new(),
     }
 }
 

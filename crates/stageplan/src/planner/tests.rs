@@ -209,6 +209,7 @@ impl Instance {
             policy: Policy::Optimal,
             manual: None,
             fixed_offloads: Vec::new(),
+            riders: Default::default(),
         }
     }
 }
