@@ -89,7 +89,12 @@ baselines?: Array<Baseline>,
 /**
  * Notes, warnings and errors, each with a fix where there is one.
  */
-diagnostics: Array<Diagnostic>, };
+diagnostics: Array<Diagnostic>, 
+/**
+ * What rides along with the model (a draft model, a vision projector) and the machine
+ * each is placed on; their bytes are in that stage's `memory.riders`.
+ */
+riders?: Array<PlannedRider>, };
 
 export type PlannedModel = { name: string, weights: string, 
 /**
@@ -206,7 +211,11 @@ experts: boolean,
  */
 memory: MemoryBreakdown, };
 
-export type MemoryBreakdown = { weights: number, kv: number, embed_head: number, workspace: number, reserve: number, total: number, 
+export type MemoryBreakdown = { weights: number, kv: number, embed_head: number, workspace: number, reserve: number, 
+/**
+ * A draft model and a vision projector placed on this machine ([`Plan::riders`]).
+ */
+riders?: number, total: number, 
 /**
  * The node's memory.
  */
@@ -335,6 +344,38 @@ tokens_per_s: number,
  * Every stage also holds the KV cache of `sequences` sequences.
  */
 kv_fits: boolean, };
+
+export type PlannedRider = { kind: RiderKind, 
+/**
+ * The draft model's name, or the projector's file name.
+ */
+name: string, 
+/**
+ * Its file, for exports to load.
+ */
+file?: string | null, 
+/**
+ * The machine it is on: one of the stages' nodes.
+ */
+node: string, 
+/**
+ * A draft's blocks (all on its machine, with its output layer).
+ */
+layers?: number, 
+/**
+ * A draft's weight format.
+ */
+weights?: string, 
+/**
+ * A draft's KV-cache format.
+ */
+kv?: string, 
+/**
+ * Its bytes on that machine, by part (`reserve` 0; `budget` the machine's memory).
+ */
+memory: MemoryBreakdown, };
+
+export type RiderKind = "draft" | "mmproj";
 
 export type Policy = "optimal" | "memory-proportional" | "even" | "greedy" | "manual" | "layer-offload" | "llama-fit";
 

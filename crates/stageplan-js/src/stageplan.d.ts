@@ -29,6 +29,28 @@ export interface ModelSpec {
   name?: string;
   /** Weight format, e.g. "q4_k_m" (see `presets().weights`); default "bf16". */
   weights?: string;
+  /** A speculative-decoding draft model (llama.cpp's `--model-draft`), placed whole on one machine. */
+  draft?: DraftSpec;
+  /** A vision projector (llama.cpp's `--mmproj`), placed on one machine. */
+  mmproj?: ProjectorSpec;
+}
+
+/** A draft model: a preset or an inline config (a file is read by the CLI only). */
+export interface DraftSpec {
+  preset?: string;
+  config?: HfConfig;
+  name?: string;
+  weights?: string;
+  /** Its KV-cache format; default "f16", what llama.cpp gives a draft. */
+  kv?: string;
+}
+
+/** A vision projector's sizes, e.g. `{weights: "851 MiB", compute: "1.1 GiB"}`. */
+export interface ProjectorSpec {
+  /** The mmproj file, for exports to load. */
+  file?: string;
+  weights?: string | number;
+  compute?: string | number;
 }
 
 /** A Hugging Face `config.json`; the fields stageplan reads, and any others. */

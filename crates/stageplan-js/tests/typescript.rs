@@ -32,6 +32,8 @@ fn declarations() -> String {
         Change::decl(&cfg),
         Accuracy::decl(&cfg),
         PipelineFull::decl(&cfg),
+        PlannedRider::decl(&cfg),
+        RiderKind::decl(&cfg),
         stageplan::Policy::decl(&cfg),
         stageplan::Objective::decl(&cfg),
         stageplan::engine::Engine::decl(&cfg),
