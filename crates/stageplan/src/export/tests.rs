@@ -257,3 +257,40 @@ fn vllm_offloads_the_host_ram_the_plan_keeps() {
     let gib = (offload.memory.weights as f64 / f64::from(1u32 << 30) * 100.0).ceil() / 100.0;
     assert!(text.contains(&format!("--cpu-offload-gb {gib}")), "{text}");
 }
+
+#[test]
+fn riders_are_exported_on_their_device_and_hostile_ones_refused() {
+    let scenario = HOME.replacen(
+        r#""weights": "q4_k_m"}"#,
+        r#""weights": "q4_k_m", "draft": {"preset": "llama-3.2-1b", "weights": "q8_0", "kv": "q8_0"}, "mmproj": {"file": "vision's mmproj.gguf", "weights": "600 MiB", "compute": "300 MiB"}}"#,
+        1,
+    );
+    let (plan, options) = planned(&scenario);
+    let text = export(&plan, Target::LlamaCpp, &options).unwrap().text;
+    let draft = &plan.riders[0];
+    let stage = plan.stages.iter().position(|s| s.node == draft.node).unwrap();
+    let device = if stage == 0 { "CUDA0".to_owned() } else { format!("RPC{}", stage - 1) };
+    for expected in [
+        "--model-draft llama-3.2-1b-q8_0.gguf".to_owned(),
+        "--spec-type draft-simple".to_owned(),
+        format!("--device-draft {device}"),
+        "--gpu-layers-draft 17".to_owned(),
+        "--cache-type-k-draft q8_0".to_owned(),
+        // Text from input is quoted for the shell.
+        r#"--mmproj 'vision'\''s mmproj.gguf'"#.to_owned(),
+        "--mmproj-device".to_owned(),
+    ] {
+        assert!(text.contains(&expected), "{expected}:\n{text}");
+    }
+    let vllm = export(&plan, Target::Vllm, &options).unwrap();
+    assert!(vllm.notes.iter().any(|n| n.contains("does not load them")), "{:?}", vllm.notes);
+
+    let mut elsewhere = plan.clone();
+    elsewhere.riders[0].node = "nowhere".into();
+    let error = export(&elsewhere, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`riders`") && error.contains("holds no stage"), "{error}");
+    let mut hostile = plan.clone();
+    hostile.riders[1].file = Some("mmproj\r--rpc evil:1".into());
+    let error = export(&hostile, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`riders`") && error.contains("without one"), "{error}");
+}
