@@ -100,10 +100,12 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // machine's every memory (300 kB before; 301.6 kB with #33's measured nodes and #34's
   // device presets; 316.5 kB after #34); #35's memory per architecture and its 16 model
   // presets of 2026 took 323.6 kB, and picking those models on the page is worth 3.6 kB
-  // more (BENCHMARKS.md). The worker (WebGPU, exports, model-file parsers) is fetched only
-  // when asked for.
+  // more (BENCHMARKS.md). #35's riders (a draft model and a vision projector, placed on the
+  // one road every plan takes, kept through an imported scenario): 331.2 kB measured, 335 kB,
+  // chosen over a core without them on the page (closing note of 2026-12-04, second). The
+  // worker (WebGPU, exports, model-file parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 325_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 335_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);

@@ -1,20 +1,17 @@
 #!/usr/bin/env python3
-"""Writes a random-weight LLaVA vision projector (`--mmproj`, projector type `mlp`) that
-llama-server loads beside a text model, so the engine tests can measure what llama.cpp
-allocates for a vision encoder (its weights and the clip compute buffers).
+"""Writes a random-weight LLaVA vision projector (`--mmproj`, projector type `mlp`), so the
+engine tests can measure what llama-server allocates for a vision encoder beside a text model.
 
     python3 tests/engine/write_mmproj.py OUT.gguf --text-hidden 4096 [--image 336 --patch 14 \
         --hidden 1024 --ffn 4096 --heads 16 --blocks 24 --proj 4096] [--type f16|f32] [--sparse]
 
-The shape of LLaVA-1.5's CLIP ViT-L/14-336 by default: class embedding, pre-layernorm, B
-blocks (layernorms, Q/K/V/out, up/down with biases; llava runs the first B-1 of them), no
-post-layernorm, then mm.0 (hidden → proj), GELU, mm.2 (proj → text hidden). `--text-hidden`
-must equal the text model's hidden size (llama.cpp refuses the pair otherwise). The 2-D
-matrices and the patch-embedding kernel are `--type`; the position embedding, the class
-embedding, norms and biases are F32, as llama.cpp's converter writes them (a position
-embedding is always F32, the kernel follows the file type). With `--sparse` no data is
-written (a sparse file: all weights zero), which is fast at real size and still runs.
-Uses `gguf` (gguf-py, llama.cpp's own writer) through `arches.common`.
+CLIP ViT-L/14-336's shape by default: class embedding, pre-layernorm, B blocks (llava runs the
+first B-1), no post-layernorm, then mm.0 (hidden → proj), GELU, mm.2 (proj → text hidden).
+`--text-hidden` must equal the text model's hidden size, or llama.cpp refuses the pair. The
+matrices and the patch kernel are `--type`; position and class embeddings, norms and biases
+are F32, as convert_hf_to_gguf.py writes them. `--sparse` writes no data (a sparse file of
+zero weights): fast at real size, and llama-server still loads and runs it. Uses `gguf`
+(gguf-py, llama.cpp's own writer) through `arches.common`.
 """
 import argparse
 import os

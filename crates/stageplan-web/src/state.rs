@@ -37,6 +37,12 @@ pub struct ModelDraft {
     pub config: String,
     /// The dropped file's name, for the record.
     pub file: String,
+    /// What rides along, as an imported scenario gave it: kept, planned and exported as
+    /// the CLI does, though the form has no fields for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft: Option<stageplan::scenario::DraftSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mmproj: Option<stageplan::scenario::ProjectorSpec>,
 }
 
 impl Default for ModelDraft {
@@ -47,6 +53,8 @@ impl Default for ModelDraft {
             weights: "q4_k_m".into(),
             config: String::new(),
             file: String::new(),
+            draft: None,
+            mmproj: None,
         }
     }
 }
@@ -224,6 +232,15 @@ impl AppState {
             }
             ModelSource::File => json!({"file": self.model.file}),
         };
+        let mut model = model;
+        if let Some(object) = model.as_object_mut() {
+            if let Some(draft) = &self.model.draft {
+                object.insert("draft".into(), json!(draft));
+            }
+            if let Some(mmproj) = &self.model.mmproj {
+                object.insert("mmproj".into(), json!(mmproj));
+            }
+        }
         let nodes: Vec<Value> = self
             .nodes
             .iter()
@@ -356,6 +373,7 @@ impl AppState {
                 ..ModelDraft::default()
             },
         };
+        let model = ModelDraft { draft: scenario.model.draft.clone(), mmproj: scenario.model.mmproj.clone(), ..model };
         let links: &LinksSpec = &scenario.links;
         let default = links.default.as_ref();
         AppState {
@@ -534,6 +552,21 @@ mod tests {
         let state = AppState::default();
         assert_eq!((state.link_bandwidth.as_str(), state.link_latency.as_str()), ("1.25 GB/s", "0.5 ms"));
         assert_eq!(problem.links.default, stageplan::problem::DEFAULT_LINK);
+    }
+
+    #[test]
+    fn an_imported_draft_and_projector_are_kept_and_planned() {
+        let text = include_str!("../../../tests/scenarios/home-70b.json").replacen(
+            r#""weights": "q4_k_m"}"#,
+            r#""weights": "q4_k_m", "draft": {"preset": "llama-3.2-1b", "weights": "q8_0"}, "mmproj": {"weights": "600 MiB", "compute": "300 MiB"}}"#,
+            1,
+        );
+        let state = AppState::from_scenario(&Scenario::from_json(&text).unwrap());
+        let fragment = state.to_fragment();
+        assert_eq!(AppState::from_fragment(&format!("#{fragment}")).unwrap(), state);
+        let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
+        assert!(problem.riders.draft.is_some() && problem.riders.projector.is_some());
+        assert_eq!(stageplan::plan(&problem).riders.len(), 2);
     }
 
     #[test]
