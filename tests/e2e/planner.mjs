@@ -101,11 +101,12 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // device presets; 316.5 kB after #34); #35's memory per architecture and its 16 model
   // presets of 2026 took 323.6 kB, and picking those models on the page is worth 3.6 kB
   // more (BENCHMARKS.md). #35's riders (a draft model and a vision projector, placed on the
-  // one road every plan takes, kept through an imported scenario): 331.2 kB measured, 335 kB,
-  // chosen over a core without them on the page (closing note of 2026-12-04, second). The
-  // worker (WebGPU, exports, model-file parsers) is fetched only when asked for.
+  // one road every plan takes, kept through an imported scenario, a draft chosen on the
+  // page): 334.8 kB measured, 340 kB, chosen over a core without them on the page (closing
+  // note of 2026-12-04, second). The worker (WebGPU, exports, model-file parsers) is
+  // fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 335_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 340_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);
@@ -176,6 +177,29 @@ await check('a machine\'s system RAM beside its GPU: experts in RAM, drawn and p
   assert.ok(kept.host_ffn > 0, `experts in RAM: ${JSON.stringify(kept)}`);
   assert.ok((await text(page, '.ram-kept')).includes(`experts of layers ${kept.ffn_layers[0]}–${kept.ffn_layers[1] - 1}`));
   await shot(page, '03b-system-ram');
+  await page.close();
+});
+
+await check('a draft model rides along: placed, drawn and counted as the CLI does (#35)', async () => {
+  const page = await open();
+  const before = await text(page, '#plan-json');
+  await page.selectOption('#draft', 'llama-3.2-1b');
+  await page.waitForFunction((b) => document.querySelector('#plan-json').textContent !== b, before);
+  const scenario = JSON.parse(await text(page, '#scenario-json'));
+  assert.deepEqual(scenario.model.draft, { preset: 'llama-3.2-1b', weights: 'q8_0' });
+  const shown = JSON.parse(await text(page, '#plan-json'));
+  const cli = cliPlan(JSON.stringify(scenario));
+  samePlan(shown, cli);
+  assert.deepEqual(shown.riders, cli.riders);
+  // Its bytes are in the stages' memory: its device's, and the server's host buffers.
+  const riding = shown.stages.reduce((n, s) => n + (s.memory.riders ?? 0), 0);
+  assert.ok(riding >= shown.riders[0].memory.total && shown.stages.some((s) => s.node === shown.riders[0].node && s.memory.riders > 0), JSON.stringify(shown.stages));
+  // Its bytes are a segment of its machine's bar.
+  await page.waitForSelector('.segment.draft-mmproj');
+  await page.selectOption('#draft-weights', 'q4_0');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#scenario-json').textContent).model.draft.weights === 'q4_0');
+  await page.selectOption('#draft', '');
+  await page.waitForFunction(() => !('draft' in JSON.parse(document.querySelector('#scenario-json').textContent).model));
   await page.close();
 });
 

@@ -69,6 +69,8 @@ pub fn place(machines: &Machines<'_>, config: bool, error: &ScenarioError) -> In
         "model" | "model.preset" => Some("preset"),
         "model.weights" => Some("weights"),
         "model.file" => Some("model-file"),
+        p if p.starts_with("model.draft") => Some("draft"),
+        p if p.starts_with("model.mmproj") => Some("draft"),
         "links.default.bandwidth" => Some("link-bandwidth"),
         "links.default.latency" => Some("link-latency"),
         p if p.starts_with("model.config") || (config && !p.contains(['.', '['])) => Some("config"),

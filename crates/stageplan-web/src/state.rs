@@ -37,12 +37,64 @@ pub struct ModelDraft {
     pub config: String,
     /// The dropped file's name, for the record.
     pub file: String,
-    /// What rides along, as an imported scenario gave it: kept, planned and exported as
-    /// the CLI does, though the form has no fields for it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub draft: Option<stageplan::scenario::DraftSpec>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mmproj: Option<stageplan::scenario::ProjectorSpec>,
+    /// What rides along: the scenario's `model.draft` and `model.mmproj` objects as JSON
+    /// text (empty: none), as a machine's `fit` is kept — text, so a share link carries no
+    /// second copy of the scenario types' serializers.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub draft: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mmproj: String,
+}
+
+impl ModelDraft {
+    /// A text field of the draft model (`preset`, `weights`), if there is a draft.
+    pub fn draft_field(&self, key: &str) -> Option<String> {
+        let draft: Value = serde_json::from_str(&self.draft).ok()?;
+        draft.get(key)?.as_str().map(str::to_owned)
+    }
+
+    /// A draft named by its preset, in `weights`; `None`: no draft.
+    pub fn set_draft(&mut self, preset: Option<&str>, weights: &str) {
+        self.draft = preset.map_or_else(String::new, |p| json!({"preset": p, "weights": weights}).to_string());
+    }
+}
+
+/// A scenario's draft as the page keeps it: JSON text written field by field.
+fn draft_text(draft: &stageplan::scenario::DraftSpec) -> String {
+    let mut object = serde_json::Map::new();
+    for (key, value) in [
+        ("preset", &draft.preset),
+        ("file", &draft.file),
+        ("name", &draft.name),
+        ("weights", &draft.weights),
+        ("kv", &draft.kv),
+    ] {
+        if let Some(value) = value {
+            object.insert(key.into(), Value::String(value.clone()));
+        }
+    }
+    if let Some(config) = &draft.config {
+        // Written as the model's config is: one serializer for configs on the page.
+        let text = serde_json::to_string_pretty(config).unwrap_or_default();
+        if let Ok(config) = serde_json::from_str::<Value>(&text) {
+            object.insert("config".into(), config);
+        }
+    }
+    Value::Object(object).to_string()
+}
+
+/// A scenario's vision projector as the page keeps it.
+fn projector_text(projector: &stageplan::scenario::ProjectorSpec) -> String {
+    let mut object = serde_json::Map::new();
+    if let Some(file) = &projector.file {
+        object.insert("file".into(), Value::String(file.clone()));
+    }
+    for (key, value) in [("weights", projector.weights), ("compute", projector.compute)] {
+        if let Some(bytes) = value {
+            object.insert(key.into(), json!(bytes.get()));
+        }
+    }
+    Value::Object(object).to_string()
 }
 
 impl Default for ModelDraft {
@@ -53,8 +105,8 @@ impl Default for ModelDraft {
             weights: "q4_k_m".into(),
             config: String::new(),
             file: String::new(),
-            draft: None,
-            mmproj: None,
+            draft: String::new(),
+            mmproj: String::new(),
         }
     }
 }
@@ -234,11 +286,11 @@ impl AppState {
         };
         let mut model = model;
         if let Some(object) = model.as_object_mut() {
-            if let Some(draft) = &self.model.draft {
-                object.insert("draft".into(), json!(draft));
-            }
-            if let Some(mmproj) = &self.model.mmproj {
-                object.insert("mmproj".into(), json!(mmproj));
+            for (key, text) in [("draft", &self.model.draft), ("mmproj", &self.model.mmproj)] {
+                if !text.is_empty() {
+                    // Text the page wrote; anything else goes to the core as written.
+                    object.insert(key.into(), serde_json::from_str(text).unwrap_or_else(|_| json!(text)));
+                }
             }
         }
         let nodes: Vec<Value> = self
@@ -373,7 +425,11 @@ impl AppState {
                 ..ModelDraft::default()
             },
         };
-        let model = ModelDraft { draft: scenario.model.draft.clone(), mmproj: scenario.model.mmproj.clone(), ..model };
+        let model = ModelDraft {
+            draft: scenario.model.draft.as_ref().map(draft_text).unwrap_or_default(),
+            mmproj: scenario.model.mmproj.as_ref().map(projector_text).unwrap_or_default(),
+            ..model
+        };
         let links: &LinksSpec = &scenario.links;
         let default = links.default.as_ref();
         AppState {

@@ -31,7 +31,8 @@ pub struct Band {
 #[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct MemoryBar {
     pub node: String,
-    /// Weights, KV, embed/head, workspace and reserve, in that order.
+    /// Weights, KV, embed/head, workspace and reserve, in that order, then a draft model's
+    /// and a vision projector's bytes where the machine holds them.
     pub segments: Vec<Segment>,
     pub used: String,
     pub budget: String,
@@ -135,11 +136,14 @@ fn memory_bar(node: &str, m: &MemoryBreakdown) -> MemoryBar {
         ("embed/head", m.embed_head),
         ("workspace", m.workspace),
         ("reserve", m.reserve),
+        // A draft model and a vision projector on this machine: a segment only where there are.
+        ("draft/mmproj", m.riders),
     ];
     MemoryBar {
         node: node.to_owned(),
         segments: parts
             .iter()
+            .filter(|&&(part, bytes)| bytes > 0 || part != "draft/mmproj")
             .map(|&(part, bytes)| Segment { part, pct: bytes as f64 * scale, bytes: format_bytes(bytes as f64) })
             .collect(),
         used: format_bytes(m.total as f64),

@@ -93,6 +93,8 @@ pub fn ModelPanel(
     // Files held over the drop zone: it says it will take them.
     let dragging = RwSignal::new(false);
     let weights: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
+    let draft_weights = weights.clone();
+    let draft_error = problem_at(problem, Place::Field("draft"));
     view! {
         <fieldset class="panel">
             <legend>"Model"</legend>
@@ -136,6 +138,47 @@ pub fn ModelPanel(
                         {weights.clone().into_iter().map(|w| {
                             let shown = w.clone();
                             view! { <option value=w.clone() selected=move || state.with(|s| s.model.weights == w)>{shown}</option> }
+                        }).collect_view()}
+                    </select>
+                </label>
+            </Show>
+            // Speculative decoding's draft model rides along whole on one machine (#35).
+            <label class="field" for="draft">
+                <span>"Draft model"</span>
+                <select id="draft" aria-invalid=move || draft_error.with(Option::is_some).then_some("true")
+                    aria-describedby=move || draft_error.with(Option::is_some).then_some("draft-error")
+                    on:change=move |ev| {
+                        let chosen = event_target_value(&ev);
+                        state.update(|s| match chosen.as_str() {
+                            "" => s.model.set_draft(None, ""),
+                            // An imported draft (a config or a file) stays as it was.
+                            "imported" => {}
+                            preset => {
+                                let weights = s.model.draft_field("weights").unwrap_or_else(|| "q8_0".into());
+                                s.model.set_draft(Some(preset), &weights);
+                            }
+                        });
+                    }>
+                    <option value="" selected=move || state.with(|s| s.model.draft.is_empty())>"none"</option>
+                    <Show when=move || state.with(|s| !s.model.draft.is_empty() && s.model.draft_field("preset").is_none())>
+                        <option value="imported" selected=true>"as imported"</option>
+                    </Show>
+                    {MODELS.iter().map(|m| view! {
+                        <option value=m.name selected=move || state.with(|s| s.model.draft_field("preset").as_deref() == Some(m.name))>{m.title}</option>
+                    }).collect_view()}
+                </select>
+                {field_error("draft-error".to_owned(), draft_error)}
+            </label>
+            <Show when=move || state.with(|s| s.model.draft_field("preset").is_some())>
+                <label class="field" for="draft-weights">
+                    <span>"Draft weights"</span>
+                    <select id="draft-weights" on:change=move |ev| {
+                        let chosen = event_target_value(&ev);
+                        state.update(|s| if let Some(preset) = s.model.draft_field("preset") { s.model.set_draft(Some(&preset), &chosen) });
+                    }>
+                        {draft_weights.clone().into_iter().map(|w| {
+                            let shown = w.clone();
+                            view! { <option value=w.clone() selected=move || state.with(|s| s.model.draft_field("weights").as_deref() == Some(w.as_str()))>{shown}</option> }
                         }).collect_view()}
                     </select>
                 </label>
