@@ -445,7 +445,8 @@ export type Band = { node: string, label: string, left_pct: number, width_pct: n
 
 export type MemoryBar = { node: string, 
 /**
- * Weights, KV, embed/head, workspace and reserve, in that order.
+ * Weights, KV, embed/head, workspace and reserve, in that order, then a draft model's
+ * and a vision projector's bytes where the machine holds them.
  */
 segments: Array<Segment>, used: string, budget: string, headroom: string, over: boolean, };
 
