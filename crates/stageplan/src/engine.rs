@@ -98,6 +98,11 @@ pub struct Buffers {
     /// The host-side part of `first` when one stage is the whole pipeline (one copy of
     /// the inputs): what a tiered machine's RAM holds for it.
     pub first_single: u64,
+    /// More on every stage with a stage before it, and on every stage with one after it:
+    /// rows the scheduler sends across a cut besides the hidden state (Mamba-2's input
+    /// projection one way, its gate row back).
+    pub after_cut: u64,
+    pub before_cut: u64,
 }
 
 impl Buffers {
@@ -112,6 +117,12 @@ impl Buffers {
         }
         if first && last {
             bytes = bytes.saturating_sub(self.single_saving);
+        }
+        if !first {
+            bytes = bytes.saturating_add(self.after_cut);
+        }
+        if !last {
+            bytes = bytes.saturating_add(self.before_cut);
         }
         bytes
     }
@@ -160,9 +171,19 @@ pub struct Dims {
     /// Inputs per token the host builds beyond the embedding's row (Gemma 3n's per-layer
     /// embeddings), in elements.
     host_extra: f64,
-    /// Inputs per token each device receives beyond the hidden row, in elements: Gemma 3n
-    /// hands on its three other AltUp streams and every layer's per-layer input.
+    /// Inputs per token each device receives beyond the hidden row, in elements: Gemma 3n's
+    /// every layer's per-layer input.
     input_extra: f64,
+    /// Gemma 3n's AltUp stack as a pipelined device receives it, per token: the active row,
+    /// the stack made contiguous, and the stack (1 + 4 + 4 hidden rows).
+    altup: f64,
+    /// Mamba-2's scan state per sequence (the widest layer's), live in the scan's step.
+    scan_state: f64,
+    /// Mamba-2's rows across a cut, per token: its input projection (`2·inner + 2·groups·state
+    /// + heads`, at most 5 hidden rows with inner twice the hidden size) to the next stage and
+    /// its gate row (`inner`) back (`GGML_SCHED_DEBUG` of a two-stage run).
+    cut_after: f64,
+    cut_before: f64,
 }
 
 impl Dims {
@@ -180,14 +201,32 @@ impl Dims {
         // (`tests/engine/arch.rs`): an MoE layer keeps one more activation of its experts'
         // width (the gated product beside up and gate); a recurrent layer its scan's input
         // and output rows and its state; Gemma 3n three more residual streams (AltUp).
-        let moe_extra = if arch.moe.is_some() { mlp as f64 } else { 0.0 };
+        // Real-size MoE pipelines hold five hidden rows more at the peak (the router's
+        // weights and the gathered experts' inputs, measured on Qwen3-30B-A3B and GLM-4.5-Air).
+        let moe_extra = if arch.moe.is_some() { mlp as f64 + 5.0 * arch.hidden_size as f64 } else { 0.0 };
         // The scan's input and output rows, `inner` wide each (Mamba-2's inner is twice the
         // hidden size; a bound for the others).
         // An SSM's state is `d_state × inner`, far more than a short convolution's rows (LFM2,
         // whose layers need nothing beyond the MLP's).
         let ssm = arch.state_elements.iter().any(|&s| s > 4 * arch.hidden_size);
-        let recurrent_extra = if ssm { 8.0 * arch.hidden_size as f64 } else { 0.0 };
-        let streams = if arch.model_type == "gemma3n" { 6.0 * arch.hidden_size as f64 } else { 0.0 };
+        let mamba2 = arch.model_type == "mamba2";
+        let gemma3n = arch.model_type == "gemma3n";
+        let hidden = arch.hidden_size as f64;
+        // Mamba-2's layer keeps one more hidden row live beside its scan (measured on a
+        // two-stage pipeline).
+        let recurrent_extra = if mamba2 {
+            9.0 * hidden
+        } else if ssm {
+            8.0 * hidden
+        } else {
+            0.0
+        };
+        let streams = if gemma3n { 6.0 * hidden } else { 0.0 };
+        // Cohere's parallel block runs attention and the MLP from one norm: the residual,
+        // the norm and attention's output stay live beside the MLP (a real-size pipeline of
+        // Command R7B, 7 MiB over the other families' peak).
+        let parallel =
+            if matches!(arch.model_type.as_str(), "cohere2" | "cohere" | "command-r") { 2.0 * hidden } else { 0.0 };
         let attends = arch.kv_elements.iter().any(|&e| e > 0);
         let window = arch.windows.iter().flatten().copied().max();
         let full = arch.windows.iter().any(Option::is_none);
@@ -197,11 +236,14 @@ impl Dims {
             _ => 1,
         };
         // Gemma 3n's per-layer inputs: 256 per layer (a constant in llama.cpp's gemma3n.cpp).
-        let host_extra = if arch.model_type == "gemma3n" { 256.0 * arch.num_layers as f64 } else { 0.0 };
-        let input_extra = if arch.model_type == "gemma3n" { 3.0 * arch.hidden_size as f64 + host_extra } else { 0.0 };
+        let host_extra = if gemma3n { 256.0 * arch.num_layers as f64 } else { 0.0 };
         Dims {
-            input_extra,
-            extra: moe_extra + recurrent_extra + streams,
+            input_extra: host_extra,
+            altup: if gemma3n { 9.0 * hidden } else { 0.0 },
+            scan_state: if mamba2 { arch.state_elements.iter().copied().max().unwrap_or(0) as f64 } else { 0.0 },
+            cut_after: if mamba2 { 5.0 * hidden } else { 0.0 },
+            cut_before: if mamba2 { 2.0 * hidden } else { 0.0 },
+            extra: moe_extra + recurrent_extra + streams + parallel,
             masks,
             window: window.filter(|_| full),
             host_extra,
@@ -218,8 +260,24 @@ impl Dims {
 
 /// The engine's buffers for a model of `dims` run as `shape`.
 pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
-    let Dims { hidden, vocab, heads, head_dim, v_width, mlp, experts, extra, masks, window, host_extra, input_extra } =
-        *dims;
+    let Dims {
+        hidden,
+        vocab,
+        heads,
+        head_dim,
+        v_width,
+        mlp,
+        experts,
+        extra,
+        masks,
+        window,
+        host_extra,
+        input_extra,
+        altup,
+        scan_state,
+        cut_after,
+        cut_before,
+    } = *dims;
     match engine {
         Engine::Generic | Engine::Vllm => {
             let c = shape.prefill_chunk.min(shape.context.max(1)) as f64;
@@ -229,6 +287,8 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
                 first: 0,
                 single_saving: 0,
                 first_single: 0,
+                after_cut: 0,
+                before_cut: 0,
             }
         }
         Engine::LlamaCpp => {
@@ -267,19 +327,44 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
             // Measured beyond the live tensors (ggml-alloc's best fit leaves holes when
             // tensor sizes differ): one token's hidden state and attention width, at most.
             let slack = 4.0 * t * (hidden + heads * head_dim);
-            let peak = attention.max(mlp) + extra + slack;
-            // The host: token ids, the embedding input (allocated though unused), the other
-            // inputs, and the looked-up embeddings; plus the logits of `B` outputs.
-            let host_inputs = 4.0 * t + 4.0 * hidden * t + 4.0 * t + mask * mask_cells * t + rows + 4.0 * outputs;
+            // Gemma 3n projects every layer's input at once (`host_extra` wide): one such row
+            // beside four hidden rows at a layer's peak, two on the first device, which keeps
+            // them live through its layers.
+            let base = attention.max(mlp);
+            let projection = if host_extra > 0.0 { 4.0 * t * (host_extra + 4.0 * hidden) } else { 0.0 };
+            let peak = base.max(projection) + extra + slack + 4.0 * s * scan_state;
+            let first_device = if host_extra > 0.0 {
+                (base + 4.0 * t * host_extra).max(4.0 * t * (2.0 * host_extra + 4.0 * hidden)) - base.max(projection)
+            } else {
+                0.0
+            };
+            // The host: token ids (Gemma 3n's per-layer embeddings have their own), the
+            // embedding input (allocated though unused), the other inputs, and the looked-up
+            // embeddings; plus the logits of `B` outputs.
+            let per_layer_ids = if host_extra > 0.0 { 4.0 * t } else { 0.0 };
+            let host_inputs =
+                4.0 * t + per_layer_ids + 4.0 * hidden * t + 4.0 * t + mask * mask_cells * t + rows + 4.0 * outputs;
             let looked_up = 4.0 * (hidden + host_extra) * t + 4.0 * vocab * s;
             let host = copies * host_inputs + looked_up;
             let host_single = host_inputs + looked_up;
+            // Pipelined, a device receives Gemma 3n's AltUp stack, and the last its layers'
+            // per-layer inputs once more (the output's split holds them).
+            let altup = copies * 4.0 * t * altup;
+            let slices = copies * 4.0 * t * host_extra;
             Buffers {
-                stage: bytes(copies * inputs + peak).saturating_add(LLAMA_CPP_ALIGNMENT_SLACK),
-                last: bytes(copies * 4.0 * outputs + peak.max(logits) - peak),
-                first: bytes(host),
-                single_saving: bytes((copies - 1.0) * (inputs + 4.0 * outputs + host_inputs)),
+                stage: bytes(copies * inputs + altup + peak).saturating_add(LLAMA_CPP_ALIGNMENT_SLACK),
+                last: bytes(copies * 4.0 * outputs + peak.max(logits) - peak + slices),
+                first: bytes(host + first_device),
+                single_saving: bytes((copies - 1.0) * (inputs + 4.0 * outputs + host_inputs) + altup + slices),
                 first_single: bytes(host_single),
+                // The scheduler runs a stage's first norm (weightless `rms_norm`) where the
+                // layer before it ran: a device after a cut receives the normalized row beside
+                // the residual, each copy (`GGML_SCHED_DEBUG` of real-size pipelines), and
+                // ggml-alloc leaves a row's hole more.
+                after_cut: bytes(
+                    copies * 4.0 * t * (cut_after + hidden) + 4.0 * t * hidden + 2.0 * 4.0 * t * cut_before,
+                ),
+                before_cut: bytes(copies * 4.0 * t * cut_before),
             }
         }
     }

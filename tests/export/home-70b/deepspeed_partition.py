@@ -1,11 +1,11 @@
-# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 37/43 on gamer, desk
+# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 44/36 on desk, gamer
 # DeepSpeed pipeline stages as PipelineModule boundaries. BLOCK_PARTS counts transformer
 # blocks; set BLOCK_OFFSET to the number of layer specs before the first block (1 for an
 # embedding spec). Layer specs after the last block (norm, head) join the last stage.
 from deepspeed.pipe import PipelineModule
 
-BLOCK_PARTS = [0, 37, 80]
-STAGE_NODES = ["gamer", "desk"]
+BLOCK_PARTS = [0, 44, 80]
+STAGE_NODES = ["desk", "gamer"]
 BLOCK_OFFSET = 1
 
 class StageplanPipelineModule(PipelineModule):

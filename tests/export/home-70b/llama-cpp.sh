@@ -1,20 +1,20 @@
-# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 37/43 on gamer, desk
+# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 44/36 on desk, gamer
 # --tensor-split gives each device its blocks (+1 on the last for the output layer) of the 81 slots;
 # llama.cpp then places exactly the plan's layers on each device, in --device order.
 
 # 1. On each machine below, serve its device to the host (llama.cpp's rpc-server).
 #    One device per rpc-server keeps the RPC device numbers in --rpc order.
-#    on desk:
+#    on gamer:
 CUDA_VISIBLE_DEVICES=0 ggml-rpc-server --host 0.0.0.0 --port 50052
 
-# 2. On gamer:
+# 2. On desk:
 llama-server \
   --model llama-3.1-70b-q4_k_m.gguf \
-  --rpc desk:50052 \
+  --rpc gamer:50052 \
   --device CUDA0,RPC0 \
   --n-gpu-layers 81 \
   --fit off \
-  --tensor-split 37,44 \
+  --tensor-split 44,37 \
   --ctx-size 8192 \
   --parallel 1 \
   --cache-type-k f16 \

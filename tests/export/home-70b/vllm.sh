@@ -1,13 +1,13 @@
-# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 37/43 on gamer, desk
-# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: rank 0 = gamer (layers 0–37), rank 1 = desk (layers 37–80).
+# stageplan · llama-3.1-70b q4_k_m · 2 stages · layers 44/36 on desk, gamer
+# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: rank 0 = desk (layers 0–44), rank 1 = gamer (layers 44–80).
 
-# 1. A Ray cluster: on gamer,
+# 1. A Ray cluster: on desk,
 ray start --head --port 6379
-#    on desk:
-ray start --address gamer:6379
+#    on gamer:
+ray start --address desk:6379
 
-# 2. On gamer:
-VLLM_PP_LAYER_PARTITION=37,43 vllm serve meta-llama/Llama-3.1-70B \
+# 2. On desk:
+VLLM_PP_LAYER_PARTITION=44,36 vllm serve meta-llama/Llama-3.1-70B \
   --pipeline-parallel-size 2 \
   --tensor-parallel-size 1 \
   --distributed-executor-backend ray \
