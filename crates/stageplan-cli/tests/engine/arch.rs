@@ -39,6 +39,9 @@ fn families() -> Vec<String> {
 /// Real-size configurations: context, KV type, flash attention.
 const CONFIGS: [(u64, &str, bool); 3] = [(8192, "f16", true), (32768, "q8_0", true), (8192, "f16", false)];
 
+/// The real-size pipelines' context and KV cache: f16 at 8k, q8_0 at 32k (flash attention on).
+const PIPELINE_CONFIGS: [(u64, &str); 2] = [(8192, "f16"), (32768, "q8_0")];
+
 /// The most a plan may be over llama.cpp at a published size, as a fraction of the machine's total.
 const OVER: f64 = 0.05;
 
@@ -64,7 +67,9 @@ fn memory_on_every_architecture() {
     }
     drop(rpc);
     for family in &families {
-        real_pipeline(family, &bin, &work.join(family), &mut table, &mut failures);
+        for (context, kv) in PIPELINE_CONFIGS {
+            real_pipeline(family, &bin, &work.join(family), context, kv, &mut table, &mut failures);
+        }
     }
     for family in &families {
         run_small(family, &bin, &work.join(family), &mut table, &mut failures);
@@ -116,18 +121,7 @@ fn real_size(family: &str, bin: &Path, port: u16, dir: &Path, table: &mut String
             // The breakdown is in whole MiB, rounded down: the true figure is below `x + 1`.
             let total = engine.total().max(1.0);
             let over = plan.total() - engine.total();
-            table.push_str(&format!(
-                "| {family} | {what} | {machine} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:+.2}% |\n",
-                plan.weights,
-                engine.weights,
-                plan.kv,
-                engine.kv,
-                plan.compute,
-                engine.compute,
-                plan.total(),
-                engine.total(),
-                100.0 * over / total
-            ));
+            table.push_str(&row(family, &what, machine, plan, engine));
             let parts = [
                 ("weights", plan.weights, engine.weights),
                 ("KV or state", plan.kv, engine.kv),
@@ -155,13 +149,21 @@ fn real_size(family: &str, bin: &Path, port: u16, dir: &Path, table: &mut String
 /// commands run verbatim but with llama.cpp's `--fit on`, whose projection of every device
 /// (and of the host, where llama-server runs on the first machine) is compared with each
 /// stage's plan, before anything is loaded.
-fn real_pipeline(family: &str, bin: &Path, dir: &Path, table: &mut String, failures: &mut Vec<String>) {
+fn real_pipeline(
+    family: &str,
+    bin: &Path,
+    dir: &Path,
+    context: u64,
+    kv: &str,
+    table: &mut String,
+    failures: &mut Vec<String>,
+) {
     let model = dir.join("real.gguf");
     let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
     let layers = layers_of(&model);
     let half = layers / 2;
     let scenario = format!(
-        r#"{{"model": {{"file": {file}}}, "workload": {{"context": 8192, "batch": 1, "kv": "f16"}}, "objective": "latency",
+        r#"{{"model": {{"file": {file}}}, "workload": {{"context": {context}, "batch": 1, "kv": "{kv}"}}, "objective": "latency",
             "policy": "manual", "stages": [{{"node": "m0", "layers": [0, {half}]}}, {{"node": "m1", "layers": [{half}, {layers}]}}],
             "nodes": [{{"name": "m0", "kind": "cpu", "memory": "1 TiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}},
                       {{"name": "m1", "kind": "cpu", "memory": "1 TiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}}],
@@ -227,34 +229,46 @@ fn real_pipeline(family: &str, bin: &Path, dir: &Path, table: &mut String, failu
         let plan = Parts::of_plan(&stage["memory"]);
         let total = engine.total().max(1.0);
         let over = plan.total() - engine.total();
-        table.push_str(&format!(
-            "| {family} | real · 8192 · f16 · pipeline | {s} of 2 | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:+.2}% |\n",
-            plan.weights,
-            engine.weights,
-            plan.kv,
-            engine.kv,
-            plan.compute,
-            engine.compute,
-            plan.total(),
-            engine.total(),
-            100.0 * over / total
+        table.push_str(&row(
+            family,
+            &format!("real · {context} · {kv} · pipeline"),
+            &format!("{s} of 2"),
+            plan,
+            engine,
         ));
         // The breakdown's MiB are rounded down, so a plan under the printed total is under
         // llama.cpp (1 MiB for the plan's own rounding, as for the parts above).
         if plan.total() < engine.total() - 1.0 {
             failures.push(format!(
-                "{family} (real pipeline, machine {s}): the plan's {:.0} MiB is under llama.cpp's {:.0}",
+                "{family} (real pipeline, {context} {kv}, machine {s}): the plan's {:.0} MiB is under llama.cpp's {:.0}",
                 plan.total(),
                 engine.total()
             ));
         }
         if over > OVER * total + 3.0 {
             failures.push(format!(
-                "{family} (real pipeline, machine {s}): the plan is {over:.0} MiB over llama.cpp's {total:.0} MiB, more than {}%",
+                "{family} (real pipeline, {context} {kv}, machine {s}): the plan is {over:.0} MiB over llama.cpp's {total:.0} MiB, more than {}%",
                 OVER * 100.0
             ));
         }
     }
+}
+
+/// One row of the signed table: each part plan / llama.cpp in whole MiB, and the error as a
+/// share of llama.cpp's total.
+fn row(family: &str, what: &str, machine: &str, plan: Parts, engine: Parts) -> String {
+    format!(
+        "| {family} | {what} | {machine} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:+.2}% |\n",
+        plan.weights,
+        engine.weights,
+        plan.kv,
+        engine.kv,
+        plan.compute,
+        engine.compute,
+        plan.total(),
+        engine.total(),
+        100.0 * (plan.total() - engine.total()) / engine.total().max(1.0)
+    )
 }
 
 /// The model's blocks, as `stageplan model` reads them.
