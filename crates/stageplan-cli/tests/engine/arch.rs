@@ -159,39 +159,11 @@ fn real_pipeline(
     failures: &mut Vec<String>,
 ) {
     let model = dir.join("real.gguf");
-    let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
-    let layers = layers_of(&model);
-    let half = layers / 2;
-    let scenario = format!(
-        r#"{{"model": {{"file": {file}}}, "workload": {{"context": {context}, "batch": 1, "kv": "{kv}"}}, "objective": "latency",
-            "policy": "manual", "stages": [{{"node": "m0", "layers": [0, {half}]}}, {{"node": "m1", "layers": [{half}, {layers}]}}],
-            "nodes": [{{"name": "m0", "kind": "cpu", "memory": "1 TiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}},
-                      {{"name": "m1", "kind": "cpu", "memory": "1 TiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}}],
-            "links": {}}}"#,
-        super::LOOPBACK
-    );
-    let (plan_out, plan) = plan_fitting(family, dir, &scenario);
-    let plan_path = dir.join("plan-pipeline.json");
-    std::fs::write(&plan_path, &plan_out).unwrap();
-    let stages = plan["stages"].as_array().unwrap();
-    let ports: Vec<u16> = stages.iter().map(|_| free_port()).collect();
-    let (_, rpc, server) = export_llama_cpp(family, &plan_path, stages, &ports);
+    let workload = format!(r#"{{"context": {context}, "batch": 1, "kv": "{kv}"}}"#);
+    let (stages, _, rpc, server) = half_split(family, dir, &model, &workload, "1 TiB", "plan-pipeline.json");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let mut children = Processes(Vec::new());
-    for command in &rpc {
-        children.0.push(
-            Command::new("bash")
-                .args(["-c", &format!("exec {command}")])
-                .env("PATH", &path)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("the rpc-server starts"),
-        );
-    }
-    for port in &ports {
-        wait_for(|| std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok(), &format!("{family}: rpc-server"));
-    }
+    let rpc: Vec<&String> = rpc.iter().collect();
+    let mut children = super::start_rpc_servers(family, &rpc, &path);
     let log = dir.join("pipeline-projection.log");
     let out = std::fs::File::create(&log).unwrap();
     // The export's command, verbatim, but projecting: llama.cpp's own `--fit` sizes every
@@ -252,6 +224,42 @@ fn real_pipeline(
             ));
         }
     }
+}
+
+/// `model` planned as a pipeline of two CPU machines of `memory` each, half the layers on
+/// each, under `workload`, and exported with the machines on free ports of 127.0.0.1: the
+/// plan's stages, their ports, the rpc-server commands and the llama-server command.
+fn half_split(
+    family: &str,
+    dir: &Path,
+    model: &Path,
+    workload: &str,
+    memory: &str,
+    plan_name: &str,
+) -> (Vec<Value>, Vec<u16>, Vec<String>, String) {
+    let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
+    let layers = layers_of(model);
+    let half = layers / 2;
+    let node = |name: &str| {
+        format!(
+            r#"{{"name": "{name}", "kind": "cpu", "memory": "{memory}", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}}"#
+        )
+    };
+    let scenario = format!(
+        r#"{{"model": {{"file": {file}}}, "workload": {workload}, "objective": "latency",
+            "policy": "manual", "stages": [{{"node": "m0", "layers": [0, {half}]}}, {{"node": "m1", "layers": [{half}, {layers}]}}],
+            "nodes": [{}, {}], "links": {}}}"#,
+        node("m0"),
+        node("m1"),
+        super::LOOPBACK
+    );
+    let (plan_out, plan) = plan_fitting(family, dir, &scenario);
+    let plan_path = dir.join(plan_name);
+    std::fs::write(&plan_path, &plan_out).unwrap();
+    let stages = plan["stages"].as_array().unwrap().clone();
+    let ports: Vec<u16> = stages.iter().map(|_| free_port()).collect();
+    let (_, rpc, server) = export_llama_cpp(family, &plan_path, &stages, &ports);
+    (stages, ports, rpc, server)
 }
 
 /// One row of the signed table: each part plan / llama.cpp in whole MiB, and the error as a
@@ -353,23 +361,8 @@ fn plan_one_machine(family: &str, dir: &Path, model: &Path, context: u64, kv: &s
 fn run_small(family: &str, bin: &Path, dir: &Path, table: &mut String, failures: &mut Vec<String>) {
     let model = dir.join("small.gguf");
     write(family, &model, &[]);
-    let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
-    let layers = layers_of(&model);
-    let half = layers / 2;
-    let scenario = format!(
-        r#"{{"model": {{"file": {file}}}, "workload": {{"context": 2048, "batch": 1, "kv": "f16"}}, "objective": "latency",
-            "policy": "manual", "stages": [{{"node": "m0", "layers": [0, {half}]}}, {{"node": "m1", "layers": [{half}, {layers}]}}],
-            "nodes": [{{"name": "m0", "kind": "cpu", "memory": "4 GiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}},
-                      {{"name": "m1", "kind": "cpu", "memory": "4 GiB", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}}],
-            "links": {}}}"#,
-        super::LOOPBACK
-    );
-    let (plan_out, plan) = plan_fitting(family, dir, &scenario);
-    let plan_path = dir.join("plan.json");
-    std::fs::write(&plan_path, &plan_out).unwrap();
-    let stages = plan["stages"].as_array().unwrap();
-    let ports: Vec<u16> = stages.iter().map(|_| free_port()).collect();
-    let (_, rpc, server) = export_llama_cpp(family, &plan_path, stages, &ports);
+    let workload = r#"{"context": 2048, "batch": 1, "kv": "f16"}"#;
+    let (stages, ports, rpc, server) = half_split(family, dir, &model, workload, "4 GiB", "plan.json");
     let rpc: Vec<&String> = rpc.iter().collect();
     let (children, log, _) = run_verbatim(family, &rpc, &server, bin, dir);
     drop(children);

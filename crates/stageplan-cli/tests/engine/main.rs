@@ -490,22 +490,7 @@ fn export_llama_cpp(name: &str, plan_path: &Path, stages: &[Value], ports: &[u16
 /// servers (killed when dropped), the log's path and the generation's tokens/s.
 fn run_verbatim(name: &str, rpc: &[&String], server: &str, bin: &Path, dir: &Path) -> (Processes, PathBuf, f64) {
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let mut children = Processes(Vec::new());
-    for command in rpc {
-        children.0.push(
-            Command::new("bash")
-                .args(["-c", &format!("exec {command}")])
-                .env("PATH", &path)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("the rpc-server starts"),
-        );
-    }
-    for command in rpc {
-        let port: u16 = command.split_whitespace().skip_while(|w| *w != "--port").nth(1).unwrap().parse().unwrap();
-        wait_for(|| TcpStream::connect(("127.0.0.1", port)).is_ok(), &format!("{name}: rpc-server on {port}"));
-    }
+    let mut children = start_rpc_servers(name, rpc, &path);
     let http = free_port();
     let log = dir.join("llama-server.log");
     children.0.push(
@@ -536,6 +521,28 @@ fn run_verbatim(name: &str, rpc: &[&String], server: &str, bin: &Path, dir: &Pat
     assert_eq!(json["tokens_predicted"], 8, "{name}: tokens are generated: {json}");
     let speed = json["timings"]["predicted_per_second"].as_f64().unwrap_or(0.0);
     (children, log, speed)
+}
+
+/// An export's rpc-server commands run verbatim (binaries on `path`), once each accepts
+/// connections on its `--port`; killed when dropped.
+fn start_rpc_servers(name: &str, rpc: &[&String], path: &str) -> Processes {
+    let mut children = Processes(Vec::new());
+    for command in rpc {
+        children.0.push(
+            Command::new("bash")
+                .args(["-c", &format!("exec {command}")])
+                .env("PATH", path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the rpc-server starts"),
+        );
+    }
+    for command in rpc {
+        let port: u16 = command.split_whitespace().skip_while(|w| *w != "--port").nth(1).unwrap().parse().unwrap();
+        wait_for(|| TcpStream::connect(("127.0.0.1", port)).is_ok(), &format!("{name}: rpc-server on {port}"));
+    }
+    children
 }
 
 /// What llama.cpp's log says one stage's machine allocated, in MiB.
