@@ -84,6 +84,7 @@ pub fn mlp_model(spec: &MlpSpec) -> Model {
             kv_elements: vec![0; spec.layers],
             state_elements: Vec::new(),
             v_pad_elements: Vec::new(),
+            kv_from: Vec::new(),
             nextn_layers: 0,
             mla: None,
             max_context: None,

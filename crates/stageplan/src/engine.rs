@@ -103,10 +103,19 @@ pub struct Buffers {
     /// projection one way, its gate row back).
     pub after_cut: u64,
     pub before_cut: u64,
+    /// More per layer on a last stage with a stage before it: inputs per layer it receives
+    /// (Gemma 3n's per-layer inputs, the slices of its layers).
+    pub last_per_layer: u64,
 }
 
 impl Buffers {
-    /// The buffers of stage `[first, last]` roles.
+    /// The buffers of a stage of `layers` layers by its roles.
+    pub fn of_stage(&self, first: bool, last: bool, layers: u64) -> u64 {
+        let per_layer = if last && !first { self.last_per_layer.saturating_mul(layers) } else { 0 };
+        self.of(first, last).saturating_add(per_layer)
+    }
+
+    /// The buffers of stage `[first, last]` roles, without what grows with its layers.
     pub fn of(&self, first: bool, last: bool) -> u64 {
         let mut bytes = self.stage;
         if first {
@@ -135,6 +144,21 @@ pub struct Shape {
     pub batch: u64,
     pub prefill_chunk: u64,
     pub flash_attention: bool,
+    /// A quantized KV cache, which llama.cpp rotates (Hadamard matrices as graph inputs).
+    pub quantized_kv: bool,
+}
+
+impl Shape {
+    /// How `workload` runs.
+    pub fn of(workload: &crate::problem::Workload) -> Shape {
+        Shape {
+            context: workload.context,
+            batch: workload.batch,
+            prefill_chunk: workload.prefill_chunk,
+            flash_attention: workload.flash_attention,
+            quantized_kv: workload.kv.is_quantized(),
+        }
+    }
 }
 
 /// The context llama.cpp allocates KV cells for, per sequence.
@@ -179,6 +203,10 @@ pub struct Dims {
     altup: f64,
     /// Mamba-2's scan state per sequence (the widest layer's), live in the scan's step.
     scan_state: f64,
+    /// With a quantized KV cache, the rotation matrices of one cache (f32 elements): K's
+    /// `n × n` for the largest power of two `n ≥ 64` dividing the head, V's `64 × 64`
+    /// (`llama-kv-cache.cpp`'s `build_input_k_rot`), when the head is a multiple of 64.
+    rotation: f64,
     /// Mamba-2's rows across a cut, per token: its input projection (`2·inner + 2·groups·state
     /// + heads`, at most 5 hidden rows with inner twice the hidden size) to the next stage and
     /// its gate row (`inner`) back (`GGML_SCHED_DEBUG` of a two-stage run).
@@ -235,9 +263,17 @@ impl Dims {
             (true, Some(_), true) => 2,
             _ => 1,
         };
-        // Gemma 3n's per-layer inputs: 256 per layer (a constant in llama.cpp's gemma3n.cpp).
-        let host_extra = if gemma3n { 256.0 * arch.num_layers as f64 } else { 0.0 };
+        let host_extra = if gemma3n { GEMMA3N_PER_LAYER_INPUT * arch.num_layers as f64 } else { 0.0 };
+        let head = arch.head_dim;
+        let rotation = if head > 0 && head.is_multiple_of(64) {
+            // In f64: the head may come from a file's header, unbounded.
+            let k = 2f64.powi(head.trailing_zeros() as i32);
+            k * k + 64.0 * 64.0
+        } else {
+            0.0
+        };
         Dims {
+            rotation,
             input_extra: host_extra,
             altup: if gemma3n { 9.0 * hidden } else { 0.0 },
             scan_state: if mamba2 { arch.state_elements.iter().copied().max().unwrap_or(0) as f64 } else { 0.0 },
@@ -277,6 +313,7 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
         scan_state,
         cut_after,
         cut_before,
+        rotation,
     } = *dims;
     match engine {
         Engine::Generic | Engine::Vllm => {
@@ -289,6 +326,7 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
                 first_single: 0,
                 after_cut: 0,
                 before_cut: 0,
+                last_per_layer: 0,
             }
         }
         Engine::LlamaCpp => {
@@ -311,9 +349,11 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
             };
             let mask = if fa { 2.0 } else { 4.0 };
             let rows = 8.0 * t + 8.0 * t * if fa { 1.0 } else { v_width };
+            // A quantized cache's rotations, one set per cache (sliding and full apart).
+            let rotations = if shape.quantized_kv { 4.0 * rotation * f64::from(masks) } else { 0.0 };
             // What a device receives each micro-batch: the hidden state, mask, positions,
             // and the KV rows to write.
-            let inputs = 4.0 * (hidden + input_extra) * t + mask * mask_cells * t + 4.0 * t + rows;
+            let inputs = 4.0 * (hidden + input_extra) * t + mask * mask_cells * t + 4.0 * t + rows + rotations;
             let attention = if fa {
                 4.0 * t * (hidden + 2.0 * heads * head_dim)
             } else {
@@ -342,20 +382,27 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
             // embedding input (allocated though unused), the other inputs, and the looked-up
             // embeddings; plus the logits of `B` outputs.
             let per_layer_ids = if host_extra > 0.0 { 4.0 * t } else { 0.0 };
-            let host_inputs =
-                4.0 * t + per_layer_ids + 4.0 * hidden * t + 4.0 * t + mask * mask_cells * t + rows + 4.0 * outputs;
+            let host_inputs = 4.0 * t
+                + per_layer_ids
+                + 4.0 * hidden * t
+                + 4.0 * t
+                + mask * mask_cells * t
+                + rows
+                + 4.0 * outputs
+                + rotations;
             let looked_up = 4.0 * (hidden + host_extra) * t + 4.0 * vocab * s;
             let host = copies * host_inputs + looked_up;
             let host_single = host_inputs + looked_up;
             // Pipelined, a device receives Gemma 3n's AltUp stack, and the last its layers'
-            // per-layer inputs once more (the output's split holds them).
+            // per-layer inputs once more (the output's split holds them): one slice per layer.
             let altup = copies * 4.0 * t * altup;
-            let slices = copies * 4.0 * t * host_extra;
+            let slice = if host_extra > 0.0 { copies * 4.0 * t * GEMMA3N_PER_LAYER_INPUT } else { 0.0 };
             Buffers {
                 stage: bytes(copies * inputs + altup + peak).saturating_add(LLAMA_CPP_ALIGNMENT_SLACK),
-                last: bytes(copies * 4.0 * outputs + peak.max(logits) - peak + slices),
+                last: bytes(copies * 4.0 * outputs + peak.max(logits) - peak),
                 first: bytes(host + first_device),
-                single_saving: bytes((copies - 1.0) * (inputs + 4.0 * outputs + host_inputs) + altup + slices),
+                single_saving: bytes((copies - 1.0) * (inputs + 4.0 * outputs + host_inputs) + altup),
+                last_per_layer: bytes(slice),
                 first_single: bytes(host_single),
                 // The scheduler runs a stage's first norm (weightless `rms_norm`) where the
                 // layer before it ran: a device after a cut receives the normalized row beside
@@ -369,6 +416,10 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
         }
     }
 }
+
+/// Gemma 3n's per-layer input per token and layer, in elements (a constant in llama.cpp's
+/// `gemma3n.cpp`).
+const GEMMA3N_PER_LAYER_INPUT: f64 = 256.0;
 
 /// `x` bytes, rounded up; 0 for NaN, `u64::MAX` past it.
 fn bytes(x: f64) -> u64 {
@@ -405,7 +456,7 @@ mod tests {
         // docs/llama-cpp-memory.md §2.6: Llama 3.1 8B, `-c 8192 -np 1 -ub 512 -fa on`, two
         // devices: 4 copies of ≈16 MiB of inputs and the 92 MiB MLP peak, ≈156 MiB.
         let dims = Dims::of(&model());
-        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true };
+        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true, quantized_kv: false };
         let b = buffers(Engine::LlamaCpp, &dims, shape);
         let mib = |x: u64| x as f64 / 1048576.0;
         // 64 MiB of input copies, 92 MiB of MLP, 16 MiB of slack, 1 MiB of alignment.
@@ -419,13 +470,18 @@ mod tests {
         // A longer context grows the mask copies: 4 × 2 bytes × 512 × 8,192 more cells.
         let long = buffers(Engine::LlamaCpp, &dims, Shape { context: 16384, ..shape });
         assert_eq!(long.stage - b.stage, 4 * 2 * 512 * 8192);
+        // A quantized cache's rotations ride along with every copy of the inputs, on each
+        // device and the host: K's 128 × 128 and V's 64 × 64 in f32 for a 128-wide head.
+        let rotated = buffers(Engine::LlamaCpp, &dims, Shape { quantized_kv: true, ..shape });
+        let rotations = 4 * 4 * (128 * 128 + 64 * 64);
+        assert_eq!((rotated.stage - b.stage, rotated.first - b.first), (rotations, rotations));
     }
 
     #[test]
     fn vllm_claims_its_share_and_generic_keeps_the_old_estimate() {
         assert_eq!(Engine::Vllm.usable_fraction(), 0.9);
         let dims = Dims::of(&model());
-        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true };
+        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true, quantized_kv: false };
         let g = buffers(Engine::Generic, &dims, shape);
         assert_eq!(g.stage, 512 * (4096 + 14336) * 8);
         assert_eq!(g.last, 512 * 128_256 * 4);

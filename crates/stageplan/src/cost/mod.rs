@@ -230,6 +230,8 @@ pub struct CostModel {
     shared_single: u64,
     /// The engine's buffers per stage role (or the scenario's explicit workspace).
     buffers: Buffers,
+    /// Layers whose KV cache later layers read (Gemma 3n), for what a stage receives of them.
+    shared_kv: Vec<SharedKv>,
     /// The engine, and how it runs the workload: what sizes the KV cells and the buffers.
     engine: Engine,
     shape: Shape,
@@ -371,18 +373,17 @@ impl CostModel {
         };
         let shared_single = if model.head_shares_embedding { embed.held } else { 0 };
 
-        let shape = Shape {
-            context,
-            batch: workload.batch,
-            prefill_chunk: workload.prefill_chunk,
-            flash_attention: workload.flash_attention,
-        };
+        let shape = Shape::of(workload);
         let (buffers, dims) = match workload.workspace {
             Some(bytes) => (Buffers { stage: bytes, ..Buffers::default() }, None),
             None => {
                 let dims = Dims::of(model);
                 (engine::buffers(workload.engine, &dims, shape), Some(dims))
             }
+        };
+        let shared_kv = match (&dims, workload.engine) {
+            (Some(_), Engine::LlamaCpp) => SharedKv::of(&arch.kv_from, n),
+            _ => Vec::new(),
         };
         let workspace = buffers.stage;
         let usable = workload.engine.usable_fraction();
@@ -440,6 +441,7 @@ impl CostModel {
             head,
             shared_single,
             buffers,
+            shared_kv,
             engine: workload.engine,
             shape,
             dims,
@@ -597,11 +599,11 @@ impl CostModel {
     fn held_keeping(&self, keeps_embedding: bool, start: usize, end: usize) -> u64 {
         // In u128, saturated once at the end: a sum that saturated early would undercount.
         let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
-        let (first, last) = (start == 0, end == self.layers);
         held += u128::from(self.embed_head(keeps_embedding, start, end));
         // The buffers beyond every stage's own (which the capacity already left out).
-        held += u128::from(self.buffers.of(first, last));
-        held -= u128::from(self.buffers.stage.min(self.buffers.of(first, last)));
+        let buffers = self.stage_buffers(start, end);
+        held += u128::from(buffers);
+        held -= u128::from(self.buffers.stage.min(buffers));
         saturate(held)
     }
 
@@ -622,11 +624,11 @@ impl CostModel {
         };
         // The engine's buffers grow with the context too (the attention mask, and without
         // flash attention the KQ matrix).
-        let (first, last) = (start == 0, end == self.layers);
         let grown = match &self.dims {
             Some(dims) => {
-                i128::from(engine::buffers(self.engine, dims, Shape { context, ..self.shape }).of(first, last))
-                    - i128::from(self.buffers.of(first, last))
+                let at_context = engine::buffers(self.engine, dims, Shape { context, ..self.shape });
+                i128::from(self.buffers_of(&at_context, start, end, &layer_kv))
+                    - i128::from(self.stage_buffers(start, end))
             }
             None => 0,
         };
@@ -665,14 +667,12 @@ impl CostModel {
             let offload = self.offload(node, start, end).unwrap_or_default();
             return self.tier_parts(node, start, end, offload).0;
         }
-        let first = start == 0;
-        let last = end == self.layers;
         let embed_head = self.embed_head(self.nodes[node].keeps_embedding, start, end);
         MemoryParts {
             weights: saturate(self.weights[end] - self.weights[start]),
             kv: saturate(self.kv[end] - self.kv[start]),
             embed_head,
-            workspace: self.buffers.of(first, last),
+            workspace: self.stage_buffers(start, end),
             reserve: self.reserves[node],
         }
     }
@@ -870,11 +870,96 @@ impl CostModel {
         self.buffers.stage
     }
 
+    /// The engine's buffers of stage `[start, end)`: by its role in the pipeline, and the
+    /// caches of other layers it receives.
+    fn stage_buffers(&self, start: usize, end: usize) -> u64 {
+        self.buffers_of(&self.buffers, start, end, &|l| self.layer_kv(l))
+    }
+
+    /// `buffers` for stage `[start, end)`, with layer `l`'s cache `layer_kv(l)` bytes.
+    fn buffers_of(&self, buffers: &Buffers, start: usize, end: usize, layer_kv: &dyn Fn(usize) -> u64) -> u64 {
+        let own = buffers.of_stage(start == 0, end == self.layers, (end - start) as u64);
+        own.saturating_add(self.shared_kv_charge(start, end, layer_kv))
+    }
+
+    /// Layer `l`'s KV cache (or state) at the workload's context, all sequences.
+    fn layer_kv(&self, l: usize) -> u64 {
+        saturate(self.kv[l + 1] - self.kv[l])
+    }
+
+    /// What stage `[start, end)` is charged for caches of layers outside it, with layer `l`'s
+    /// cache `layer_kv(l)` bytes. llama.cpp's scheduler copies a cache another device holds
+    /// to the device whose layers read it, for each layer that reads it (each reads its own
+    /// view), once per pipeline copy (Gemma 3n's stages past layer 19; `GGML_SCHED_DEBUG`). Charged: the most any stage `[s, end)` within this one receives beyond the
+    /// layers `[start, s)` it leaves out, so that a stage that fits still fits without a layer
+    /// at either end (which the searches rely on). That is the stage's own copies unless
+    /// they outweigh the layers between its start and their source.
+    fn shared_kv_charge(&self, start: usize, end: usize, layer_kv: &dyn Fn(usize) -> u64) -> u64 {
+        // A first stage holds every source its readers need (sources come before readers).
+        if self.shared_kv.is_empty() || start == 0 {
+            return 0;
+        }
+        let copies = u128::from(engine::LLAMA_CPP_PIPELINE_COPIES);
+        let received = |from: usize| -> u128 {
+            self.shared_kv
+                .iter()
+                .filter(|s| s.layer < from)
+                .map(|s| copies * s.readers_in(from, end) * u128::from(layer_kv(s.layer)))
+                .sum()
+        };
+        let mut most = received(start);
+        for source in self.shared_kv.iter().filter(|s| (start..end).contains(&s.layer)) {
+            let from = source.layer + 1;
+            let left_out = (self.weights[from] - self.weights[start])
+                + (start..from).map(|l| u128::from(layer_kv(l))).sum::<u128>();
+            most = most.max(received(from).saturating_sub(left_out));
+        }
+        saturate(most)
+    }
+
     /// KV cells a layer with `window` holds per sequence at `context`: the engine's rounding
     /// (llama.cpp allocates whole blocks of 256 cells; a sliding window keeps one
     /// micro-batch more).
     fn kv_cells(&self, context: u64, window: Option<u64>) -> u64 {
         kv_cells(self.engine, self.shape.prefill_chunk, context, window)
+    }
+}
+
+/// A layer whose KV cache later layers read instead of their own.
+#[derive(Clone, Debug)]
+struct SharedKv {
+    layer: usize,
+    /// Per layer boundary, how many of its readers come before it.
+    readers: Vec<u32>,
+}
+
+impl SharedKv {
+    /// The sources of `kv_from` (per layer, the layer whose cache it reads) in a model of `n`
+    /// layers; a source not before its reader is ignored (no file says so; llama.cpp only
+    /// reads back).
+    fn of(kv_from: &[Option<u64>], n: usize) -> Vec<SharedKv> {
+        let source = |i: usize| -> Option<usize> {
+            let j = usize::try_from(kv_from.get(i).copied().flatten()?).ok()?;
+            (j < i).then_some(j)
+        };
+        let mut layers: Vec<usize> = (0..n).filter_map(source).collect();
+        layers.sort_unstable();
+        layers.dedup();
+        layers
+            .into_iter()
+            .map(|layer| {
+                let mut readers = vec![0u32; n + 1];
+                for i in 0..n {
+                    readers[i + 1] = readers[i] + u32::from(source(i) == Some(layer));
+                }
+                SharedKv { layer, readers }
+            })
+            .collect()
+    }
+
+    /// How many layers in `[start, end)` read this cache.
+    fn readers_in(&self, start: usize, end: usize) -> u128 {
+        u128::from(self.readers[end] - self.readers[start])
     }
 }
 

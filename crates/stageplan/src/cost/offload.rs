@@ -397,16 +397,16 @@ impl CostModel {
     /// copy) on the last stage, and the engine's buffers beyond every stage's own (which the
     /// capacity leaves out; so this may be negative).
     fn gpu_extra(&self, start: usize, end: usize, head_on_host: bool) -> i128 {
-        let (first, last) = (start == 0, end == self.layers);
+        let last = end == self.layers;
         let head = if last && !head_on_host { self.head.held } else { 0 };
-        i128::from(head) + i128::from(self.gpu_workspace(first, last)) - i128::from(self.buffers.stage)
+        i128::from(head) + i128::from(self.gpu_workspace(start, end)) - i128::from(self.buffers.stage)
     }
 
     /// The engine's buffers on a tiered stage's GPU: a whole stage's, as if the GPU ran all
     /// of it. (llama.cpp's GPU compute buffer shrinks as parts move to the CPU, by rules
     /// not modelled yet; in the engine test it stays under this.)
-    fn gpu_workspace(&self, first: bool, last: bool) -> u64 {
-        self.buffers.of(first, last)
+    fn gpu_workspace(&self, start: usize, end: usize) -> u64 {
+        self.stage_buffers(start, end)
     }
 
     /// The engine's buffers in host RAM: a first stage's host-side buffers (its inputs and
@@ -457,7 +457,7 @@ impl CostModel {
             weights: saturate(self.weights[end] - self.weights[start] - host_weights - ffn_host),
             kv: saturate(self.kv[end] - self.kv[start] - host_kv),
             embed_head: if head_gpu { self.head.held } else { 0 },
-            workspace: self.gpu_workspace(first, last),
+            workspace: self.gpu_workspace(start, end),
             reserve: self.reserves[node],
         };
         let host_embed_head = {
@@ -657,7 +657,7 @@ mod tests {
             }
             path.push(head_gpu);
         }
-        let gpu_buffers = c.buffers.of(first, last);
+        let gpu_buffers = c.stage_buffers(start, end);
         if first {
             host_held += u128::from(c.buffers.first);
         }

@@ -82,3 +82,55 @@ fn the_last_stage_pays_the_return_hop_and_others_the_activation_hop() {
     assert!((times[0] - c.roofline_s(0, 0, 8) - hop).abs() < 1e-15);
     assert!((times[1] - c.roofline_s(1, 8, 16) - ret).abs() < 1e-15);
 }
+
+/// Gemma 12B's problem on two RTX 4090s, reshaped as Gemma 3n keeps its cache: layers from 20
+/// on read layer 18's (sliding) or 19's (full) and keep none of their own.
+fn shared_kv(weights: &str, context: u64) -> (CostModel, usize) {
+    let mut problem = Scenario::from_json(&format!(
+        r#"{{"model": {{"preset": "gemma-3-12b", "weights": "{weights}"}}, "workload": {{"context": {context}}},
+            "nodes": [{{"name": "a", "device": "rtx-4090"}}, {{"name": "b", "device": "rtx-4090"}}]}}"#
+    ))
+    .unwrap()
+    .problem()
+    .unwrap();
+    let arch = &mut problem.model.arch;
+    let n = arch.num_layers as usize;
+    let window = arch.windows.iter().flatten().copied().max();
+    arch.windows = (0..n).map(|i| window.filter(|_| i % 5 < 4)).collect();
+    arch.kv_from = (0..n).map(|i| (i >= 20).then_some(if i % 5 < 4 { 18 } else { 19 })).collect();
+    for e in &mut arch.kv_elements[20..] {
+        *e = 0;
+    }
+    (CostModel::new(&problem), n)
+}
+
+#[test]
+fn a_stage_receives_the_caches_its_layers_read_on_another_device() {
+    let (c, n) = shared_kv("f16", 1024);
+    let workspace = |s: usize| c.memory(1, s, n).workspace;
+    // A cache comes over once for each layer that reads it, four copies each (the
+    // scheduler's pipeline copies): from 21 on, 22 layers read 18's and 5 read 19's; from 19,
+    // 23 read 18's; a stage holding both receives neither.
+    let copies = engine::LLAMA_CPP_PIPELINE_COPIES;
+    assert_eq!(workspace(21) - workspace(17), copies * (22 * c.layer_kv(18) + 5 * c.layer_kv(19)));
+    assert_eq!(workspace(19) - workspace(17), copies * 23 * c.layer_kv(18));
+    assert_eq!(workspace(17), c.buffers.of(false, true));
+    assert_eq!(c.memory(0, 0, 21).workspace, c.buffers.of(true, false), "a first stage holds its sources");
+}
+
+#[test]
+fn a_stage_with_shared_caches_fits_without_a_layer_at_either_end() {
+    // At 32k tokens the copies of layer 19's cache (1 GiB per reader) outweigh Q4 layers
+    // 17–19: a stage from 17 is charged what a stage from 20 would receive beyond them, so
+    // dropping layers never makes a stage larger.
+    let (c, n) = shared_kv("q4_k_m", 32768);
+    let total = |s: usize, e: usize| c.memory(1, s, e).total();
+    for s in 1..n {
+        for e in s + 1..=n {
+            assert!(total(s, e - 1) <= total(s, e) || e - 1 == s, "[{s}, {e}) without its last layer");
+            assert!(total(s + 1, e) <= total(s, e) || s + 1 == e, "[{s}, {e}) without its first layer");
+        }
+    }
+    assert!(c.memory(1, 17, n).workspace > c.buffers.of(false, true), "charged at 17: {}", total(17, n));
+    assert_eq!(total(17, n), total(20, n), "the most a stage within it holds");
+}

@@ -22,6 +22,8 @@ pub(super) struct LayerMemory {
     /// V elements per token added without flash attention (padding to the widest layer).
     pub v_pad_elements: Vec<u64>,
     pub windows: Vec<Option<u64>>,
+    /// The layer whose cache each layer reads instead of its own (empty: each its own).
+    pub kv_from: Vec<Option<u64>>,
 }
 
 /// Architectures whose recurrent layers llama.cpp sizes as the table below does.
@@ -30,8 +32,9 @@ const RECURRENT: [&str; 6] = ["mamba", "mamba2", "falcon-h1", "granitehybrid", "
 /// Key groups that mean state llama.cpp sizes per architecture.
 const STATE_KEYS: [&str; 4] = ["ssm.", "shortconv.", "wkv.", "attention.indexer"];
 
-/// Gemma 3n: only the first 20 layers have a cache of their own; the rest reuse one
-/// (`src/models/gemma3n.cpp`: `n_layer_kv_from_start = 20`, not read from the file).
+/// Gemma 3n: only the first 20 layers have a cache of their own; the rest reuse layer 18's
+/// (sliding) or 19's (full) (`src/models/gemma3n.cpp`: `n_layer_kv_from_start = 20`, not
+/// read from the file; `src/llama-model.cpp`'s `reuse`).
 const GEMMA3N_KV_LAYERS: usize = 20;
 
 /// Llama 4's chunked attention: chunks of 8,192 tokens whatever the file says, unless its
@@ -92,7 +95,14 @@ pub(super) fn layer_memory(
     } else {
         Vec::new()
     };
-    Ok(LayerMemory { kv_elements, state_elements, v_pad_elements, windows: windows(arch, h, n, &recurrent) })
+    let windows = windows(arch, h, n, &recurrent);
+    let kv_from = if arch == "gemma3n" {
+        let last = GEMMA3N_KV_LAYERS as u64;
+        (0..n).map(|i| (i >= GEMMA3N_KV_LAYERS).then(|| last - if windows[i].is_some() { 2 } else { 1 })).collect()
+    } else {
+        Vec::new()
+    };
+    Ok(LayerMemory { kv_elements, state_elements, v_pad_elements, windows, kv_from })
 }
 
 /// Which layers keep recurrent state instead of (or, in Falcon-H1, beside) a KV cache.

@@ -113,6 +113,10 @@ pub struct Transformer {
     /// transposed at the widest layer's width (OpenELM's layers differ). Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub v_pad_elements: Vec<u64>,
+    /// The earlier layer whose KV cache each layer attends over instead of its own (Gemma
+    /// 3n's layers from 20 on read layer 18's or 19's). Empty: every layer its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_from: Vec<Option<u64>>,
     /// Multi-token-prediction (NextN) layers the file holds after the blocks: llama.cpp
     /// loads none of them unless it drafts with them, but `-ngl` counts them.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -283,6 +287,7 @@ impl HfConfig {
             kv_elements: vec![if mla.is_some() { head_dim } else { 2 * num_kv_heads * head_dim }; num_layers as usize],
             state_elements: Vec::new(),
             v_pad_elements: Vec::new(),
+            kv_from: Vec::new(),
             nextn_layers: c.num_nextn_predict_layers.unwrap_or(0).min(crate::limits::MAX_LAYERS as u64),
             max_context: c.max_position_embeddings,
             moe,

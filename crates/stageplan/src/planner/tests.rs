@@ -118,6 +118,7 @@ impl Instance {
             kv_elements: vec![64; l as usize],
             state_elements: Vec::new(),
             v_pad_elements: Vec::new(),
+            kv_from: Vec::new(),
             nextn_layers: 0,
             mla: None,
             max_context: None,
