@@ -42,6 +42,12 @@ const CONFIGS: [(u64, &str, bool); 3] = [(8192, "f16", true), (32768, "q8_0", tr
 /// The real-size pipelines' context and KV cache: f16 at 8k, q8_0 at 32k (flash attention on).
 const PIPELINE_CONFIGS: [(u64, &str); 2] = [(8192, "f16"), (32768, "q8_0")];
 
+/// Where the real-size pipelines cut a model of `layers`: in half, and at three quarters
+/// (past layer 20, where Gemma 3n's later layers read earlier layers' caches).
+fn cuts(layers: u64) -> [u64; 2] {
+    [layers / 2, layers * 3 / 4]
+}
+
 /// The most a plan may be over llama.cpp at a published size, as a fraction of the machine's total.
 const OVER: f64 = 0.05;
 
@@ -55,7 +61,7 @@ fn memory_on_every_architecture() {
     let Some((bin, work)) = llama_cpp_and_workspace("stageplan-arch") else { return };
     let (rpc, port) = cpu_rpc_server(&bin);
     let mut table = String::from(
-        "| family | size · context · KV | machine | weights MiB plan / llama.cpp | KV or state | compute | total | error |\n|---|---|---|---|---|---|---|---|\n",
+        "| family | size · context · KV | machine | weights MiB plan / llama.cpp | KV or state | compute | total | error | llama-fit-params total |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut failures = Vec::new();
     let families = families();
@@ -67,8 +73,11 @@ fn memory_on_every_architecture() {
     }
     drop(rpc);
     for family in &families {
+        let layers = layers_of(&work.join(family).join("real.gguf"));
         for (context, kv) in PIPELINE_CONFIGS {
-            real_pipeline(family, &bin, &work.join(family), context, kv, &mut table, &mut failures);
+            for cut in cuts(layers) {
+                real_pipeline(family, &bin, &work.join(family), (context, kv), cut, &mut table, &mut failures);
+            }
         }
     }
     for family in &families {
@@ -114,38 +123,68 @@ fn real_size(family: &str, bin: &Path, port: u16, dir: &Path, table: &mut String
     let model = dir.join("real.gguf");
     write(family, &model, &["--real", "--sparse", "q8_0"]);
     for (context, kv, flash) in CONFIGS {
-        let (device, host) = projection(family, bin, &model, port, dir, context, kv, flash);
+        let args = [
+            "-c".to_owned(),
+            context.to_string(),
+            "-ctk".into(),
+            kv.into(),
+            "-ctv".into(),
+            kv.into(),
+            "-fa".into(),
+            if flash { "on" } else { "off" }.into(),
+            "-np".into(),
+            "1".into(),
+            "--rpc".into(),
+            format!("127.0.0.1:{port}"),
+        ];
+        let (device, host) = projection(family, bin, &model, dir, &args);
+        let fit = fit_print(family, bin, &model, &args);
         let (plan_device, plan_host) = plan_one_machine(family, dir, &model, context, kv, flash);
         let what = format!("real · {context} · {kv}{}", if flash { "" } else { " · no FA" });
-        for (machine, plan, engine) in [("GPU", plan_device, device), ("RAM", plan_host, host)] {
-            // The breakdown is in whole MiB, rounded down: the true figure is below `x + 1`.
-            let total = engine.total().max(1.0);
-            let over = plan.total() - engine.total();
-            table.push_str(&row(family, &what, machine, plan, engine));
-            let parts = [
-                ("weights", plan.weights, engine.weights),
-                ("KV or state", plan.kv, engine.kv),
-                ("compute", plan.compute, engine.compute),
-                ("total", plan.total(), engine.total()),
-            ];
-            for (part, planned, took) in parts {
-                if planned < took - 1.0 {
-                    failures.push(format!(
-                        "{family} ({what}, {machine}): the plan's {part} is {planned:.0} MiB, llama.cpp's {took:.0}"
-                    ));
-                }
-            }
-            if over > OVER * total + 3.0 {
+        for ((machine, plan, engine), fit) in
+            [("GPU", plan_device, device), ("RAM", plan_host, host)].into_iter().zip(fit)
+        {
+            table.push_str(&row(family, &what, machine, plan, engine, Some(fit)));
+            judge(&format!("{family} ({what}, {machine})"), plan, engine, failures);
+            // The same projection (`common_fit`'s), printed by llama.cpp's own tool for it:
+            // the same weights and cache; compute at least the server's, as it reserves a
+            // micro-batch's logits for every token (`n_outputs_max` defaults to the batch;
+            // llama-server sets one per sequence).
+            if (fit.weights, fit.kv) != (engine.weights, engine.kv) || fit.compute < engine.compute {
                 failures.push(format!(
-                    "{family} ({what}, {machine}): the plan is {over:.0} MiB over llama.cpp's {total:.0} MiB, more than {}%",
-                    OVER * 100.0
+                    "{family} ({what}, {machine}): llama-fit-params projects {fit:?}, llama-server {engine:?}"
                 ));
             }
         }
     }
 }
 
-/// The family at its published size as a pipeline of two machines: the plan exported, its
+/// A plan's parts against llama.cpp's breakdown of the same machine, which is in whole MiB
+/// rounded down: a plan under a printed figure is under what llama.cpp takes. Fails on any
+/// part under, and on a total over by more than `OVER` (and 3 MiB).
+fn judge(what: &str, plan: Parts, engine: Parts, failures: &mut Vec<String>) {
+    let parts = [
+        ("weights", plan.weights, engine.weights),
+        ("KV or state", plan.kv, engine.kv),
+        ("compute", plan.compute, engine.compute),
+        ("total", plan.total(), engine.total()),
+    ];
+    for (part, planned, took) in parts {
+        if planned < took {
+            failures.push(format!("{what}: the plan's {part} is {planned:.2} MiB, under llama.cpp's {took:.0}"));
+        }
+    }
+    let total = engine.total().max(1.0);
+    let over = plan.total() - engine.total();
+    if over > OVER * total + 3.0 {
+        failures.push(format!(
+            "{what}: the plan is {over:.0} MiB over llama.cpp's {total:.0} MiB, more than {}%",
+            OVER * 100.0
+        ));
+    }
+}
+
+/// The family at its published size as a pipeline of two machines, cut before layer `cut`: the plan exported, its
 /// commands run verbatim but with llama.cpp's `--fit on`, whose projection of every device
 /// (and of the host, where llama-server runs on the first machine) is compared with each
 /// stage's plan, before anything is loaded.
@@ -153,14 +192,14 @@ fn real_pipeline(
     family: &str,
     bin: &Path,
     dir: &Path,
-    context: u64,
-    kv: &str,
+    (context, kv): (u64, &str),
+    cut: u64,
     table: &mut String,
     failures: &mut Vec<String>,
 ) {
     let model = dir.join("real.gguf");
     let workload = format!(r#"{{"context": {context}, "batch": 1, "kv": "{kv}"}}"#);
-    let (stages, _, rpc, server) = half_split(family, dir, &model, &workload, "1 TiB", "plan-pipeline.json");
+    let (stages, _, rpc, server) = split(family, dir, &model, cut, &workload, "1 TiB", "plan-pipeline.json");
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let rpc: Vec<&String> = rpc.iter().collect();
     let mut children = super::start_rpc_servers(family, &rpc, &path);
@@ -199,47 +238,26 @@ fn real_pipeline(
             };
         }
         let plan = Parts::of_plan(&stage["memory"]);
-        let total = engine.total().max(1.0);
-        let over = plan.total() - engine.total();
-        table.push_str(&row(
-            family,
-            &format!("real · {context} · {kv} · pipeline"),
-            &format!("{s} of 2"),
-            plan,
-            engine,
-        ));
-        // The breakdown's MiB are rounded down, so a plan under the printed total is under
-        // llama.cpp (1 MiB for the plan's own rounding, as for the parts above).
-        if plan.total() < engine.total() - 1.0 {
-            failures.push(format!(
-                "{family} (real pipeline, {context} {kv}, machine {s}): the plan's {:.0} MiB is under llama.cpp's {:.0}",
-                plan.total(),
-                engine.total()
-            ));
-        }
-        if over > OVER * total + 3.0 {
-            failures.push(format!(
-                "{family} (real pipeline, {context} {kv}, machine {s}): the plan is {over:.0} MiB over llama.cpp's {total:.0} MiB, more than {}%",
-                OVER * 100.0
-            ));
-        }
+        let what = format!("real · {context} · {kv} · cut at {cut}");
+        table.push_str(&row(family, &what, &format!("{s} of 2"), plan, engine, None));
+        judge(&format!("{family} ({what}, machine {s} of 2)"), plan, engine, failures);
     }
 }
 
-/// `model` planned as a pipeline of two CPU machines of `memory` each, half the layers on
-/// each, under `workload`, and exported with the machines on free ports of 127.0.0.1: the
+/// `model` planned as a pipeline of two CPU machines of `memory` each, cut before layer
+/// `cut`, under `workload`, and exported with the machines on free ports of 127.0.0.1: the
 /// plan's stages, their ports, the rpc-server commands and the llama-server command.
-fn half_split(
+fn split(
     family: &str,
     dir: &Path,
     model: &Path,
+    cut: u64,
     workload: &str,
     memory: &str,
     plan_name: &str,
 ) -> (Vec<Value>, Vec<u16>, Vec<String>, String) {
     let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
     let layers = layers_of(model);
-    let half = layers / 2;
     let node = |name: &str| {
         format!(
             r#"{{"name": "{name}", "kind": "cpu", "memory": "{memory}", "reserve": 0, "bandwidth": "20 GB/s", "compute": "20 GFLOPS", "threads": 1}}"#
@@ -247,7 +265,7 @@ fn half_split(
     };
     let scenario = format!(
         r#"{{"model": {{"file": {file}}}, "workload": {workload}, "objective": "latency",
-            "policy": "manual", "stages": [{{"node": "m0", "layers": [0, {half}]}}, {{"node": "m1", "layers": [{half}, {layers}]}}],
+            "policy": "manual", "stages": [{{"node": "m0", "layers": [0, {cut}]}}, {{"node": "m1", "layers": [{cut}, {layers}]}}],
             "nodes": [{}, {}], "links": {}}}"#,
         node("m0"),
         node("m1"),
@@ -262,11 +280,11 @@ fn half_split(
     (stages, ports, rpc, server)
 }
 
-/// One row of the signed table: each part plan / llama.cpp in whole MiB, and the error as a
-/// share of llama.cpp's total.
-fn row(family: &str, what: &str, machine: &str, plan: Parts, engine: Parts) -> String {
+/// One row of the signed table: each part plan / llama.cpp in whole MiB, the error as a
+/// share of llama.cpp's total, and `llama-fit-params --fit-print`'s total where it ran.
+fn row(family: &str, what: &str, machine: &str, plan: Parts, engine: Parts, fit: Option<Parts>) -> String {
     format!(
-        "| {family} | {what} | {machine} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:+.2}% |\n",
+        "| {family} | {what} | {machine} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:+.2}% | {} |\n",
         plan.weights,
         engine.weights,
         plan.kv,
@@ -275,7 +293,8 @@ fn row(family: &str, what: &str, machine: &str, plan: Parts, engine: Parts) -> S
         engine.compute,
         plan.total(),
         engine.total(),
-        100.0 * (plan.total() - engine.total()) / engine.total().max(1.0)
+        100.0 * (plan.total() - engine.total()) / engine.total().max(1.0),
+        fit.map_or("–".to_owned(), |f| format!("{:.0}", f.total()))
     )
 }
 
@@ -305,27 +324,16 @@ fn breakdown(text: &str, device: &str) -> Parts {
     Parts { weights: model, kv, compute }
 }
 
-/// llama-server's own projection for `model` on the rpc-server at `port`: the device's
-/// breakdown and the host's, in MiB.
-#[allow(clippy::too_many_arguments)]
-fn projection(
-    family: &str,
-    bin: &Path,
-    model: &Path,
-    port: u16,
-    dir: &Path,
-    context: u64,
-    kv: &str,
-    flash: bool,
-) -> (Parts, Parts) {
+/// llama-server's own projection for `model` with `args` (the rpc-server's device among
+/// them): the device's breakdown and the host's, in MiB.
+fn projection(family: &str, bin: &Path, model: &Path, dir: &Path, args: &[String]) -> (Parts, Parts) {
     let log = dir.join("projection.log");
     let out = std::fs::File::create(&log).unwrap();
     let child = Command::new(bin.join("llama-server"))
         .arg("--model")
         .arg(model)
-        .args(["--rpc", &format!("127.0.0.1:{port}"), "-c", &context.to_string(), "-ctk", kv, "-ctv", kv])
-        .args(["-fa", if flash { "on" } else { "off" }, "-np", "1", "--fit", "on", "-v"])
-        .args(["--host", "127.0.0.1", "--port", &free_port().to_string()])
+        .args(args)
+        .args(["--fit", "on", "-v", "--host", "127.0.0.1", "--port", &free_port().to_string()])
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .spawn()
@@ -341,6 +349,29 @@ fn projection(
     // `| - RPC0 (…) | total = free + (self = model + context + compute) + unaccounted |` and
     // `| - Host | self = model + context + compute |`: the three numbers after `self`.
     (breakdown(&text, "- RPC0"), breakdown(&text, "- Host"))
+}
+
+/// `llama-fit-params --fit-print` for `model` with `args`: its projection of the device and
+/// of the host (`RPC0 model context compute`, `Host …`, in whole MiB rounded down).
+fn fit_print(family: &str, bin: &Path, model: &Path, args: &[String]) -> [Parts; 2] {
+    let out = Command::new(bin.join("llama-fit-params"))
+        .arg("--model")
+        .arg(model)
+        .args(args)
+        .args(["--fit-print", "on"])
+        .output()
+        .expect("llama-fit-params runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{family}: llama-fit-params failed: {}", String::from_utf8_lossy(&out.stderr));
+    let parts = |device: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(device))
+            .unwrap_or_else(|| panic!("{family}: no `{device}` line in llama-fit-params' output: {text}"));
+        let n: Vec<f64> = line.split_whitespace().skip(1).map(|w| w.parse().expect("MiB")).collect();
+        Parts { weights: n[0], kv: n[1], compute: n[2] }
+    };
+    [parts("RPC0"), parts("Host")]
 }
 
 /// The plan of `model` on one machine whose GPU holds it all: the GPU's memory and the RAM's.
@@ -362,7 +393,8 @@ fn run_small(family: &str, bin: &Path, dir: &Path, table: &mut String, failures:
     let model = dir.join("small.gguf");
     write(family, &model, &[]);
     let workload = r#"{"context": 2048, "batch": 1, "kv": "f16"}"#;
-    let (stages, ports, rpc, server) = half_split(family, dir, &model, workload, "4 GiB", "plan.json");
+    let half = layers_of(&model) / 2;
+    let (stages, ports, rpc, server) = split(family, dir, &model, half, workload, "4 GiB", "plan.json");
     let rpc: Vec<&String> = rpc.iter().collect();
     let (children, log, _) = run_verbatim(family, &rpc, &server, bin, dir);
     drop(children);
