@@ -10,7 +10,8 @@ use stageplan::ScenarioError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
     /// A field by its element id: `context`, `batch`, `kv`, `preset`, `weights`, `config`,
-    /// `model-file`, `link-bandwidth`, `link-latency`.
+    /// `model-file`, `draft`, `mmproj-weights`, `mmproj-compute`, `link-bandwidth`,
+    /// `link-latency`.
     Field(&'static str),
     /// A machine's field: its node id and the part (`name`, `device`, `memory`, …).
     Node(u64, &'static str),
@@ -70,7 +71,8 @@ pub fn place(machines: &Machines<'_>, config: bool, error: &ScenarioError) -> In
         "model.weights" => Some("weights"),
         "model.file" => Some("model-file"),
         p if p.starts_with("model.draft") => Some("draft"),
-        p if p.starts_with("model.mmproj") => Some("draft"),
+        "model.mmproj.compute" => Some("mmproj-compute"),
+        p if p.starts_with("model.mmproj") => Some("mmproj-weights"),
         "links.default.bandwidth" => Some("link-bandwidth"),
         "links.default.latency" => Some("link-latency"),
         p if p.starts_with("model.config") || (config && !p.contains(['.', '['])) => Some("config"),

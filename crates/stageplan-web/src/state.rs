@@ -57,6 +57,31 @@ impl ModelDraft {
     pub fn set_draft(&mut self, preset: Option<&str>, weights: &str) {
         self.draft = preset.map_or_else(String::new, |p| json!({"preset": p, "weights": weights}).to_string());
     }
+
+    /// A size of the vision projector as text (`weights`, `compute`); empty without one.
+    pub fn projector_field(&self, key: &str) -> String {
+        let Ok(Value::Object(projector)) = serde_json::from_str::<Value>(&self.mmproj) else { return String::new() };
+        match projector.get(key) {
+            Some(Value::String(text)) => text.clone(),
+            Some(Value::Number(bytes)) => bytes.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// A size of the vision projector as typed: the core reads it (and says what is wrong at
+    /// the field). With nothing left (no size, no file), no projector.
+    pub fn set_projector(&mut self, key: &str, text: &str) {
+        let mut projector = match serde_json::from_str::<Value>(&self.mmproj) {
+            Ok(Value::Object(object)) => object,
+            _ => serde_json::Map::new(),
+        };
+        if text.trim().is_empty() {
+            projector.remove(key);
+        } else {
+            projector.insert(key.into(), Value::String(text.to_owned()));
+        }
+        self.mmproj = if projector.is_empty() { String::new() } else { Value::Object(projector).to_string() };
+    }
 }
 
 /// A scenario's draft as the page keeps it: JSON text written field by field.
@@ -623,6 +648,25 @@ mod tests {
         let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
         assert!(problem.riders.draft.is_some() && problem.riders.projector.is_some());
         assert_eq!(stageplan::plan(&problem).riders.len(), 2);
+    }
+
+    #[test]
+    fn a_projector_typed_field_by_field_is_planned_and_cleared() {
+        let mut state = AppState::default();
+        state.model.set_projector("weights", "600 MiB");
+        // Without its compute buffer the core says so, at that field.
+        let error = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap_err();
+        assert_eq!(crate::fields::place(&[], false, &error).place, Some(Place::Field("mmproj-compute")), "{error}");
+        state.model.set_projector("compute", "300 MiB");
+        assert_eq!(
+            (state.model.projector_field("weights"), state.model.projector_field("compute")),
+            ("600 MiB".into(), "300 MiB".into())
+        );
+        let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
+        assert!(problem.riders.projector.is_some());
+        state.model.set_projector("weights", " ");
+        state.model.set_projector("compute", "");
+        assert_eq!(state.model.mmproj, "", "nothing typed: no projector");
     }
 
     #[test]

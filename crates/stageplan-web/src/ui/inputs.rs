@@ -183,6 +183,16 @@ pub fn ModelPanel(
                     </select>
                 </label>
             </Show>
+            // A vision projector (`--mmproj`) rides along whole too: its weights and the
+            // buffers that encode an image (the CLI reads both from the file's header).
+            <Field id="mmproj-weights" label="Vision projector weights" hint="none, or 600 MiB"
+                value=Signal::derive(move || state.with(|s| s.model.projector_field("weights")))
+                set=move |v| state.update(|s| s.model.set_projector("weights", &v)) problem=problem/>
+            <Show when=move || state.with(|s| !s.model.mmproj.is_empty())>
+                <Field id="mmproj-compute" label="Projector compute buffer" hint="30 MiB"
+                    value=Signal::derive(move || state.with(|s| s.model.projector_field("compute")))
+                    set=move |v| state.update(|s| s.model.set_projector("compute", &v)) problem=problem/>
+            </Show>
             <div id="drop-zone" class="drop" class:busy=reading class:dragging=move || dragging.get()
                 on:dragover=move |ev: web_sys::DragEvent| { ev.prevent_default(); dragging.set(true); }
                 on:dragleave=move |_| dragging.set(false)
