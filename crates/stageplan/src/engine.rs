@@ -148,19 +148,6 @@ pub struct Shape {
     pub quantized_kv: bool,
 }
 
-impl Shape {
-    /// How `workload` runs.
-    pub fn of(workload: &crate::problem::Workload) -> Shape {
-        Shape {
-            context: workload.context,
-            batch: workload.batch,
-            prefill_chunk: workload.prefill_chunk,
-            flash_attention: workload.flash_attention,
-            quantized_kv: workload.kv.is_quantized(),
-        }
-    }
-}
-
 /// The context llama.cpp allocates KV cells for, per sequence.
 pub fn llama_cpp_context(context: u64) -> u64 {
     context.div_ceil(LLAMA_CPP_CONTEXT_PAD).saturating_mul(LLAMA_CPP_CONTEXT_PAD)

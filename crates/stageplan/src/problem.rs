@@ -48,6 +48,19 @@ impl Workload {
     };
 }
 
+impl Workload {
+    /// How the engine runs this workload: what sizes its buffers.
+    pub fn shape(&self) -> crate::engine::Shape {
+        crate::engine::Shape {
+            context: self.context,
+            batch: self.batch,
+            prefill_chunk: self.prefill_chunk,
+            flash_attention: self.flash_attention,
+            quantized_kv: self.kv.is_quantized(),
+        }
+    }
+}
+
 impl Default for Workload {
     fn default() -> Self {
         Workload::DEFAULT

@@ -43,10 +43,12 @@
 //! pipeline full* — `S` micro-batches of `B`, which needs `S·B` sequences and their KV cache —
 //! the rate is `B / max_s t_s(B)`, reported apart as a figure the workload does not reach.
 
+mod buffers;
 mod offload;
 
 use std::sync::Arc;
 
+use buffers::SharedKv;
 pub(crate) use offload::HostRates;
 use offload::Memo;
 pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, HostParts, Offload, OffloadRule, SPLIT_LATENCY_S};
@@ -373,7 +375,7 @@ impl CostModel {
         };
         let shared_single = if model.head_shares_embedding { embed.held } else { 0 };
 
-        let shape = Shape::of(workload);
+        let shape = workload.shape();
         let (buffers, dims) = match workload.workspace {
             Some(bytes) => (Buffers { stage: bytes, ..Buffers::default() }, None),
             None => {
@@ -870,96 +872,11 @@ impl CostModel {
         self.buffers.stage
     }
 
-    /// The engine's buffers of stage `[start, end)`: by its role in the pipeline, and the
-    /// caches of other layers it receives.
-    fn stage_buffers(&self, start: usize, end: usize) -> u64 {
-        self.buffers_of(&self.buffers, start, end, &|l| self.layer_kv(l))
-    }
-
-    /// `buffers` for stage `[start, end)`, with layer `l`'s cache `layer_kv(l)` bytes.
-    fn buffers_of(&self, buffers: &Buffers, start: usize, end: usize, layer_kv: &dyn Fn(usize) -> u64) -> u64 {
-        let own = buffers.of_stage(start == 0, end == self.layers, (end - start) as u64);
-        own.saturating_add(self.shared_kv_charge(start, end, layer_kv))
-    }
-
-    /// Layer `l`'s KV cache (or state) at the workload's context, all sequences.
-    fn layer_kv(&self, l: usize) -> u64 {
-        saturate(self.kv[l + 1] - self.kv[l])
-    }
-
-    /// What stage `[start, end)` is charged for caches of layers outside it, with layer `l`'s
-    /// cache `layer_kv(l)` bytes. llama.cpp's scheduler copies a cache another device holds
-    /// to the device whose layers read it, for each layer that reads it (each reads its own
-    /// view), once per pipeline copy (Gemma 3n's stages past layer 19; `GGML_SCHED_DEBUG`). Charged: the most any stage `[s, end)` within this one receives beyond the
-    /// layers `[start, s)` it leaves out, so that a stage that fits still fits without a layer
-    /// at either end (which the searches rely on). That is the stage's own copies unless
-    /// they outweigh the layers between its start and their source.
-    fn shared_kv_charge(&self, start: usize, end: usize, layer_kv: &dyn Fn(usize) -> u64) -> u64 {
-        // A first stage holds every source its readers need (sources come before readers).
-        if self.shared_kv.is_empty() || start == 0 {
-            return 0;
-        }
-        let copies = u128::from(engine::LLAMA_CPP_PIPELINE_COPIES);
-        let received = |from: usize| -> u128 {
-            self.shared_kv
-                .iter()
-                .filter(|s| s.layer < from)
-                .map(|s| copies * s.readers_in(from, end) * u128::from(layer_kv(s.layer)))
-                .sum()
-        };
-        let mut most = received(start);
-        for source in self.shared_kv.iter().filter(|s| (start..end).contains(&s.layer)) {
-            let from = source.layer + 1;
-            let left_out = (self.weights[from] - self.weights[start])
-                + (start..from).map(|l| u128::from(layer_kv(l))).sum::<u128>();
-            most = most.max(received(from).saturating_sub(left_out));
-        }
-        saturate(most)
-    }
-
     /// KV cells a layer with `window` holds per sequence at `context`: the engine's rounding
     /// (llama.cpp allocates whole blocks of 256 cells; a sliding window keeps one
     /// micro-batch more).
     fn kv_cells(&self, context: u64, window: Option<u64>) -> u64 {
         kv_cells(self.engine, self.shape.prefill_chunk, context, window)
-    }
-}
-
-/// A layer whose KV cache later layers read instead of their own.
-#[derive(Clone, Debug)]
-struct SharedKv {
-    layer: usize,
-    /// Per layer boundary, how many of its readers come before it.
-    readers: Vec<u32>,
-}
-
-impl SharedKv {
-    /// The sources of `kv_from` (per layer, the layer whose cache it reads) in a model of `n`
-    /// layers; a source not before its reader is ignored (no file says so; llama.cpp only
-    /// reads back).
-    fn of(kv_from: &[Option<u64>], n: usize) -> Vec<SharedKv> {
-        let source = |i: usize| -> Option<usize> {
-            let j = usize::try_from(kv_from.get(i).copied().flatten()?).ok()?;
-            (j < i).then_some(j)
-        };
-        let mut layers: Vec<usize> = (0..n).filter_map(source).collect();
-        layers.sort_unstable();
-        layers.dedup();
-        layers
-            .into_iter()
-            .map(|layer| {
-                let mut readers = vec![0u32; n + 1];
-                for i in 0..n {
-                    readers[i + 1] = readers[i] + u32::from(source(i) == Some(layer));
-                }
-                SharedKv { layer, readers }
-            })
-            .collect()
-    }
-
-    /// How many layers in `[start, end)` read this cache.
-    fn readers_in(&self, start: usize, end: usize) -> u128 {
-        u128::from(self.readers[end] - self.readers[start])
     }
 }
 

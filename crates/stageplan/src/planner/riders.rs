@@ -188,9 +188,7 @@ fn draft_footprint(model: &crate::model::Model, workload: &Workload, node: &Node
     if !llama_cpp {
         return Footprint { device, host: 0, embedding: 0 };
     }
-    let host =
-        crate::engine::buffers(workload.engine, &crate::engine::Dims::of(model), crate::engine::Shape::of(workload))
-            .first_single;
+    let host = crate::engine::buffers(workload.engine, &crate::engine::Dims::of(model), workload.shape()).first_single;
     device.workspace = device.workspace.saturating_sub(host);
     // A tied head's copy stays on the device; the embedding itself is the server's.
     let embedding = model.bytes_at(crate::model::Place::Embedding);
