@@ -6,9 +6,9 @@ use crate::engine::{self, Buffers};
 
 impl CostModel {
     /// The engine's buffers of stage `[start, end)`: by its role in the pipeline, and the
-    /// caches of other layers it receives.
-    pub(super) fn stage_buffers(&self, start: usize, end: usize) -> u64 {
-        self.buffers_of(&self.buffers, start, end, &|l| self.layer_kv(l))
+    /// caches of other layers it receives (`tiered`: on the GPU of a machine with system RAM).
+    pub(super) fn stage_buffers(&self, start: usize, end: usize, tiered: bool) -> u64 {
+        self.buffers_of(&self.buffers, start, end, &|l| self.layer_kv(l), tiered)
     }
 
     /// `buffers` for stage `[start, end)`, with layer `l`'s cache `layer_kv(l)` bytes.
@@ -18,9 +18,10 @@ impl CostModel {
         start: usize,
         end: usize,
         layer_kv: &dyn Fn(usize) -> u64,
+        tiered: bool,
     ) -> u64 {
         let own = buffers.of_stage(start == 0, end == self.layers, (end - start) as u64);
-        own.saturating_add(self.shared_kv_charge(start, end, layer_kv))
+        own.saturating_add(self.shared_kv_charge(start, end, layer_kv, tiered))
     }
 
     /// Layer `l`'s KV cache (or state) at the workload's context, all sequences.
@@ -31,11 +32,19 @@ impl CostModel {
     /// What stage `[start, end)` is charged for caches of layers outside it, with layer `l`'s
     /// cache `layer_kv(l)` bytes. llama.cpp's scheduler copies a cache another device holds
     /// to the device whose layers read it, for each layer that reads it (each reads its own
-    /// view), once per pipeline copy (Gemma 3n's stages past layer 19; `GGML_SCHED_DEBUG`). Charged: the most any stage `[s, end)` within this one receives beyond the
-    /// layers `[start, s)` it leaves out, so that a stage that fits still fits without a layer
+    /// view), once per pipeline copy (Gemma 3n's stages past layer 19; `GGML_SCHED_DEBUG`).
+    /// Charged: the most any stage `[s, end)` within this one receives beyond the layers `[start, s)` it leaves out, so that a stage that fits still fits without a layer
     /// at either end (which the searches rely on). That is the stage's own copies unless
-    /// they outweigh the layers between its start and their source.
-    pub(super) fn shared_kv_charge(&self, start: usize, end: usize, layer_kv: &dyn Fn(usize) -> u64) -> u64 {
+    /// they outweigh the layers between its start and their source. On a machine with
+    /// system RAM (`tiered`) a left-out layer's FFN may have been in RAM, so only its
+    /// attention and cache count as freed on the GPU.
+    pub(super) fn shared_kv_charge(
+        &self,
+        start: usize,
+        end: usize,
+        layer_kv: &dyn Fn(usize) -> u64,
+        tiered: bool,
+    ) -> u64 {
         // A first stage holds every source its readers need (sources come before readers).
         if self.shared_kv.is_empty() || start == 0 {
             return 0;
@@ -51,8 +60,11 @@ impl CostModel {
         let mut most = received(start);
         for source in self.shared_kv.iter().filter(|s| (start..end).contains(&s.layer)) {
             let from = source.layer + 1;
-            let left_out = (self.weights[from] - self.weights[start])
-                + (start..from).map(|l| u128::from(layer_kv(l))).sum::<u128>();
+            let mut weights = self.weights[from] - self.weights[start];
+            if tiered {
+                weights -= self.ffn_weights[from] - self.ffn_weights[start];
+            }
+            let left_out = weights + (start..from).map(|l| u128::from(layer_kv(l))).sum::<u128>();
             most = most.max(received(from).saturating_sub(left_out));
         }
         saturate(most)

@@ -383,8 +383,9 @@ impl CostModel {
                 (engine::buffers(workload.engine, &dims, shape), Some(dims))
             }
         };
-        let shared_kv = match (&dims, workload.engine) {
-            (Some(_), Engine::LlamaCpp) => SharedKv::of(&arch.kv_from, n),
+        // Copies of caches are the engine's whether or not the scenario gives the workspace.
+        let shared_kv = match workload.engine {
+            Engine::LlamaCpp => SharedKv::of(&arch.kv_from, n),
             _ => Vec::new(),
         };
         let workspace = buffers.stage;
@@ -603,7 +604,7 @@ impl CostModel {
         let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
         held += u128::from(self.embed_head(keeps_embedding, start, end));
         // The buffers beyond every stage's own (which the capacity already left out).
-        let buffers = self.stage_buffers(start, end);
+        let buffers = self.stage_buffers(start, end, false);
         held += u128::from(buffers);
         held -= u128::from(self.buffers.stage.min(buffers));
         saturate(held)
@@ -626,14 +627,13 @@ impl CostModel {
         };
         // The engine's buffers grow with the context too (the attention mask, and without
         // flash attention the KQ matrix).
-        let grown = match &self.dims {
-            Some(dims) => {
-                let at_context = engine::buffers(self.engine, dims, Shape { context, ..self.shape });
-                i128::from(self.buffers_of(&at_context, start, end, &layer_kv))
-                    - i128::from(self.stage_buffers(start, end))
-            }
-            None => 0,
+        let tiered = self.host(node).is_some();
+        let at_context = match &self.dims {
+            Some(dims) => engine::buffers(self.engine, dims, Shape { context, ..self.shape }),
+            None => self.buffers,
         };
+        let grown = i128::from(self.buffers_of(&at_context, start, end, &layer_kv, tiered))
+            - i128::from(self.stage_buffers(start, end, tiered));
         if self.host(node).is_some() {
             let mut prefix = vec![0u128; end - start + 1];
             for l in start..end {
@@ -674,7 +674,7 @@ impl CostModel {
             weights: saturate(self.weights[end] - self.weights[start]),
             kv: saturate(self.kv[end] - self.kv[start]),
             embed_head,
-            workspace: self.stage_buffers(start, end),
+            workspace: self.stage_buffers(start, end, false),
             reserve: self.reserves[node],
         }
     }

@@ -406,7 +406,7 @@ impl CostModel {
     /// of it. (llama.cpp's GPU compute buffer shrinks as parts move to the CPU, by rules
     /// not modelled yet; in the engine test it stays under this.)
     fn gpu_workspace(&self, start: usize, end: usize) -> u64 {
-        self.stage_buffers(start, end)
+        self.stage_buffers(start, end, true)
     }
 
     /// The engine's buffers in host RAM: a first stage's host-side buffers (its inputs and
@@ -657,7 +657,7 @@ mod tests {
             }
             path.push(head_gpu);
         }
-        let gpu_buffers = c.stage_buffers(start, end);
+        let gpu_buffers = c.stage_buffers(start, end, true);
         if first {
             host_held += u128::from(c.buffers.first);
         }

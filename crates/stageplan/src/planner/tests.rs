@@ -27,6 +27,9 @@ struct Instance {
     /// The share of each layer's bytes in its FFN (routed experts when `moe`).
     ffn_share: f64,
     moe: bool,
+    /// The second half of the layers read the cache of the layer before it (as Gemma 3n's
+    /// do): a stage without that layer receives its copies.
+    shared_kv: bool,
     link: (f64, f64),
     pairs: Vec<(usize, usize, f64, f64)>,
 }
@@ -65,7 +68,7 @@ fn instance(max_nodes: usize, max_layers: usize, pairwise: bool) -> impl Strateg
             nodes,
             (1e7..1e10f64, 0.0..2e-3f64),
             pairs,
-            (hosts, 0.0..0.9f64, any::<bool>()),
+            (hosts, 0.0..0.9f64, any::<bool>(), any::<bool>()),
         )
             .prop_map(
                 |(
@@ -76,8 +79,9 @@ fn instance(max_nodes: usize, max_layers: usize, pairwise: bool) -> impl Strateg
                     nodes,
                     link,
                     pairs,
-                    (hosts, ffn_share, moe),
+                    (hosts, ffn_share, moe, shared_kv),
                 )| Instance {
+                    shared_kv,
                     hosts,
                     ffn_share,
                     moe,
@@ -97,6 +101,30 @@ fn instance(max_nodes: usize, max_layers: usize, pairwise: bool) -> impl Strateg
 }
 
 impl Instance {
+    /// The layer whose cache the second half reads, when `shared_kv`.
+    fn source(&self) -> Option<usize> {
+        let l = self.layers.len();
+        (self.shared_kv && l >= 2).then(|| l / 2 - 1)
+    }
+
+    /// K and V per token: the shared layer's wide enough (16k elements, 32 KiB in f16) that
+    /// its copies weigh as much as a layer; the readers keep none of their own.
+    fn kv_elements(&self) -> Vec<u64> {
+        let l = self.layers.len();
+        (0..l)
+            .map(|i| match self.source() {
+                Some(j) if i == j => 16384,
+                Some(j) if i > j => 0,
+                _ => 64,
+            })
+            .collect()
+    }
+
+    fn kv_from(&self) -> Vec<Option<u64>> {
+        let Some(j) = self.source() else { return Vec::new() };
+        (0..self.layers.len()).map(|i| (i > j).then_some(j as u64)).collect()
+    }
+
     fn problem(&self, objective: Objective) -> Problem {
         let l = self.layers.len() as u64;
         let arch = Transformer {
@@ -115,10 +143,10 @@ impl Instance {
             extra_norms: 0,
             qk_norm: false,
             windows: (0..l).map(|i| self.window.filter(|_| i % 2 == 0)).collect(),
-            kv_elements: vec![64; l as usize],
+            kv_elements: self.kv_elements(),
             state_elements: Vec::new(),
             v_pad_elements: Vec::new(),
-            kv_from: Vec::new(),
+            kv_from: self.kv_from(),
             nextn_layers: 0,
             mla: None,
             max_context: None,
