@@ -538,9 +538,19 @@ fn start_rpc_servers(name: &str, rpc: &[&String], path: &str) -> Processes {
                 .expect("the rpc-server starts"),
         );
     }
-    for command in rpc {
+    for (i, command) in rpc.iter().enumerate() {
         let port: u16 = command.split_whitespace().skip_while(|w| *w != "--port").nth(1).unwrap().parse().unwrap();
-        wait_for(|| TcpStream::connect(("127.0.0.1", port)).is_ok(), &format!("{name}: rpc-server on {port}"));
+        let what = format!("{name}: rpc-server on {port}");
+        wait_for(
+            || {
+                // One that exited (its port taken after all) fails now, not after the wait.
+                if let Ok(Some(status)) = children.0[i].try_wait() {
+                    panic!("{what} exited: {status}");
+                }
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+            },
+            &what,
+        );
     }
     children
 }
@@ -644,8 +654,23 @@ fn cpu_rpc_server(bin: &Path) -> (Processes, u16) {
     (server, port)
 }
 
+/// A port of 127.0.0.1 nothing listens on, never handed out twice in this process: below the
+/// kernel's ephemeral range (32768 up), so no outgoing connection of the servers and clients
+/// these tests start takes it between here and the server's bind (a port the kernel picked
+/// for `:0` could be, and the tests run side by side).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    // Apart per process, so two test runs on one machine rarely meet.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % 64) as u16 * 192;
+    for _ in 0..12000 {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % 12000;
+        let port = 20000 + (start + offset) % 12000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port of 127.0.0.1 between 20000 and 32000");
 }
 
 fn stageplan(args: &[&str]) -> String {
