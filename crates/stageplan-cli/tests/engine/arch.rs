@@ -219,13 +219,8 @@ fn real_pipeline(
             .spawn()
             .expect("llama-server starts"),
     );
-    let read = || String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
-    wait_for(
-        || read().contains("memory_breakdown_print: |   - Host"),
-        &format!("{family}: llama-server's projection of the pipeline ({})", log.display()),
-    );
+    let text = breakdown_log(&log, &format!("{family}: llama-server's projection of the pipeline"));
     drop(children);
-    let text = read();
     for (s, stage) in stages.iter().enumerate() {
         // The first machine runs llama-server: its device's and the host's buffers together.
         let mut engine = breakdown(&text, &format!("- RPC{s} "));
@@ -305,6 +300,13 @@ fn layers_of(model: &Path) -> u64 {
     summary["layers"].as_array().unwrap().len() as u64
 }
 
+/// llama-server's log at `log` once its memory breakdown is printed (the host's row last).
+fn breakdown_log(log: &Path, what: &str) -> String {
+    let read = || String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned();
+    wait_for(|| read().contains("memory_breakdown_print: |   - Host"), &format!("{what} ({})", log.display()));
+    read()
+}
+
 /// One row of llama.cpp's memory breakdown (`- RPC0 `, `- Host`): model, context, compute, in MiB.
 fn breakdown(text: &str, device: &str) -> Parts {
     let line = text
@@ -339,13 +341,8 @@ fn projection(family: &str, bin: &Path, model: &Path, dir: &Path, args: &[String
         .spawn()
         .expect("llama-server starts");
     let server = Processes(vec![child]);
-    let read = || String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
-    wait_for(
-        || read().contains("memory_breakdown_print: |   - Host"),
-        &format!("{family}: llama-server's projection ({})", log.display()),
-    );
+    let text = breakdown_log(&log, &format!("{family}: llama-server's projection"));
     drop(server);
-    let text = read();
     // `| - RPC0 (…) | total = free + (self = model + context + compute) + unaccounted |` and
     // `| - Host | self = model + context + compute |`: the three numbers after `self`.
     (breakdown(&text, "- RPC0"), breakdown(&text, "- Host"))
