@@ -312,6 +312,10 @@ const OFFLOAD_CASES: [OffloadCase; 4] = [
     },
 ];
 
+/// The CPU's buffer types as llama.cpp names them: its own, and the extra ones a weight
+/// overridden to the CPU may take (`ggml-cpu/amx/amx.cpp`, `repack.cpp`, `kleidiai.cpp`).
+const CPU_BUFFER_TYPES: [&str; 4] = ["CPU", "AMX", "CPU_REPACK", "CPU_KLEIDIAI"];
+
 #[test]
 fn llama_cpp_places_tensors_where_the_plan_says() {
     let Some((bin, work)) = llama_cpp_and_workspace("stageplan-offload") else { return };
@@ -388,7 +392,14 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
             let line = format!("layer {layer:>3} assigned to device {device},");
             assert!(text.contains(&line), "{}: layer {layer} is not on {device}", case.name);
         }
-        let ram = if s == 0 { "CPU".to_owned() } else { format!("RPC0[127.0.0.1:{}]", ports[s] + 1) };
+        // Overridden to the CPU, llama.cpp takes the CPU's extra buffer type where one fits
+        // the tensor (`llama-model-loader.cpp`: AMX on Intel Xeons with AMX, else a repacked
+        // or KleidiAI buffer): any of them is the server's RAM.
+        let ram: Vec<String> = if s == 0 {
+            CPU_BUFFER_TYPES.iter().map(|t| (*t).to_owned()).collect()
+        } else {
+            vec![format!("RPC0[127.0.0.1:{}]", ports[s] + 1)]
+        };
         for layer in f0..f1 {
             for part in ["gate", "up", "down"] {
                 let name = if experts {
@@ -396,10 +407,11 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
                 } else {
                     format!("blk.{layer}.ffn_{part}.weight")
                 };
-                let moved = text
-                    .lines()
-                    .any(|l| l.contains(&format!("tensor {name} ")) && l.ends_with(&format!("overridden to {ram}")));
-                assert!(moved, "{}: {name} is not overridden to {ram}", case.name);
+                let moved = text.lines().any(|l| {
+                    l.contains(&format!("tensor {name} "))
+                        && ram.iter().any(|r| l.ends_with(&format!("overridden to {r}")))
+                });
+                assert!(moved, "{}: {name} is not overridden to {}", case.name, ram[0]);
                 overridden += 1;
             }
         }
