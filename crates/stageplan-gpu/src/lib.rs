@@ -67,6 +67,7 @@ pub fn mlp_model(spec: &MlpSpec) -> Model {
         weights: "f32".to_owned(),
         arch: Transformer {
             model_type: "mlp".to_owned(),
+            family: stageplan::model::Arch::Other,
             hidden_size: w,
             intermediate_size: w,
             num_layers: spec.layers as u64,

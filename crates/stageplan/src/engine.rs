@@ -35,7 +35,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Model;
+use crate::model::{Arch, Model};
 
 /// The engine a plan is for: how it lays out memory, and what exports print by default.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -224,8 +224,8 @@ impl Dims {
         // An SSM's state is `d_state × inner`, far more than a short convolution's rows (LFM2,
         // whose layers need nothing beyond the MLP's).
         let ssm = arch.state_elements.iter().any(|&s| s > 4 * arch.hidden_size);
-        let mamba2 = arch.model_type == "mamba2";
-        let gemma3n = arch.model_type == "gemma3n";
+        let mamba2 = arch.family == Arch::Mamba2;
+        let gemma3n = arch.family == Arch::Gemma3n;
         let hidden = arch.hidden_size as f64;
         // Mamba-2's layer keeps one more hidden row live beside its scan (measured on a
         // two-stage pipeline).
@@ -240,8 +240,7 @@ impl Dims {
         // Cohere's parallel block runs attention and the MLP from one norm: the residual,
         // the norm and attention's output stay live beside the MLP (a real-size pipeline of
         // Command R7B, 7 MiB over the other families' peak).
-        let parallel =
-            if matches!(arch.model_type.as_str(), "cohere2" | "cohere" | "command-r") { 2.0 * hidden } else { 0.0 };
+        let parallel = if arch.family.parallel_block() { 2.0 * hidden } else { 0.0 };
         let attends = arch.kv_elements.iter().any(|&e| e > 0);
         let window = arch.windows.iter().flatten().copied().max();
         let full = arch.windows.iter().any(Option::is_none);

@@ -26,7 +26,7 @@ pub use files::{FileEntry, ModelReader, ReadError, Step};
 pub use projector::{ProjectorSize, gguf_projector};
 pub use split::{split_name, split_part_name};
 
-use crate::model::{HfConfig, Model, Moe, Place, Tensor, Transformer};
+use crate::model::{Arch, HfConfig, Model, Moe, Place, Tensor, Transformer};
 use gguf::GgufHeader;
 use safetensors::{SafetensorsHeader, SafetensorsIndex};
 
@@ -245,7 +245,8 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
     let heads_kv = expand(per_layer("attention.head_count_kv").unwrap_or_default(), max_heads);
     let key_len = scalar("attention.key_length").unwrap_or(hidden / max_heads);
     let ffn = per_layer("feed_forward_length").and_then(|v| v.into_iter().max()).unwrap_or(0);
-    let memory = arch::layer_memory(&arch, h, n, hidden, max_heads, &heads_kv)?;
+    let family = Arch::named(&arch);
+    let memory = arch::layer_memory(&arch, family, h, n, hidden, max_heads, &heads_kv)?;
     let experts = scalar("expert_count").unwrap_or(0);
     let moe = (experts > 1).then(|| Moe {
         experts,
@@ -255,6 +256,7 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
         sparse_layers: expert_layers(tensors, n),
     });
     Ok(Transformer {
+        family,
         model_type: arch.clone(),
         hidden_size: hidden,
         intermediate_size: ffn,
@@ -430,6 +432,7 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
     });
     Ok(Transformer {
         model_type: "safetensors".to_owned(),
+        family: Arch::Other,
         hidden_size: hidden,
         intermediate_size: 0,
         num_layers: n as u64,

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Arch;
 use crate::error::ModelError;
 
 /// The fields of a Hugging Face `config.json` that decide a decoder-only transformer's size.
@@ -83,7 +84,12 @@ pub struct HfConfig {
 /// Validated transformer hyperparameters: every dimension present and non-zero.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Transformer {
+    /// The architecture's name as the file or config wrote it: a label, never compared
+    /// (decisions read [`Transformer::family`]).
     pub model_type: String,
+    /// The family that name resolves to, once, at import.
+    #[serde(default)]
+    pub family: Arch,
     pub hidden_size: u64,
     pub intermediate_size: u64,
     pub num_layers: u64,
@@ -168,7 +174,12 @@ impl HfConfig {
 
     /// Whether q, k and v carry a bias: stated by `attention_bias`, implied by Qwen2.
     pub fn qkv_bias(&self) -> bool {
-        self.attention_bias.unwrap_or(matches!(self.model_type.as_deref(), Some("qwen2" | "qwen2_moe" | "qwen2_vl")))
+        self.attention_bias.unwrap_or(self.family().qkv_bias_by_default())
+    }
+
+    /// The family its `model_type` names (Llama when it names none).
+    fn family(&self) -> Arch {
+        self.model_type.as_deref().map_or(Arch::Llama, Arch::of_model_type)
     }
 
     /// The language model's own config: `text_config` for multimodal models, else `self`.
@@ -187,6 +198,7 @@ impl HfConfig {
     pub fn transformer(&self) -> Result<Transformer, ModelError> {
         let c = self.language_model();
         let model_type = c.model_type.clone().unwrap_or_else(|| "llama".to_owned());
+        let family = c.family();
         let required = |value: Option<u64>, field: &'static str| -> Result<u64, ModelError> {
             match value {
                 Some(0) => Err(ModelError::invalid(field, "is 0; it must be at least 1")),
@@ -198,7 +210,7 @@ impl HfConfig {
         let num_layers = required(c.num_hidden_layers, "num_hidden_layers")?;
         let num_heads = required(c.num_attention_heads, "num_attention_heads")?;
         // Gemma 3's configs leave out `Gemma3TextConfig`'s default vocabulary.
-        let vocab_size = required(c.vocab_size.or((model_type == "gemma3_text").then_some(262_208)), "vocab_size")?;
+        let vocab_size = required(c.vocab_size.or((family == Arch::Gemma3).then_some(262_208)), "vocab_size")?;
         let num_kv_heads = match c.num_key_value_heads {
             // One compressed row per token, as llama.cpp's converter writes it.
             _ if c.kv_lora_rank.is_some() => 1,
@@ -211,7 +223,7 @@ impl HfConfig {
                 &format!("is {num_kv_heads}, which does not divide num_attention_heads ({num_heads})"),
             ));
         }
-        let mla = c.mla(&model_type)?;
+        let mla = c.mla(family)?;
         let head_dim = match (&mla, c.head_dim) {
             // What llama.cpp caches per token, as a GGUF of the model states it.
             (Some(m), _) => m.kv_lora_rank + m.qk_rope_head_dim,
@@ -262,8 +274,7 @@ impl HfConfig {
                 ));
             }
         }
-        let is_gemma = model_type.starts_with("gemma");
-        let windows = c.windows(&model_type, num_layers)?;
+        let windows = c.windows(family, num_layers)?;
         Ok(Transformer {
             hidden_size,
             intermediate_size,
@@ -273,16 +284,12 @@ impl HfConfig {
             head_dim,
             vocab_size,
             // Gemma ties its embeddings without always saying so.
-            tied_embeddings: c.tie_word_embeddings.unwrap_or(is_gemma),
+            tied_embeddings: c.tie_word_embeddings.unwrap_or(family.is_gemma()),
             qkv_bias: c.qkv_bias(),
-            o_bias: c.attention_bias.unwrap_or(false)
-                && !model_type.starts_with("qwen")
-                && !model_type.starts_with("glm"),
+            o_bias: c.attention_bias.unwrap_or(false) && !family.output_bias_ignored(),
             mlp_bias: c.mlp_bias.unwrap_or(false),
-            extra_norms: if model_type == "gemma2" || model_type.starts_with("gemma3") { 2 } else { 0 },
-            // Llama 4's q/k norm is a plain L2 norm, without weights.
-            qk_norm: !model_type.starts_with("llama4")
-                && c.use_qk_norm.unwrap_or(model_type.starts_with("qwen3") || model_type.starts_with("gemma3")),
+            extra_norms: family.extra_norms(),
+            qk_norm: family.qk_norm(c.use_qk_norm),
             windows,
             kv_elements: vec![if mla.is_some() { head_dim } else { 2 * num_kv_heads * head_dim }; num_layers as usize],
             state_elements: Vec::new(),
@@ -293,12 +300,13 @@ impl HfConfig {
             moe,
             mla,
             model_type,
+            family,
         })
     }
 
-    fn mla(&self, model_type: &str) -> Result<Option<Mla>, ModelError> {
+    fn mla(&self, family: Arch) -> Result<Option<Mla>, ModelError> {
         let Some(kv_lora_rank) = self.kv_lora_rank else {
-            if model_type.starts_with("deepseek_v") {
+            if family.needs_latent_attention() {
                 return Err(ModelError::invalid(
                     "kv_lora_rank",
                     "is missing in a DeepSeek config; copy it from config.json",
@@ -384,7 +392,7 @@ impl HfConfig {
         }))
     }
 
-    fn windows(&self, model_type: &str, num_layers: u64) -> Result<Vec<Option<u64>>, ModelError> {
+    fn windows(&self, family: Arch, num_layers: u64) -> Result<Vec<Option<u64>>, ModelError> {
         let window = match (self.sliding_window, self.use_sliding_window) {
             (Some(w), Some(true) | None) if w > 0 => Some(w),
             _ => None,
@@ -400,12 +408,12 @@ impl HfConfig {
             return Ok(kinds.iter().map(|kind| if kind.contains("sliding") { window } else { None }).collect());
         }
         Ok((0..n)
-            .map(|i| match model_type {
+            .map(|i| match family {
                 // Llama 4 attends in chunks on three layers of four (`src/models/llama4.cpp`).
-                t if t.starts_with("llama4") => self.attention_chunk_size.filter(|&c| c > 0 && (i + 1) % 4 != 0),
+                Arch::Llama4 => self.attention_chunk_size.filter(|&c| c > 0 && (i + 1) % 4 != 0),
                 // Gemma 2 alternates: even layers slide, odd layers see everything.
-                "gemma2" => window.filter(|_| i % 2 == 0),
-                t if t.starts_with("gemma3") => {
+                Arch::Gemma2 => window.filter(|_| i % 2 == 0),
+                Arch::Gemma3 | Arch::Gemma3n => {
                     // In u64: on 32-bit wasm a pattern of 2^32 would become 0 as `usize`.
                     let pattern = self.sliding_window_pattern.unwrap_or(6).max(1);
                     window.filter(|_| !(i as u64 + 1).is_multiple_of(pattern))

@@ -6,9 +6,11 @@
 //! per layer (bytes, parameters, parameters active per token) is summed from that list,
 //! so every byte lands in exactly one layer, the embedding or the head.
 
+mod arch;
 mod config;
 mod weights;
 
+pub use arch::Arch;
 pub use config::{HfConfig, Mla, Moe, Transformer};
 pub use weights::{FileType, WeightFormat};
 
@@ -298,9 +300,8 @@ pub(crate) fn tensor_shapes(arch: &Transformer) -> Vec<TensorShape> {
         out.push(TensorShape { name, shape, place, expert });
     };
     push("token_embd.weight".into(), vec![h, arch.vocab_size], Place::Embedding, false);
-    let gpt_oss = arch.model_type == "gpt_oss";
-    // DeepSeek-V3's router (and Kimi's, GLM-4.5's) adds a bias per expert when choosing.
-    let routing_bias = matches!(arch.model_type.as_str(), "deepseek_v3" | "kimi_k2" | "glm4_moe");
+    let gpt_oss = arch.family.sinks_and_expert_biases();
+    let routing_bias = arch.family.routing_bias();
     for i in 0..arch.num_layers {
         let place = Place::Layer(i as u32);
         let blk = |suffix: &str| format!("blk.{i}.{suffix}");
@@ -354,7 +355,7 @@ pub(crate) fn tensor_shapes(arch: &Transformer) -> Vec<TensorShape> {
                 }
                 if let Some(s) = moe.shared_intermediate {
                     // Only Qwen's shared expert has a gate of its own.
-                    if arch.model_type.starts_with("qwen") {
+                    if arch.family.is_qwen() {
                         push(blk("ffn_gate_inp_shexp.weight"), vec![h], place, false);
                     }
                     push(blk("ffn_gate_shexp.weight"), vec![h, s], place, false);

@@ -172,8 +172,7 @@ fn llama_quantize_types(ftype: FileType, arch: &Transformer, shapes: &[TensorSha
     let n_expert = arch.moe.as_ref().map_or(0, |m| m.experts);
     let n_gqa = arch.num_heads / arch.num_kv_heads.max(1);
     let tied = !shapes.iter().any(|s| s.name == "output.weight");
-    let is_70b =
-        matches!(arch.model_type.as_str(), "llama" | "mistral") && n_layer == 80 && arch.num_heads != arch.num_kv_heads;
+    let is_70b = arch.family.llama_like() && n_layer == 80 && arch.num_heads != arch.num_kv_heads;
     let n_attention_wv = shapes.iter().filter(|s| s.name.contains("attn_v.weight")).count() as i64;
     let iq_low = matches!(ftype, F::IQ2_XXS | F::IQ2_XS | F::IQ1_S | F::IQ2_S | F::IQ2_M | F::IQ1_M);
     let default = ftype.default_type();

@@ -129,6 +129,7 @@ impl Instance {
         let l = self.layers.len() as u64;
         let arch = Transformer {
             model_type: "test".into(),
+            family: crate::model::Arch::Other,
             hidden_size: 64,
             intermediate_size: 128,
             num_layers: l,
