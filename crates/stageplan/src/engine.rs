@@ -55,18 +55,114 @@ impl Engine {
     pub const ALL: [Engine; 3] = [Engine::LlamaCpp, Engine::Vllm, Engine::Generic];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Engine::LlamaCpp => "llama.cpp",
-            Engine::Vllm => "vllm",
-            Engine::Generic => "generic",
-        }
+        self.rules().name
     }
 
-    /// The fraction of each node's memory the engine may use.
-    pub fn usable_fraction(self) -> f64 {
+    /// Everything that differs by engine: the one place that tells engines apart.
+    pub const fn rules(self) -> &'static EngineRules {
         match self {
-            Engine::Vllm => VLLM_GPU_MEMORY_UTILIZATION,
-            Engine::LlamaCpp | Engine::Generic => 1.0,
+            Engine::LlamaCpp => &LLAMA_CPP,
+            Engine::Vllm => &VLLM,
+            Engine::Generic => &GENERIC,
+        }
+    }
+}
+
+/// The rules of one engine, as data. The cost model, the planner's riders and the exports
+/// read these and never branch on [`Engine`] themselves, so a new engine is one more table.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct EngineRules {
+    /// The name scenarios and plans use.
+    pub name: &'static str,
+    /// The fraction of each device's memory the engine claims.
+    pub usable_fraction: f64,
+    /// KV cells per sequence are whole blocks of this many, and a sliding window keeps one
+    /// micro-batch more (llama.cpp); `None`: exactly the context or the window.
+    pub kv_block: Option<u64>,
+    /// A GPU holds no token embedding: the server's host RAM does (llama.cpp keeps
+    /// `token_embd` on the CPU backend, `docs/llama-cpp-placement.md`). A CPU's or a unified
+    /// memory holds it either way.
+    pub embedding_in_host_ram: bool,
+    /// What a machine's system RAM does for a stage placed partly there.
+    pub host_ram: HostRam,
+    /// Copies of a cache another device holds that a device receives per reading layer
+    /// (llama.cpp's scheduler: one per pipeline copy, [`LLAMA_CPP_PIPELINE_COPIES`]); 0: the
+    /// engine shares no cache across a cut.
+    pub shared_cache_copies: u64,
+    /// The export (`--to`) that runs plans made for this engine, if one does.
+    pub export: Option<&'static str>,
+    /// How its buffers are sized.
+    buffers: BufferModel,
+}
+
+/// What a machine's system RAM does for a stage placed partly there.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum HostRam {
+    /// The CPU runs what sits there — whole layers with their KV cache (`-ngl`), or a
+    /// layer's FFN or experts (`-ot`, `--n-cpu-moe`) — reading the RAM itself (llama.cpp).
+    CpuRuns,
+    /// The GPU reads weights kept in pinned RAM over its link every step; whole layers'
+    /// weights only, the KV cache on the GPU (vLLM's `--cpu-offload-gb`).
+    Streamed,
+}
+
+/// How an engine's buffers are sized ([`EngineRules::buffers`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum BufferModel {
+    /// llama.cpp's scheduler and allocator, from its source (the module's doc).
+    LlamaCpp,
+    /// Activations of one prefill chunk and the last stage's logits.
+    Activations,
+}
+
+const LLAMA_CPP: EngineRules = EngineRules {
+    name: "llama.cpp",
+    usable_fraction: 1.0,
+    kv_block: Some(LLAMA_CPP_CONTEXT_PAD),
+    embedding_in_host_ram: true,
+    host_ram: HostRam::CpuRuns,
+    shared_cache_copies: LLAMA_CPP_PIPELINE_COPIES,
+    export: Some("llama.cpp"),
+    buffers: BufferModel::LlamaCpp,
+};
+
+const VLLM: EngineRules = EngineRules {
+    name: "vllm",
+    usable_fraction: VLLM_GPU_MEMORY_UTILIZATION,
+    kv_block: None,
+    embedding_in_host_ram: false,
+    host_ram: HostRam::Streamed,
+    shared_cache_copies: 0,
+    export: Some("vllm"),
+    buffers: BufferModel::Activations,
+};
+
+const GENERIC: EngineRules = EngineRules {
+    name: "generic",
+    usable_fraction: 1.0,
+    kv_block: None,
+    embedding_in_host_ram: false,
+    host_ram: HostRam::CpuRuns,
+    shared_cache_copies: 0,
+    export: None,
+    buffers: BufferModel::Activations,
+};
+
+impl EngineRules {
+    /// Whether a device of `kind` holds the token embedding of a first stage (else the
+    /// server's host RAM does).
+    pub fn embedding_on_device(&self, kind: Option<crate::device::DeviceKind>) -> bool {
+        !self.embedding_in_host_ram || kind != Some(crate::device::DeviceKind::Gpu)
+    }
+
+    /// KV cells a layer with `window` keeps per sequence at `context`, with micro-batches of
+    /// `ubatch` tokens.
+    pub fn kv_cells(&self, context: u64, window: Option<u64>, ubatch: u64) -> u64 {
+        match (self.kv_block, window) {
+            (Some(block), Some(w)) => whole_blocks(w.saturating_add(ubatch), block).min(whole_blocks(context, block)),
+            (Some(block), None) => whole_blocks(context, block),
+            (None, Some(w)) => w.min(context),
+            (None, None) => context,
         }
     }
 }
@@ -148,15 +244,20 @@ pub struct Shape {
     pub quantized_kv: bool,
 }
 
+/// `cells` rounded up to whole blocks of `block`.
+fn whole_blocks(cells: u64, block: u64) -> u64 {
+    cells.div_ceil(block).saturating_mul(block)
+}
+
 /// The context llama.cpp allocates KV cells for, per sequence.
 pub fn llama_cpp_context(context: u64) -> u64 {
-    context.div_ceil(LLAMA_CPP_CONTEXT_PAD).saturating_mul(LLAMA_CPP_CONTEXT_PAD)
+    LLAMA_CPP.kv_cells(context, None, 0)
 }
 
 /// KV cells a sliding-window layer keeps in llama.cpp, per sequence: the window plus one
 /// micro-batch, rounded to 256, at most the full context.
 pub fn llama_cpp_window_cells(context: u64, window: u64, ubatch: u64) -> u64 {
-    llama_cpp_context(window.saturating_add(ubatch)).min(llama_cpp_context(context))
+    LLAMA_CPP.kv_cells(context, Some(window), ubatch)
 }
 
 /// The model's widths the buffers depend on, as `f64` (they may come from a file's header).
@@ -280,8 +381,14 @@ impl Dims {
     }
 }
 
-/// The engine's buffers for a model of `dims` run as `shape`.
-pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
+impl EngineRules {
+    /// The engine's buffers for a model of `dims` run as `shape`.
+    pub fn buffers(&self, dims: &Dims, shape: Shape) -> Buffers {
+        buffers(self.buffers, dims, shape)
+    }
+}
+
+fn buffers(model: BufferModel, dims: &Dims, shape: Shape) -> Buffers {
     let Dims {
         hidden,
         vocab,
@@ -301,8 +408,8 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
         cut_before,
         rotation,
     } = *dims;
-    match engine {
-        Engine::Generic | Engine::Vllm => {
+    match model {
+        BufferModel::Activations => {
             let c = shape.prefill_chunk.min(shape.context.max(1)) as f64;
             Buffers {
                 stage: bytes(c * (hidden + mlp) * 8.0),
@@ -315,7 +422,7 @@ pub fn buffers(engine: Engine, dims: &Dims, shape: Shape) -> Buffers {
                 last_per_layer: 0,
             }
         }
-        Engine::LlamaCpp => {
+        BufferModel::LlamaCpp => {
             let b = shape.batch.max(1);
             let cells = llama_cpp_context(shape.context);
             let tokens = cells.saturating_mul(b).min(shape.prefill_chunk.max(1)).div_ceil(b).saturating_mul(b);
@@ -443,32 +550,32 @@ mod tests {
         // devices: 4 copies of ≈16 MiB of inputs and the 92 MiB MLP peak, ≈156 MiB.
         let dims = Dims::of(&model());
         let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true, quantized_kv: false };
-        let b = buffers(Engine::LlamaCpp, &dims, shape);
+        let b = Engine::LlamaCpp.rules().buffers(&dims, shape);
         let mib = |x: u64| x as f64 / 1048576.0;
         // 64 MiB of input copies, 92 MiB of MLP, 16 MiB of slack, 1 MiB of alignment.
         assert!((mib(b.stage) - 173.04).abs() < 0.01, "{}", mib(b.stage));
         // Without flash attention the 512-token KQ matrix over 8,192 cells dominates.
-        let off = buffers(Engine::LlamaCpp, &dims, Shape { flash_attention: false, ..shape });
+        let off = Engine::LlamaCpp.rules().buffers(&dims, Shape { flash_attention: false, ..shape });
         assert!(mib(off.stage) > 600.0, "{}", mib(off.stage));
         // One stage: no pipeline copies, on the device or the host.
         assert_eq!(b.of(true, true), b.stage + b.first + b.last - b.single_saving);
         assert!(b.of(true, true) < b.of(true, false));
         // A longer context grows the mask copies: 4 × 2 bytes × 512 × 8,192 more cells.
-        let long = buffers(Engine::LlamaCpp, &dims, Shape { context: 16384, ..shape });
+        let long = Engine::LlamaCpp.rules().buffers(&dims, Shape { context: 16384, ..shape });
         assert_eq!(long.stage - b.stage, 4 * 2 * 512 * 8192);
         // A quantized cache's rotations ride along with every copy of the inputs, on each
         // device and the host: K's 128 × 128 and V's 64 × 64 in f32 for a 128-wide head.
-        let rotated = buffers(Engine::LlamaCpp, &dims, Shape { quantized_kv: true, ..shape });
+        let rotated = Engine::LlamaCpp.rules().buffers(&dims, Shape { quantized_kv: true, ..shape });
         let rotations = 4 * 4 * (128 * 128 + 64 * 64);
         assert_eq!((rotated.stage - b.stage, rotated.first - b.first), (rotations, rotations));
     }
 
     #[test]
     fn vllm_claims_its_share_and_generic_keeps_the_old_estimate() {
-        assert_eq!(Engine::Vllm.usable_fraction(), 0.9);
+        assert_eq!(Engine::Vllm.rules().usable_fraction, 0.9);
         let dims = Dims::of(&model());
         let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true, quantized_kv: false };
-        let g = buffers(Engine::Generic, &dims, shape);
+        let g = Engine::Generic.rules().buffers(&dims, shape);
         assert_eq!(g.stage, 512 * (4096 + 14336) * 8);
         assert_eq!(g.last, 512 * 128_256 * 4);
         assert_eq!((g.first, g.single_saving), (0, 0));

@@ -2,13 +2,13 @@
 //! caches of other layers it receives (Gemma 3n's shared KV across a cut).
 
 use super::{CostModel, saturate};
-use crate::engine::{self, Buffers};
+use crate::engine::Buffers;
 
 impl CostModel {
     /// The engine's buffers of stage `[start, end)`: by its role in the pipeline, and the
     /// caches of other layers it receives (`tiered`: on the GPU of a machine with system RAM).
     pub(super) fn stage_buffers(&self, start: usize, end: usize, tiered: bool) -> u64 {
-        self.buffers_of(&self.buffers, start, end, &|l| self.layer_kv(l), tiered)
+        self.buffers_of(&self.buffers, start, end, &|l| self.layers.layer_kv(l), tiered)
     }
 
     /// `buffers` for stage `[start, end)`, with layer `l`'s cache `layer_kv(l)` bytes.
@@ -20,13 +20,8 @@ impl CostModel {
         layer_kv: &dyn Fn(usize) -> u64,
         tiered: bool,
     ) -> u64 {
-        let own = buffers.of_stage(start == 0, end == self.layers, (end - start) as u64);
+        let own = buffers.of_stage(start == 0, end == self.layers(), (end - start) as u64);
         own.saturating_add(self.shared_kv_charge(start, end, layer_kv, tiered))
-    }
-
-    /// Layer `l`'s KV cache (or state) at the workload's context, all sequences.
-    pub(super) fn layer_kv(&self, l: usize) -> u64 {
-        saturate(self.kv[l + 1] - self.kv[l])
     }
 
     /// What stage `[start, end)` is charged for caches of layers outside it, with layer `l`'s
@@ -49,7 +44,7 @@ impl CostModel {
         if self.shared_kv.is_empty() || start == 0 {
             return 0;
         }
-        let copies = u128::from(engine::LLAMA_CPP_PIPELINE_COPIES);
+        let copies = u128::from(self.rules.shared_cache_copies);
         let received = |from: usize| -> u128 {
             self.shared_kv
                 .iter()
@@ -60,9 +55,10 @@ impl CostModel {
         let mut most = received(start);
         for source in self.shared_kv.iter().filter(|s| (start..end).contains(&s.layer)) {
             let from = source.layer + 1;
-            let mut weights = self.weights[from] - self.weights[start];
+            let left = self.layers.range(start, from);
+            let mut weights = left.weights;
             if tiered {
-                weights -= self.ffn_weights[from] - self.ffn_weights[start];
+                weights -= left.ffn_weights;
             }
             let left_out = weights + (start..from).map(|l| u128::from(layer_kv(l))).sum::<u128>();
             most = most.max(received(from).saturating_sub(left_out));

@@ -5,26 +5,34 @@
 //! step of `B` sequences (`workload.batch`) at context `T` (`workload.context`):
 //!
 //! **Memory** of a stage is the sum of the weights of its layers, the KV cache of its layers,
-//! the embedding or head where they sit, the workspace and the node's reserve, against the
-//! node's memory (its budget). Layer `l` holds `B × T_l × kv_l` KV bytes, where `T_l = min(T, window_l)`
-//! for sliding-window layers and `kv_l = 2 × kv_heads × head_dim` elements in the KV format.
-//! A tied LM head is a copy of the embedding on the last stage, shared when one node holds both.
-//! The workspace, unless given, is llama.cpp-like activation buffers for one prefill chunk `C`:
-//! `C × (2·hidden + 2·ffn) × 4` bytes per stage, plus `C × vocab × 4` for logits on the last.
+//! the embedding or head where they sit, the engine's buffers and the node's reserve, against
+//! the node's memory (its budget). Layer `l` holds `B × cells_l × kv_l` KV bytes, where
+//! `cells_l` is the context (or the window of a sliding-window layer) as the engine allocates
+//! it ([`EngineRules::kv_cells`]) and `kv_l` the layer's K and V elements per token in the KV
+//! format; a recurrent layer holds its state per sequence instead. A tied LM head is a copy of
+//! the embedding on the last stage, shared when one memory holds both. The engine's buffers
+//! are [`crate::engine`]'s, by the stage's role in the pipeline ([`Buffers`]), or the
+//! scenario's `workspace` on every stage.
 //!
 //! **Decode time per step** of a stage on a node with bandwidth `BW` and compute `F`:
-//! `max(bytes_read / BW, flops / F) + send`, the roofline of the step plus the hop to the next
-//! stage. Per layer, `bytes_read = dense weights + expert weights × (1 − (1 − k/E)^B) + B × T_l × kv_l`
-//! (each step reads the weights once, the experts some token touches, and every sequence's KV
-//! cache) and `flops = B × (2 × active params + 4 × heads × head_dim × T_l)`. The first stage
-//! reads `B` embedding rows; the last reads the whole LM head and does `B × 2 × vocab × hidden`
-//! more FLOPs. `send` is `latency + B × hidden × 2 bytes / link bandwidth` (f16 activations) to
-//! the next stage; the last stage of a multi-stage pipeline sends the sampled tokens
-//! (`B × 4` bytes) back to the first.
-//! `BW` and `F` are the node's figures under the backend's fitted terms
-//! ([`crate::calibration`]), or for a measured node (one with a `probe`) as measured, with a
-//! CPU's decode `F` twice llama.cpp's weight rate for the model's class
+//! `max(bytes_read / BW, flops / F) + layers · τ + send`, the roofline of the step, the
+//! backend's cost per layer, and the hop to the next stage. Per layer,
+//! `bytes_read = dense weights + expert weights × (1 − (1 − k/E)^B) + B × T_l × kv_l` (each step
+//! reads the weights once, the experts some token touches, and every sequence's KV cache) and
+//! `flops = B × (2 × active params + 4 × heads × head_dim × T_l)`. The first stage reads `B`
+//! embedding rows; the last reads the whole LM head and does `B × 2 × vocab × hidden` more
+//! FLOPs. `send` is `latency + B × hidden × 2 bytes / link bandwidth` (f16 activations) to the
+//! next stage; the last stage of a multi-stage pipeline sends the sampled tokens (`B × 4`
+//! bytes) back to the first. `BW`, `F` and `τ` are the node's figures under the backend's
+//! fitted terms ([`crate::calibration`]), or for a measured node (one with a `probe`) as
+//! measured, with a CPU's decode `F` twice llama.cpp's weight rate for the model's class
 //! ([`crate::calibration::measured`]); prefill divides by the node's `compute`.
+//!
+//! **A machine with system RAM** (`host`) places each stage over its device and its RAM as
+//! llama.cpp's flags can ([`offload`](self::Offload)): each memory holds its part, each
+//! processor's roofline runs over what it reads, and each change of processor along the
+//! token's path costs a sync and a copy. A machine without system RAM of its own is the same
+//! model with one placement, [`Offload::NONE`]: every formula above is that placement's.
 //!
 //! **Prefill time per prompt token** is the same roofline with weights read once per chunk of
 //! `C` tokens, attention over `T/2` tokens on average, and the hop's latency spread over `C`.
@@ -44,16 +52,18 @@
 //! the rate is `B / max_s t_s(B)`, reported apart as a figure the workload does not reach.
 
 mod buffers;
+mod layers;
+mod node;
 mod offload;
 
 use std::sync::Arc;
 
 use buffers::SharedKv;
-pub(crate) use offload::HostRates;
-use offload::Memo;
-pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, HostParts, Offload, OffloadRule, SPLIT_LATENCY_S};
+use layers::{F32_BYTES, LayerTable};
+pub(crate) use node::NodeCost;
+pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, Offload, OffloadRule, SPLIT_LATENCY_S};
 
-use crate::engine::{self, Buffers, Dims, Engine, Shape};
+use crate::engine::{Buffers, Dims, EngineRules, Shape};
 use crate::model::{Model, Place};
 use crate::problem::{Links, Node, Placement, Problem, Workload};
 
@@ -61,22 +71,6 @@ use crate::problem::{Links, Node, Placement, Problem, Workload};
 pub const ACTIVATION_BYTES: f64 = 2.0;
 /// Bytes per sampled token id sent back to the first stage.
 pub const TOKEN_BYTES: f64 = 4.0;
-
-/// `memory × fraction` in bytes (the fraction an engine claims).
-fn usable_memory(memory: u64, fraction: f64) -> i128 {
-    if fraction >= 1.0 { i128::from(memory) } else { (memory as f64 * fraction) as i128 }
-}
-
-/// KV cells per sequence of a layer with `window` at `context`, as `engine` (with its
-/// prefill chunk) allocates them.
-fn kv_cells(engine: Engine, chunk: u64, context: u64, window: Option<u64>) -> u64 {
-    match (engine, window) {
-        (Engine::LlamaCpp, Some(w)) => engine::llama_cpp_window_cells(context, w, chunk),
-        (Engine::LlamaCpp, None) => engine::llama_cpp_context(context),
-        (_, Some(w)) => w.min(context),
-        (_, None) => context,
-    }
-}
 
 /// `x` as `u64`, or `u64::MAX` when it does not fit: a size that large fits nowhere.
 fn saturate(x: u128) -> u64 {
@@ -96,7 +90,7 @@ pub struct Schedule {
     pub cycle_s: f64,
 }
 
-/// Memory of a stage by part, in bytes.
+/// Memory of a stage in one memory (a device's, or a machine's system RAM), by part, in bytes.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryParts {
     pub weights: u64,
@@ -140,6 +134,8 @@ impl TimeParts {
     }
 }
 
+/// The token embedding's or the LM head's share of the stage that holds it: bytes held,
+/// and per decode step and per prompt token bytes read and FLOPs.
 #[derive(Copy, Clone, Debug, Default)]
 struct Extra {
     held: u64,
@@ -149,119 +145,51 @@ struct Extra {
     prefill_flops: f64,
 }
 
-/// A node reduced to what the cost model needs.
+/// What one token costs beyond its layers.
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct NodeRates {
-    pub inv_bandwidth: f64,
-    /// Prefill's compute: the node's `compute`.
-    pub inv_compute: f64,
-    /// A decode step's: per FLOP, `1 ÷ (2 × weights/s)` of a measured CPU's products,
-    /// else `inv_compute`.
-    pub inv_decode_compute: f64,
-    /// Seconds every layer adds to a decode step (the backend's fitted `τ`).
-    pub per_layer_s: f64,
-    /// Memory left for layers, embedding and head after reserve and workspace (may be < 0);
-    /// with a host tier, the GPU's and host RAM's together (what bounds and orderings read).
-    pub capacity: i64,
-    /// The machine's system RAM and CPU, when the scenario gives them.
-    pub host: Option<HostRates>,
-    /// The token embedding is in this memory on a first stage: llama.cpp keeps it in host
-    /// RAM (`token_embd` on the CPU), so a discrete GPU's memory does not hold it; a CPU's or
-    /// a unified memory does, and vLLM keeps it on the GPU.
-    pub keeps_embedding: bool,
+struct PerToken {
+    /// Bytes of its embedding row.
+    embedding_row: f64,
+    /// Its activations across a stage boundary (f16).
+    activation_bytes: f64,
+    /// Its hidden state in f32, as it crosses between a device and the CPU.
+    activation_f32: f64,
+    /// The head's FLOPs.
+    head_flops: f64,
 }
 
-impl NodeRates {
-    /// The least time per byte read on any of the node's tiers (for lower bounds).
-    pub(crate) fn least_inv_bandwidth(&self) -> f64 {
-        self.host.map_or(self.inv_bandwidth, |h| self.inv_bandwidth.min(h.inv_bandwidth))
-    }
-
-    /// The least time per FLOP on any tier (for lower bounds).
-    pub(crate) fn least_inv_compute(&self) -> f64 {
-        self.host.map_or(self.inv_compute, |h| self.inv_compute.min(h.inv_decode_compute))
-    }
-
-    /// The least per-layer cost on any tier (for lower bounds).
-    pub(crate) fn least_per_layer_s(&self) -> f64 {
-        self.host.map_or(self.per_layer_s, |h| self.per_layer_s.min(h.per_layer_s))
-    }
-}
-
-/// Per-layer costs of a model under a workload, as prefix sums, plus the cluster's rates.
+/// Per-layer costs of a model under a workload, as prefix sums, plus the cluster's machines.
 ///
 /// Every planner evaluates stages through this one type, so optimal, baseline and exhaustive
 /// plans are compared on exactly the same numbers.
 #[derive(Clone, Debug)]
 pub struct CostModel {
-    layers: usize,
-    /// Prefix sums in `u128`: per-layer sizes come from untrusted headers, and a prefix sum
-    /// that saturated would make the difference of two saturated sums 0 — a stage that
-    /// "fits". In `u128` no sum of 100,000 `u64` values can overflow.
-    weights: Vec<u128>,
-    kv: Vec<u128>,
-    /// Per decode step of `step` sequences: bytes read and FLOPs, prefix sums.
-    read: Vec<f64>,
-    flops: Vec<f64>,
-    /// The parts `read` and `flops` are made of, so a step of any size is one pass away:
-    /// dense weights, expert weights (scaled by the fraction of experts a step touches),
-    /// and per sequence its KV cache read and its FLOPs.
-    dense_read: Vec<f64>,
-    expert_read: Vec<f64>,
-    /// The FFN a machine may keep in host RAM apart from attention (routed experts, or a dense
-    /// layer's FFN matrices): bytes held, bytes read per step of dense layers (experts read
-    /// as `expert_read`), and per sequence its FLOPs; then the step's read and FLOPs.
-    ffn_weights: Vec<u128>,
-    ffn_dense_read: Vec<f64>,
-    ffn_flops_per_sequence: Vec<f64>,
-    ffn_read: Vec<f64>,
-    ffn_flops: Vec<f64>,
-    kv_read_per_sequence: Vec<f64>,
-    flops_per_sequence: Vec<f64>,
-    /// For MoE models, the fraction of experts one token routes to.
-    active_fraction: Option<f64>,
+    layers: LayerTable,
+    /// One value per machine.
+    pub(crate) nodes: Vec<NodeCost>,
     /// Sequences the workload holds KV cache for (`workload.batch`).
     batch: u64,
     /// Sequences decoded together in one step: `batch` or a micro-batch `batch / k`.
     step: f64,
-    prefill_read: Vec<f64>,
-    prefill_flops: Vec<f64>,
     embed: Extra,
     head: Extra,
-    /// Bytes the last stage need not hold when it is also the first (a tied head).
+    /// Bytes the last stage need not hold when it also holds the embedding (a tied head).
     shared_single: u64,
+    token: PerToken,
+    /// Per step: activations sent to the next stage, and token ids sent back to the first.
+    activation_bytes: f64,
+    token_bytes: f64,
+    prefill_chunk: f64,
     /// The engine's buffers per stage role (or the scenario's explicit workspace).
     buffers: Buffers,
     /// Layers whose KV cache later layers read (Gemma 3n), for what a stage receives of them.
     shared_kv: Vec<SharedKv>,
-    /// The engine, and how it runs the workload: what sizes the KV cells and the buffers.
-    engine: Engine,
+    /// The engine's rules, and how it runs the workload: what sizes the KV cells and buffers.
+    rules: &'static EngineRules,
     shape: Shape,
     /// What recomputes `buffers` at another context (`None`: an explicit workspace).
     dims: Option<Dims>,
-    /// Bytes of one embedding row, of one token's activations, and the head's FLOPs per token.
-    embedding_row: f64,
-    token_activation_bytes: f64,
-    /// One token's hidden state in f32, as it crosses between GPU and CPU.
-    token_activation_f32: f64,
-    head_flops_per_token: f64,
-    activation_bytes: f64,
-    token_bytes: f64,
-    prefill_chunk: f64,
-    /// Per layer: KV bytes held per token of context (all sequences), and the layer's window.
-    kv_per_context_token: Vec<u64>,
-    /// Recurrent state bytes per layer for every sequence: held whatever the context.
-    state_per_layer: Vec<u64>,
-    windows: Vec<Option<u64>>,
-    pub(crate) nodes: Vec<NodeRates>,
-    reserves: Vec<u64>,
-    budgets: Vec<u64>,
-    /// Per node: host RAM's reserve and budget (0 without a host tier), and the memo of
-    /// its stages' best placements.
-    host_reserves: Vec<u64>,
-    host_budgets: Vec<u64>,
-    memos: Vec<Memo>,
-    /// How machines with a host tier choose their placement.
+    /// How machines with system RAM choose their placement.
     rule: OffloadRule,
     /// Placements manual stages fix (`stages[].offload`), before any search.
     fixed: Vec<(Placement, Offload)>,
@@ -278,7 +206,7 @@ impl CostModel {
             .fixed_offloads
             .iter()
             .map(|f| {
-                let offload = Offload { host_layers: f.host_layers, host_ffn: f.host_ffn, ..Offload::default() };
+                let offload = Offload { host_layers: f.host_layers, host_ffn: f.host_ffn, ..Offload::NONE };
                 (f.stage, offload)
             })
             .collect();
@@ -287,82 +215,22 @@ impl CostModel {
 
     /// The cost model of a model and workload on nodes joined by links.
     pub fn build(model: &Model, workload: &Workload, nodes: &[Node], links: &Links) -> CostModel {
+        let rules = workload.engine.rules();
         let arch = &model.arch;
-        let context = workload.context;
         let chunk = workload.prefill_chunk as f64;
-        let (touched_prefill, active_fraction) = match &arch.moe {
-            Some(moe) => {
-                let p = moe.active as f64 / moe.experts as f64;
-                (1.0 - (1.0 - p).powf(chunk), Some(p))
-            }
-            None => (1.0, None),
-        };
-        // In f64: head counts and sizes may come from a GGUF's metadata, unbounded.
-        let attention = 4.0 * arch.num_heads as f64 * arch.head_dim as f64;
-
-        let layers = model.layers();
-        let n = layers.len();
-        let mut kv_per_context_token = Vec::with_capacity(n);
-        let mut state_per_layer = Vec::with_capacity(n);
-        let mut windows = Vec::with_capacity(n);
-        let mut weights = vec![0u128; n + 1];
-        let mut kv = vec![0u128; n + 1];
-        let mut dense_read = vec![0.0; n + 1];
-        let mut expert_read = vec![0.0; n + 1];
-        let mut ffn_weights = vec![0u128; n + 1];
-        let mut ffn_dense_read = vec![0.0; n + 1];
-        let mut ffn_flops_per_sequence = vec![0.0; n + 1];
-        let mut kv_read_per_sequence = vec![0.0; n + 1];
-        let mut flops_per_sequence = vec![0.0; n + 1];
-        let mut prefill_read = vec![0.0; n + 1];
-        let mut prefill_flops = vec![0.0; n + 1];
-        for (i, layer) in layers.iter().enumerate() {
-            let window = arch.windows.get(i).copied().flatten();
-            let tokens = window.map_or(context, |w| w.min(context));
-            let padded = if workload.flash_attention { 0 } else { arch.v_pad_elements.get(i).copied().unwrap_or(0) };
-            let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0).saturating_add(padded));
-            let dense = (layer.bytes - layer.expert_bytes) as f64;
-            let active_params = (layer.params - layer.expert_params) as f64
-                + layer.expert_params as f64 * active_fraction.unwrap_or(1.0);
-            // Saturating: sizes from model files are untrusted, and a saturated total simply
-            // does not fit anywhere.
-            let cells = kv_cells(workload.engine, workload.prefill_chunk, context, window);
-            // A recurrent layer's state is one per sequence, whatever the context (f32).
-            let state =
-                workload.batch.saturating_mul(arch.state_elements.get(i).copied().unwrap_or(0)).saturating_mul(4);
-            let kv_held = workload.batch.saturating_mul(cells).saturating_mul(kv_per_token).saturating_add(state);
-            kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
-            state_per_layer.push(state);
-            windows.push(window);
-            weights[i + 1] = weights[i] + u128::from(layer.bytes);
-            kv[i + 1] = kv[i] + u128::from(kv_held);
-            dense_read[i + 1] = dense_read[i] + dense;
-            expert_read[i + 1] = expert_read[i] + layer.expert_bytes as f64;
-            ffn_weights[i + 1] = ffn_weights[i] + u128::from(layer.ffn_bytes);
-            let (ffn_dense, ffn_active) = if layer.expert_bytes > 0 {
-                (0.0, layer.expert_params as f64 * active_fraction.unwrap_or(1.0))
-            } else {
-                (layer.ffn_bytes as f64, layer.ffn_params as f64)
-            };
-            ffn_dense_read[i + 1] = ffn_dense_read[i] + ffn_dense;
-            ffn_flops_per_sequence[i + 1] = ffn_flops_per_sequence[i] + 2.0 * ffn_active;
-            // A recurrent layer reads its state each step (and writes it back).
-            let state_read = 4.0 * arch.state_elements.get(i).copied().unwrap_or(0) as f64;
-            kv_read_per_sequence[i + 1] = kv_read_per_sequence[i] + tokens as f64 * kv_per_token as f64 + state_read;
-            flops_per_sequence[i + 1] = flops_per_sequence[i] + 2.0 * active_params + attention * tokens as f64;
-            prefill_read[i + 1] =
-                prefill_read[i] + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk + kv_per_token as f64;
-            prefill_flops[i + 1] = prefill_flops[i] + 2.0 * active_params + attention * tokens as f64 / 2.0;
-        }
-
         let hidden = arch.hidden_size as f64;
         let vocab = arch.vocab_size as f64;
-        let row = model.embedding_row_bytes();
+        let token = PerToken {
+            embedding_row: model.embedding_row_bytes(),
+            activation_bytes: hidden * ACTIVATION_BYTES,
+            activation_f32: hidden * F32_BYTES as f64,
+            head_flops: node::FLOPS_PER_WEIGHT * vocab * hidden,
+        };
         let embed = Extra {
             held: model.bytes_at(Place::Embedding),
             read: 0.0,
             flops: 0.0,
-            prefill_read: row,
+            prefill_read: token.embedding_row,
             prefill_flops: 0.0,
         };
         let head_bytes = model.head_bytes();
@@ -371,99 +239,39 @@ impl CostModel {
             read: head_bytes as f64,
             flops: 0.0,
             prefill_read: head_bytes as f64 / chunk,
-            prefill_flops: 2.0 * vocab * hidden,
+            prefill_flops: token.head_flops,
         };
-        let shared_single = if model.head_shares_embedding { embed.held } else { 0 };
-
         let shape = workload.shape();
         let (buffers, dims) = match workload.workspace {
             Some(bytes) => (Buffers { stage: bytes, ..Buffers::default() }, None),
             None => {
                 let dims = Dims::of(model);
-                (engine::buffers(workload.engine, &dims, shape), Some(dims))
+                (rules.buffers(&dims, shape), Some(dims))
             }
         };
-        // Copies of caches are the engine's whether or not the scenario gives the workspace.
-        let shared_kv = match workload.engine {
-            Engine::LlamaCpp => SharedKv::of(&arch.kv_from, n),
-            _ => Vec::new(),
-        };
-        let workspace = buffers.stage;
-        let usable = workload.engine.usable_fraction();
-
-        let node_rates = nodes
-            .iter()
-            .map(|node| {
-                // Measured figures are what the engine reaches: no fitted terms on top.
-                let measured = crate::calibration::Measured::of_node(node);
-                let (reached, per_layer_s) = match &measured {
-                    Some(m) => (1.0, m.per_layer_s),
-                    None => {
-                        crate::calibration::FITTED.speed(node.backend, &model.weights, node.bandwidth, node.threads)
-                    }
-                };
-                let inv_compute = 1.0 / (node.compute * node.efficiency.compute);
-                // Two FLOPs per weight of a matrix-vector product.
-                let decode_rate = measured.as_ref().and_then(|m| m.decode_rate(model));
-                let capacity =
-                    clamp_i64(usable_memory(node.memory, usable) - i128::from(node.reserve) - i128::from(workspace));
-                let host = node.host.as_ref().map(|host| offload::host_rates(host, model, capacity));
-                NodeRates {
-                    inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
-                    inv_compute,
-                    inv_decode_compute: decode_rate.map_or(inv_compute, |r| 1.0 / (2.0 * r * node.efficiency.compute)),
-                    per_layer_s,
-                    capacity: host.map_or(capacity, |h| h.capacity.max(0).saturating_add(capacity)),
-                    host,
-                    keeps_embedding: node.kind != Some(crate::device::DeviceKind::Gpu)
-                        || workload.engine != Engine::LlamaCpp,
-                }
-            })
-            .collect();
+        let layers = LayerTable::new(model, workload, rules);
         let mut cost = CostModel {
-            layers: n,
-            weights,
-            kv,
-            read: Vec::new(),
-            flops: Vec::new(),
-            dense_read,
-            expert_read,
-            ffn_weights,
-            ffn_dense_read,
-            ffn_flops_per_sequence,
-            ffn_read: Vec::new(),
-            ffn_flops: Vec::new(),
-            kv_read_per_sequence,
-            flops_per_sequence,
-            active_fraction,
+            // Copies of caches are the engine's whether or not the scenario gives the workspace.
+            shared_kv: if rules.shared_cache_copies > 0 {
+                SharedKv::of(&arch.kv_from, layers.len())
+            } else {
+                Vec::new()
+            },
+            layers,
+            nodes: nodes.iter().map(|node| NodeCost::new(node, model, rules, buffers.stage)).collect(),
             batch: workload.batch,
             step: 0.0,
-            prefill_read,
-            prefill_flops,
             embed,
             head,
-            shared_single,
-            buffers,
-            shared_kv,
-            engine: workload.engine,
-            shape,
-            dims,
-            embedding_row: row,
-            token_activation_bytes: hidden * ACTIVATION_BYTES,
-            token_activation_f32: hidden * offload::SPLIT_ELEMENT_BYTES,
-            head_flops_per_token: 2.0 * vocab * hidden,
+            shared_single: if model.head_shares_embedding { embed.held } else { 0 },
+            token,
             activation_bytes: 0.0,
             token_bytes: 0.0,
             prefill_chunk: chunk,
-            kv_per_context_token,
-            state_per_layer,
-            windows,
-            nodes: node_rates,
-            reserves: nodes.iter().map(|n| n.reserve).collect(),
-            budgets: nodes.iter().map(|n| n.memory).collect(),
-            host_reserves: nodes.iter().map(|n| n.host.as_ref().map_or(0, |h| h.reserve)).collect(),
-            host_budgets: nodes.iter().map(|n| n.host.as_ref().map_or(0, |h| h.memory)).collect(),
-            memos: nodes.iter().map(|_| Memo::default()).collect(),
+            buffers,
+            rules,
+            shape,
+            dims,
             rule: OffloadRule::Fastest,
             fixed: Vec::new(),
             links: Arc::new(links.clone()),
@@ -473,28 +281,21 @@ impl CostModel {
     }
 
     /// Makes each decode step one of `sequences` sequences (the memory still holds the KV
-    /// cache of all `batch`): per layer, `read = dense + experts × touched + sequences × KV`
-    /// and `flops = sequences × per-sequence FLOPs`.
+    /// cache of all `batch`).
     fn set_step(&mut self, sequences: f64) {
-        let touched = self.active_fraction.map_or(1.0, |p| 1.0 - (1.0 - p).powf(sequences));
         self.step = sequences;
-        self.read = (0..=self.layers)
-            .map(|i| self.dense_read[i] + self.expert_read[i] * touched + sequences * self.kv_read_per_sequence[i])
-            .collect();
-        self.flops = self.flops_per_sequence.iter().map(|f| sequences * f).collect();
-        self.ffn_read = (0..=self.layers).map(|i| self.ffn_dense_read[i] + self.expert_read[i] * touched).collect();
-        self.ffn_flops = self.ffn_flops_per_sequence.iter().map(|f| sequences * f).collect();
+        self.layers.set_step(sequences);
         // Best placements depend on the step's times.
-        self.memos = self.nodes.iter().map(|_| Memo::default()).collect();
         for k in 0..self.nodes.len() {
+            self.nodes[k].memo = Default::default();
             let monotone = self.host_is_slower(k);
             if let Some(host) = self.nodes[k].host.as_mut() {
                 host.monotone = monotone;
             }
         }
-        self.embed.read = sequences * self.embedding_row;
-        self.head.flops = sequences * self.head_flops_per_token;
-        self.activation_bytes = sequences * self.token_activation_bytes;
+        self.embed.read = sequences * self.token.embedding_row;
+        self.head.flops = sequences * self.token.head_flops;
+        self.activation_bytes = sequences * self.token.activation_bytes;
         self.token_bytes = sequences * TOKEN_BYTES;
     }
 
@@ -510,7 +311,9 @@ impl CostModel {
     pub fn with_rule(&self, rule: OffloadRule) -> CostModel {
         let mut out = self.clone();
         out.rule = rule;
-        out.memos = self.nodes.iter().map(|_| Memo::default()).collect();
+        for node in &mut out.nodes {
+            node.memo = Default::default();
+        }
         out
     }
 
@@ -549,23 +352,9 @@ impl CostModel {
         sum.max(k as f64 * max)
     }
 
-    /// True when `node` can hold `[start, end)` with the KV cache of `sequences` sequences
-    /// instead of the workload's `batch`.
-    pub fn fits_sequences(&self, node: usize, start: usize, end: usize, sequences: u64) -> bool {
-        if self.host(node).is_some() {
-            let batch = u128::from(self.batch.max(1));
-            let kv = |a: usize, b: usize| (self.kv[b] - self.kv[a]) / batch * u128::from(sequences);
-            return self.search_offload(node, start, end, &kv, 0).is_some();
-        }
-        let kv = self.kv[end] - self.kv[start];
-        let scaled = kv / u128::from(self.batch.max(1)) * u128::from(sequences);
-        let held = u128::from(self.held(node, start, end)) - kv.min(u128::from(self.held(node, start, end))) + scaled;
-        i64::try_from(saturate(held)).is_ok_and(|held| held <= self.nodes[node].capacity)
-    }
-
     /// Number of layers.
     pub fn layers(&self) -> usize {
-        self.layers
+        self.layers.len()
     }
 
     /// Number of nodes.
@@ -578,149 +367,74 @@ impl CostModel {
         self.links.is_uniform()
     }
 
-    /// The embedding and head bytes stage `[start, end)` keeps in a memory that does
-    /// (`keeps_embedding`) or does not hold the token embedding: a tied head's copy is
-    /// shared only where the embedding is.
-    fn embed_head(&self, keeps_embedding: bool, start: usize, end: usize) -> u64 {
-        let (first, last) = (start == 0, end == self.layers);
-        let embed = if first && keeps_embedding { self.embed.held } else { 0 };
-        let mut bytes = embed;
-        if last {
-            bytes = bytes.saturating_add(self.head.held);
-            if first {
-                bytes = bytes.saturating_sub(self.shared_single.min(embed));
-            }
-        }
-        bytes
-    }
-
-    /// Bytes a stage `[start, end)` on `node` holds besides reserve and workspace.
-    fn held(&self, node: usize, start: usize, end: usize) -> u64 {
-        self.held_keeping(self.nodes[node].keeps_embedding, start, end)
-    }
-
-    fn held_keeping(&self, keeps_embedding: bool, start: usize, end: usize) -> u64 {
-        // In u128, saturated once at the end: a sum that saturated early would undercount.
-        let mut held = (self.weights[end] - self.weights[start]) + (self.kv[end] - self.kv[start]);
-        held += u128::from(self.embed_head(keeps_embedding, start, end));
-        // The buffers beyond every stage's own (which the capacity already left out).
-        let buffers = self.stage_buffers(start, end, false);
-        held += u128::from(buffers);
-        held -= u128::from(self.buffers.stage.min(buffers));
-        saturate(held)
-    }
-
     /// True when `node` can hold `[start, end)`.
     pub fn fits(&self, node: usize, start: usize, end: usize) -> bool {
-        if self.host(node).is_some() {
-            return self.offload(node, start, end).is_some();
-        }
-        i64::try_from(self.held(node, start, end)).is_ok_and(|held| held <= self.nodes[node].capacity)
+        self.placement(node, start, end).is_some()
+    }
+
+    /// True when `node` can hold `[start, end)` with the KV cache of `sequences` sequences
+    /// instead of the workload's `batch`.
+    pub fn fits_sequences(&self, node: usize, start: usize, end: usize, sequences: u64) -> bool {
+        let batch = u128::from(self.batch.max(1));
+        let kv = |a: usize, b: usize| self.layers.range(a, b).kv / batch * u128::from(sequences);
+        self.search_offload(node, start, end, &kv, 0).is_some()
     }
 
     /// True when `node` can hold `[start, end)` with the KV cache sized for `context` tokens.
     pub fn fits_at_context(&self, node: usize, start: usize, end: usize, context: u64) -> bool {
-        let layer_kv = |l: usize| {
-            self.kv_per_context_token[l]
-                .saturating_mul(self.kv_cells(context, self.windows[l]))
-                .saturating_add(self.state_per_layer[l])
-        };
+        let cells = |window| self.rules.kv_cells(context, window, self.shape.prefill_chunk);
+        let layer_kv = |l: usize| self.layers.layer_kv_with(l, cells);
         // The engine's buffers grow with the context too (the attention mask, and without
         // flash attention the KQ matrix).
-        let tiered = self.host(node).is_some();
+        let tiered = self.nodes[node].host.is_some();
         let at_context = match &self.dims {
-            Some(dims) => engine::buffers(self.engine, dims, Shape { context, ..self.shape }),
+            Some(dims) => self.rules.buffers(dims, Shape { context, ..self.shape }),
             None => self.buffers,
         };
         let grown = i128::from(self.buffers_of(&at_context, start, end, &layer_kv, tiered))
             - i128::from(self.stage_buffers(start, end, tiered));
-        if self.host(node).is_some() {
-            let mut prefix = vec![0u128; end - start + 1];
-            for l in start..end {
-                prefix[l - start + 1] = prefix[l - start] + u128::from(layer_kv(l));
-            }
-            let kv = |a: usize, b: usize| prefix[b - start] - prefix[a - start];
-            return self.search_offload(node, start, end, &kv, grown).is_some();
+        let mut prefix = vec![0u128; end - start + 1];
+        for l in start..end {
+            prefix[l - start + 1] = prefix[l - start] + u128::from(layer_kv(l));
         }
-        let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
-        let held = self.held(node, start, end).saturating_sub(saturate(self.kv[end] - self.kv[start]));
-        let held = i128::from(held.saturating_add(kv)) + grown;
-        held <= i128::from(self.nodes[node].capacity)
+        let kv = |a: usize, b: usize| prefix[b - start] - prefix[a - start];
+        self.search_offload(node, start, end, &kv, grown).is_some()
     }
 
     /// The same model and workload on the nodes marked in `keep`, renumbered in order.
     pub(crate) fn subset(&self, keep: &[bool]) -> CostModel {
         let indices: Vec<usize> = (0..self.nodes.len()).filter(|&k| keep[k]).collect();
         let mut out = self.clone();
-        out.nodes = indices.iter().map(|&k| self.nodes[k]).collect();
-        out.reserves = indices.iter().map(|&k| self.reserves[k]).collect();
-        out.budgets = indices.iter().map(|&k| self.budgets[k]).collect();
-        out.host_reserves = indices.iter().map(|&k| self.host_reserves[k]).collect();
-        out.host_budgets = indices.iter().map(|&k| self.host_budgets[k]).collect();
-        out.memos = indices.iter().map(|&k| self.memos[k].clone()).collect();
+        out.nodes = indices.iter().map(|&k| self.nodes[k].clone()).collect();
         out.links = Arc::new(self.links.subset(&indices));
         out
     }
 
-    /// Memory of stage `[start, end)` on `node`, by part: on a machine with a host tier the
-    /// GPU's, as the stage's best placement keeps it ([`CostModel::offload`]).
+    /// Memory of stage `[start, end)` on `node`, by part, in its device's memory, as the
+    /// stage's best placement keeps it.
     pub fn memory(&self, node: usize, start: usize, end: usize) -> MemoryParts {
-        if self.host(node).is_some() {
-            let offload = self.offload(node, start, end).unwrap_or_default();
-            return self.tier_parts(node, start, end, offload).0;
-        }
-        let embed_head = self.embed_head(self.nodes[node].keeps_embedding, start, end);
-        MemoryParts {
-            weights: saturate(self.weights[end] - self.weights[start]),
-            kv: saturate(self.kv[end] - self.kv[start]),
-            embed_head,
-            workspace: self.stage_buffers(start, end, false),
-            reserve: self.reserves[node],
-        }
+        let offload = self.placement(node, start, end).unwrap_or(Offload::NONE);
+        self.tier_parts(node, start, end, offload).0
     }
 
-    /// The node's memory budget (its GPU's, beside a host tier).
+    /// The node's device memory budget.
     pub fn budget(&self, node: usize) -> u64 {
-        self.budgets[node]
+        self.nodes[node].budget
     }
 
-    /// The node's host RAM (0 without a host tier).
+    /// The node's system RAM (0 without one).
     pub fn host_budget(&self, node: usize) -> u64 {
-        self.host_budgets[node]
+        self.nodes[node].host.map_or(0, |h| h.budget)
     }
 
-    /// The roofline time of one decode step of `[start, end)` on `node`, with the backend's
-    /// per-layer cost and without the hop.
+    /// The time of one decode step of `[start, end)` on `node` as its best placement runs it,
+    /// without the hop.
     #[inline]
     pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
-        if self.host(node).is_some() {
-            return match self.placed(node, start, end) {
-                Some((_, time)) => time,
-                None => self.offload_time(node, start, end, Offload::default()).total(),
-            };
+        match self.placed(node, start, end) {
+            Some((_, time)) => time,
+            None => self.decode_s(node, start, end, Offload::NONE),
         }
-        let (read, flops) = self.step_work(start, end);
-        let rates = &self.nodes[node];
-        (read * rates.inv_bandwidth).max(flops * rates.inv_decode_compute) + (end - start) as f64 * rates.per_layer_s
-    }
-
-    #[inline]
-    pub(crate) fn step_work(&self, start: usize, end: usize) -> (f64, f64) {
-        self.work(start, end, (&self.read, &self.flops), |x| (x.read, x.flops))
-    }
-
-    /// Bytes read and FLOPs of `[start, end)` from per-layer prefix sums, with the
-    /// embedding's and head's share (`of`) where the stage holds them.
-    #[inline]
-    fn work(&self, start: usize, end: usize, sums: (&[f64], &[f64]), of: impl Fn(&Extra) -> (f64, f64)) -> (f64, f64) {
-        let (mut read, mut flops) = (sums.0[end] - sums.0[start], sums.1[end] - sums.1[start]);
-        for (holds, extra) in [(start == 0, &self.embed), (end == self.layers, &self.head)] {
-            if holds {
-                let (r, f) = of(extra);
-                (read, flops) = (read + r, flops + f);
-            }
-        }
-        (read, flops)
     }
 
     /// Time of sending one step's activations from `from` to `to`.
@@ -747,44 +461,22 @@ impl CostModel {
 
     /// Time parts of stage `[start, end)` on `node`, sending to `next` (`None`: single stage).
     pub fn time(&self, node: usize, start: usize, end: usize, next: Option<usize>) -> TimeParts {
-        let (read, flops) = self.step_work(start, end);
-        let rates = &self.nodes[node];
+        let last = end == self.layers();
         let send_s = match next {
             None => 0.0,
-            Some(to) if end == self.layers => self.return_s(node, to),
+            Some(to) if last => self.return_s(node, to),
             Some(to) => self.hop_s(node, to),
         };
         let prefill_send = match next {
-            Some(to) if end != self.layers => {
+            Some(to) if !last => {
                 let link = self.links.get(node, to);
-                link.latency / self.prefill_chunk + self.token_activation_bytes / link.bandwidth
+                link.latency / self.prefill_chunk + self.token.activation_bytes / link.bandwidth
             }
             _ => 0.0,
         };
-        if self.host(node).is_some() {
-            let offload = self.offload(node, start, end).unwrap_or_default();
-            let parts = self.offload_time(node, start, end, offload);
-            return TimeParts { send_s, prefill_s: parts.prefill_s + prefill_send, ..parts };
-        }
-        let (prefill_read, prefill_flops) = self.prefill_work(start, end);
-        let per_layer = (end - start) as f64 * rates.per_layer_s;
-        TimeParts {
-            memory_s: read * rates.inv_bandwidth,
-            compute_s: flops * rates.inv_decode_compute,
-            overhead_s: per_layer,
-            send_s,
-            host_s: 0.0,
-            split_s: 0.0,
-            // The per-layer cost is paid once per chunk of prompt tokens.
-            prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
-                + per_layer / self.prefill_chunk
-                + prefill_send,
-        }
-    }
-
-    /// Bytes read and FLOPs per prompt token of `[start, end)` (weights once a chunk).
-    fn prefill_work(&self, start: usize, end: usize) -> (f64, f64) {
-        self.work(start, end, (&self.prefill_read, &self.prefill_flops), |x| (x.prefill_read, x.prefill_flops))
+        let offload = self.placement(node, start, end).unwrap_or(Offload::NONE);
+        let parts = self.offload_time(node, start, end, offload);
+        TimeParts { send_s, prefill_s: parts.prefill_s + prefill_send, ..parts }
     }
 
     /// Time of every stage of an assignment, in pipeline order, including hops.
@@ -811,15 +503,17 @@ impl CostModel {
     /// which lets the latency search use a sliding-window minimum instead of trying every start.
     pub(crate) fn linear_regime(&self, node: usize) -> Option<Regime> {
         let rates = &self.nodes[node];
-        // A tiered stage's time depends on its placement, which depends on its whole range.
+        // With system RAM a stage's time depends on its placement, which depends on its
+        // whole range.
         if rates.host.is_some() {
             return None;
         }
         let mut memory_bound = true;
         let mut compute_bound = true;
-        for l in 0..self.layers {
-            let m = (self.read[l + 1] - self.read[l]) * rates.inv_bandwidth;
-            let c = (self.flops[l + 1] - self.flops[l]) * rates.inv_decode_compute;
+        for l in 0..self.layers() {
+            let layer = self.layers.range(l, l + 1);
+            let m = layer.read * rates.inv_bandwidth;
+            let c = layer.flops * rates.inv_decode_compute;
             memory_bound &= m >= c;
             compute_bound &= c >= m;
         }
@@ -836,20 +530,32 @@ impl CostModel {
     #[inline]
     pub(crate) fn linear_prefix(&self, node: usize, regime: Regime, at: usize) -> f64 {
         let rates = &self.nodes[node];
+        let sums = self.layers.prefix(at);
         at as f64 * rates.per_layer_s
             + match regime {
-                Regime::Memory => self.read[at] * rates.inv_bandwidth,
-                Regime::Compute => self.flops[at] * rates.inv_decode_compute,
+                Regime::Memory => sums.read * rates.inv_bandwidth,
+                Regime::Compute => sums.flops * rates.inv_decode_compute,
             }
+    }
+
+    /// Bytes read and FLOPs of one decode step of `[start, end)`, the embedding's and the
+    /// head's share included, wherever they run.
+    #[cfg(test)]
+    pub(crate) fn step_work(&self, start: usize, end: usize) -> (f64, f64) {
+        let stage = self.layers.range(start, end);
+        let (mut read, mut flops) = (stage.read, stage.flops);
+        for (holds, extra) in [(start == 0, &self.embed), (end == self.layers(), &self.head)] {
+            if holds {
+                (read, flops) = (read + extra.read, flops + extra.flops);
+            }
+        }
+        (read, flops)
     }
 
     /// Layer `l` alone: (bytes read, FLOPs) per decode step and bytes held.
     pub(crate) fn layer_work(&self, l: usize) -> (f64, f64, u64) {
-        (
-            self.read[l + 1] - self.read[l],
-            self.flops[l + 1] - self.flops[l],
-            saturate((self.weights[l + 1] - self.weights[l]) + (self.kv[l + 1] - self.kv[l])),
-        )
+        let layer = self.layers.range(l, l + 1);
+        (layer.read, layer.flops, saturate(layer.weights + layer.kv))
     }
 
     /// Bytes the model needs spread over `stages` nodes, at the least: everything once, the
@@ -857,8 +563,14 @@ impl CostModel {
     pub(crate) fn minimum_total(&self, stages: usize) -> u64 {
         // A GPU that leaves the embedding in host RAM may start the pipeline.
         let keeps = self.nodes.iter().all(|n| n.keeps_embedding);
-        let mut total =
-            self.held_keeping(keeps, 0, self.layers).saturating_add(self.buffers.stage.saturating_mul(stages as u64));
+        let n = self.layers();
+        let whole = self.layers.range(0, n);
+        let buffers = self.stage_buffers(0, n, false);
+        let held = whole.weights
+            + whole.kv
+            + u128::from(self.embed_head(keeps, 0, n, true))
+            + u128::from(buffers - self.buffers.stage.min(buffers));
+        let mut total = saturate(held).saturating_add(self.buffers.stage.saturating_mul(stages as u64));
         if stages > 1 {
             // Split, a tied head is a copy of its own, beside the embedding where kept.
             let copy = if keeps { self.shared_single } else { 0 };
@@ -872,11 +584,20 @@ impl CostModel {
         self.buffers.stage
     }
 
-    /// KV cells a layer with `window` holds per sequence at `context`: the engine's rounding
-    /// (llama.cpp allocates whole blocks of 256 cells; a sliding window keeps one
-    /// micro-batch more).
-    fn kv_cells(&self, context: u64, window: Option<u64>) -> u64 {
-        kv_cells(self.engine, self.shape.prefill_chunk, context, window)
+    /// The embedding and head bytes stage `[start, end)` keeps in one memory: the embedding
+    /// where that memory `holds_embedding` (on a first stage), the head where it holds the
+    /// head (`holds_head`, on a last stage); a tied head's copy is shared where both are.
+    fn embed_head(&self, holds_embedding: bool, start: usize, end: usize, holds_head: bool) -> u64 {
+        let (first, last) = (start == 0, end == self.layers());
+        let embed = if first && holds_embedding { self.embed.held } else { 0 };
+        let mut bytes = embed;
+        if last && holds_head {
+            bytes = bytes.saturating_add(self.head.held);
+            if first {
+                bytes = bytes.saturating_sub(self.shared_single.min(embed));
+            }
+        }
+        bytes
     }
 }
 

@@ -32,30 +32,24 @@
 //! prompt token costs the stage's GPU roofline plus host-held bytes ÷ link ÷ chunk. Not
 //! modelled: attention of host-held layers on the CPU during prefill, and chunks under 32.
 
+//!
+//! A machine without system RAM of its own has one placement, [`Offload::NONE`]: the stage
+//! whole on its device. Its memory and time are the formulas below with nothing on the host.
+
 use std::cell::{Cell, OnceCell};
 
-use super::{CostModel, TimeParts, saturate};
+use super::{CostModel, MemoryParts, TimeParts, saturate};
+use crate::engine::HostRam;
 use crate::problem::Placement;
 
 /// Seconds each change between GPU and CPU costs a decode step besides the copy: the
 /// scheduler's split (a stream sync, the CPU team's wake-up and a graph launch).
 pub const SPLIT_LATENCY_S: f64 = 30e-6;
 
-/// The fraction of the CPU backend's fitted bandwidth a host tier reaches beside a GPU:
-/// the median over the published partial-offload runs in `tests/calibration/offload.csv`
-/// (9 llama.cpp runs, two machines: a `-ngl` sweep of a 14B model on DDR4-2400 and
-/// `-ngl`/`--n-cpu-moe` runs on quad-channel DDR4) of the fraction that makes each
-/// prediction exact, 0.62–0.93 apart. On a spec sheet's RAM figure llama.cpp's host part
-/// reaches about 0.6–0.7 of the peak (`docs/offload-measurements.md`).
-pub(crate) const HOST_TIER_BANDWIDTH: f64 = 0.83;
-
 /// A prediction's typical error where a stage runs part of itself from host RAM: fitted on
 /// one of the two machines of `offload.csv`, the other's runs come out 10–25% off (in
 /// sample, 6% at the median); so 20%, until more published runs narrow it.
 pub const HOST_TIER_ERROR: f64 = 0.20;
-
-/// Bytes per element of the hidden state copied between tiers (llama.cpp keeps it in f32).
-pub(super) const SPLIT_ELEMENT_BYTES: f64 = 4.0;
 
 /// Models with more layers than this are not memoised (the table is `L²` entries of 16
 /// bytes, 4 MiB at this size); their stages are searched on each ask, which only hostile
@@ -114,6 +108,9 @@ pub struct Offload {
 }
 
 impl Offload {
+    /// Everything on the device: the only placement of a machine without system RAM.
+    pub const NONE: Offload = Offload { host_layers: 0, host_ffn: 0, ffn_last: false, head_on_host: false };
+
     /// `[start, end)` of the layers whole in host RAM, for a stage `[start, end)`.
     pub fn host_range(&self, start: usize, end: usize) -> (usize, usize) {
         let _ = end;
@@ -148,58 +145,6 @@ impl Offload {
     }
 }
 
-/// The host tier of a node, reduced to what the cost model needs.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub(crate) struct HostRates {
-    pub inv_bandwidth: f64,
-    /// Per FLOP of a decode step: `1 ÷ (2 × weights/s)` of the CPU's products.
-    pub inv_decode_compute: f64,
-    pub per_layer_s: f64,
-    /// Host RAM left for the model after the OS's reserve (may be < 0).
-    pub capacity: i64,
-    /// The GPU's memory left for the model (the node's capacity without a host tier).
-    pub gpu_capacity: i64,
-    /// Per byte over the GPU's link.
-    pub inv_link: f64,
-    /// No layer, nor any layer's FFN, runs faster in host RAM than on the GPU at this step
-    /// (each roofline term and the per-layer cost): then moving more to host RAM never
-    /// helps, and the search for a stage's placement may stop early and exactly.
-    pub monotone: bool,
-}
-
-/// The host tier of `host` for `model`, beside a GPU with `gpu_capacity` bytes free.
-pub(crate) fn host_rates(host: &crate::problem::Host, model: &crate::model::Model, gpu_capacity: i64) -> HostRates {
-    use crate::calibration::{FITTED, measured};
-    let (reached, _) = FITTED.speed(crate::device::Backend::Cpu, &model.weights, host.bandwidth, Some(host.threads));
-    let rate = measured::DEFAULT_RATE_PER_THREAD[measured::class_of(model) as usize] * f64::from(host.threads);
-    HostRates {
-        inv_bandwidth: 1.0 / (host.bandwidth * reached * HOST_TIER_BANDWIDTH),
-        // Two FLOPs per weight of a matrix-vector product.
-        inv_decode_compute: 1.0 / (2.0 * rate),
-        per_layer_s: measured::CPU_PER_LAYER_S,
-        capacity: super::clamp_i64(i128::from(host.memory) - i128::from(host.reserve)),
-        gpu_capacity,
-        inv_link: 1.0 / host.link,
-        monotone: false,
-    }
-}
-
-/// A stage's parts by tier: weights, KV cache, embedding and head.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct HostParts {
-    pub weights: u64,
-    pub kv: u64,
-    pub embed_head: u64,
-    pub workspace: u64,
-    pub reserve: u64,
-}
-
-impl HostParts {
-    pub fn total(&self) -> u64 {
-        [self.kv, self.embed_head, self.workspace, self.reserve].into_iter().fold(self.weights, u64::saturating_add)
-    }
-}
-
 /// Memo cells: not yet searched, and searched with no placement that fits.
 const UNKNOWN: u32 = u32::MAX;
 const NO_FIT: u32 = u32::MAX - 1;
@@ -219,10 +164,34 @@ impl Memo {
     }
 }
 
+/// What each processor does in one decode step of a placed stage.
+#[derive(Copy, Clone, Debug, Default)]
+struct Work {
+    device_read: f64,
+    device_flops: f64,
+    host_read: f64,
+    host_flops: f64,
+    /// Layers the device runs (at least their attention), and parts the host runs (a whole
+    /// layer, or a layer's FFN).
+    device_layers: usize,
+    host_parts: usize,
+    /// Whether the device runs anything (a layer, or the head).
+    on_device: bool,
+    /// Changes between device and host along a token's path.
+    splits: usize,
+    /// Bytes the device reads over its link from pinned host RAM (vLLM's offload).
+    streamed: f64,
+}
+
 impl CostModel {
-    /// The node's host tier, if it has one.
-    pub(crate) fn host(&self, node: usize) -> Option<&HostRates> {
-        self.nodes[node].host.as_ref()
+    /// The placement of `[start, end)` on `node`: on a machine with system RAM the fastest
+    /// that fits its device and its RAM (or the manual stage's); on one without,
+    /// [`Offload::NONE`] when its memory holds the stage. `None`: nothing fits.
+    pub(crate) fn placement(&self, node: usize, start: usize, end: usize) -> Option<Offload> {
+        match self.nodes[node].host {
+            Some(_) => self.placed(node, start, end).map(|(o, _)| o),
+            None => self.search_offload(node, start, end, &|a, b| self.layers.range(a, b).kv, 0),
+        }
     }
 
     /// The fastest placement of `[start, end)` on `node` within its GPU and host RAM;
@@ -233,12 +202,13 @@ impl CostModel {
 
     /// [`CostModel::offload`] with its decode step's time (without the hop), memoised.
     pub(super) fn placed(&self, node: usize, start: usize, end: usize) -> Option<(Offload, f64)> {
-        self.host(node)?;
-        let timed = |o: Offload| (o, self.offload_time(node, start, end, o).total());
+        let cost = &self.nodes[node];
+        cost.host?;
+        let timed = |o: Offload| (o, self.decode_s(node, start, end, o));
         if let Some(&(_, fixed)) = self.fixed.iter().find(|(p, _)| *p == Placement::new(node, start, end)) {
             return self.holds(node, start, end, fixed).then(|| timed(fixed));
         }
-        let memo = self.memos.get(node).and_then(|m| m.cell(self.layers, start, end));
+        let memo = cost.memo.cell(self.layers(), start, end);
         if let Some(cell) = memo {
             match cell.get() {
                 (UNKNOWN, _) => {}
@@ -246,7 +216,7 @@ impl CostModel {
                 (packed, time) => return Some((Offload::unpack(packed), time)),
             }
         }
-        let found = self.search_offload(node, start, end, &|a, b| self.kv[b] - self.kv[a], 0).map(timed);
+        let found = self.search_offload(node, start, end, &|a, b| self.layers.range(a, b).kv, 0).map(timed);
         if let Some(cell) = memo {
             cell.set(found.map_or((NO_FIT, 0.0), |(o, t)| (o.pack(), t)));
         }
@@ -254,7 +224,7 @@ impl CostModel {
     }
 
     /// The fastest placement whose memories hold the stage with KV cache `kv(a, b)` for
-    /// layers `[a, b)` and `grown` more bytes of GPU buffers.
+    /// layers `[a, b)` and `grown` more bytes of the device's buffers.
     pub(super) fn search_offload(
         &self,
         node: usize,
@@ -263,29 +233,34 @@ impl CostModel {
         kv: &dyn Fn(usize, usize) -> u128,
         grown: i128,
     ) -> Option<Offload> {
-        let host = self.host(node)?;
+        let cost = &self.nodes[node];
+        let device_held = |r0: usize, kv_from: usize, head_on_host: bool| {
+            i128::try_from(self.layers.range(r0, end).weights + kv(kv_from, end)).unwrap_or(i128::MAX)
+                + self.device_extra(node, start, end, head_on_host)
+                + grown
+        };
+        let Some(host) = cost.host else {
+            // One memory: the stage whole on the device, or nowhere.
+            return (device_held(start, start, false) <= i128::from(cost.device_capacity)).then_some(Offload::NONE);
+        };
         let n = end - start;
         let rule = self.rule;
         // vLLM offloads whole layers' weights on every rank and streams them (below).
-        let streams = self.engine == crate::engine::Engine::Vllm;
-        let gpu_capacity = match rule {
-            OffloadRule::LlamaFit => i128::from(host.gpu_capacity) - i128::from(FIT_MARGIN),
-            _ => i128::from(host.gpu_capacity),
+        let streams = self.rules.host_ram == HostRam::Streamed;
+        let device_capacity = match rule {
+            OffloadRule::LlamaFit => i128::from(cost.device_capacity) - i128::from(FIT_MARGIN),
+            _ => i128::from(cost.device_capacity),
         };
         // `--fit` moves a layer's FFN alone only in an MoE model (`fit.cpp`'s step 4); a dense
         // model's layers go to RAM whole, as the `llama-fit-params` engine test shows.
-        let whole_layers_only =
-            rule == OffloadRule::Layers || (rule == OffloadRule::LlamaFit && self.active_fraction.is_none());
+        let whole_layers_only = rule == OffloadRule::Layers || (rule == OffloadRule::LlamaFit && !self.layers.is_moe());
+        let ffn_at = |i: usize| self.layers.prefix(i).ffn_weights;
         let consider = |host_layers: usize, ffn_last: bool, head_on_host: bool| -> Option<(f64, Offload)> {
-            let host_range = (start, start + host_layers);
             // The layers whose attention stays on the GPU.
-            let (r0, r1) = (host_range.1, end);
+            let (r0, r1) = (start + host_layers, end);
             // A layer's KV cache stays with it in llama.cpp; vLLM keeps every KV cache on the GPU.
             let (kv_from, kv_host) = if streams { (start, 0) } else { (r0, kv(start, r0)) };
-            let gpu_all = i128::try_from(self.weights[r1] - self.weights[r0] + kv(kv_from, r1)).unwrap_or(i128::MAX)
-                + self.gpu_extra(start, end, head_on_host)
-                + grown;
-            let need = gpu_all - gpu_capacity;
+            let need = device_held(r0, kv_from, head_on_host) - device_capacity;
             let host_ffn = if need <= 0 {
                 0
             } else if whole_layers_only || streams {
@@ -294,15 +269,14 @@ impl CostModel {
                 // The fewest FFN moves that free `need` bytes, from `r0` on (or from `r1`
                 // back for `ffn_last`): prefix sums only grow.
                 let need = u128::try_from(need).unwrap_or(u128::MAX);
-                let sums = &self.ffn_weights[r0..=r1];
                 if ffn_last {
-                    let limit = self.ffn_weights[r1].checked_sub(need)?;
-                    // The last boundary `j` with `sums[j] <= limit` leaves `[j, r1)` to move.
-                    let j = sums.partition_point(|&p| p <= limit).checked_sub(1)?;
-                    sums.len() - 1 - j
+                    let limit = ffn_at(r1).checked_sub(need)?;
+                    // The last boundary `j` with `prefix[j] <= limit` leaves `[j, r1)` to move.
+                    let j = partition_point(r0, r1 + 1, |i| ffn_at(i) <= limit).checked_sub(1)?;
+                    r1 - (r0 + j)
                 } else {
-                    let k = sums.partition_point(|&p| p < self.ffn_weights[r0].saturating_add(need));
-                    if k >= sums.len() {
+                    let k = partition_point(r0, r1 + 1, |i| ffn_at(i) < ffn_at(r0).saturating_add(need));
+                    if k > r1 - r0 {
                         return None;
                     }
                     k
@@ -313,14 +287,13 @@ impl CostModel {
             }
             let offload = Offload { host_layers, host_ffn, ffn_last, head_on_host };
             let (f0, f1) = offload.ffn_range(start, end);
-            let (h0, h1) = host_range;
-            let host_held = i128::try_from(self.weights[h1] - self.weights[h0] + kv_host).unwrap_or(i128::MAX)
-                + i128::try_from(self.ffn_weights[f1] - self.ffn_weights[f0]).unwrap_or(i128::MAX)
-                + i128::from(self.host_extra(start, end, offload));
+            let host_held = i128::try_from(self.layers.range(start, r0).weights + kv_host).unwrap_or(i128::MAX)
+                + i128::try_from(self.layers.range(f0, f1).ffn_weights).unwrap_or(i128::MAX)
+                + i128::from(self.host_extra(node, start, end, offload));
             if host_held > i128::from(host.capacity) {
                 return None;
             }
-            Some((self.offload_time(node, start, end, offload).total(), offload))
+            Some((self.decode_s(node, start, end, offload), offload))
         };
         let keep = |best: &mut Option<(f64, Offload)>, found: Option<(f64, Offload)>| {
             if let Some((t, o)) = found
@@ -332,7 +305,7 @@ impl CostModel {
         // Whole layers in host RAM only on a first stage (llama.cpp runs them on the machine
         // that runs llama-server, from the model's first layer on).
         let most_host_layers = if start == 0 || streams { n } else { 0 };
-        let last = end == self.layers;
+        let last = end == self.layers();
         if rule != OffloadRule::Fastest {
             // The fewest layers in host RAM that fit (for `--fit` on an MoE model, each with
             // the fewest expert moves, which at 0 layers is "experts first"), speed aside.
@@ -346,7 +319,7 @@ impl CostModel {
             // (except all of them, where the head moves too and a crossing goes).
             if host.monotone
                 && let Some((b, _)) = best
-                && self.offload_time(node, start, end, Offload { host_layers, ..Offload::default() }).total() >= b
+                && self.decode_s(node, start, end, Offload { host_layers, ..Offload::NONE }) >= b
             {
                 break;
             }
@@ -367,18 +340,18 @@ impl CostModel {
         best.map(|(_, o)| o)
     }
 
-    /// Whether `node`'s GPU and RAM hold `[start, end)` placed as `offload`.
+    /// Whether `node`'s memories hold `[start, end)` placed as `offload`.
     fn holds(&self, node: usize, start: usize, end: usize, offload: Offload) -> bool {
-        let Some(host) = self.host(node) else { return false };
-        let (gpu, ram) = self.tier_parts(node, start, end, offload);
-        // The capacities already leave out the reserve and the GPU's stage workspace.
-        let gpu_held = i128::from(gpu.total()) - i128::from(gpu.reserve) - i128::from(self.buffers.stage);
+        let cost = &self.nodes[node];
+        let (device, ram) = self.tier_parts(node, start, end, offload);
+        // The capacities already leave out the reserve and the device's stage workspace.
+        let device_held = i128::from(device.total()) - i128::from(device.reserve) - i128::from(self.buffers.stage);
         let ram_held = i128::from(ram.total()) - i128::from(ram.reserve);
-        gpu_held <= i128::from(host.gpu_capacity) && ram_held <= i128::from(host.capacity)
+        device_held <= i128::from(cost.device_capacity) && cost.host.is_none_or(|h| ram_held <= i128::from(h.capacity))
     }
 
     /// Whether nothing of any layer is faster on `node`'s host than on its GPU at the current
-    /// step (see [`HostRates::monotone`]).
+    /// step (see [`HostCost::monotone`](super::HostCost::monotone)).
     pub(super) fn host_is_slower(&self, node: usize) -> bool {
         let rates = &self.nodes[node];
         let Some(host) = rates.host.as_ref() else { return false };
@@ -387,26 +360,27 @@ impl CostModel {
             let cpu = (read * host.inv_bandwidth).min(flops * host.inv_decode_compute) + host.per_layer_s;
             cpu >= gpu
         };
-        (0..self.layers).all(|l| {
-            slower(self.read[l + 1] - self.read[l], self.flops[l + 1] - self.flops[l])
-                && slower(self.ffn_read[l + 1] - self.ffn_read[l], self.ffn_flops[l + 1] - self.ffn_flops[l])
+        (0..self.layers()).all(|l| {
+            let layer = self.layers.range(l, l + 1);
+            slower(layer.read, layer.flops) && slower(layer.ffn_read, layer.ffn_flops)
         })
     }
 
-    /// GPU bytes of a tiered stage besides its layers: the head (with a tied embedding's
-    /// copy) on the last stage, and the engine's buffers beyond every stage's own (which the
-    /// capacity leaves out; so this may be negative).
-    fn gpu_extra(&self, start: usize, end: usize, head_on_host: bool) -> i128 {
-        let last = end == self.layers;
-        let head = if last && !head_on_host { self.head.held } else { 0 };
-        i128::from(head) + i128::from(self.gpu_workspace(start, end)) - i128::from(self.buffers.stage)
+    /// Whether the token embedding of a first stage on `node` sits in its system RAM: where
+    /// the device does not keep it and the machine has RAM of its own to hold it.
+    fn embedding_on_host(&self, node: usize) -> bool {
+        let cost = &self.nodes[node];
+        !cost.keeps_embedding && cost.host.is_some()
     }
 
-    /// The engine's buffers on a tiered stage's GPU: a whole stage's, as if the GPU ran all
-    /// of it. (llama.cpp's GPU compute buffer shrinks as parts move to the CPU, by rules
-    /// not modelled yet; in the engine test it stays under this.)
-    fn gpu_workspace(&self, start: usize, end: usize) -> u64 {
-        self.stage_buffers(start, end, true)
+    /// Device bytes of a stage besides its layers: the embedding where the device keeps it,
+    /// the head unless `head_on_host`, and the engine's buffers beyond every stage's own
+    /// (which the capacity leaves out; so this may be negative).
+    fn device_extra(&self, node: usize, start: usize, end: usize, head_on_host: bool) -> i128 {
+        let tiered = self.nodes[node].host.is_some();
+        i128::from(self.embed_head(self.nodes[node].keeps_embedding, start, end, !head_on_host))
+            + i128::from(self.stage_buffers(start, end, tiered))
+            - i128::from(self.buffers.stage)
     }
 
     /// The engine's buffers in host RAM: a first stage's host-side buffers (its inputs and
@@ -422,139 +396,203 @@ impl CostModel {
         host.saturating_add(if runs { self.buffers.stage } else { 0 })
     }
 
-    /// Host bytes of a tiered stage besides its layers: the token embedding (llama.cpp keeps
-    /// it in host RAM), a head in host RAM, and a stage's buffers when the CPU runs a part.
-    fn host_extra(&self, start: usize, end: usize, offload: Offload) -> u64 {
-        let (first, last) = (start == 0, end == self.layers);
-        let mut bytes = if first { self.embed.held } else { 0 };
-        if last && offload.head_on_host {
-            bytes = bytes.saturating_add(self.head.held);
-            if first {
-                bytes = bytes.saturating_sub(self.shared_single);
-            }
-        }
-        bytes.saturating_add(self.host_workspace(first, last, offload))
+    /// Host bytes of a stage besides its layers: the token embedding where the host holds
+    /// it, a head in host RAM, and the engine's host-side buffers.
+    fn host_extra(&self, node: usize, start: usize, end: usize, offload: Offload) -> u64 {
+        let (first, last) = (start == 0, end == self.layers());
+        self.embed_head(self.embedding_on_host(node), start, end, offload.head_on_host)
+            .saturating_add(self.host_workspace(first, last, offload))
     }
 
-    /// Bytes each memory holds for `[start, end)` placed as `offload` (the GPU's with the
-    /// engine's buffers, as [`CostModel::memory`] counts them; host RAM's without its reserve).
-    pub fn tier_parts(
-        &self,
-        node: usize,
-        start: usize,
-        end: usize,
-        offload: Offload,
-    ) -> (super::MemoryParts, HostParts) {
+    /// Bytes each memory holds for `[start, end)` placed as `offload`: the device's with the
+    /// engine's buffers, as [`CostModel::memory`] counts them; the system RAM's (all 0 on a
+    /// machine without it).
+    pub fn tier_parts(&self, node: usize, start: usize, end: usize, offload: Offload) -> (MemoryParts, MemoryParts) {
+        let cost = &self.nodes[node];
         let (h0, h1) = offload.host_range(start, end);
         let (f0, f1) = offload.ffn_range(start, end);
-        let (first, last) = (start == 0, end == self.layers);
-        let ffn_host = self.ffn_weights[f1] - self.ffn_weights[f0];
-        let head_gpu = last && !offload.head_on_host;
-        let streams = self.engine == crate::engine::Engine::Vllm;
-        let host_kv = if streams { 0 } else { self.kv[h1] - self.kv[h0] };
-        let host_weights = self.weights[h1] - self.weights[h0];
-        let gpu = super::MemoryParts {
-            weights: saturate(self.weights[end] - self.weights[start] - host_weights - ffn_host),
-            kv: saturate(self.kv[end] - self.kv[start] - host_kv),
-            embed_head: if head_gpu { self.head.held } else { 0 },
-            workspace: self.gpu_workspace(start, end),
-            reserve: self.reserves[node],
+        let (first, last) = (start == 0, end == self.layers());
+        let stage = self.layers.range(start, end);
+        let hosted = self.layers.range(h0, h1);
+        let ffn_host = self.layers.range(f0, f1).ffn_weights;
+        let host_kv = if self.rules.host_ram == HostRam::Streamed { 0 } else { hosted.kv };
+        let device = MemoryParts {
+            weights: saturate(stage.weights - hosted.weights - ffn_host),
+            kv: saturate(stage.kv - host_kv),
+            embed_head: self.embed_head(cost.keeps_embedding, start, end, !offload.head_on_host),
+            workspace: self.stage_buffers(start, end, cost.host.is_some()),
+            reserve: cost.reserve,
         };
-        let host_embed_head = {
-            let mut bytes = if first { self.embed.held } else { 0 };
-            if last && !head_gpu {
-                bytes = bytes.saturating_add(self.head.held);
-                if first {
-                    bytes = bytes.saturating_sub(self.shared_single);
-                }
-            }
-            bytes
-        };
-        let host = HostParts {
-            weights: saturate(host_weights + ffn_host),
+        let Some(host) = cost.host else { return (device, MemoryParts::default()) };
+        let ram = MemoryParts {
+            weights: saturate(hosted.weights + ffn_host),
             kv: saturate(host_kv),
-            embed_head: host_embed_head,
+            embed_head: self.embed_head(self.embedding_on_host(node), start, end, offload.head_on_host),
             workspace: self.host_workspace(first, last, offload),
-            reserve: self.host_reserves[node],
+            reserve: host.reserve,
         };
-        (gpu, host)
+        (device, ram)
     }
 
-    /// Time parts of a decode step of `[start, end)` on `node` placed as `offload`, without
-    /// the hop to the next stage.
-    pub(crate) fn offload_time(&self, node: usize, start: usize, end: usize, offload: Offload) -> TimeParts {
-        let rates = &self.nodes[node];
-        let Some(host) = rates.host.as_ref() else {
-            return TimeParts::default();
-        };
+    /// What each processor reads and computes in a decode step of `[start, end)` on `node`
+    /// placed as `offload`.
+    fn work(&self, node: usize, start: usize, end: usize, offload: Offload) -> Work {
         let n = end - start;
         let (h0, h1) = offload.host_range(start, end);
         let (f0, f1) = offload.ffn_range(start, end);
-        let (first, last) = (start == 0, end == self.layers);
-        let head_gpu = last && !offload.head_on_host;
-        let ffn_read = self.ffn_read[f1] - self.ffn_read[f0];
-        let ffn_flops = self.ffn_flops[f1] - self.ffn_flops[f0];
-        let (layers_read, layers_flops) = (self.read[h1] - self.read[h0], self.flops[h1] - self.flops[h0]);
-        let mut gpu_read = self.read[end] - self.read[start] - layers_read - ffn_read;
-        let mut gpu_flops = self.flops[end] - self.flops[start] - layers_flops - ffn_flops;
-        let mut host_read = layers_read + ffn_read;
-        let mut host_flops = layers_flops + ffn_flops;
-        if first {
-            host_read += self.embed.read;
-        }
-        if last {
-            if head_gpu {
-                gpu_read += self.head.read;
-                gpu_flops += self.head.flops;
-            } else {
-                host_read += self.head.read;
-                host_flops += self.head.flops;
-            }
-        }
-        let gpu_layers = n - offload.host_layers;
-        let host_parts = offload.host_layers + offload.host_ffn;
-        let on_gpu = gpu_layers > 0 || head_gpu;
-        if self.engine == crate::engine::Engine::Vllm {
+        let (first, last) = (start == 0, end == self.layers());
+        let head_on_device = last && !offload.head_on_host;
+        let stage = self.layers.range(start, end);
+        let hosted = self.layers.range(h0, h1);
+        let ffn = self.layers.range(f0, f1);
+        let tiered = self.nodes[node].host.is_some();
+        if tiered && self.rules.host_ram == HostRam::Streamed {
             // vLLM (`--cpu-offload-gb`) keeps offloaded weights in pinned host RAM and the GPU
             // reads them over the link every forward pass; it runs everything itself.
-            let streamed = (self.weights[h1] - self.weights[h0]) as f64 * host.inv_link;
-            let (prefill_read, prefill_flops) = self.prefill_work(start, end);
+            let mut work = Work {
+                device_read: stage.read - hosted.read,
+                device_flops: stage.flops,
+                device_layers: n,
+                on_device: true,
+                streamed: hosted.weights as f64,
+                ..Work::default()
+            };
+            for (holds, extra) in [(first, &self.embed), (last, &self.head)] {
+                if holds {
+                    (work.device_read, work.device_flops) =
+                        (work.device_read + extra.read, work.device_flops + extra.flops);
+                }
+            }
+            return work;
+        }
+        let mut work = Work {
+            device_read: stage.read - hosted.read - ffn.ffn_read,
+            device_flops: stage.flops - hosted.flops - ffn.ffn_flops,
+            host_read: hosted.read + ffn.ffn_read,
+            host_flops: hosted.flops + ffn.ffn_flops,
+            device_layers: n - offload.host_layers,
+            host_parts: offload.host_layers + offload.host_ffn,
+            on_device: n > offload.host_layers || head_on_device,
+            splits: 0,
+            streamed: 0.0,
+        };
+        let embedding_on_host = self.embedding_on_host(node);
+        if first {
+            if embedding_on_host {
+                work.host_read += self.embed.read;
+            } else {
+                (work.device_read, work.device_flops) =
+                    (work.device_read + self.embed.read, work.device_flops + self.embed.flops);
+            }
+        }
+        if last {
+            if head_on_device {
+                work.device_read += self.head.read;
+                work.device_flops += self.head.flops;
+            } else {
+                work.host_read += self.head.read;
+                work.host_flops += self.head.flops;
+            }
+        }
+        if tiered {
+            let device_only = n - offload.host_layers - offload.host_ffn;
+            work.splits = crossings(first && embedding_on_host, offload, device_only, last.then_some(head_on_device));
+        }
+        work
+    }
+
+    /// The decode step's time of `[start, end)` on `node` placed as `offload`, without the hop.
+    #[inline]
+    pub(super) fn decode_s(&self, node: usize, start: usize, end: usize, offload: Offload) -> f64 {
+        self.decode_parts(node, &self.work(node, start, end, offload)).total()
+    }
+
+    /// A decode step's parts from its work, without the hop and prefill.
+    fn decode_parts(&self, node: usize, work: &Work) -> TimeParts {
+        let cost = &self.nodes[node];
+        let device_layers = work.device_layers as f64 * cost.per_layer_s;
+        let Some(host) = cost.host else {
             return TimeParts {
-                memory_s: (gpu_read + ffn_read) * rates.inv_bandwidth,
-                compute_s: (gpu_flops + host_flops) * rates.inv_decode_compute,
-                overhead_s: n as f64 * rates.per_layer_s,
-                host_s: streamed,
-                split_s: 0.0,
-                send_s: 0.0,
-                prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
-                    + (streamed + n as f64 * rates.per_layer_s) / self.prefill_chunk,
+                memory_s: work.device_read * cost.inv_bandwidth,
+                compute_s: work.device_flops * cost.inv_decode_compute,
+                overhead_s: device_layers,
+                ..TimeParts::default()
+            };
+        };
+        if self.rules.host_ram == HostRam::Streamed {
+            return TimeParts {
+                memory_s: work.device_read * cost.inv_bandwidth,
+                compute_s: work.device_flops * cost.inv_decode_compute,
+                overhead_s: device_layers,
+                host_s: work.streamed * host.inv_link,
+                ..TimeParts::default()
             };
         }
-        let host_s = (host_read * host.inv_bandwidth).max(host_flops * host.inv_decode_compute)
-            + host_parts as f64 * host.per_layer_s;
-        let splits = crossings(first, offload, n - offload.host_layers - offload.host_ffn, last.then_some(head_gpu));
-        let split_s = splits as f64 * (SPLIT_LATENCY_S + self.step * self.token_activation_f32 * host.inv_link);
-        // Prefill: every product on the GPU, host-held weights over the link once a chunk.
-        let (prefill_read, prefill_flops) = self.prefill_work(start, end);
-        let streamed = (self.weights[h1] - self.weights[h0] + self.ffn_weights[f1] - self.ffn_weights[f0]) as f64;
-        let prefill_s = (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
-            + streamed * host.inv_link / self.prefill_chunk
-            + (n as f64 * rates.per_layer_s + splits as f64 * SPLIT_LATENCY_S) / self.prefill_chunk;
         TimeParts {
-            memory_s: gpu_read * rates.inv_bandwidth,
-            compute_s: gpu_flops * rates.inv_decode_compute,
-            overhead_s: if on_gpu { gpu_layers as f64 * rates.per_layer_s } else { 0.0 },
-            host_s,
-            split_s,
-            send_s: 0.0,
-            prefill_s,
+            memory_s: work.device_read * cost.inv_bandwidth,
+            compute_s: work.device_flops * cost.inv_decode_compute,
+            overhead_s: if work.on_device { device_layers } else { 0.0 },
+            host_s: (work.host_read * host.inv_bandwidth).max(work.host_flops * host.inv_decode_compute)
+                + work.host_parts as f64 * host.per_layer_s,
+            split_s: work.splits as f64 * (SPLIT_LATENCY_S + self.step * self.token.activation_f32 * host.inv_link),
+            ..TimeParts::default()
         }
+    }
+
+    /// Time parts of a decode step of `[start, end)` on `node` placed as `offload`, with its
+    /// prefill per prompt token, without the hop to the next stage.
+    pub(crate) fn offload_time(&self, node: usize, start: usize, end: usize, offload: Offload) -> TimeParts {
+        let cost = &self.nodes[node];
+        let work = self.work(node, start, end, offload);
+        let decode = self.decode_parts(node, &work);
+        // Prefill: every product on the device, host-held weights over the link once a chunk
+        // (llama.cpp's `op_offload`; vLLM streams them alike), the per-layer cost and the
+        // splits once a chunk.
+        let (first, last) = (start == 0, end == self.layers());
+        let stage = self.layers.range(start, end);
+        let mut prefill_read = stage.prefill_read;
+        let mut prefill_flops = stage.prefill_flops;
+        for (holds, extra) in [(first, &self.embed), (last, &self.head)] {
+            if holds {
+                (prefill_read, prefill_flops) =
+                    (prefill_read + extra.prefill_read, prefill_flops + extra.prefill_flops);
+            }
+        }
+        let n = (end - start) as f64;
+        let roofline = (prefill_read * cost.inv_bandwidth).max(prefill_flops * cost.inv_compute);
+        let prefill_s = match cost.host {
+            None => roofline + n * cost.per_layer_s / self.prefill_chunk,
+            Some(_) if self.rules.host_ram == HostRam::Streamed => {
+                roofline + (decode.host_s + n * cost.per_layer_s) / self.prefill_chunk
+            }
+            Some(host) => {
+                let (h0, h1) = offload.host_range(start, end);
+                let (f0, f1) = offload.ffn_range(start, end);
+                let streamed = (self.layers.range(h0, h1).weights + self.layers.range(f0, f1).ffn_weights) as f64;
+                roofline
+                    + streamed * host.inv_link / self.prefill_chunk
+                    + (n * cost.per_layer_s + work.splits as f64 * SPLIT_LATENCY_S) / self.prefill_chunk
+            }
+        };
+        TimeParts { prefill_s, ..decode }
     }
 }
 
+/// The first index `i` in `[lo, hi)` where `pred` fails, as an offset from `lo` (`hi − lo`
+/// when it holds throughout); `pred` must hold on a prefix.
+fn partition_point(lo: usize, hi: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut a, mut b) = (lo, hi);
+    while a < b {
+        let mid = a + (b - a) / 2;
+        if pred(mid) { a = mid + 1 } else { b = mid }
+    }
+    a - lo
+}
+
 /// Changes between GPU and host along a token's path through a tiered stage: the embedding
-/// (host) when the stage is first, the host-held layers, each FFN-offloaded layer (GPU, then
-/// host), the GPU's layers, and the head (`Some(on GPU)`) when the stage is last.
+/// (host) when the stage is first and its embedding is in host RAM, the host-held layers,
+/// each FFN-offloaded layer (GPU, then host), the GPU's layers, and the head (`Some(on GPU)`)
+/// when the stage is last.
 fn crossings(first: bool, offload: Offload, gpu_layers: usize, head: Option<bool>) -> usize {
     let ffn = offload.host_ffn;
     // The path as runs of one place, `(on the GPU, present)`: an FFN-offloaded block starts
@@ -605,7 +643,7 @@ mod tests {
     ) -> Option<f64> {
         let rates = &c.nodes[node];
         let host = rates.host.unwrap();
-        let (first, last) = (start == 0, end == c.layers);
+        let (first, last) = (start == 0, end == c.layers());
         let head_gpu = last && !head_on_host;
         let (mut gpu_held, mut host_held) = (0u128, 0u128);
         let (mut gpu_read, mut gpu_flops, mut host_read, mut host_flops) = (0.0, 0.0, 0.0, 0.0);
@@ -619,10 +657,10 @@ mod tests {
         }
         for (i, &put) in puts.iter().enumerate() {
             let l = start + i;
-            let (w, kv, fw) =
-                (c.weights[l + 1] - c.weights[l], c.kv[l + 1] - c.kv[l], c.ffn_weights[l + 1] - c.ffn_weights[l]);
-            let (r, f) = (c.read[l + 1] - c.read[l], c.flops[l + 1] - c.flops[l]);
-            let (fr, ff) = (c.ffn_read[l + 1] - c.ffn_read[l], c.ffn_flops[l + 1] - c.ffn_flops[l]);
+            let layer = c.layers.range(l, l + 1);
+            let (w, kv, fw) = (layer.weights, layer.kv, layer.ffn_weights);
+            let (r, f) = (layer.read, layer.flops);
+            let (fr, ff) = (layer.ffn_read, layer.ffn_flops);
             match put {
                 Put::Gpu => {
                     gpu_held += w + kv;
@@ -665,7 +703,7 @@ mod tests {
             host_held += u128::from(c.buffers.stage);
         }
         let gpu_held = i128::try_from(gpu_held).unwrap() + i128::from(gpu_buffers) - i128::from(c.buffers.stage);
-        let fit_gpu = gpu_held <= i128::from(host.gpu_capacity);
+        let fit_gpu = gpu_held <= i128::from(rates.device_capacity);
         let fit_host = i128::try_from(host_held).unwrap() <= i128::from(host.capacity);
         if !(fit_gpu && fit_host) {
             return None;
@@ -680,7 +718,7 @@ mod tests {
         };
         let host_s = (host_read * host.inv_bandwidth).max(host_flops * host.inv_decode_compute)
             + host_parts as f64 * host.per_layer_s;
-        Some(gpu_s + host_s + splits as f64 * (SPLIT_LATENCY_S + c.step * c.token_activation_f32 * host.inv_link))
+        Some(gpu_s + host_s + splits as f64 * (SPLIT_LATENCY_S + c.step * c.token.activation_f32 * host.inv_link))
     }
 
     fn tiered(model: &str, gpu: &str, host: &str, context: u64) -> CostModel {

@@ -111,9 +111,9 @@ fn a_stage_receives_the_caches_its_layers_read_on_another_device() {
     // A cache comes over once for each layer that reads it, four copies each (the
     // scheduler's pipeline copies): from 21 on, 22 layers read 18's and 5 read 19's; from 19,
     // 23 read 18's; a stage holding both receives neither.
-    let copies = engine::LLAMA_CPP_PIPELINE_COPIES;
-    assert_eq!(workspace(21) - workspace(17), copies * (22 * c.layer_kv(18) + 5 * c.layer_kv(19)));
-    assert_eq!(workspace(19) - workspace(17), copies * 23 * c.layer_kv(18));
+    let copies = crate::engine::LLAMA_CPP_PIPELINE_COPIES;
+    assert_eq!(workspace(21) - workspace(17), copies * (22 * c.layers.layer_kv(18) + 5 * c.layers.layer_kv(19)));
+    assert_eq!(workspace(19) - workspace(17), copies * 23 * c.layers.layer_kv(18));
     assert_eq!(workspace(17), c.buffers.of(false, true));
     assert_eq!(c.memory(0, 0, 21).workspace, c.buffers.of(true, false), "a first stage holds its sources");
 }
@@ -133,4 +133,157 @@ fn a_stage_with_shared_caches_fits_without_a_layer_at_either_end() {
     }
     assert!(c.memory(1, 17, n).workspace > c.buffers.of(false, true), "charged at 17: {}", total(17, n));
     assert_eq!(total(17, n), total(20, n), "the most a stage within it holds");
+}
+
+/// The cost of a machine without system RAM as the cost model computed it before such a
+/// machine became [`Offload::NONE`] on the path of one with RAM, written out from that code:
+/// the unified path must agree with it to the bit. One change is deliberate: a stage whose
+/// engine buffers are less than every stage's (a single stage of llama.cpp, which keeps no
+/// pipeline copies) is credited the difference, as a machine with RAM always was; before, it
+/// was charged every stage's.
+mod without_system_ram {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Bytes beyond the reserve and every stage's workspace (which the capacity leaves out).
+    fn held(c: &CostModel, node: usize, start: usize, end: usize) -> i128 {
+        let stage = c.layers.range(start, end);
+        let mut held = stage.weights + stage.kv;
+        held += u128::from(c.embed_head(c.nodes[node].keeps_embedding, start, end, true));
+        held += u128::from(c.stage_buffers(start, end, false));
+        i128::try_from(held).unwrap() - i128::from(c.buffers.stage)
+    }
+
+    fn fits(c: &CostModel, node: usize, start: usize, end: usize) -> bool {
+        held(c, node, start, end) <= i128::from(c.nodes[node].capacity)
+    }
+
+    fn fits_sequences(c: &CostModel, node: usize, start: usize, end: usize, sequences: u64) -> bool {
+        let kv = c.layers.range(start, end).kv;
+        let scaled = kv / u128::from(c.batch.max(1)) * u128::from(sequences);
+        let held = held(c, node, start, end) - i128::try_from(kv).unwrap() + i128::try_from(scaled).unwrap();
+        held <= i128::from(c.nodes[node].capacity)
+    }
+
+    fn fits_at_context(c: &CostModel, node: usize, start: usize, end: usize, context: u64) -> bool {
+        let cells = |window| c.rules.kv_cells(context, window, c.shape.prefill_chunk);
+        let layer_kv = |l: usize| c.layers.layer_kv_with(l, cells);
+        let at_context = match &c.dims {
+            Some(dims) => c.rules.buffers(dims, Shape { context, ..c.shape }),
+            None => c.buffers,
+        };
+        let grown = i128::from(c.buffers_of(&at_context, start, end, &layer_kv, false))
+            - i128::from(c.stage_buffers(start, end, false));
+        let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
+        let held = held(c, node, start, end) - i128::try_from(c.layers.range(start, end).kv).unwrap();
+        held + i128::from(kv) + grown <= i128::from(c.nodes[node].capacity)
+    }
+
+    fn memory(c: &CostModel, node: usize, start: usize, end: usize) -> MemoryParts {
+        let stage = c.layers.range(start, end);
+        MemoryParts {
+            weights: saturate(stage.weights),
+            kv: saturate(stage.kv),
+            embed_head: c.embed_head(c.nodes[node].keeps_embedding, start, end, true),
+            workspace: c.stage_buffers(start, end, false),
+            reserve: c.nodes[node].reserve,
+        }
+    }
+
+    fn time(c: &CostModel, node: usize, start: usize, end: usize) -> TimeParts {
+        let (read, flops) = c.step_work(start, end);
+        let rates = &c.nodes[node];
+        let stage = c.layers.range(start, end);
+        let (mut prefill_read, mut prefill_flops) = (stage.prefill_read, stage.prefill_flops);
+        for (holds, extra) in [(start == 0, &c.embed), (end == c.layers(), &c.head)] {
+            if holds {
+                (prefill_read, prefill_flops) =
+                    (prefill_read + extra.prefill_read, prefill_flops + extra.prefill_flops);
+            }
+        }
+        let per_layer = (end - start) as f64 * rates.per_layer_s;
+        TimeParts {
+            memory_s: read * rates.inv_bandwidth,
+            compute_s: flops * rates.inv_decode_compute,
+            overhead_s: per_layer,
+            prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
+                + per_layer / c.prefill_chunk,
+            ..TimeParts::default()
+        }
+    }
+
+    /// A scenario of a preset model on machines without system RAM, every engine, with the
+    /// engine's buffers or a given workspace.
+    fn scenario() -> impl Strategy<Value = String> {
+        let model = prop_oneof![
+            Just("llama-3.2-1b"),
+            Just("gemma-3-1b"),
+            Just("qwen3-30b-a3b"),
+            Just("gemma-2-9b"),
+            Just("mixtral-8x7b")
+        ];
+        let weights = prop_oneof![Just("q4_k_m"), Just("q8_0"), Just("f16")];
+        let engine = prop_oneof![Just("llama.cpp"), Just("vllm"), Just("generic")];
+        let workspace =
+            prop_oneof![Just(String::new()), (0u64..=512).prop_map(|m| format!(r#", "workspace": "{m} MiB""#))];
+        let node = (
+            1u64..=48_000,
+            1e10..2e12f64,
+            prop_oneof![Just(1e9), 1e11..1e15f64],
+            prop_oneof![Just(""), Just(r#", "kind": "gpu""#), Just(r#", "kind": "cpu""#), Just(r#", "kind": "unified""#)],
+            0u64..=2000,
+        )
+            .prop_map(|(memory, bandwidth, compute, kind, reserve)| {
+                format!(
+                    r#"{{"memory": "{memory} MiB", "bandwidth": {bandwidth}, "compute": {compute}, "reserve": "{reserve} MiB"{kind}}}"#
+                )
+            });
+        (
+            model,
+            weights,
+            engine,
+            (1u64..=40_000, 1u64..=4, any::<bool>(), prop_oneof![Just("f16"), Just("q8_0")]),
+            workspace,
+            prop::collection::vec(node, 1..=3),
+        )
+            .prop_map(|(model, weights, engine, (context, batch, fa, kv), workspace, nodes)| {
+                // A quantized V cache needs flash attention.
+                let fa = fa || kv != "f16";
+                let nodes: Vec<String> = nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| n.replacen('{', &format!(r#"{{"name": "n{i}", "#), 1))
+                    .collect();
+                format!(
+                    r#"{{"model": {{"preset": "{model}", "weights": "{weights}"}},
+                        "workload": {{"context": {context}, "batch": {batch}, "flash_attention": {fa}, "kv": "{kv}"{workspace}}}, "engine": "{engine}",
+                        "nodes": [{}]}}"#,
+                    nodes.join(", ")
+                )
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn one_placement_agrees_with_the_formulas_of_a_machine_without_ram(json in scenario(), sequences in 1u64..=8, context in 1u64..=65_536) {
+            let c = cost(&json);
+            let l = c.layers();
+            for node in 0..c.node_count() {
+                for start in 0..l {
+                    for end in start + 1..=l {
+                        let at = format!("{json}: node {node}, [{start}, {end})");
+                        prop_assert_eq!(c.fits(node, start, end), fits(&c, node, start, end), "fits: {}", at);
+                        prop_assert_eq!(c.memory(node, start, end), memory(&c, node, start, end), "memory: {}", at);
+                        prop_assert_eq!(c.time(node, start, end, None), time(&c, node, start, end), "time: {}", at);
+                        prop_assert_eq!(c.roofline_s(node, start, end).to_bits(), time(&c, node, start, end).total().to_bits(), "{}", at);
+                        prop_assert_eq!(c.fits_sequences(node, start, end, sequences), fits_sequences(&c, node, start, end, sequences), "{}", at);
+                        prop_assert_eq!(c.fits_at_context(node, start, end, context), fits_at_context(&c, node, start, end, context), "{}", at);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -233,7 +233,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             if target == "CPU" { format!("{main}'s RAM") } else { format!("the RAM of the machine at {}", &target[5..target.len() - 1]) }
         ));
     }
-    if plan.engine != crate::engine::Engine::LlamaCpp {
+    if super::Target::of_engine(plan.engine) != Some(super::Target::LlamaCpp) {
         notes.push(format!(
             "The plan holds {}'s buffers, not llama.cpp's: re-plan with `\"engine\": \"llama.cpp\"` for memory that matches these commands.",
             plan.engine.name()

@@ -72,12 +72,8 @@ impl Target {
     /// The target that runs a plan made for `engine`; none for the generic engine, which
     /// plans for no engine in particular.
     pub fn of_engine(engine: crate::engine::Engine) -> Option<Target> {
-        use crate::engine::Engine;
-        match engine {
-            Engine::LlamaCpp => Some(Target::LlamaCpp),
-            Engine::Vllm => Some(Target::Vllm),
-            Engine::Generic => None,
-        }
+        let name = engine.rules().export?;
+        Target::ALL.into_iter().find(|t| t.name() == name)
     }
 
     /// A file name for the export.

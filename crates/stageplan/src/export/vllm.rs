@@ -108,7 +108,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         notes.push(format!(
             "`--cpu-offload-gb {gib}` keeps that much of each GPU's weights in pinned host RAM, read over PCIe every step; vLLM offloads the same amount on every rank, from its first layers, where the plan may keep less on some."
         ));
-        if plan.engine != crate::engine::Engine::Vllm {
+        if super::Target::of_engine(plan.engine) != Some(super::Target::Vllm) {
             notes.push("The plan runs host-held weights on the CPU as llama.cpp does; vLLM streams them to the GPU instead, which is slower for decode: re-plan with `\"engine\": \"vllm\"` for its speed.".to_owned());
         }
         if plan.stages.iter().filter_map(|s| s.offload.as_ref()).any(|o| o.host_ffn > 0) {

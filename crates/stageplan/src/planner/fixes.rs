@@ -52,7 +52,7 @@ const FAST_DISK: f64 = 7.0e9;
 /// token would read the shortfall at the disk's speed. stageplan does not plan disk reads;
 /// it says what they would cost.
 fn disk_reads(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Option<Diagnostic> {
-    let tiered = (0..problem.nodes.len()).find(|&k| allowed[k] && cost.host(k).is_some())?;
+    let tiered = (0..problem.nodes.len()).find(|&k| allowed[k] && cost.nodes[k].host.is_some())?;
     let usable: i128 =
         (0..problem.nodes.len()).filter(|&k| allowed[k]).map(|k| i128::from(cost.nodes[k].capacity.max(0))).sum();
     let short = i128::from(cost.minimum_total(1)) - i128::from(cost.workspace()) - usable;

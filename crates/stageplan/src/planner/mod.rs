@@ -54,6 +54,9 @@ pub struct PlanOptions<'a> {
     /// The plan alone, without baselines, left-out explanations or fixes: for callers that
     /// re-plan often and show only the split (sweeps, re-planning, the search's benchmarks).
     pub bare: bool,
+    /// A machine the optimal search must use (what rides along is tried on each machine as
+    /// that much less memory there, so the plan must hold a stage there); `None`: any.
+    pub(crate) required: Option<usize>,
 }
 
 impl<'a> PlanOptions<'a> {
@@ -97,7 +100,7 @@ pub fn plan_with(problem: &Problem, options: PlanOptions<'_>) -> Plan {
         .map(|i| options.enabled.is_none_or(|enabled| enabled.get(i).copied().unwrap_or(false)))
         .collect();
     let policy = options.policy.unwrap_or(problem.policy);
-    plan_on(problem, &cost, &allowed, policy, problem.objective, !options.bare)
+    plan_on(problem, &cost, &allowed, policy, problem.objective, !options.bare, options.required)
 }
 
 /// The best plan found by exhaustive search over every ordered subset and split, when the
@@ -126,6 +129,7 @@ pub(crate) fn plan_on(
     policy: Policy,
     objective: Objective,
     explain: bool,
+    required: Option<usize>,
 ) -> Plan {
     // Under `layer-offload` and `llama-fit` machines with system RAM place tensors by
     // that rule; the split among machines is the optimal one under it.
@@ -140,7 +144,7 @@ pub(crate) fn plan_on(
     };
     let (stages, search) = match policy {
         Policy::Optimal | Policy::LayerOffload | Policy::LlamaFit => {
-            let found = search::optimal(cost, objective, allowed, None);
+            let found = search::optimal(cost, objective, allowed, required);
             let stages = found.best.as_ref().map(|b| b.1.clone()).unwrap_or_default();
             (stages, Some(found))
         }
@@ -184,7 +188,7 @@ pub(crate) fn plan_on(
                 && (cost.has_host_tiers() || crate::cost::OffloadRule::of(p) == Default::default())
         })
         .map(|&p| {
-            let other = plan_on(problem, base, allowed, p, objective, false);
+            let other = plan_on(problem, base, allowed, p, objective, false, None);
             Baseline {
                 policy: p,
                 feasible: other.feasible,

@@ -176,7 +176,7 @@ pub fn replan(problem: &Problem, current: &[CurrentStage], options: ReplanOption
         Objective::Latency => seconds,
     };
     let Some((best_seconds, best_stages)) = found.best else {
-        let plan = plan_on(problem, &cost, &allowed, Policy::Optimal, objective, true);
+        let plan = plan_on(problem, &cost, &allowed, Policy::Optimal, objective, true, None);
         return Ok(Replan {
             plan,
             moves: Vec::new(),

@@ -41,7 +41,7 @@ impl Footprint {
 
     /// What the server's machine holds for it, when that is `node`.
     fn host_on(&self, node: &Node, engine: crate::engine::Engine) -> u64 {
-        let keeps = node.kind != Some(crate::device::DeviceKind::Gpu) || engine != crate::engine::Engine::LlamaCpp;
+        let keeps = engine.rules().embedding_on_device(node.kind);
         self.host.saturating_add(if keeps { self.embedding } else { 0 })
     }
 }
@@ -84,9 +84,11 @@ pub(super) fn plan(problem: &Problem, options: PlanOptions<'_>) -> Plan {
         for &k in &candidates {
             let footprint = (rider.footprint)(&problem.nodes[k]);
             let trial = with_rider(&carrying, &added, k, footprint);
-            let plan = super::plan_with(&trial, bare);
-            let holds_stage = plan.stages.iter().any(|s| s.node == problem.nodes[k].name);
-            let Some(value) = plan.objective_value().filter(|_| holds_stage) else { continue };
+            // The best plan with a stage on `k`, where the rider is: the best plan overall may
+            // leave `k` out once the rider's bytes are there.
+            let plan = super::plan_with(&trial, PlanOptions { required: Some(k), ..bare });
+            let on_stages = holds_all(&plan, problem, placed.iter().map(|(_, k, _)| *k).chain([k]));
+            let Some(value) = plan.objective_value().filter(|_| on_stages) else { continue };
             let better = best.is_none_or(|(_, v)| match problem.objective {
                 Objective::Throughput => value > v,
                 Objective::Latency => value < v,
@@ -107,8 +109,18 @@ pub(super) fn plan(problem: &Problem, options: PlanOptions<'_>) -> Plan {
         add(&mut added, &problem.nodes, problem.workload.engine, k, footprint);
         placed.push((rider, k, footprint));
     }
-    let conservative = with_added(&carrying, &added);
-    let mut plan = super::plan_with(&conservative, options);
+    // The plan with every rider's bytes, holding a stage on each rider's machine: the search
+    // requires one machine, so each rider's in turn until a plan holds them all.
+    let on_riders = |with: &Problem| {
+        let mut plans =
+            placed.iter().map(|(_, k, _)| super::plan_with(with, PlanOptions { required: Some(*k), ..options }));
+        let first = plans.next().unwrap_or_else(|| super::plan_with(with, options));
+        if riders_on_stages(&first, problem, &placed) {
+            return first;
+        }
+        plans.find(|plan| riders_on_stages(plan, problem, &placed)).unwrap_or(first)
+    };
+    let mut plan = on_riders(&with_added(&carrying, &added));
     let mut on_node = added;
     // The host parts where the server runs, only: the first stage's machine.
     if let Some(first) = plan.stages.first().and_then(|s| index_of(&s.node)) {
@@ -118,7 +130,7 @@ pub(super) fn plan(problem: &Problem, options: PlanOptions<'_>) -> Plan {
             exact[first] =
                 exact[first].saturating_add(footprint.host_on(&problem.nodes[first], problem.workload.engine));
         }
-        let refined = super::plan_with(&with_added(&carrying, &exact), options);
+        let refined = on_riders(&with_added(&carrying, &exact));
         let same_first = refined.stages.first().map(|s| &s.node) == plan.stages.first().map(|s| &s.node);
         if refined.feasible && same_first && riders_on_stages(&refined, problem, &placed) {
             plan = refined;
@@ -177,18 +189,18 @@ fn riders(problem: &Problem) -> Vec<Rider> {
 /// cache at the model's context, and its buffers as one stage's; the host's share of them
 /// is held where the server runs.
 fn draft_footprint(model: &crate::model::Model, workload: &Workload, node: &Node) -> Footprint {
-    let llama_cpp = workload.engine == crate::engine::Engine::LlamaCpp;
-    // Under llama.cpp the device holds no token embedding whatever its kind: the server's
-    // RAM does (`Footprint::host_on`).
-    let kind = if llama_cpp { Some(crate::device::DeviceKind::Gpu) } else { node.kind };
+    let rules = workload.engine.rules();
+    // Where the engine keeps the token embedding in the server's RAM, the device holds none
+    // whatever its kind (`Footprint::host_on` counts it where the server runs).
+    let kind = if rules.embedding_in_host_ram { Some(crate::device::DeviceKind::Gpu) } else { node.kind };
     let alone = Node { reserve: 0, host: None, kind, ..node.clone() };
     let cost = CostModel::build(model, workload, std::slice::from_ref(&alone), &Links::uniform(1, DEFAULT_LINK));
     let mut device = cost.memory(0, 0, cost.layers());
     device.reserve = 0;
-    if !llama_cpp {
+    if !rules.embedding_in_host_ram {
         return Footprint { device, host: 0, embedding: 0 };
     }
-    let host = crate::engine::buffers(workload.engine, &crate::engine::Dims::of(model), workload.shape()).first_single;
+    let host = rules.buffers(&crate::engine::Dims::of(model), workload.shape()).first_single;
     device.workspace = device.workspace.saturating_sub(host);
     // A tied head's copy stays on the device; the embedding itself is the server's.
     let embedding = model.bytes_at(crate::model::Place::Embedding);
@@ -222,7 +234,12 @@ fn with_added(problem: &Problem, added: &[u64]) -> Problem {
 }
 
 fn riders_on_stages(plan: &Plan, problem: &Problem, placed: &[(Rider, usize, Footprint)]) -> bool {
-    placed.iter().all(|(_, k, _)| plan.stages.iter().any(|s| s.node == problem.nodes[*k].name))
+    holds_all(plan, problem, placed.iter().map(|(_, k, _)| *k))
+}
+
+/// Whether `plan` holds a stage on each of the machines `nodes`.
+fn holds_all(plan: &Plan, problem: &Problem, mut nodes: impl Iterator<Item = usize>) -> bool {
+    nodes.all(|k| plan.stages.iter().any(|s| s.node == problem.nodes[k].name))
 }
 
 /// Moves the riders' bytes from each stage's `reserve` to its `riders`, lists the riders and

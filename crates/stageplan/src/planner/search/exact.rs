@@ -182,7 +182,7 @@ impl<'a> Space<'a> {
             // A stage takes at least its layers' memory (or compute) terms plus their
             // per-layer cost, each layer on the node that makes that cheapest.
             let (bytes, flops, _) = cost.layer_work(j);
-            let least = |term: &dyn Fn(&crate::cost::NodeRates) -> f64| {
+            let least = |term: &dyn Fn(&crate::cost::NodeCost) -> f64| {
                 self.nodes
                     .iter()
                     .map(|&k| term(&cost.nodes[k]) + cost.nodes[k].least_per_layer_s())

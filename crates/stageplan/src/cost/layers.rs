@@ -1,0 +1,204 @@
+//! A model's per-layer costs under a workload, as prefix sums: a stage's sums are one
+//! subtraction, [`LayerTable::range`].
+
+use std::ops::Sub;
+
+use crate::engine::EngineRules;
+use crate::model::Model;
+use crate::problem::Workload;
+
+/// Bytes per f32 element: recurrent state, and what llama.cpp keeps in f32.
+pub(super) const F32_BYTES: u64 = 4;
+
+/// Sums over a range of layers.
+///
+/// Byte counts are `u128`: per-layer sizes come from untrusted headers, and a prefix sum
+/// that saturated would make the difference of two saturated sums 0 — a stage that "fits".
+/// In `u128` no sum of 100,000 `u64` values can overflow.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub(crate) struct Sums {
+    /// Bytes of the layers' weights.
+    pub weights: u128,
+    /// Bytes of their KV cache (or recurrent state), every sequence's.
+    pub kv: u128,
+    /// The part of `weights` a machine may keep in host RAM apart from attention: routed
+    /// experts, or a dense layer's FFN matrices.
+    pub ffn_weights: u128,
+    /// Per decode step of the current step's sequences: bytes read and FLOPs…
+    pub read: f64,
+    pub flops: f64,
+    /// …and the part of them in the FFN (the host's FFN reads only the experts a step touches).
+    pub ffn_read: f64,
+    pub ffn_flops: f64,
+    /// Per prompt token: bytes read (weights once a chunk) and FLOPs.
+    pub prefill_read: f64,
+    pub prefill_flops: f64,
+}
+
+impl Sub for Sums {
+    type Output = Sums;
+
+    #[inline]
+    fn sub(self, o: Sums) -> Sums {
+        Sums {
+            weights: self.weights - o.weights,
+            kv: self.kv - o.kv,
+            ffn_weights: self.ffn_weights - o.ffn_weights,
+            read: self.read - o.read,
+            flops: self.flops - o.flops,
+            ffn_read: self.ffn_read - o.ffn_read,
+            ffn_flops: self.ffn_flops - o.ffn_flops,
+            prefill_read: self.prefill_read - o.prefill_read,
+            prefill_flops: self.prefill_flops - o.prefill_flops,
+        }
+    }
+}
+
+/// What a decode step of any size is made of, per layer (prefix sums): dense weights,
+/// expert weights (scaled by the fraction of experts a step touches), and per sequence its
+/// KV cache read and its FLOPs; the same for the FFN part.
+#[derive(Copy, Clone, Debug, Default)]
+struct StepParts {
+    dense_read: f64,
+    expert_read: f64,
+    ffn_dense_read: f64,
+    ffn_flops_per_sequence: f64,
+    kv_read_per_sequence: f64,
+    flops_per_sequence: f64,
+}
+
+/// The per-layer costs of a model under a workload.
+#[derive(Clone, Debug)]
+pub(crate) struct LayerTable {
+    /// Prefix sums: `prefix[i]` covers layers `[0, i)`.
+    prefix: Vec<Sums>,
+    parts: Vec<StepParts>,
+    /// For MoE models, the fraction of experts one token routes to.
+    active_fraction: Option<f64>,
+    /// Per layer: KV bytes held per token of context (all sequences), recurrent state (all
+    /// sequences, whatever the context), and the attention window.
+    kv_per_context_token: Vec<u64>,
+    state: Vec<u64>,
+    windows: Vec<Option<u64>>,
+}
+
+impl LayerTable {
+    /// The table of `model` run as `workload` by an engine with `rules`, stepping the whole
+    /// batch.
+    pub(super) fn new(model: &Model, workload: &Workload, rules: &EngineRules) -> LayerTable {
+        let arch = &model.arch;
+        let context = workload.context;
+        let chunk = workload.prefill_chunk as f64;
+        let (touched_prefill, active_fraction) = match &arch.moe {
+            Some(moe) => {
+                let p = moe.active as f64 / moe.experts as f64;
+                (1.0 - (1.0 - p).powf(chunk), Some(p))
+            }
+            None => (1.0, None),
+        };
+        // Q·K and attention·V: 2 FLOPs each per head element and cached token. In f64: head
+        // counts and sizes may come from a GGUF's metadata, unbounded.
+        let attention = 4.0 * arch.num_heads as f64 * arch.head_dim as f64;
+        let layers = model.layers();
+        let n = layers.len();
+        let mut table = LayerTable {
+            prefix: vec![Sums::default(); n + 1],
+            parts: vec![StepParts::default(); n + 1],
+            active_fraction,
+            kv_per_context_token: Vec::with_capacity(n),
+            state: Vec::with_capacity(n),
+            windows: Vec::with_capacity(n),
+        };
+        for (i, layer) in layers.iter().enumerate() {
+            let window = arch.windows.get(i).copied().flatten();
+            let tokens = window.map_or(context, |w| w.min(context));
+            let padded = if workload.flash_attention { 0 } else { arch.v_pad_elements.get(i).copied().unwrap_or(0) };
+            let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0).saturating_add(padded));
+            let dense = (layer.bytes - layer.expert_bytes) as f64;
+            let active_params = (layer.params - layer.expert_params) as f64
+                + layer.expert_params as f64 * active_fraction.unwrap_or(1.0);
+            // Saturating: sizes from model files are untrusted, and a saturated total simply
+            // does not fit anywhere.
+            let cells = rules.kv_cells(context, window, workload.prefill_chunk);
+            let state_elements = arch.state_elements.get(i).copied().unwrap_or(0);
+            let state = workload.batch.saturating_mul(state_elements).saturating_mul(F32_BYTES);
+            let kv_held = workload.batch.saturating_mul(cells).saturating_mul(kv_per_token).saturating_add(state);
+            table.kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
+            table.state.push(state);
+            table.windows.push(window);
+            let (ffn_dense, ffn_active) = if layer.expert_bytes > 0 {
+                (0.0, layer.expert_params as f64 * active_fraction.unwrap_or(1.0))
+            } else {
+                (layer.ffn_bytes as f64, layer.ffn_params as f64)
+            };
+            // A recurrent layer reads its state each step (and writes it back).
+            let state_read = F32_BYTES as f64 * state_elements as f64;
+            let (p, s) = (table.parts[i], table.prefix[i]);
+            table.parts[i + 1] = StepParts {
+                dense_read: p.dense_read + dense,
+                expert_read: p.expert_read + layer.expert_bytes as f64,
+                ffn_dense_read: p.ffn_dense_read + ffn_dense,
+                ffn_flops_per_sequence: p.ffn_flops_per_sequence + 2.0 * ffn_active,
+                kv_read_per_sequence: p.kv_read_per_sequence + tokens as f64 * kv_per_token as f64 + state_read,
+                flops_per_sequence: p.flops_per_sequence + 2.0 * active_params + attention * tokens as f64,
+            };
+            table.prefix[i + 1] = Sums {
+                weights: s.weights + u128::from(layer.bytes),
+                kv: s.kv + u128::from(kv_held),
+                ffn_weights: s.ffn_weights + u128::from(layer.ffn_bytes),
+                prefill_read: s.prefill_read
+                    + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk
+                    + kv_per_token as f64,
+                prefill_flops: s.prefill_flops + 2.0 * active_params + attention * tokens as f64 / 2.0,
+                ..Sums::default()
+            };
+        }
+        table.set_step(workload.batch as f64);
+        table
+    }
+
+    /// Makes each decode step one of `sequences` sequences: per layer, `read = dense +
+    /// experts × touched + sequences × KV` and `flops = sequences × per-sequence FLOPs`.
+    pub(super) fn set_step(&mut self, sequences: f64) {
+        let touched = self.active_fraction.map_or(1.0, |p| 1.0 - (1.0 - p).powf(sequences));
+        for (sums, p) in self.prefix.iter_mut().zip(&self.parts) {
+            sums.read = p.dense_read + p.expert_read * touched + sequences * p.kv_read_per_sequence;
+            sums.flops = sequences * p.flops_per_sequence;
+            sums.ffn_read = p.ffn_dense_read + p.expert_read * touched;
+            sums.ffn_flops = sequences * p.ffn_flops_per_sequence;
+        }
+    }
+
+    /// Whether the model routes tokens to experts.
+    pub(super) fn is_moe(&self) -> bool {
+        self.active_fraction.is_some()
+    }
+
+    /// Number of layers.
+    pub(super) fn len(&self) -> usize {
+        self.prefix.len() - 1
+    }
+
+    /// The sums over layers `[start, end)`.
+    #[inline]
+    pub(super) fn range(&self, start: usize, end: usize) -> Sums {
+        self.prefix[end] - self.prefix[start]
+    }
+
+    /// The sums over layers `[0, at)`.
+    #[inline]
+    pub(super) fn prefix(&self, at: usize) -> &Sums {
+        &self.prefix[at]
+    }
+
+    /// Layer `l`'s KV cache (or state) at the workload's context, all sequences.
+    pub(super) fn layer_kv(&self, l: usize) -> u64 {
+        super::saturate(self.range(l, l + 1).kv)
+    }
+
+    /// Layer `l`'s KV cache (or state) with `cells` KV cells per sequence for a layer with
+    /// `window` (`cells(window)`), all sequences.
+    pub(super) fn layer_kv_with(&self, l: usize, cells: impl Fn(Option<u64>) -> u64) -> u64 {
+        self.kv_per_context_token[l].saturating_mul(cells(self.windows[l])).saturating_add(self.state[l])
+    }
+}

@@ -1,0 +1,144 @@
+//! A machine reduced to what the cost model needs: its device's rates and memory, and its
+//! system RAM and CPU when the scenario gives them — one value per machine, so a subset of
+//! machines is a subset of values.
+
+use super::offload::Memo;
+use crate::calibration::{FITTED, Measured, measured};
+use crate::device::{Backend, DeviceKind};
+use crate::engine::EngineRules;
+use crate::model::Model;
+use crate::problem::{Host, Node};
+
+/// The fraction of the CPU backend's fitted bandwidth a host tier reaches beside a GPU:
+/// the median over the published partial-offload runs in `tests/calibration/offload.csv`
+/// (9 llama.cpp runs, two machines: a `-ngl` sweep of a 14B model on DDR4-2400 and
+/// `-ngl`/`--n-cpu-moe` runs on quad-channel DDR4) of the fraction that makes each
+/// prediction exact, 0.62–0.93 apart. On a spec sheet's RAM figure llama.cpp's host part
+/// reaches about 0.6–0.7 of the peak (`docs/offload-measurements.md`).
+pub(crate) const HOST_TIER_BANDWIDTH: f64 = 0.83;
+
+/// FLOPs per weight of a matrix-vector product (a multiply and an add).
+pub(super) const FLOPS_PER_WEIGHT: f64 = 2.0;
+
+/// One machine of the cost model.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeCost {
+    /// Per byte read from the device's memory.
+    pub inv_bandwidth: f64,
+    /// Prefill's compute: per FLOP of the node's `compute`.
+    pub inv_compute: f64,
+    /// A decode step's: per FLOP, `1 ÷ (2 × weights/s)` of a measured CPU's products, else
+    /// `inv_compute`.
+    pub inv_decode_compute: f64,
+    /// Seconds every layer adds to a decode step (the backend's fitted `τ`).
+    pub per_layer_s: f64,
+    /// The device's memory left for layers, embedding and head after reserve and the
+    /// workspace every stage keeps (may be < 0).
+    pub device_capacity: i64,
+    /// With system RAM, the device's and the RAM's together (what bounds and orderings
+    /// read); else the device's.
+    pub capacity: i64,
+    /// The device's memory and the part kept back for the system.
+    pub budget: u64,
+    pub reserve: u64,
+    /// The machine's system RAM and CPU, when the scenario gives them.
+    pub host: Option<HostCost>,
+    /// The device holds a first stage's token embedding (else the server's RAM does).
+    pub keeps_embedding: bool,
+    /// The best placement of each stage on a machine with system RAM, filled on demand.
+    pub(super) memo: Memo,
+}
+
+/// A machine's system RAM and CPU.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct HostCost {
+    pub inv_bandwidth: f64,
+    /// Per FLOP of a decode step: `1 ÷ (2 × weights/s)` of the CPU's products.
+    pub inv_decode_compute: f64,
+    pub per_layer_s: f64,
+    /// RAM left for the model after the reserve (may be < 0).
+    pub capacity: i64,
+    pub budget: u64,
+    pub reserve: u64,
+    /// Per byte over the link between RAM and the device.
+    pub inv_link: f64,
+    /// No layer, nor any layer's FFN, runs faster in host RAM than on the device at this
+    /// step (each roofline term and the per-layer cost): then moving more to host RAM never
+    /// helps, and the search for a stage's placement may stop early and exactly.
+    pub monotone: bool,
+}
+
+impl NodeCost {
+    /// `node` running `model` under `rules`, every stage keeping `workspace` bytes of buffers.
+    pub(super) fn new(node: &Node, model: &Model, rules: &EngineRules, workspace: u64) -> NodeCost {
+        // Measured figures are what the engine reaches: no fitted terms on top.
+        let measured = Measured::of_node(node);
+        let (reached, per_layer_s) = match &measured {
+            Some(m) => (1.0, m.per_layer_s),
+            None => FITTED.speed(node.backend, &model.weights, node.bandwidth, node.threads),
+        };
+        let inv_compute = 1.0 / (node.compute * node.efficiency.compute);
+        let decode_rate = measured.as_ref().and_then(|m| m.decode_rate(model));
+        let device_capacity = super::clamp_i64(
+            usable_memory(node.memory, rules.usable_fraction) - i128::from(node.reserve) - i128::from(workspace),
+        );
+        let host = node.host.as_ref().map(|host| HostCost::new(host, model));
+        NodeCost {
+            inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
+            inv_compute,
+            inv_decode_compute: decode_rate
+                .map_or(inv_compute, |r| 1.0 / (FLOPS_PER_WEIGHT * r * node.efficiency.compute)),
+            per_layer_s,
+            device_capacity,
+            capacity: host.map_or(device_capacity, |h| h.capacity.max(0).saturating_add(device_capacity)),
+            budget: node.memory,
+            reserve: node.reserve,
+            host,
+            // A device with system RAM beside it is a GPU, whatever kind the node names.
+            keeps_embedding: rules.embedding_on_device(if host.is_some() { Some(DeviceKind::Gpu) } else { node.kind }),
+            memo: Memo::default(),
+        }
+    }
+
+    /// The least time per byte read on any of the node's tiers (for lower bounds).
+    pub(crate) fn least_inv_bandwidth(&self) -> f64 {
+        self.host.map_or(self.inv_bandwidth, |h| self.inv_bandwidth.min(h.inv_bandwidth))
+    }
+
+    /// The least time per FLOP on any tier (for lower bounds).
+    pub(crate) fn least_inv_compute(&self) -> f64 {
+        self.host.map_or(self.inv_compute, |h| self.inv_compute.min(h.inv_decode_compute))
+    }
+
+    /// The least per-layer cost on any tier (for lower bounds).
+    pub(crate) fn least_per_layer_s(&self) -> f64 {
+        self.host.map_or(self.per_layer_s, |h| self.per_layer_s.min(h.per_layer_s))
+    }
+}
+
+impl HostCost {
+    /// The system RAM and CPU of `host` running `model`, planned by the measured rule
+    /// ([`crate::calibration::measured`]): its products at
+    /// [`DEFAULT_RATE_PER_THREAD`](measured::DEFAULT_RATE_PER_THREAD) per thread,
+    /// [`CPU_PER_LAYER_S`](measured::CPU_PER_LAYER_S) a layer, and
+    /// [`HOST_TIER_BANDWIDTH`] of the CPU backend's fitted fraction of the RAM's peak.
+    fn new(host: &Host, model: &Model) -> HostCost {
+        let (reached, _) = FITTED.speed(Backend::Cpu, &model.weights, host.bandwidth, Some(host.threads));
+        let rate = measured::DEFAULT_RATE_PER_THREAD[measured::class_of(model) as usize] * f64::from(host.threads);
+        HostCost {
+            inv_bandwidth: 1.0 / (host.bandwidth * reached * HOST_TIER_BANDWIDTH),
+            inv_decode_compute: 1.0 / (FLOPS_PER_WEIGHT * rate),
+            per_layer_s: measured::CPU_PER_LAYER_S,
+            capacity: super::clamp_i64(i128::from(host.memory) - i128::from(host.reserve)),
+            budget: host.memory,
+            reserve: host.reserve,
+            inv_link: 1.0 / host.link,
+            monotone: false,
+        }
+    }
+}
+
+/// `memory × fraction` in bytes (the fraction an engine claims).
+fn usable_memory(memory: u64, fraction: f64) -> i128 {
+    if fraction >= 1.0 { i128::from(memory) } else { (memory as f64 * fraction) as i128 }
+}
