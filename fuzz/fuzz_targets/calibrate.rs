@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
-use stageplan::calibration::bench;
+use stageplan::fit::bench;
 use stageplan::presets::ModelPreset;
 
 /// The machines `--device`, `--bandwidth --compute --memory` and the page's rows give.

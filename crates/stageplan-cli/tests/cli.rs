@@ -273,6 +273,6 @@ fn readme_limits_are_the_enforced_limits() {
     assert_eq!((limits::MAX_CONTEXT, limits::MAX_BATCH, limits::MAX_PREFILL_CHUNK), (1 << 26, 1 << 20, 1 << 20));
     assert!(row("split GGUF").contains(&limits::MAX_SPLIT_PARTS.to_string()));
     assert!(row("`threads`").contains(&limits::MAX_THREADS.to_string()));
-    assert!(row("llama-bench").contains(&stageplan::calibration::bench::MAX_TESTS.to_string()));
+    assert!(row("llama-bench").contains(&stageplan::fit::bench::MAX_TESTS.to_string()));
     assert!(row("`config.json` file").contains("64 MiB") && limits::MAX_TEXT_BYTES == 64 << 20);
 }

@@ -14,6 +14,7 @@
 //! - [`cost`]: the cost model and its formulas.
 //! - [`calibration`]: speed terms fitted to published llama.cpp measurements.
 //! - [`planner`]: the `optimal` search and the baselines.
+//! - [`fit`]: a user's llama-bench results fitted through the planner.
 //! - [`mod@plan`]: the result and its JSON contract.
 //! - [`planner::replan`]: re-planning a running cluster with the fewest moved bytes.
 //! - [`view`]: a plan laid out for drawing, shared by the web page and the widget.
@@ -28,6 +29,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod export;
+pub mod fit;
 pub mod import;
 mod json;
 pub mod limits;

@@ -5,9 +5,12 @@
 //!   `src/a/b/mod.rs`, or a `mod b` in `a`) and, coarser, the top-level modules, each form a
 //!   DAG. A module uses another when its code names it by a path from `crate::`, `super::`
 //!   or `self::` (use groups like `crate::{a, b::c}` too); a path names the longest
-//!   module it starts with, so `super::x` for an item `x` of the parent names the parent. A
-//!   module naming itself or an ancestor does not count: a parent's `mod` and `use` lines
-//!   are glue, and it names its children anyway.
+//!   module it starts with, so `super::x` for an item `x` of the parent names the parent,
+//!   and a path that is called (`crate::plan(…)`) names an item, never a module of that
+//!   name. A name a module re-exports (`pub use planner::plan;` in `lib.rs`) names the
+//!   module it comes from, so a `crate::plan(…)` behind the crate root's re-export is a use
+//!   of `planner`. A module naming itself or an ancestor does not count: a parent's `mod` and
+//!   `use` lines are glue, and it names its children anyway.
 //! - **No file over [`MAX_LINES`] lines** under `crates/` or `fuzz/`; each over
 //!   [`NOTE_LINES`] is printed as a note.
 //! - **No constant defined twice**: a `const NAME` in two places of the workspace's code is
@@ -117,10 +120,8 @@ pub(crate) fn module_circles(files: &[SourceFile]) -> Vec<String> {
                     continue; // the crate's root: an ancestor of all, in no circle
                 }
                 let Some(absolute) = resolve(&from, &path.segments) else { continue };
-                let Some(to) = (1..=absolute.len()).rev().map(|n| &absolute[..n]).find(|m| tree.modules.contains(*m))
-                else {
-                    continue;
-                };
+                let Some(to) = tree.module_named(absolute, path.value) else { continue };
+                let to = to.as_slice();
                 if from.starts_with(to) {
                     continue; // itself or an ancestor
                 }
@@ -182,6 +183,28 @@ struct Tree<'a> {
     label: String,
     files: Vec<ParsedFile<'a>>,
     modules: BTreeSet<Vec<String>>,
+    /// Per module, the names its `pub use` items give, and the absolute paths they name.
+    reexports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
+}
+
+impl Tree<'_> {
+    /// The module an absolute path names: the longest module it starts with (not its last
+    /// segment when it is called, a `value`), or where a name re-exported there comes from.
+    /// `None` for the crate root and for what is not in the crate.
+    fn module_named(&self, absolute: Vec<String>, value: bool) -> Option<Vec<String>> {
+        let mut path = absolute;
+        // Re-exports of re-exports, a few deep; a loop of them is no module.
+        for _ in 0..8 {
+            let limit = path.len() - usize::from(value && !path.is_empty());
+            let module = (0..=limit).rev().map(|n| &path[..n]).find(|m| m.is_empty() || self.modules.contains(*m))?;
+            let reexported = path.get(module.len()).and_then(|name| self.reexports.get(module)?.get(name));
+            match reexported {
+                Some(target) => path = [target.as_slice(), &path[module.len() + 1..]].concat(),
+                None => return (!module.is_empty()).then(|| module.to_vec()),
+            }
+        }
+        None
+    }
 }
 
 struct ParsedFile<'a> {
@@ -225,7 +248,21 @@ fn trees(files: &[SourceFile]) -> Vec<Tree<'_>> {
                 }
             }
             let modules = modules.into_iter().filter(|m| !under_test(m)).collect();
-            Tree { label, files, modules }
+            let mut reexports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+            for file in &files {
+                for reexport in &file.scan.reexports {
+                    let module = [file.module.as_slice(), &reexport.inline].concat();
+                    // From `crate`, `super` or `self`; else a child module (or another crate).
+                    let target = match reexport.segments.first().map(String::as_str) {
+                        Some("crate" | "super" | "self") => resolve(&module, &reexport.segments),
+                        _ => Some([module.as_slice(), &reexport.segments].concat()),
+                    };
+                    if let Some(target) = target {
+                        reexports.entry(module).or_default().insert(reexport.name.clone(), target);
+                    }
+                }
+            }
+            Tree { label, files, modules, reexports }
         })
         .collect()
 }

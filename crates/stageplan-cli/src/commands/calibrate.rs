@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use stageplan::calibration::bench;
+use stageplan::fit::bench;
 use stageplan::presets::ModelPreset;
 
 use crate::cli::Format;

@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use stageplan::calibration::bench;
-use stageplan::calibration::measured::{EngineRun, class_of};
+use stageplan::calibration::measured::class_of;
+use stageplan::fit::EngineRun;
+use stageplan::fit::bench;
 use stageplan_gpu::{AdapterSummary, Gpu, Probe, ProbeOptions};
 
 use crate::cli::Format;
@@ -119,7 +120,7 @@ fn probe_cpu(
     let mut runs = Vec::new();
     if let Some((bench, models)) = engine {
         runs = engine_runs(bench, models, &node, threads)?;
-        let mut fit = stageplan::calibration::measured::fit_engine(&runs).map_err(Failure)?;
+        let mut fit = stageplan::fit::fit_engine(&runs).map_err(Failure)?;
         fit.method = format!(
             "{} -p 0 -n {BENCH_TOKENS} -r {BENCH_REPETITIONS} -ngl 0 -t {threads} on {}",
             bench.display(),

@@ -1,7 +1,7 @@
 //! A machine's llama-bench results fitted (`calibrate`): each test measured against
 //! predicted, then the node to paste into a scenario.
 
-use stageplan::calibration::bench::NodeFit;
+use stageplan::fit::bench::NodeFit;
 use stageplan::units::sig3;
 
 /// The fit's summary, its tests, and `ready`, the node that predicts them.

@@ -103,7 +103,7 @@ async fn serve(
 /// A machine (`node`: its scenario node's JSON) fitted to the llama-bench results in
 /// `files`, as `stageplan calibrate` fits it.
 async fn calibrate(files: &[web_sys::File], node: &str) -> Result<Calibrated, String> {
-    use stageplan::calibration::bench;
+    use stageplan::fit::bench;
     use stageplan::quote::line;
     let [file] = files else {
         return Err("drop one llama-bench results file (`llama-bench -o json` or `-o jsonl`) on a machine".into());

@@ -135,53 +135,6 @@ impl EngineFit {
     }
 }
 
-/// A decode run of llama-bench on a measured CPU node: the one-node problem it was (the
-/// model read from its file, the node with its probe, the run's context) and its tokens/s.
-#[derive(Clone, Debug)]
-pub struct EngineRun {
-    pub problem: crate::Problem,
-    pub tokens_per_s: f64,
-}
-
-/// The rates that make the node's plan of each run predict it, per weight class: the median
-/// over the runs of that class. A run that the read bandwidth alone explains (memory-bound)
-/// gives the least rate that keeps it so, a lower bound that predicts any model of its class
-/// as memory-bound too.
-///
-/// # Errors
-/// A run whose problem is not one measured CPU stage, or a rate that is not a positive number.
-pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
-    let mut by_class: [Vec<f64>; 4] = Default::default();
-    for run in runs {
-        let model = &run.problem.model.name;
-        if !(run.tokens_per_s.is_finite() && run.tokens_per_s > 0.0) {
-            return Err(format!("`{}`: {} tok/s is not a measured rate", crate::quote::line(model), run.tokens_per_s));
-        }
-        let plan = crate::plan(&run.problem);
-        let (Some(stage), Some(node)) = (plan.stages.first(), run.problem.nodes.first()) else {
-            return Err(format!("`{}` does not fit the probed machine's memory", crate::quote::line(model)));
-        };
-        let Some(rate) = Measured::of_node(node).and_then(|m| m.decode_rate(&run.problem.model)) else {
-            return Err("the machine is not a probed CPU node".to_owned());
-        };
-        let t = &stage.time;
-        // The products' time at `rate` is `t.compute_s`; the run leaves `needed` for them.
-        let needed = 1.0 / run.tokens_per_s - t.overhead_s - t.send_s;
-        let fitted = rate * t.compute_s / needed.max(t.memory_s);
-        if fitted.is_finite() && fitted > 0.0 {
-            by_class[class_of(&run.problem.model) as usize].push(fitted);
-        }
-    }
-    let mut fit = EngineFit::default();
-    for class in WeightClass::ALL {
-        let rates = &by_class[class as usize];
-        if !rates.is_empty() {
-            fit.set_rate(class, super::quantile(rates, 0.5));
-        }
-    }
-    Ok(fit)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,30 +183,6 @@ mod tests {
         // Prefill still divides by `compute`.
         let slow = problem("q8_0", &format!(r#"{PROBE}, "efficiency": {{"compute": 0.5}}"#));
         assert!(crate::plan(&slow).stages[0].time.prefill_s > crate::plan(&fitted).stages[0].time.prefill_s);
-    }
-
-    #[test]
-    fn the_fit_recovers_the_rate_that_made_a_run() {
-        for (weights, rate) in [("f16", 8e9), ("q8_0", 1.2e10), ("q4_0", 2.5e10), ("q4_k_m", 3e10)] {
-            let class = WeightClass::of(weights);
-            let engine = format!(r#"{{"{}": {rate}}}"#, class.name());
-            let made = problem(weights, &PROBE.replace("0.04", &format!("0.04, \"engine\": {engine}")));
-            let tokens_per_s = crate::plan(&made).stream_tokens_per_s;
-            // Fitted from a node at the defaults.
-            let fit = fit_engine(&[EngineRun { problem: problem(weights, PROBE), tokens_per_s }]).unwrap();
-            let got = fit.rate(class).unwrap();
-            // Compute-bound runs give the rate back; a memory-bound one the least rate that
-            // keeps it memory-bound, which predicts the same.
-            let refit =
-                problem(weights, &PROBE.replace("0.04", &format!("0.04, \"engine\": {{\"{}\": {got}}}", class.name())));
-            let again = crate::plan(&refit).stream_tokens_per_s;
-            assert!((again / tokens_per_s - 1.0).abs() < 1e-9, "{weights}: {again} vs {tokens_per_s}");
-            assert!(got <= rate * (1.0 + 1e-9), "{weights}: {got} > {rate}");
-        }
-        let bad = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: f64::NAN }]);
-        assert!(bad.unwrap_err().contains("not a measured rate"));
-        let spec = fit_engine(&[EngineRun { problem: problem("f16", ""), tokens_per_s: 5.0 }]);
-        assert!(spec.unwrap_err().contains("not a probed CPU node"));
     }
 
     #[test]

@@ -23,11 +23,13 @@
 //! Figures measured on the machine itself (a node's `probe`) are what the engine reaches and
 //! get none of these terms: [`measured`] says what they get instead.
 //!
-//! This module holds only what plans use: the fitted constants ([`FITTED`]) and the terms
-//! they apply ([`Fitted::speed`]), and `stageplan calibrate`'s reading of a user's own
-//! llama-bench results ([`bench`](mod@bench)). The table reader and the fit are tooling, in
-//! the `stageplan-calibration` crate (`crates/stageplan-calibration`), which the core does
-//! not depend on; its tests hold these constants to the table.
+//! This module holds only what plans use: the fitted constants ([`FITTED`]), the terms they
+//! apply ([`Fitted::speed`]) and what a probed node's figures mean ([`measured`]); the cost
+//! model reads it, so it never plans. Fitting a user's own measurements through the planner
+//! (`stageplan calibrate`, `stageplan probe --engine`) is [`crate::fit`], above the planner.
+//! The table reader and the fit of these constants are tooling, in the
+//! `stageplan-calibration` crate (`crates/stageplan-calibration`), which the core does not
+//! depend on; its tests hold these constants to the table.
 
 mod fitted;
 pub mod measured;
@@ -144,7 +146,7 @@ impl Fitted {
 
 /// The `q`-quantile (0–1) of `values`, nearest rank; 0 when empty. A backend's
 /// [`BackendTerms::typical_error`] is the median (`q` = 0.5) of its rows' errors, and a
-/// node's fit to llama-bench results ([`bench::fit_node`]) the median over its tests.
+/// node's fit to llama-bench results ([`crate::fit::bench::fit_node`]) the median over its tests.
 pub fn quantile(values: &[f64], q: f64) -> f64 {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
@@ -154,8 +156,6 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v[rank - 1]
 }
-
-pub mod bench;
 
 #[cfg(test)]
 mod tests {

@@ -301,7 +301,7 @@ pub fn fit_node(
             if left > 0.0 { memory_s / left } else { 1.5 }
         })
         .collect();
-    let efficiency = super::quantile(&solved, 0.5).clamp(0.05, 1.5);
+    let efficiency = crate::calibration::quantile(&solved, 0.5).clamp(0.05, 1.5);
     let mut checked = Vec::new();
     for (test, (fitted, _, _, name)) in decode.iter().zip(at_fitted) {
         let (with_node, _, _, _) = predict(test, efficiency)?;

@@ -225,6 +225,8 @@ pub(super) struct Scan {
     pub(super) declared: Vec<Vec<String>>,
     /// Paths from `crate`, `super` or `self`.
     pub(super) paths: Vec<NamedPath>,
+    /// Names its `pub use` items give to paths elsewhere (re-exports).
+    pub(super) reexports: Vec<Reexport>,
     /// Constants that are not associated with a type: line and name.
     pub(super) consts: Vec<(usize, String)>,
 }
@@ -234,6 +236,18 @@ pub(super) struct NamedPath {
     pub(super) line: usize,
     /// The inline modules (`mod m { … }`) the path is in.
     pub(super) inline: Vec<String>,
+    pub(super) segments: Vec<String>,
+    /// Called (`…(`) or a macro (`…!`): its last segment is an item, never a module.
+    pub(super) value: bool,
+}
+
+/// A name a `pub use` gives to a path: `pub use planner::{plan as run}` names `run` for
+/// `planner::plan`, in the module (and inline modules) where it stands.
+#[derive(Debug)]
+pub(super) struct Reexport {
+    pub(super) inline: Vec<String>,
+    pub(super) name: String,
+    /// As written: from `crate`, `super` or `self`, or from a child module.
     pub(super) segments: Vec<String>,
 }
 
@@ -285,10 +299,16 @@ pub(super) fn scan(tokens: &[Token]) -> Scan {
                     scan.consts.push((token.line, name.to_owned()));
                 }
             }
+            "use" if is_public(&tokens[..i]) => {
+                for (segments, name) in use_tree(tokens, i + 1, &[]).0 {
+                    scan.reexports.push(Reexport { inline: inline(&blocks), name, segments });
+                }
+            }
             "crate" | "super" | "self" if previous != Some("::") && tokens.get(i + 1).is_some_and(|t| t.is("::")) => {
                 let (paths, end) = path_tree(tokens, i, &[]);
+                let value = paths.len() == 1 && tokens.get(end).is_some_and(|t| t.is("(") || t.is("!"));
                 for segments in paths {
-                    scan.paths.push(NamedPath { line: token.line, inline: inline(&blocks), segments });
+                    scan.paths.push(NamedPath { line: token.line, inline: inline(&blocks), segments, value });
                 }
                 i = end;
                 continue;
@@ -298,6 +318,69 @@ pub(super) fn scan(tokens: &[Token]) -> Scan {
         i += 1;
     }
     scan
+}
+
+/// Whether the item ending at `before`'s end is public: `pub`, or `pub(…)`.
+fn is_public(before: &[Token]) -> bool {
+    match before.last() {
+        Some(t) if t.is("pub") => true,
+        Some(t) if t.is(")") => {
+            let open = before.iter().rposition(|t| t.is("("));
+            open.is_some_and(|o| o > 0 && before[o - 1].is("pub"))
+        }
+        _ => false,
+    }
+}
+
+/// The paths a `use` tree starting at `start` binds, each with the name it binds (its last
+/// segment, or its `as` name; `self` in a group binds the group's path), after `prefix`;
+/// globs and `as _` bind no name. And the index after it.
+fn use_tree(tokens: &[Token], start: usize, prefix: &[String]) -> (Vec<(Vec<String>, String)>, usize) {
+    let mut segments = prefix.to_vec();
+    let mut i = start;
+    while let Some(token) = tokens.get(i) {
+        if token.is("{") {
+            let close = closing(tokens, i);
+            let mut bound = Vec::new();
+            i += 1;
+            while i < close {
+                if tokens[i].is_word() || tokens[i].is("{") {
+                    let (inner, end) = use_tree(tokens, i, &segments);
+                    bound.extend(inner);
+                    i = end;
+                }
+                while i < close && !tokens[i].is(",") {
+                    i = if tokens[i].is("{") { closing(tokens, i) + 1 } else { i + 1 };
+                }
+                i += 1;
+            }
+            return (bound, close + 1);
+        }
+        if !token.is_word() {
+            return (Vec::new(), i + 1); // a glob
+        }
+        segments.push(token.text.clone());
+        i += 1;
+        if !tokens.get(i).is_some_and(|t| t.is("::")) {
+            break;
+        }
+        i += 1;
+    }
+    let mut name = segments.last().cloned().unwrap_or_default();
+    if tokens.get(i).is_some_and(|t| t.is("as")) {
+        name = tokens.get(i + 1).map(|t| t.text.clone()).unwrap_or_default();
+        i += 2;
+    }
+    if segments.last().is_some_and(|s| s == "self") {
+        segments.pop();
+        if name == "self" {
+            name = segments.last().cloned().unwrap_or_default();
+        }
+    }
+    if name == "_" || name.is_empty() {
+        return (Vec::new(), i);
+    }
+    (vec![(segments, name)], i)
 }
 
 /// What the brace after `header` (an item's tokens up to it) opens.

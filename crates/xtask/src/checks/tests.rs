@@ -196,3 +196,36 @@ fn associated_generic_test_and_repeatable_constants_pass() {
     ];
     assert_eq!(duplicate_consts(&files), Vec::<String>::new());
 }
+
+#[test]
+fn a_call_behind_a_reexport_names_the_module_it_comes_from() {
+    // The core as it was (42bcdad): `planner` reads `calibration`'s constants, and
+    // `calibration` planned through the crate root's `pub use planner::plan`. `crate::plan(…)`
+    // is the function, not the `plan` module of the same name.
+    let files = demo(&[
+        ("lib.rs", "pub mod calibration;\npub mod plan;\npub mod planner;\npub use planner::{plan, plan_with as run};"),
+        ("plan.rs", "pub struct Plan;"),
+        ("planner.rs", "use crate::calibration::FITTED;\nuse crate::plan::Plan;\npub fn plan() -> Plan { Plan }"),
+        ("calibration.rs", "pub const FITTED: u8 = 1;\nfn fit() { let _ = crate::plan(); }"),
+    ]);
+    let circles = module_circles(&files);
+    assert_eq!(circles.len(), 1, "{circles:#?}");
+    assert!(
+        circles[0].starts_with("crates/demo: modules use each other: calibration → planner → calibration"),
+        "{}",
+        circles[0]
+    );
+    assert!(circles[0].contains("crates/demo/src/calibration.rs:2 `crate::plan`"), "{}", circles[0]);
+    // Through an alias, and a re-export of a re-export, alike.
+    let mut aliased = demo(&[
+        ("lib.rs", "pub mod calibration;\npub mod plan;\npub mod planner;\npub use planner::{plan, plan_with as run};"),
+        ("plan.rs", "pub struct Plan;"),
+        ("planner.rs", "use crate::calibration::FITTED;\npub fn plan_with() {}"),
+        ("calibration.rs", "pub mod again;\npub const FITTED: u8 = 1;"),
+        ("calibration/again.rs", "pub(crate) use crate::run as go;\nfn f() { self::go(); }"),
+    ]);
+    assert_eq!(module_circles(&aliased).len(), 1, "{:#?}", module_circles(&aliased));
+    // The `plan` module itself is no circle.
+    aliased[4].text = "fn f() { let _: crate::plan::Plan; }".to_owned();
+    assert_eq!(module_circles(&aliased), Vec::<String>::new());
+}
