@@ -205,6 +205,34 @@ await check('a draft model rides along: placed, drawn and counted as the CLI doe
   await page.close();
 });
 
+await check('a model file and a draft model file each plan from their own file, or the missing one is marked at its field (#44)', async () => {
+  const page = await open();
+  const imported = { model: { file: 'dense.gguf', draft: { file: 'tied.gguf' } }, nodes: [{ name: 'a', device: 'rtx-4090' }, { name: 'b', device: 'rtx-3090' }] };
+  await page.fill('#import-json', JSON.stringify(imported));
+  await page.click('#import');
+  // Nothing dropped yet: the model's file is asked for at its field.
+  await page.waitForFunction(() => document.querySelector('#model-file-error')?.textContent.includes('dense.gguf'));
+  // The model's file dropped: the draft's, not the model's again, is asked for at its field.
+  await page.setInputFiles('#model-file', path.join(fixtures, 'dense.gguf'));
+  await page.waitForFunction(() => document.querySelector('#draft-error')?.textContent.includes('tied.gguf'));
+  assert.equal(await page.locator('#model-file-error').count(), 0, 'the model is read');
+  // The draft's file dropped: each from its own file, as the CLI plans them.
+  await page.setInputFiles('#model-file', path.join(fixtures, 'tied.gguf'));
+  await page.waitForFunction(() => !document.querySelector('#draft-error') && JSON.parse(document.querySelector('#plan-json').textContent).riders?.length === 1);
+  const scenario = JSON.parse(await text(page, '#scenario-json'));
+  assert.equal(scenario.model.file, 'dense.gguf', 'the draft does not replace the model');
+  assert.equal(scenario.model.draft.file, 'tied.gguf');
+  const onDisk = { ...scenario, model: { ...scenario.model, file: path.join(fixtures, 'dense.gguf'), draft: { ...scenario.model.draft, file: path.join(fixtures, 'tied.gguf') } } };
+  const shown = JSON.parse(await text(page, '#plan-json'));
+  const cli = cliPlan(JSON.stringify(onDisk));
+  samePlan(shown, cli);
+  const riders = (plan) => plan.riders.map(({ file, ...rider }) => rider);
+  assert.deepEqual(riders(shown), riders(cli));
+  assert.equal(shown.riders[0].name, 'tied', 'the draft is planned from its own file');
+  assert.equal(shown.model.name, 'dense');
+  await page.close();
+});
+
 await check('a vision projector typed beside the model: placed and counted as the CLI does, its fields marked (#35)', async () => {
   const page = await open();
   await page.fill('#mmproj-weights', '600 MiB');

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use stageplan::check::{FileField, Files};
 use stageplan::import::{self, FileEntry, FileKind, ModelReader, ReadError, Step};
 use stageplan::{Checked, Model, ScenarioInput, WeightFormat};
 
@@ -15,36 +16,26 @@ use crate::input;
 use crate::outcome::Failure;
 
 /// The core's one road from a scenario to a problem ([`stageplan::check()`]), reading the
-/// headers of a model file the scenario names (relative to `base`, the scenario file's folder).
+/// headers of the files the scenario names (relative to `base`, the scenario file's folder).
 pub(crate) fn check<'a>(base: &Path, scenario: impl Into<ScenarioInput<'a>>) -> Result<Checked, Failure> {
-    let scenario = with_projector(base, scenario.into())?;
-    stageplan::check(scenario, |file| Ok(model_file(&base.join(file), None)?.model))
+    stageplan::check(scenario, Disk { base })
 }
 
-/// The scenario with its vision projector's sizes read from the `model.mmproj.file` it
-/// names, where it does not give them.
-fn with_projector<'a>(base: &Path, input: ScenarioInput<'a>) -> Result<ScenarioInput<'a>, Failure> {
-    let needs = |s: &stageplan::Scenario| {
-        s.model.mmproj.as_ref().is_some_and(|m| m.file.is_some() && (m.weights.is_none() || m.compute.is_none()))
-    };
-    let mut scenario = match input {
-        ScenarioInput::Json(text) => match stageplan::Scenario::from_json(text) {
-            Ok(parsed) if needs(&parsed) => parsed,
-            // Checking reports any error with the value as written.
-            _ => return Ok(ScenarioInput::Json(text)),
-        },
-        ScenarioInput::Value(scenario) if needs(&scenario) => *scenario,
-        value @ ScenarioInput::Value(_) => return Ok(value),
-    };
-    if let Some(mmproj) = &mut scenario.model.mmproj
-        && let Some(file) = &mmproj.file
-    {
-        let size = projector_file(&base.join(file))?;
-        let bytes = |b: u64| stageplan::units::Bytes::new(b as f64).ok();
-        mmproj.weights = mmproj.weights.or_else(|| bytes(size.weights));
-        mmproj.compute = mmproj.compute.or_else(|| bytes(size.compute));
+/// The files a scenario names, read from disk beside it.
+struct Disk<'a> {
+    base: &'a Path,
+}
+
+impl Files for Disk<'_> {
+    type Error = Failure;
+
+    fn model(&mut self, _: FileField, name: &str) -> Result<Model, Failure> {
+        Ok(model_file(&self.base.join(name), None)?.model)
     }
-    Ok(ScenarioInput::Value(Box::new(scenario)))
+
+    fn projector(&mut self, name: &str) -> Result<Option<import::ProjectorSize>, Failure> {
+        projector_file(&self.base.join(name)).map(Some)
+    }
 }
 
 /// A vision projector's sizes from its GGUF header.

@@ -9,6 +9,7 @@ use std::fmt;
 
 #[cfg(feature = "more")]
 use serde::Serialize;
+use stageplan::check::FileField;
 #[cfg(feature = "more")]
 use stageplan::import::{self, FileEntry, FileKind, ModelReader, Parse, Step};
 #[cfg(feature = "more")]
@@ -21,9 +22,9 @@ use stageplan::presets::ModelPreset;
 use stageplan::problem::Workload;
 #[cfg(feature = "api")]
 use stageplan::view::PlanView;
-use stageplan::{Checked, Plan, ScenarioError};
+use stageplan::{Checked, Model, Plan, ScenarioError};
 #[cfg(feature = "more")]
-use stageplan::{Model, Replan, TensorType, WeightFormat};
+use stageplan::{Replan, TensorType, WeightFormat};
 
 /// Why a call failed: the CLI's message and, for a scenario's field, its JSON path and the
 /// value written there — what a JS `Error` carries as `path` and `value`.
@@ -55,40 +56,24 @@ impl From<ScenarioError> for Failure {
     }
 }
 
-/// A scenario given as JSON text, checked; a model file it names is refused, naming the call
-/// that reads one.
+/// A scenario given as JSON text, checked; a file it names is refused at its field, naming
+/// the call that reads the model's.
 fn check(scenario: &str) -> Result<Checked, Failure> {
-    refuse_draft_file(scenario)?;
-    Ok(stageplan::check(scenario, |name| {
-        let mut error = ScenarioError::field(
-            "model.file",
-            format!(
-                "names `{}`; pass its first bytes as `modelFile` ({{name, bytes}}) to `plan` from `stageplan/more`",
-                stageplan::quote::line(name)
-            ),
-        );
-        error.value = serde_json::to_string(name).ok();
-        Err(error)
-    })?)
+    stageplan::check(scenario, |field, name: &str| Err::<Model, _>(Failure::from(refused_file(field, name))))
 }
 
-/// The one model file a call reads is the model's: a draft is named by `preset` or `config`.
-fn refuse_draft_file(scenario: &str) -> Result<(), Failure> {
-    let parsed = stageplan::Scenario::from_json(scenario)?;
-    match parsed.model.draft.and_then(|d| d.file) {
-        Some(file) => {
-            let mut error = ScenarioError::field(
-                "model.draft.file",
-                format!(
-                    "names `{}`; the JS API reads one file, the model's: give the draft as a `preset` or `config`",
-                    stageplan::quote::line(&file)
-                ),
-            );
-            error.value = serde_json::to_string(&file).ok();
-            Err(error.into())
+/// Why the JS API does not read the file `name` at `field`: the model's is given to `plan`
+/// from `stageplan/more`; a draft's is named by `preset` or `config`.
+fn refused_file(field: FileField, name: &str) -> ScenarioError {
+    let how = match field {
+        FileField::Model => {
+            "is not read by this call; pass its first bytes as `modelFile` ({name, bytes}) to `plan` from `stageplan/more`"
         }
-        None => Ok(()),
-    }
+        FileField::Draft | FileField::Projector => {
+            "is not read: the JS API reads one file, the model's; give the draft as a `preset` or `config`, a projector's `weights` and `compute`"
+        }
+    };
+    stageplan::check::refused(field, name, how)
 }
 
 /// Plans a scenario given as JSON text.
@@ -105,11 +90,13 @@ pub fn plan(scenario: &str) -> Result<Plan, Failure> {
 /// The scenario's first problem, or the file's.
 #[cfg(feature = "more")]
 pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, Failure> {
-    refuse_draft_file(scenario)?;
     let mut read = false;
-    let checked = stageplan::check(scenario, |_| {
-        read = true;
-        file.model(None).map_err(Failure::from)
+    let checked = stageplan::check(scenario, |field, name: &str| match field {
+        FileField::Model => {
+            read = true;
+            file.model(None).map_err(Failure::from)
+        }
+        _ => Err(refused_file(field, name).into()),
     })?;
     if !read {
         return Err(format!("`modelFile` `{}` was given but the scenario's `model` names no `file`", file.name).into());

@@ -64,7 +64,8 @@ pub fn App() -> impl IntoView {
     let (initial, problem) = initial_state();
     let state = RwSignal::new(initial);
     follow_edits(state);
-    let dropped: RwSignal<Option<Dropped>> = RwSignal::new(None);
+    // The models read from files dropped on the page (the model's, a draft's).
+    let dropped: RwSignal<Vec<Dropped>> = RwSignal::new(Vec::new());
     let notice: RwSignal<Option<String>> = RwSignal::new(problem);
     // Device measurements and exports: started on first use (see `worker`).
     let worker = StoredValue::new_local(PageWorker::default());
@@ -73,7 +74,7 @@ pub fn App() -> impl IntoView {
     let computed = Memo::new_with_compare(
         move |_| {
             let started = now_ms();
-            let result = state.with(|s| dropped.with(|d| compute(s, d.as_ref()))).map(Arc::new);
+            let result = state.with(|s| dropped.with(|d| compute(s, d))).map(Arc::new);
             Computed { result, millis: now_ms() - started }
         },
         |_, _| true,

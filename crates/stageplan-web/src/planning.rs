@@ -9,8 +9,34 @@ use crate::state::AppState;
 use crate::worker::Dropped;
 use std::sync::Arc;
 
-use stageplan::ScenarioError;
+use stageplan::check::FileField;
 use stageplan::view::{PlanView, plan_view};
+use stageplan::{Model, ScenarioError};
+
+/// The model dropped on the page as the file `file` that `field` names, or what to drop.
+///
+/// # Errors
+/// No file of that name was dropped (files never leave the machine, so a link or an
+/// imported scenario carries only their names).
+pub fn dropped_model(dropped: &[Dropped], field: FileField, file: &str) -> Result<Model, ScenarioError> {
+    if let Some(found) = dropped.iter().rev().find(|d| d.is(file)) {
+        return Ok(found.model.clone());
+    }
+    let what = if field == FileField::Draft { "draft model" } else { "model" };
+    Err(match file.trim() {
+        "" => ScenarioError::about(
+            field.path(),
+            "drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it",
+        ),
+        file => ScenarioError::about(
+            field.path(),
+            format!(
+                "this plan's {what} is the file `{}`: drop it on the page to plan it (files never leave your machine, so links cannot carry them)",
+                stageplan::quote::line(file)
+            ),
+        ),
+    })
+}
 
 /// A planned state, or why it cannot be planned.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,28 +63,16 @@ pub struct Computed {
     pub millis: f64,
 }
 
-/// Plans `state` (with a dropped model file, if that is the model).
+/// Plans `state`, with the models read from files dropped on the page (the model's, and a
+/// draft's): each field that names a file is answered with the dropped file of that name.
 ///
 /// # Errors
 /// The scenario's first problem, worded as the CLI words it, placed on its field.
-pub fn compute(state: &AppState, dropped: Option<&Dropped>) -> Result<Outcome, InputError> {
+pub fn compute(state: &AppState, dropped: &[Dropped]) -> Result<Outcome, InputError> {
     let scenario = state.scenario()?;
-    // The model a scenario's `model.file` names is the one dropped on the page.
-    let dropped_model = |file: &str| match dropped {
-        Some(dropped) => Ok(dropped.model.clone()),
-        None if !file.trim().is_empty() => Err(ScenarioError::about(
-            "model.file",
-            format!(
-                "this plan was made from the model file `{}`: drop it on the page again to plan it (files never leave your machine, so links cannot carry them)",
-                stageplan::quote::line(file.trim())
-            ),
-        )),
-        None => Err(ScenarioError::about(
-            "model.file",
-            "drop a model file (.gguf, .safetensors, model.safetensors.index.json) to plan it",
-        )),
-    };
-    let problem = stageplan::check(scenario, dropped_model).map_err(|e| state.place(&e))?.problem;
+    let problem = stageplan::check(scenario, |field, file: &str| dropped_model(dropped, field, file))
+        .map_err(|e| state.place(&e))?
+        .problem;
     let enabled = state.enabled();
     let plan = stageplan::plan_with(&problem, stageplan::planner::PlanOptions::default().enabled(&enabled));
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();

@@ -77,9 +77,9 @@ pub enum Request {
     /// The model in the files posted with the request, read by their headers only.
     ReadModel,
     /// The weight-format table and the context chart (see [`crate::sweeps`]) for a
-    /// scenario's JSON on the enabled machines; `dropped`: with the model the worker last
-    /// read from dropped files (it keeps it, so the page never sends a model back).
-    Sweeps { scenario: String, enabled: Vec<bool>, dropped: bool },
+    /// scenario's JSON on the enabled machines, a file it names answered with the one the
+    /// worker read of that name (it keeps them, so the page never sends a model back).
+    Sweeps { scenario: String, enabled: Vec<bool> },
     /// The llama-bench results posted with the request (`llama-bench -o json` or `jsonl`)
     /// fitted to a machine, as `stageplan calibrate` fits them: `node` is its scenario
     /// node's JSON (`device`, or its figures).
@@ -105,6 +105,32 @@ pub struct Dropped {
     pub names: Vec<String>,
     pub bytes_read: u64,
     pub file_bytes: u64,
+}
+
+impl Dropped {
+    /// Models the page keeps: the model's and a draft's, with room to spare.
+    pub const KEPT: usize = 4;
+
+    /// The names as a scenario's `file` field holds them.
+    pub fn file(&self) -> String {
+        self.names.join(", ")
+    }
+
+    /// Whether these are the files a scenario names `file`: the names as the page writes
+    /// them, or a path whose last part is one of them (an imported scenario's).
+    pub fn is(&self, file: &str) -> bool {
+        let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
+        file == self.file() || self.names.iter().any(|n| n == base)
+    }
+
+    /// `kept` with `read` added last, replacing a read of the same files, the oldest dropped
+    /// beyond [`Dropped::KEPT`].
+    pub fn keep(kept: &mut Vec<Dropped>, read: Dropped) {
+        kept.retain(|d| d.names != read.names);
+        kept.push(read);
+        let over = kept.len().saturating_sub(Dropped::KEPT);
+        kept.drain(..over);
+    }
 }
 
 /// A device as the probe measured it: what the page shows and plans with.

@@ -221,7 +221,7 @@ fn an_imported_file_plans() {
         r#"{"model": {"file": "dense.gguf"}, "nodes": [{"name": "a", "memory": "6 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0},
             {"name": "b", "memory": "6 MiB", "bandwidth": "100 GB/s", "compute": "1 TFLOPS", "reserve": 0}],
             "workload": {"context": 64, "workspace": 0}}"#,
-        |_| Ok::<_, stageplan::ScenarioError>(model.clone()),
+        |_, _: &str| Ok::<_, stageplan::ScenarioError>(model.clone()),
     )
     .unwrap()
     .problem;

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use stageplan_gpu::router::RoundRobin;
 use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
-use stageplan_web::worker::{Answer, Asked, Calibrated, Measured, Reply, Request, ShardedRun, StageRun};
+use stageplan_web::worker::{Answer, Asked, Calibrated, Dropped, Measured, Reply, Request, ShardedRun, StageRun};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
@@ -17,8 +17,8 @@ fn main() {
     let scope: web_sys::DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
     // The last probe: what a sharded run predicts its stage times from.
     let last_probe: Rc<RefCell<Option<Probe>>> = Rc::default();
-    // The model last read from dropped files: what the sweeps plan when the page's model is one.
-    let last_model: Rc<RefCell<Option<stageplan::Model>>> = Rc::default();
+    // The models read from dropped files: what the sweeps plan where the page's model is one.
+    let last_model: Rc<RefCell<Vec<Dropped>>> = Rc::default();
     let on_message = {
         let scope = scope.clone();
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
@@ -52,7 +52,7 @@ async fn serve(
     files: Vec<web_sys::File>,
     scope: &web_sys::DedicatedWorkerGlobalScope,
     last_probe: &RefCell<Option<Probe>>,
-    last_model: &RefCell<Option<stageplan::Model>>,
+    last_model: &RefCell<Vec<Dropped>>,
 ) {
     let Asked { id, request } = match serde_json::from_str::<Asked>(text) {
         Ok(asked) => asked,
@@ -79,9 +79,8 @@ async fn serve(
             Ok(export) => Reply::Exported(export),
             Err(e) => Reply::Failed(e.to_string()),
         }),
-        Request::Sweeps { scenario, enabled, dropped } => {
-            let model = dropped.then(|| last_model.borrow().clone());
-            reply(match sweeps(&scenario, &enabled, model.as_ref()) {
+        Request::Sweeps { scenario, enabled } => {
+            reply(match sweeps(&scenario, &enabled, &last_model.borrow()) {
                 Ok(html) => Reply::Swept(html),
                 Err(message) => Reply::Failed(message),
             });
@@ -92,7 +91,7 @@ async fn serve(
         }),
         Request::ReadModel => reply(match stageplan_web::files::read_model(files).await {
             Ok(read) => {
-                *last_model.borrow_mut() = Some(read.model.clone());
+                Dropped::keep(&mut last_model.borrow_mut(), read.clone());
                 Reply::ModelRead(Box::new(read))
             }
             Err(message) => Reply::Failed(message),
@@ -131,17 +130,11 @@ async fn calibrate(files: &[web_sys::File], node: &str) -> Result<Calibrated, St
     Ok(Calibrated { node: machine, fit: fit.fields(&node).to_string(), said })
 }
 
-/// The sweeps' markup for a scenario; `model`: with the model last read from dropped files
-/// (`Some(None)`: none was read since this worker started).
-fn sweeps(scenario: &str, enabled: &[bool], model: Option<&Option<stageplan::Model>>) -> Result<String, String> {
-    let dropped_model = |_: &str| match model {
-        Some(Some(model)) => Ok(model.clone()),
-        _ => Err(stageplan::ScenarioError::about(
-            "model.file",
-            "drop the model file again to compare formats and contexts",
-        )),
-    };
-    let problem = stageplan::check(scenario, dropped_model).map_err(|e| e.to_string())?.problem;
+/// The sweeps' markup for a scenario, a file it names answered with the one of that name
+/// read from dropped files.
+fn sweeps(scenario: &str, enabled: &[bool], dropped: &[Dropped]) -> Result<String, String> {
+    let read = |field, file: &str| stageplan_web::planning::dropped_model(dropped, field, file);
+    let problem = stageplan::check(scenario, read).map_err(|e| e.to_string())?.problem;
     Ok(stageplan_web::sweeps::sweeps_html(&problem, enabled))
 }
 

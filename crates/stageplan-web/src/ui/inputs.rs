@@ -52,7 +52,7 @@ fn Field(
 #[component]
 pub fn ModelPanel(
     state: RwSignal<AppState>,
-    dropped: RwSignal<Option<Dropped>>,
+    dropped: RwSignal<Vec<Dropped>>,
     notice: RwSignal<Option<String>>,
     worker: StoredValue<PageWorker, LocalStorage>,
     problem: Memo<Option<InputError>>,
@@ -67,12 +67,15 @@ pub fn ModelPanel(
         w.answers(waiting, move |reply| {
             match reply {
                 Reply::ModelRead(read) => {
-                    let names = read.names.join(", ");
-                    state.update(|s| {
-                        s.model.source = ModelSource::File;
-                        s.model.file = names;
-                    });
-                    dropped.set(Some((**read).clone()));
+                    // The file the scenario's draft names is the draft's; any other is the model.
+                    let draft = state.with_untracked(|s| s.model.draft_field("file")).is_some_and(|f| read.is(&f));
+                    if !draft {
+                        state.update(|s| {
+                            s.model.source = ModelSource::File;
+                            s.model.file = read.file();
+                        });
+                    }
+                    dropped.update(|kept| Dropped::keep(kept, (**read).clone()));
                     notice.set(None);
                 }
                 Reply::Failed(message) => notice.set(Some(message.clone())),
@@ -207,7 +210,7 @@ pub fn ModelPanel(
                         let input: web_sys::HtmlInputElement = event_target(&ev);
                         take_files(file_list(input.files()));
                     }/>
-                <p id="file-status" aria-live="polite">{move || match (reading(), dropped.get()) {
+                <p id="file-status" aria-live="polite">{move || match (reading(), dropped.with(|d| d.last().cloned())) {
                     (true, _) => "reading the header…".to_owned(),
                     (false, Some(d)) => format!(
                         "{}: read {} of {} ({:.3}%) — {} tensors",

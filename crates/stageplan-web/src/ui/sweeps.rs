@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 
 use crate::planning::Computed;
-use crate::state::{AppState, ModelSource};
+use crate::state::AppState;
 use crate::worker::{PageWorker, Reply, Request};
 
 /// Weight formats (fits?, one user's tok/s, size, longest context) and tok/s and memory
@@ -40,9 +40,8 @@ pub fn SweepsPanel(
         if !open.get() || !plans {
             return;
         }
-        let (scenario, enabled, dropped) =
-            state.with_untracked(|s| (s.scenario_json().to_string(), s.enabled(), s.model.source == ModelSource::File));
-        waiting.set(worker.with_value(|w| w.send(Request::Sweeps { scenario, enabled, dropped })));
+        let (scenario, enabled) = state.with_untracked(|s| (s.scenario_json().to_string(), s.enabled()));
+        waiting.set(worker.with_value(|w| w.send(Request::Sweeps { scenario, enabled })));
     });
     let toggle = move |ev: leptos::ev::Event| open.set(event_target::<web_sys::HtmlDetailsElement>(&ev).open());
     view! {

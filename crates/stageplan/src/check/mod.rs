@@ -2,14 +2,18 @@
 //! and the reconcile loop all call [`check`], so a scenario means the same everywhere and
 //! fails with the same [`ScenarioError`] — its JSON path and value as data.
 //!
-//! The core reads no files, so the one thing a surface supplies is the model a scenario's
-//! `model.file` names: `read_model` receives that name and returns what the surface read
-//! from the file's header (the CLI from disk, the page from a dropped file, the JS API from
-//! given bytes), or its own error saying why it cannot.
+//! The core reads no files, so what a surface supplies is what a scenario's files hold:
+//! `files` is asked for each file the scenario names, with the field that names it
+//! ([`FileField`]: `model.file`, `model.draft.file`, `model.mmproj.file`), and returns what
+//! the surface read from the file's header (the CLI from disk, the page from a dropped file,
+//! the JS API from given bytes), or its own error saying why it cannot. A closure over
+//! `(FileField, &str)` that returns a model reads model files only; a surface that also reads
+//! a vision projector's header implements [`Files`].
 
 mod fields;
 
 use crate::error::ScenarioError;
+use crate::import::ProjectorSize;
 use crate::model::Model;
 use crate::problem::Problem;
 use crate::scenario::Scenario;
@@ -41,12 +45,65 @@ pub struct Checked {
     pub problem: Problem,
 }
 
-/// Reads (once) and checks a scenario into a [`Problem`], asking `read_model` for the model
-/// when the scenario names a `model.file`, and for the draft when it names a `model.draft.file`.
+/// A file a scenario names, by the field that names it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FileField {
+    /// `model.file`: the model planned.
+    Model,
+    /// `model.draft.file`: a speculative-decoding draft model.
+    Draft,
+    /// `model.mmproj.file`: a vision projector, asked for when the scenario does not give
+    /// its sizes.
+    Projector,
+}
+
+impl FileField {
+    /// The field's JSON path, where an error about the file belongs.
+    pub fn path(self) -> &'static str {
+        match self {
+            FileField::Model => "model.file",
+            FileField::Draft => "model.draft.file",
+            FileField::Projector => "model.mmproj.file",
+        }
+    }
+}
+
+/// What a surface reads from the files a scenario names.
+pub trait Files {
+    type Error: From<ScenarioError>;
+
+    /// The model in the file `name` that `field` (the model's or the draft's) names.
+    ///
+    /// # Errors
+    /// The surface's own: the file cannot be read, or is not a model.
+    fn model(&mut self, field: FileField, name: &str) -> Result<Model, Self::Error>;
+
+    /// A vision projector's sizes from the file `name`, or `None` when this surface reads no
+    /// projector files (the scenario must then give the sizes).
+    ///
+    /// # Errors
+    /// The surface's own: the file cannot be read, or is not a projector.
+    fn projector(&mut self, name: &str) -> Result<Option<ProjectorSize>, Self::Error> {
+        let _ = name;
+        Ok(None)
+    }
+}
+
+impl<E: From<ScenarioError>, F: FnMut(FileField, &str) -> Result<Model, E>> Files for F {
+    type Error = E;
+
+    fn model(&mut self, field: FileField, name: &str) -> Result<Model, E> {
+        self(field, name)
+    }
+}
+
+/// Reads (once) and checks a scenario into a [`Problem`], asking `files` for what the files
+/// it names hold: the model's (`model.file`), the draft's (`model.draft.file`) and a vision
+/// projector's sizes (`model.mmproj.file`, where the scenario does not give them).
 ///
 /// # Errors
-/// The scenario's first problem as a [`ScenarioError`] (into `E`) with the field's path and
-/// the value written there, or `read_model`'s own error.
+/// The scenario's first problem as a [`ScenarioError`] (into the error of `files`) with the
+/// field's path and the value written there, or what `files` says of a file.
 ///
 /// # Examples
 /// ```
@@ -55,19 +112,17 @@ pub struct Checked {
 /// assert_eq!(checked.problem.nodes.len(), 1);
 /// # Ok::<(), stageplan::ScenarioError>(())
 /// ```
-pub fn check<'a, E: From<ScenarioError>>(
-    input: impl Into<ScenarioInput<'a>>,
-    mut read_model: impl FnMut(&str) -> Result<Model, E>,
-) -> Result<Checked, E> {
-    let (scenario, text) = match input.into() {
+pub fn check<'a, F: Files>(input: impl Into<ScenarioInput<'a>>, mut files: F) -> Result<Checked, F::Error> {
+    let (mut scenario, text) = match input.into() {
         ScenarioInput::Json(text) => (Scenario::from_json(text)?, Some(text)),
         ScenarioInput::Value(scenario) => (*scenario, None),
     };
     let draft_file = scenario.model.draft.as_ref().map(crate::scenario::DraftSpec::file).transpose();
     let checked = match (scenario.model.file(), draft_file) {
         (Ok(file), Ok(draft_file)) => {
-            let model = file.map(&mut read_model).transpose()?;
-            let draft = draft_file.flatten().map(&mut read_model).transpose()?;
+            let model = file.map(|f| files.model(FileField::Model, f)).transpose()?;
+            let draft = draft_file.flatten().map(|f| files.model(FileField::Draft, f)).transpose()?;
+            read_projector(&mut scenario, &mut files)?;
             match (model, draft) {
                 (None, None) => scenario.problem(),
                 (Some(model), draft) => scenario.problem_with_models(model, draft),
@@ -89,20 +144,39 @@ pub fn check<'a, E: From<ScenarioError>>(
     }
 }
 
-/// For a caller that reads no model files: a scenario naming one is refused at `model.file`.
+/// The vision projector's sizes the scenario leaves out, from the file it names where the
+/// surface reads it.
+fn read_projector<F: Files>(scenario: &mut Scenario, files: &mut F) -> Result<(), F::Error> {
+    let Some(mmproj) = &mut scenario.model.mmproj else { return Ok(()) };
+    let Some(file) = mmproj.file.as_deref().filter(|_| mmproj.weights.is_none() || mmproj.compute.is_none()) else {
+        return Ok(());
+    };
+    if let Some(size) = files.projector(file)? {
+        let bytes = |b: u64| crate::units::Bytes::new(b as f64).ok();
+        mmproj.weights = mmproj.weights.or_else(|| bytes(size.weights));
+        mmproj.compute = mmproj.compute.or_else(|| bytes(size.compute));
+    }
+    Ok(())
+}
+
+/// For a caller that reads no model files: a scenario naming one is refused at the field
+/// that names it.
 ///
 /// # Errors
 /// Always, naming the file.
-pub fn no_model_files(file: &str) -> Result<Model, ScenarioError> {
-    let mut error = ScenarioError::field(
-        "model.file",
-        format!(
-            "names `{}`, which cannot be read here; the CLI reads model files, a library caller passes the file's model to `check`",
-            crate::quote::line(file)
-        ),
-    );
+pub fn no_model_files(field: FileField, file: &str) -> Result<Model, ScenarioError> {
+    Err(refused(
+        field,
+        file,
+        "cannot be read here; the CLI reads model files, a library caller passes the file's model to `check`",
+    ))
+}
+
+/// An error at `field` saying the file `file` it names `cannot`.
+pub fn refused(field: FileField, file: &str, cannot: &str) -> ScenarioError {
+    let mut error = ScenarioError::field(field.path(), format!("names `{}`, which {cannot}", crate::quote::line(file)));
     error.value = serde_json::to_string(file).ok();
-    Err(error)
+    error
 }
 
 #[cfg(test)]
@@ -142,14 +216,57 @@ mod tests {
         let text = r#"{"model": {"file": "m.gguf"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#;
         let mut asked = Vec::new();
         let model = crate::presets::ModelPreset::find("llama-3.1-8b").unwrap().model(Default::default()).unwrap();
-        let checked = check(text, |file| {
-            asked.push(file.to_owned());
+        let checked = check(text, |field, file: &str| {
+            asked.push((field, file.to_owned()));
             Ok::<_, ScenarioError>(model.clone())
         })
         .unwrap();
-        assert_eq!(asked, ["m.gguf"]);
+        assert_eq!(asked, [(FileField::Model, "m.gguf".to_owned())]);
         assert_eq!(checked.problem.file.as_deref(), Some("m.gguf"));
         let refused = check(text, no_model_files).unwrap_err();
         assert_eq!((refused.path.as_str(), refused.value.as_deref()), ("model.file", Some("\"m.gguf\"")));
+    }
+
+    #[test]
+    fn each_file_is_asked_for_with_the_field_that_names_it() {
+        let text = r#"{"model": {"file": "m.gguf", "draft": {"file": "d.gguf"}, "mmproj": {"file": "p.gguf"}},
+                       "nodes": [{"name": "a", "device": "rtx-4090"}]}"#;
+        let preset = |name: &str| crate::presets::ModelPreset::find(name).unwrap().model(Default::default()).unwrap();
+        struct Disk<'a>(&'a std::cell::RefCell<Vec<(FileField, String)>>, Model, Model);
+        impl Files for Disk<'_> {
+            type Error = ScenarioError;
+            fn model(&mut self, field: FileField, name: &str) -> Result<Model, ScenarioError> {
+                self.0.borrow_mut().push((field, name.to_owned()));
+                Ok(if field == FileField::Draft { self.2.clone() } else { self.1.clone() })
+            }
+            fn projector(&mut self, name: &str) -> Result<Option<ProjectorSize>, ScenarioError> {
+                self.0.borrow_mut().push((FileField::Projector, name.to_owned()));
+                Ok(Some(ProjectorSize { weights: 1 << 20, compute: 2 << 20 }))
+            }
+        }
+        let asked = std::cell::RefCell::default();
+        let checked = check(text, Disk(&asked, preset("llama-3.1-8b"), preset("llama-3.2-1b"))).unwrap();
+        let asked = asked.into_inner();
+        let asked: Vec<(FileField, &str)> = asked.iter().map(|(f, n)| (*f, n.as_str())).collect();
+        assert_eq!(
+            asked,
+            [(FileField::Model, "m.gguf"), (FileField::Draft, "d.gguf"), (FileField::Projector, "p.gguf")]
+        );
+        // Each from its own file.
+        assert_eq!(checked.problem.model.num_layers(), 32);
+        assert_eq!(checked.problem.riders.draft.as_ref().unwrap().model.num_layers(), 16);
+        let projector = checked.problem.riders.projector.as_ref().unwrap();
+        assert_eq!((projector.weights, projector.compute), (1 << 20, 2 << 20));
+        // A surface that reads the model's file only refuses the draft's at its own field…
+        let main_only = |field: FileField, name: &str| match field {
+            FileField::Model => Ok(preset("llama-3.1-8b")),
+            _ => Err(refused(field, name, "was not dropped here")),
+        };
+        let error = check(text, main_only).unwrap_err();
+        assert_eq!((error.path.as_str(), error.value.as_deref()), ("model.draft.file", Some("\"d.gguf\"")));
+        // …and one that reads no projector asks for its sizes.
+        let no_draft = text.replace(r#""draft": {"file": "d.gguf"}, "#, "");
+        let error = check(no_draft.as_str(), main_only).unwrap_err();
+        assert_eq!(error.path, "model.mmproj.weights");
     }
 }
