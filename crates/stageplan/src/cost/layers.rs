@@ -4,11 +4,9 @@
 use std::ops::Sub;
 
 use crate::engine::EngineRules;
+use crate::engine::element::F32;
 use crate::model::Model;
 use crate::problem::Workload;
-
-/// Bytes per f32 element: recurrent state, and what llama.cpp keeps in f32.
-pub(super) const F32_BYTES: u64 = 4;
 
 /// Sums over a range of layers.
 ///
@@ -121,7 +119,8 @@ impl LayerTable {
             // does not fit anywhere.
             let cells = rules.kv_cells(context, window, workload.prefill_chunk);
             let state_elements = arch.state_elements.get(i).copied().unwrap_or(0);
-            let state = workload.batch.saturating_mul(state_elements).saturating_mul(F32_BYTES);
+            // Recurrent state is f32.
+            let state = workload.batch.saturating_mul(state_elements).saturating_mul(F32 as u64);
             let kv_held = workload.batch.saturating_mul(cells).saturating_mul(kv_per_token).saturating_add(state);
             table.kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
             table.state.push(state);
@@ -132,7 +131,7 @@ impl LayerTable {
                 (layer.ffn_bytes as f64, layer.ffn_params as f64)
             };
             // A recurrent layer reads its state each step (and writes it back).
-            let state_read = F32_BYTES as f64 * state_elements as f64;
+            let state_read = F32 * state_elements as f64;
             let (p, s) = (table.parts[i], table.prefix[i]);
             table.parts[i + 1] = StepParts {
                 dense_read: p.dense_read + dense,

@@ -59,7 +59,7 @@ mod offload;
 use std::sync::Arc;
 
 use buffers::SharedKv;
-use layers::{F32_BYTES, LayerTable};
+use layers::LayerTable;
 pub(crate) use node::NodeCost;
 pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, Offload, OffloadRule, SPLIT_LATENCY_S};
 
@@ -223,7 +223,7 @@ impl CostModel {
         let token = PerToken {
             embedding_row: model.embedding_row_bytes(),
             activation_bytes: hidden * ACTIVATION_BYTES,
-            activation_f32: hidden * F32_BYTES as f64,
+            activation_f32: hidden * crate::engine::element::F32,
             head_flops: node::FLOPS_PER_WEIGHT * vocab * hidden,
         };
         let embed = Extra {

@@ -93,15 +93,17 @@ pub fn gguf_projector(header: &GgufHeader) -> Result<ProjectorSize, ImportError>
 /// (CLIP ViT-L/14-336, SigLIP-378, ViT-H, up to 4,096 tokens): never under, and within
 /// 10% on ViT-L and SigLIP (`the_estimate_is_never_under_what_llama_cpp_reserved`).
 pub fn compute_bytes(dims: &VisionDims) -> u64 {
+    use crate::engine::element::{F32, I32};
     let side = (dims.image / dims.patch.max(1)) as f64;
     let tokens = side * side;
     let with_class = tokens + 1.0;
     let (e, f) = (dims.hidden as f64, dims.ffn as f64);
-    let inputs = 12.0 * (dims.image as f64).powi(2) + 8.0 * tokens;
-    let patches = 4.0 * tokens * e;
-    let x = 4.0 * with_class * e;
-    let up = 4.0 * with_class * f;
-    let projector = 4.0 * tokens * (dims.projection as f64 + dims.text_hidden as f64) + x;
+    // The image's three channels in f32, and two i32 rows per token (positions, patch ids).
+    let inputs = 3.0 * F32 * (dims.image as f64).powi(2) + 2.0 * I32 * tokens;
+    let patches = F32 * tokens * e;
+    let x = F32 * with_class * e;
+    let up = F32 * with_class * f;
+    let projector = F32 * tokens * (dims.projection as f64 + dims.text_hidden as f64) + x;
     let widest = (5.0 * x).max(3.0 * x + up).max(projector);
     // One mebibyte for ggml-alloc's rounding and the holes its best fit leaves.
     (2.0 * inputs + patches + widest + 1048576.0).ceil() as u64
