@@ -66,15 +66,16 @@ impl WeightClass {
         }
     }
 
-    /// The class of a weight format's name (`q4_k_m`, `bf16`, …); formats outside
-    /// llama.cpp's (`fp8`, `int8`) read like the nearest size.
+    /// The class of a weight format's or tensor type's name (`q4_k_m`, `bf16`, `mxfp4`, …);
+    /// formats outside llama.cpp's (`fp8`, `int8`) read like the nearest size, and MXFP4
+    /// (blocks of 32 with one shared scale) like the legacy blocks.
     pub fn of(weights: &str) -> WeightClass {
         let w = weights.to_ascii_lowercase();
         if w.starts_with("iq") || w.contains("_k") {
             WeightClass::KQuant
         } else if w.starts_with("q8") || w == "fp8" || w == "int8" {
             WeightClass::Q8
-        } else if w.starts_with('q') {
+        } else if w.starts_with('q') || w.starts_with("mxfp4") {
             WeightClass::Legacy
         } else {
             WeightClass::Float
@@ -133,14 +134,15 @@ impl Fitted {
     }
 
     /// The multiplier on a node's bandwidth and its per-layer seconds, for `backend`, weights
-    /// stored as `weights`, a peak `bandwidth` (bytes/s) and, on a CPU, the threads it runs.
-    pub fn speed(&self, backend: Backend, weights: &str, bandwidth: f64, threads: Option<u32>) -> (f64, f64) {
+    /// of `class` (a model's: [`measured::class_of`]), a peak `bandwidth` (bytes/s) and, on
+    /// a CPU, the threads it runs.
+    pub fn speed(&self, backend: Backend, class: WeightClass, bandwidth: f64, threads: Option<u32>) -> (f64, f64) {
         let Some(t) = self.backend(backend) else { return (1.0, 0.0) };
         let reached = match threads {
             Some(n) if backend == Backend::Cpu => t.bandwidth.min(f64::from(n) * self.thread_bandwidth / bandwidth),
             _ => t.bandwidth,
         };
-        (reached * self.weights(WeightClass::of(weights)), t.per_layer_s)
+        (reached * self.weights(class), t.per_layer_s)
     }
 }
 

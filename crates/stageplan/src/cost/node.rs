@@ -75,7 +75,7 @@ impl NodeCost {
         let measured = Measured::of_node(node);
         let (reached, per_layer_s) = match &measured {
             Some(m) => (1.0, m.per_layer_s),
-            None => FITTED.speed(node.backend, &model.weights, node.bandwidth, node.threads),
+            None => FITTED.speed(node.backend, measured::class_of(model), node.bandwidth, node.threads),
         };
         let inv_compute = 1.0 / (node.compute * node.efficiency.compute);
         let decode_rate = measured.as_ref().and_then(|m| m.decode_rate(model));
@@ -123,7 +123,7 @@ impl HostCost {
     /// [`CPU_PER_LAYER_S`](measured::CPU_PER_LAYER_S) a layer, and
     /// [`HOST_TIER_BANDWIDTH`] of the CPU backend's fitted fraction of the RAM's peak.
     fn new(host: &Host, model: &Model) -> HostCost {
-        let (reached, _) = FITTED.speed(Backend::Cpu, &model.weights, host.bandwidth, Some(host.threads));
+        let (reached, _) = FITTED.speed(Backend::Cpu, measured::class_of(model), host.bandwidth, Some(host.threads));
         let rate = measured::DEFAULT_RATE_PER_THREAD[measured::class_of(model) as usize] * f64::from(host.threads);
         HostCost {
             inv_bandwidth: 1.0 / (host.bandwidth * reached * HOST_TIER_BANDWIDTH),
