@@ -275,4 +275,25 @@ fn readme_limits_are_the_enforced_limits() {
     assert!(row("`threads`").contains(&limits::MAX_THREADS.to_string()));
     assert!(row("llama-bench").contains(&stageplan::fit::bench::MAX_TESTS.to_string()));
     assert!(row("`config.json` file").contains("64 MiB") && limits::MAX_TEXT_BYTES == 64 << 20);
+    let start = readme.find("| what | at least |").expect("README has the lower limits");
+    let least = &readme[start..start + readme[start..].find("\n\n").expect("table ends")];
+    assert!(least.contains("`host.link`") && least.contains("1 per second") && limits::MIN_RATE == 1.0);
+}
+
+/// `probe --engine` with a model path that is not UTF-8: one line naming the flag, before the
+/// probe runs (it panicked building the run's scenario, #45).
+#[cfg(unix)]
+#[test]
+fn a_model_path_that_is_not_utf8_is_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let model = std::ffi::OsStr::from_bytes(b"model-\xff.gguf");
+    let output = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+        .args(["probe", "--cpu", "--quick", "--threads", "1", "--engine", env!("CARGO_BIN_EXE_stageplan"), "--model"])
+        .arg(model)
+        .output()
+        .expect("stageplan runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: `--model` ") && stderr.contains("not UTF-8"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }

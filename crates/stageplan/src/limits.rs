@@ -55,6 +55,10 @@ pub const MEASURED_RATES: std::ops::RangeInclusive<f64> = 1e3..=1e15;
 /// CPU threads a node may name (the largest servers have a few hundred hardware threads).
 pub const MAX_THREADS: u32 = 4096;
 
+/// The least bandwidth (bytes/s) or compute (FLOP/s) a machine or link may have: under one
+/// per second is a unit typed wrong, and its reciprocal times a model's bytes overflows.
+pub const MIN_RATE: f64 = 1.0;
+
 /// Bytes of a text file read whole: a scenario, plan or deployment, a `config.json`, a
 /// `model.safetensors.index.json`.
 pub const MAX_TEXT_BYTES: u64 = 64 << 20;

@@ -105,6 +105,13 @@ fn probe_cpu(
     // Checked before the probe runs: a typo should not cost the minute the probe takes.
     if let Some((bench, models)) = engine {
         for (flag, path) in std::iter::once(("--engine", bench)).chain(models.iter().map(|m| ("--model", m))) {
+            // The model's path goes into a scenario, which is text.
+            if flag == "--model" && path.to_str().is_none() {
+                return Err(Failure(format!(
+                    "`--model` {}: the path is not UTF-8; give a path in UTF-8 (rename the file or a folder above it)",
+                    stageplan::quote::line(&path.display().to_string())
+                )));
+            }
             if !path.is_file() {
                 return Err(Failure(format!(
                     "`{flag}` {}: no such file; give the path of {}",
@@ -211,8 +218,10 @@ fn engine_runs(
         let test = *bench::decode_tests(&tests)
             .first()
             .ok_or_else(|| Failure(format!("`--engine` {} printed no decode test", shown(bench))))?;
+        // UTF-8, as checked before the probe.
+        let file = model.to_string_lossy();
         let scenario = serde_json::json!({
-            "model": {"file": model},
+            "model": {"file": file},
             // llama-bench's context is its generated tokens (`-p 0`).
             "workload": {"context": test.n_gen.max(1), "batch": 1, "prompt": 1},
             "nodes": [node],

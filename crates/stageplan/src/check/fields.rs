@@ -8,7 +8,7 @@ use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
     MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
-    MAX_THREADS, MEASURED_RATES,
+    MAX_THREADS, MEASURED_RATES, MIN_RATE,
 };
 use crate::model::{Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset, RamPreset};
@@ -201,9 +201,7 @@ impl Scenario {
             let compute = pick(spec.compute.map(Compute::get), preset.map(|p| p.compute), "compute", "165 TFLOPS")?;
             let reserve = spec.reserve.map(Bytes::get).or(preset.map(|p| p.reserve)).unwrap_or(0.0);
             for (value, field) in [(bandwidth, "bandwidth"), (compute, "compute")] {
-                if value <= 0.0 {
-                    return Err(ScenarioError::field(at(field), "is 0; it must be greater than 0"));
-                }
+                check_rate(value, &at(field))?;
             }
             for (value, field) in [(memory, "memory"), (reserve, "reserve")] {
                 if value > MAX_BYTES {
@@ -433,10 +431,19 @@ impl Scenario {
 }
 
 fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {
-    if bandwidth.get() <= 0.0 {
-        return Err(ScenarioError::field(format!("{at}.bandwidth"), "is 0; it must be greater than 0"));
-    }
+    check_rate(bandwidth.get(), &format!("{at}.bandwidth"))?;
     Ok(Link { bandwidth: bandwidth.get(), latency: latency.get() })
+}
+
+/// A bandwidth or compute of at least [`MIN_RATE`] per second.
+fn check_rate(value: f64, at: &str) -> Result<(), ScenarioError> {
+    if value <= 0.0 {
+        return Err(ScenarioError::field(at, "is 0; it must be greater than 0"));
+    }
+    if value < MIN_RATE {
+        return Err(ScenarioError::field(at, format!("is {value:e} per second, under {MIN_RATE}; check the unit")));
+    }
+    Ok(())
 }
 
 impl ModelSpec {
@@ -657,9 +664,7 @@ fn check_host(spec: &HostSpec, at: &dyn Fn(&str) -> String) -> Result<Host, Scen
     let reserve = spec.reserve.map_or(Host::DEFAULT_RESERVE as f64, Bytes::get);
     let link = spec.link.map_or(Host::DEFAULT_LINK, Bandwidth::get);
     for (value, field) in [(bandwidth, "host.bandwidth"), (link, "host.link")] {
-        if value <= 0.0 {
-            return Err(ScenarioError::field(at(field), "is 0; it must be greater than 0"));
-        }
+        check_rate(value, &at(field))?;
     }
     for (value, field) in [(memory, "host.memory"), (reserve, "host.reserve")] {
         if value > MAX_BYTES {

@@ -413,8 +413,7 @@ impl CostModel {
     /// Memory of stage `[start, end)` on `node`, by part, in its device's memory, as the
     /// stage's best placement keeps it.
     pub fn memory(&self, node: usize, start: usize, end: usize) -> MemoryParts {
-        let offload = self.placement(node, start, end).unwrap_or(Offload::NONE);
-        self.tier_parts(node, start, end, offload).0
+        self.tier_parts(node, start, end, self.shown(node, start, end)).0
     }
 
     /// The node's device memory budget.
@@ -433,7 +432,9 @@ impl CostModel {
     pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
         match self.placed(node, start, end) {
             Some((_, time)) => time,
-            None => self.decode_s(node, start, end, Offload::NONE),
+            // Without system RAM there is one placement, and no fit to check here.
+            None if self.nodes[node].host.is_none() => self.decode_s(node, start, end, Offload::NONE),
+            None => self.decode_s(node, start, end, self.shown(node, start, end)),
         }
     }
 
@@ -474,8 +475,7 @@ impl CostModel {
             }
             _ => 0.0,
         };
-        let offload = self.placement(node, start, end).unwrap_or(Offload::NONE);
-        let parts = self.offload_time(node, start, end, offload);
+        let parts = self.offload_time(node, start, end, self.shown(node, start, end));
         TimeParts { send_s, prefill_s: parts.prefill_s + prefill_send, ..parts }
     }
 

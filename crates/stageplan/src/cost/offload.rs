@@ -194,10 +194,23 @@ impl CostModel {
         }
     }
 
-    /// The fastest placement of `[start, end)` on `node` within its GPU and host RAM;
-    /// `None` when no placement fits or the node has no host tier.
+    /// The fastest placement of `[start, end)` on `node` within its GPU and host RAM, or
+    /// the one a manual stage gives (even where it does not fit, to show what was asked);
+    /// `None` when none fits or the node has no host tier.
     pub fn offload(&self, node: usize, start: usize, end: usize) -> Option<Offload> {
-        self.placed(node, start, end).map(|(o, _)| o)
+        self.nodes[node].host?;
+        self.placed(node, start, end).map(|(o, _)| o).or_else(|| self.fixed_at(node, start, end))
+    }
+
+    /// The placement a manual stage fixes for `[start, end)` on `node`.
+    fn fixed_at(&self, node: usize, start: usize, end: usize) -> Option<Offload> {
+        self.fixed.iter().find(|(p, _)| *p == Placement::new(node, start, end)).map(|&(_, o)| o)
+    }
+
+    /// The placement a stage is costed and shown with: its placement, else (nothing fits)
+    /// the manual stage's own, else the stage whole on the device.
+    pub(super) fn shown(&self, node: usize, start: usize, end: usize) -> Offload {
+        self.placement(node, start, end).or_else(|| self.fixed_at(node, start, end)).unwrap_or(Offload::NONE)
     }
 
     /// [`CostModel::offload`] with its decode step's time (without the hop), memoised.
@@ -205,7 +218,7 @@ impl CostModel {
         let cost = &self.nodes[node];
         cost.host?;
         let timed = |o: Offload| (o, self.decode_s(node, start, end, o));
-        if let Some(&(_, fixed)) = self.fixed.iter().find(|(p, _)| *p == Placement::new(node, start, end)) {
+        if let Some(fixed) = self.fixed_at(node, start, end) {
             return self.holds(node, start, end, fixed).then(|| timed(fixed));
         }
         let memo = cost.memo.cell(self.layers(), start, end);

@@ -287,3 +287,19 @@ mod without_system_ram {
         }
     }
 }
+
+#[test]
+fn a_manual_offload_that_does_not_fit_is_shown_as_given() {
+    // Qwen3-30B-A3B on a 12 GB GPU with one layer's experts in RAM: far from fitting. The
+    // plan shows the split the user gave, not the whole model on the GPU (#45).
+    let json = r#"{"model": {"preset": "qwen3-30b-a3b", "weights": "q4_k_m"}, "policy": "manual",
+        "stages": [{"node": "desk", "layers": [0, 48], "offload": {"host_layers": 0, "host_ffn": 1}}],
+        "nodes": [{"name": "desk", "device": "rtx-3060-12gb", "host": {"ram": "ddr5-6000-2ch", "memory": "64 GiB"}}]}"#;
+    let plan = crate::plan(&Scenario::from_json(json).unwrap().problem().unwrap());
+    assert!(!plan.feasible);
+    let offload = plan.stages[0].offload.as_ref().expect("the stage's offload as given");
+    assert_eq!((offload.host_layers, offload.host_ffn, offload.ffn_layers), (0, 1, [0, 1]));
+    assert!(offload.memory.weights > 0, "one layer's experts are in RAM: {offload:?}");
+    let gpu = &plan.stages[0].memory;
+    assert!(gpu.total > gpu.budget, "and the GPU is over: {gpu:?}");
+}

@@ -360,7 +360,8 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
                 // Without a type, llama.cpp loads the draft and then frees it.
                 args.extend(["--spec-type".into(), "draft-simple".into()]);
                 args.extend(["--device-draft".into(), shell(device).into_owned()]);
-                args.extend(["--gpu-layers-draft".into(), (rider.layers + 1).to_string()]);
+                // Every block and the output layer (`Layout::new` bounds the blocks).
+                args.extend(["--gpu-layers-draft".into(), rider.layers.saturating_add(1).to_string()]);
                 args.extend(["--cache-type-k-draft".into(), kv.clone(), "--cache-type-v-draft".into(), kv]);
                 notes.push(format!(
                     "The draft model runs whole on {} ({device}) with its own KV cache at the same context; builds before 2026 have no `--spec-type`: drop it there.",

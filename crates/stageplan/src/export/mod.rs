@@ -238,6 +238,15 @@ fn check_offload(
             ),
         );
     }
+    if !(1..=MAX_THREADS).contains(&offload.threads) {
+        return problem(
+            "offload.threads",
+            format!(
+                "is {}; give the threads llama.cpp's CPU runs the stage's RAM part with, 1 to {MAX_THREADS}",
+                offload.threads
+            ),
+        );
+    }
     if offload.head_on_host && (stages != 1 || h1 != end) {
         return problem(
             "offload.head_on_host",
@@ -392,10 +401,22 @@ impl<'p> Layout<'p> {
                     ),
                 );
             }
-            for (what, text) in [("name", &rider.name), ("weights", &rider.weights), ("kv", &rider.kv)] {
+            // A draft's name reaches a command only as the stand-in for a file not given.
+            let name = if rider.file.is_none() { Some(("name", &rider.name)) } else { None };
+            for (what, text) in name.into_iter().chain([("weights", &rider.weights), ("kv", &rider.kv)]) {
                 if let Some(shown) = unsafe_text(text) {
                     return plan_error("riders", &format!("has a {what} that {shown}; give it without one"));
                 }
+            }
+            if rider.layers > MAX_LAYERS {
+                return plan_error(
+                    "riders",
+                    &format!(
+                        "gives `{}` {} layers; no model has over 10,000",
+                        crate::quote::line(&rider.name),
+                        rider.layers
+                    ),
+                );
             }
             if let Some(file) = &rider.file
                 && (file.is_empty() || unsafe_text(file).is_some())
@@ -581,6 +602,30 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
         Target::Megatron => training::megatron(&layout),
     };
     let mut notes: Vec<String> = layout.notes.iter().cloned().chain(notes).collect();
+    // Only llama.cpp and vLLM place tensors in a machine's system RAM; elsewhere the plan's
+    // RAM part would be on the device, which the plan says does not hold it.
+    if !matches!(target, Target::LlamaCpp | Target::Vllm) {
+        let in_ram: Vec<String> = plan
+            .stages
+            .iter()
+            .filter_map(|s| Some((s, s.offload.as_ref().filter(|o| o.host_layers + o.host_ffn > 0)?)))
+            .map(|(s, o)| {
+                format!(
+                    "`{}` ({} whole layers and {} layers' FFN, {})",
+                    s.node,
+                    o.host_layers,
+                    o.host_ffn,
+                    crate::units::format_bytes(o.memory.weights as f64)
+                )
+            })
+            .collect();
+        if !in_ram.is_empty() {
+            notes.push(format!(
+                "The plan keeps part of the model in system RAM on {}; {target} loads every layer on its device, which the plan says cannot hold it: export to llama.cpp, or re-plan without `host`.",
+                in_ram.join(", ")
+            ));
+        }
+    }
     if target != Target::LlamaCpp && !plan.riders.is_empty() {
         notes.push(
             "The plan's draft model and vision projector are placed as llama.cpp runs them; this export does not load them: export to llama.cpp, or re-plan without `model.draft` and `model.mmproj`.".to_owned(),

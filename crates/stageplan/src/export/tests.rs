@@ -294,3 +294,38 @@ fn riders_are_exported_on_their_device_and_hostile_ones_refused() {
     let error = export(&hostile, Target::LlamaCpp, &options).unwrap_err().to_string();
     assert!(error.starts_with("`riders`") && error.contains("without one"), "{error}");
 }
+
+#[test]
+fn third_wave_plan_files_are_refused_or_exported_as_planned() {
+    // A plan file's RAM threads reach `--threads`: 0 is refused at its field (#45).
+    let (plan, options) = planned(DESKTOP_MOE);
+    let mut idle = plan.clone();
+    idle.stages[0].offload.as_mut().unwrap().threads = 0;
+    let error = export(&idle, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[0].offload.threads` is 0"), "{error}");
+    // Targets that run every layer on the device say what the plan keeps in RAM.
+    for target in [Target::Exo, Target::Kubernetes, Target::DeepSpeed, Target::Megatron] {
+        let notes = export(&plan, target, &options).unwrap().notes;
+        assert!(notes.iter().any(|n| n.contains("part of the model in system RAM on `desk`")), "{target}: {notes:?}");
+    }
+    assert!(!export(&plan, Target::LlamaCpp, &options).unwrap().notes.iter().any(|n| n.contains("loads every layer")));
+
+    let scenario = HOME.replacen(
+        r#""weights": "q4_k_m"}"#,
+        r#""weights": "q4_k_m", "draft": {"preset": "llama-3.2-1b", "weights": "q8_0"}}"#,
+        1,
+    );
+    let (plan, options) = planned(&scenario);
+    // A draft's layer count that would wrap `--gpu-layers-draft` is refused.
+    let mut wrapping = plan.clone();
+    wrapping.riders[0].layers = usize::MAX;
+    let error = export(&wrapping, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`riders`") && error.contains("layers"), "{error}");
+    // A draft read from a file whose `general.name` holds a control character: the name is
+    // only words in a note, the file is what the command loads.
+    let mut named = plan;
+    named.riders[0].name = "draft\u{1b}[2J".into();
+    named.riders[0].file = Some("draft.gguf".into());
+    let export = export(&named, Target::LlamaCpp, &options).unwrap();
+    assert!(export.text.contains("--model-draft draft.gguf") && !export.text.contains('\u{1b}'), "{}", export.text);
+}

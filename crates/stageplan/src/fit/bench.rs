@@ -15,6 +15,7 @@ use crate::device::Efficiency;
 use crate::device::{Backend, DeviceKind};
 use crate::engine::Engine;
 use crate::limits::{MAX_CONTEXT, MAX_THREADS};
+use crate::model::WeightFormat;
 use crate::presets::{DevicePreset, ModelPreset};
 use crate::scenario::{LinksSpec, ModelSpec, NodeSpec, Objective, Policy, Scenario, WorkloadSpec};
 use crate::units::Bytes;
@@ -37,6 +38,12 @@ pub struct BenchTest {
     /// Layers offloaded to the GPU (`-ngl`): 0 ran on the CPU, whatever the build's backend.
     #[serde(default)]
     pub n_gpu_layers: Option<i64>,
+    /// Layers whose experts stay in system RAM (`--n-cpu-moe`).
+    #[serde(default)]
+    pub n_cpu_moe: Option<i64>,
+    /// Tensor placements (`-ot`), `pattern=BUFFER` joined by `;`, or `none`.
+    #[serde(default)]
+    pub tensor_buft_overrides: String,
     pub n_prompt: u64,
     pub n_gen: u64,
     #[serde(default)]
@@ -127,6 +134,22 @@ pub fn backend_of(test: &BenchTest) -> Backend {
     }
 }
 
+/// Whether a test kept part of its model in system RAM: fewer layers offloaded than the
+/// model's blocks and output (`-ngl`, when the model has `layers` blocks), experts on the
+/// CPU (`--n-cpu-moe`), or tensors overridden to a CPU buffer (`-ot …=CPU`, llama-bench's
+/// `tensor_buft_overrides`).
+pub fn partial_offload(test: &BenchTest, layers: Option<usize>) -> bool {
+    let short = match (test.n_gpu_layers, layers) {
+        (Some(n), Some(layers)) => n > 0 && u64::try_from(n).is_ok_and(|n| n <= layers as u64),
+        _ => false,
+    };
+    let to_cpu = test.tensor_buft_overrides.split(';').filter_map(|o| o.rsplit_once('=')).any(|(_, buffer)| {
+        let buffer = buffer.trim().to_ascii_uppercase();
+        buffer.starts_with("CPU") || buffer == "AMX"
+    });
+    short || test.n_cpu_moe.is_some_and(|n| n > 0) || to_cpu
+}
+
 /// The model preset with the parameter count nearest `params` (within 15%), for the shape.
 pub fn nearest_preset(params: u64) -> Option<&'static ModelPreset> {
     crate::presets::MODELS
@@ -190,6 +213,8 @@ pub struct NodeFit {
     pub tests: Vec<Checked>,
     /// Decode tests left out of the fit because they ran on another backend, with how many.
     pub left_out: Vec<(Backend, usize)>,
+    /// Decode tests left out because they kept part of the model in system RAM.
+    pub partial: usize,
 }
 
 impl NodeFit {
@@ -211,6 +236,13 @@ impl NodeFit {
 
     /// Why tests were left out, one line each: `left out 2 decode tests that ran on the CPU …`.
     pub fn notes(&self) -> Vec<String> {
+        let partial = (self.partial > 0).then(|| {
+            let n = self.partial;
+            format!(
+                "left out {n} decode test{} that kept part of the model in system RAM (`-ngl` under the model's layers, `--n-cpu-moe` or `-ot …=CPU`): this fits the GPU alone; plan such runs with the machine's `host`",
+                if n == 1 { "" } else { "s" }
+            )
+        });
         self.left_out
             .iter()
             .map(|&(backend, n)| {
@@ -226,6 +258,7 @@ impl NodeFit {
                     format!("left out {tests} that ran on {}, not on {}", backend.title(), self.backend.title())
                 }
             })
+            .chain(partial)
             .collect()
     }
 }
@@ -276,6 +309,20 @@ pub fn fit_node(
             left_out.iter().map(|(b, n)| format!("{n} on {}", b.title())).collect::<Vec<_>>().join(", ")
         ));
     }
+    // A GPU's node is fitted to runs on the GPU alone: a run that kept part of the model in
+    // system RAM measured the RAM too.
+    let layers = |test: &BenchTest| {
+        let preset = model.or_else(|| nearest_preset(test.model_n_params))?;
+        preset.model(WeightFormat::default()).ok().map(|m| m.num_layers())
+    };
+    let (decode, partial): (Vec<&BenchTest>, Vec<&BenchTest>) =
+        decode.into_iter().partition(|t| backend == Backend::Cpu || !partial_offload(t, layers(t)));
+    if decode.is_empty() {
+        return Err(format!(
+            "every decode test on {} kept part of the model in system RAM (`-ngl` under the model's layers, `--n-cpu-moe` or `-ot …=CPU`); run llama-bench with `-ngl 99` and no overrides to fit the GPU",
+            backend.title()
+        ));
+    }
     let predict = |test: &BenchTest, efficiency: f64| -> Result<(f64, f64, f64, String), String> {
         let preset = model.or_else(|| nearest_preset(test.model_n_params)).ok_or_else(|| {
             format!(
@@ -313,7 +360,7 @@ pub fn fit_node(
             with_node: 1.0 / with_node,
         });
     }
-    Ok(NodeFit { backend, efficiency, tests: checked, left_out })
+    Ok(NodeFit { backend, efficiency, tests: checked, left_out, partial: partial.len() })
 }
 
 /// The machine that ran the tests, from its scenario node: named `this`, with room for any
@@ -526,5 +573,38 @@ mod tests {
         }
         let e = fit_node(&tests, &serde_json::json!({"device": "rtx-9090"}), None).unwrap_err();
         assert!(e.contains("nodes[0].device"), "{e}");
+    }
+
+    #[test]
+    fn runs_that_kept_part_of_the_model_in_ram_are_left_out_of_a_gpus_fit() {
+        // Three runs of an 8B model (32 layers) with part of it in RAM, beside one on the
+        // GPU alone: a fit of the GPU from them predicted a full-GPU run 81% off (#45).
+        let run = |extra: &str, ts: f64| {
+            format!(
+                r#"{{"backends": "CUDA", "model_type": "llama 8B Q4_K - Medium", "model_size": 4920734720, "model_n_params": 8030261248, "n_prompt": 0, "n_gen": 128, "avg_ts": {ts}{extra}}}"#
+            )
+        };
+        let lines = [
+            run(r#", "n_gpu_layers": 99"#, 127.7),
+            run(r#", "n_gpu_layers": 16"#, 21.0),
+            run(r#", "n_gpu_layers": 99, "n_cpu_moe": 4"#, 60.0),
+            run(r#", "n_gpu_layers": 99, "tensor_buft_overrides": "blk.1[0-9].ffn=CPU""#, 40.0),
+        ];
+        let tests = parse(&lines.join("\n")).unwrap();
+        let node = serde_json::json!({"device": "rtx-4090"});
+        let fit = fit_node(&tests, &node, None).unwrap();
+        assert_eq!((fit.tests.len(), fit.partial), (1, 3));
+        assert_eq!(fit.tests[0].measured, 127.7);
+        assert!(
+            fit.notes()
+                .iter()
+                .any(|n| n.starts_with("left out 3 decode tests that kept part of the model in system RAM"))
+        );
+        // Nothing on the GPU alone: nothing to fit, and what to run instead.
+        let error = fit_node(&tests[1..], &node, None).unwrap_err();
+        assert!(error.contains("kept part of the model in system RAM") && error.contains("-ngl 99"), "{error}");
+        // `-ngl 33` of a 32-layer model offloads every block and the output: the GPU alone.
+        assert!(!partial_offload(&parse(&run(r#", "n_gpu_layers": 33"#, 1.0)).unwrap()[0], Some(32)));
+        assert!(partial_offload(&parse(&run(r#", "n_gpu_layers": 32"#, 1.0)).unwrap()[0], Some(32)));
     }
 }

@@ -38,6 +38,16 @@ pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
         // The products' time at `rate` is `t.compute_s`; the run leaves `needed` for them.
         let needed = 1.0 / run.tokens_per_s - t.overhead_s - t.send_s;
         let fitted = rate * t.compute_s / needed.max(t.memory_s);
+        // A rate `plan` would refuse in the node it goes into.
+        if fitted.is_finite() && fitted > 0.0 && !crate::limits::MEASURED_RATES.contains(&fitted) {
+            return Err(format!(
+                "`{}` at {} tok/s gives a rate of {fitted:e} weights/s, outside what a CPU reaches ({:e} to {:e}); check the run",
+                crate::quote::line(model),
+                run.tokens_per_s,
+                crate::limits::MEASURED_RATES.start(),
+                crate::limits::MEASURED_RATES.end()
+            ));
+        }
         if fitted.is_finite() && fitted > 0.0 {
             by_class[class_of(&run.problem.model) as usize].push(fitted);
         }
@@ -91,5 +101,9 @@ mod tests {
         assert!(bad.unwrap_err().contains("not a measured rate"));
         let spec = fit_engine(&[EngineRun { problem: problem("f16", ""), tokens_per_s: 5.0 }]);
         assert!(spec.unwrap_err().contains("not a probed CPU node"));
+        // A run so slow its rate is under any CPU's: refused, not printed in a node that
+        // `plan` would refuse (#45).
+        let absurd = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: 1e-12 }]);
+        assert!(absurd.unwrap_err().contains("outside what a CPU reaches"));
     }
 }

@@ -139,7 +139,7 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
     }
     // llama.cpp loads no multi-token-prediction (NextN) layer unless it drafts with one
     // (`--spec-type draft-mtp`): those layers hold no memory of a plan.
-    let trunk = trunk_layers(first);
+    let trunk = trunk_layers(first)?;
     if let Some(trunk) = trunk {
         tensors.retain(|t| !matches!(t.place, Place::Layer(i) if u64::from(i) >= trunk));
     }
@@ -155,11 +155,21 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
 }
 
 /// `block_count − nextn_predict_layers`, when the file has NextN layers.
-fn trunk_layers(h: &GgufHeader) -> Option<u64> {
-    let arch = h.get("general.architecture").and_then(gguf::Value::as_str)?;
+///
+/// # Errors
+/// NextN layers as many as the blocks, or more: no block would be left to run.
+fn trunk_layers(h: &GgufHeader) -> Result<Option<u64>, ImportError> {
+    let Some(arch) = h.get("general.architecture").and_then(gguf::Value::as_str) else { return Ok(None) };
     let count = |k: &str| h.get(&format!("{arch}.{k}")).and_then(gguf::Value::as_u64);
-    let nextn = count("nextn_predict_layers").filter(|&n| n > 0)?;
-    count("block_count")?.checked_sub(nextn)
+    let (Some(nextn), Some(blocks)) = (count("nextn_predict_layers").filter(|&n| n > 0), count("block_count")) else {
+        return Ok(None);
+    };
+    if nextn >= blocks {
+        return Err(ImportError::Model(format!(
+            "`{arch}.nextn_predict_layers` is {nextn}, but `{arch}.block_count` is {blocks}: the multi-token-prediction layers come after the model's own blocks, so there must be fewer of them"
+        )));
+    }
+    Ok(Some(blocks - nextn))
 }
 
 /// Layers the tensors fill: one past the highest `blk.N` / `layers.N` index (each below
@@ -209,6 +219,12 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
         return Err(ImportError::Model("no `blk.N.*` tensors: the file holds no transformer layers".into()));
     }
     let nextn = scalar("nextn_predict_layers").unwrap_or(0);
+    if nextn > crate::limits::MAX_LAYERS as u64 {
+        return Err(ImportError::Model(format!(
+            "`{arch}.nextn_predict_layers` is {nextn}; no model has over {} layers",
+            crate::limits::MAX_LAYERS
+        )));
+    }
     if let Some(claimed) = scalar("block_count").map(|c| c.saturating_sub(nextn))
         && claimed > num_layers
     {

@@ -243,3 +243,23 @@ fn fuzz_regressions_are_errors() {
         assert!(error.contains("block_count") || error.contains("no `blk.N.*` tensors"), "{error}");
     }
 }
+
+#[test]
+fn nextn_layers_as_many_as_the_blocks_are_refused() {
+    // A file whose multi-token-prediction layers would leave no block of its own (#45).
+    for (nextn, blocks) in [(2, 2), (5, 2), (1 << 40, 2)] {
+        let bytes = gguf::Builder::new(3, 2, 4)
+            .kv_str("general.architecture", "glm4moe")
+            .kv_u32("glm4moe.block_count", blocks)
+            .kv_u32("glm4moe.attention.head_count", 2)
+            .string("glm4moe.nextn_predict_layers")
+            .u32(10)
+            .u64(nextn)
+            .tensor("token_embd.weight", &[32, 10], 0, 0)
+            .tensor("blk.0.attn_q.weight", &[32, 32], 8, 32 * 10 * 4)
+            .padded(32 * 10 * 4 + 32 * 34);
+        let Parse::Done(header) = gguf::parse(&bytes, Some(bytes.len() as u64)).unwrap() else { panic!("complete") };
+        let error = gguf_model("t", &[header]).unwrap_err().to_string();
+        assert!(error.contains("nextn_predict_layers"), "{nextn}: {error}");
+    }
+}

@@ -81,6 +81,9 @@ pub struct HfConfig {
     pub num_nextn_predict_layers: Option<u64>,
 }
 
+/// The widest attention head (or latent attention's cached row) a config may give.
+const MAX_HEAD_DIM: u64 = 1 << 14;
+
 /// Validated transformer hyperparameters: every dimension present and non-zero.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Transformer {
@@ -239,12 +242,25 @@ impl HfConfig {
             }
         };
         // Far beyond any published model: a typo, and a size that would overflow arithmetic.
+        // Latent attention caches `kv_lora_rank + qk_rope_head_dim` per token: the file has
+        // no `head_dim` to name.
+        if let Some(m) = &mla
+            && head_dim > MAX_HEAD_DIM
+        {
+            return Err(ModelError::invalid(
+                "kv_lora_rank",
+                &format!(
+                    "is {}; with qk_rope_head_dim ({}) the cached row is {head_dim}, beyond any published model (at most {MAX_HEAD_DIM}); check it",
+                    m.kv_lora_rank, m.qk_rope_head_dim
+                ),
+            ));
+        }
         for (value, field, limit) in [
             (num_layers, "num_hidden_layers", crate::limits::MAX_LAYERS as u64),
             (hidden_size, "hidden_size", 1 << 20),
             (vocab_size, "vocab_size", 1 << 24),
             (num_heads, "num_attention_heads", 1 << 14),
-            (head_dim, "head_dim", 1 << 14),
+            (head_dim, "head_dim", MAX_HEAD_DIM),
         ] {
             if value > limit {
                 return Err(ModelError::invalid(
@@ -480,6 +496,11 @@ mod tests {
             (
                 r#"{"model_type": "deepseek_v2", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 1, "intermediate_size": 1}"#,
                 "`kv_lora_rank` is missing",
+            ),
+            (
+                // The field the file has, not `head_dim`, which it does not (#45).
+                r#"{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 1, "intermediate_size": 1, "kv_lora_rank": 65536, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8}"#,
+                "`kv_lora_rank` is 65536; with qk_rope_head_dim (8) the cached row is 65544",
             ),
         ];
         for (json, expected) in cases {
