@@ -7,11 +7,13 @@ use crate::engine::Buffers;
 impl CostModel {
     /// The engine's buffers of stage `[start, end)`: by its role in the pipeline, and the
     /// caches of other layers it receives (`tiered`: on the GPU of a machine with system RAM).
+    #[inline]
     pub(super) fn stage_buffers(&self, start: usize, end: usize, tiered: bool) -> u64 {
         self.buffers_of(&self.buffers, start, end, &|l| self.layers.layer_kv(l), tiered)
     }
 
     /// `buffers` for stage `[start, end)`, with layer `l`'s cache `layer_kv(l)` bytes.
+    #[inline]
     pub(super) fn buffers_of(
         &self,
         buffers: &Buffers,
@@ -55,7 +57,7 @@ impl CostModel {
         let mut most = received(start);
         for source in self.shared_kv.iter().filter(|s| (start..end).contains(&s.layer)) {
             let from = source.layer + 1;
-            let left = self.layers.range(start, from);
+            let left = self.layers.held(start, from);
             let mut weights = left.weights;
             if tiered {
                 weights -= left.ffn_weights;

@@ -8,21 +8,36 @@ use crate::engine::element::F32;
 use crate::model::Model;
 use crate::problem::Workload;
 
-/// Sums over a range of layers.
+/// Bytes a range of layers holds.
 ///
-/// Byte counts are `u128`: per-layer sizes come from untrusted headers, and a prefix sum
-/// that saturated would make the difference of two saturated sums 0 — a stage that "fits".
-/// In `u128` no sum of 100,000 `u64` values can overflow.
+/// In `u128`: per-layer sizes come from untrusted headers, and a prefix sum that saturated
+/// would make the difference of two saturated sums 0 — a stage that "fits". In `u128` no sum
+/// of 100,000 `u64` values can overflow.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
-pub(crate) struct Sums {
-    /// Bytes of the layers' weights.
+pub(crate) struct Held {
+    /// The layers' weights.
     pub weights: u128,
-    /// Bytes of their KV cache (or recurrent state), every sequence's.
+    /// Their KV cache (or recurrent state), every sequence's.
     pub kv: u128,
     /// The part of `weights` a machine may keep in host RAM apart from attention: routed
     /// experts, or a dense layer's FFN matrices.
     pub ffn_weights: u128,
-    /// Per decode step of the current step's sequences: bytes read and FLOPs…
+}
+
+impl Sub for Held {
+    type Output = Held;
+
+    #[inline]
+    fn sub(self, o: Held) -> Held {
+        Held { weights: self.weights - o.weights, kv: self.kv - o.kv, ffn_weights: self.ffn_weights - o.ffn_weights }
+    }
+}
+
+/// What a range of layers costs a decode step of the current step's sequences, and a
+/// prompt token.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub(crate) struct Step {
+    /// Bytes read and FLOPs…
     pub read: f64,
     pub flops: f64,
     /// …and the part of them in the FFN (the host's FFN reads only the experts a step touches).
@@ -33,15 +48,12 @@ pub(crate) struct Sums {
     pub prefill_flops: f64,
 }
 
-impl Sub for Sums {
-    type Output = Sums;
+impl Sub for Step {
+    type Output = Step;
 
     #[inline]
-    fn sub(self, o: Sums) -> Sums {
-        Sums {
-            weights: self.weights - o.weights,
-            kv: self.kv - o.kv,
-            ffn_weights: self.ffn_weights - o.ffn_weights,
+    fn sub(self, o: Step) -> Step {
+        Step {
             read: self.read - o.read,
             flops: self.flops - o.flops,
             ffn_read: self.ffn_read - o.ffn_read,
@@ -65,11 +77,13 @@ struct StepParts {
     flops_per_sequence: f64,
 }
 
-/// The per-layer costs of a model under a workload.
+/// The per-layer costs of a model under a workload: prefix sums, `[i]` covering layers
+/// `[0, i)`, of what they hold and of what a step costs (apart: the searches read one or
+/// the other in their inner loops).
 #[derive(Clone, Debug)]
 pub(crate) struct LayerTable {
-    /// Prefix sums: `prefix[i]` covers layers `[0, i)`.
-    prefix: Vec<Sums>,
+    held: Vec<Held>,
+    step: Vec<Step>,
     parts: Vec<StepParts>,
     /// For MoE models, the fraction of experts one token routes to.
     active_fraction: Option<f64>,
@@ -100,7 +114,8 @@ impl LayerTable {
         let layers = model.layers();
         let n = layers.len();
         let mut table = LayerTable {
-            prefix: vec![Sums::default(); n + 1],
+            held: vec![Held::default(); n + 1],
+            step: vec![Step::default(); n + 1],
             parts: vec![StepParts::default(); n + 1],
             active_fraction,
             kv_per_context_token: Vec::with_capacity(n),
@@ -132,7 +147,7 @@ impl LayerTable {
             };
             // A recurrent layer reads its state each step (and writes it back).
             let state_read = F32 * state_elements as f64;
-            let (p, s) = (table.parts[i], table.prefix[i]);
+            let (p, h, s) = (table.parts[i], table.held[i], table.step[i]);
             table.parts[i + 1] = StepParts {
                 dense_read: p.dense_read + dense,
                 expert_read: p.expert_read + layer.expert_bytes as f64,
@@ -141,15 +156,17 @@ impl LayerTable {
                 kv_read_per_sequence: p.kv_read_per_sequence + tokens as f64 * kv_per_token as f64 + state_read,
                 flops_per_sequence: p.flops_per_sequence + 2.0 * active_params + attention * tokens as f64,
             };
-            table.prefix[i + 1] = Sums {
-                weights: s.weights + u128::from(layer.bytes),
-                kv: s.kv + u128::from(kv_held),
-                ffn_weights: s.ffn_weights + u128::from(layer.ffn_bytes),
+            table.held[i + 1] = Held {
+                weights: h.weights + u128::from(layer.bytes),
+                kv: h.kv + u128::from(kv_held),
+                ffn_weights: h.ffn_weights + u128::from(layer.ffn_bytes),
+            };
+            table.step[i + 1] = Step {
                 prefill_read: s.prefill_read
                     + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk
                     + kv_per_token as f64,
                 prefill_flops: s.prefill_flops + 2.0 * active_params + attention * tokens as f64 / 2.0,
-                ..Sums::default()
+                ..Step::default()
             };
         }
         table.set_step(workload.batch as f64);
@@ -160,7 +177,7 @@ impl LayerTable {
     /// experts × touched + sequences × KV` and `flops = sequences × per-sequence FLOPs`.
     pub(super) fn set_step(&mut self, sequences: f64) {
         let touched = self.active_fraction.map_or(1.0, |p| 1.0 - (1.0 - p).powf(sequences));
-        for (sums, p) in self.prefix.iter_mut().zip(&self.parts) {
+        for (sums, p) in self.step.iter_mut().zip(&self.parts) {
             sums.read = p.dense_read + p.expert_read * touched + sequences * p.kv_read_per_sequence;
             sums.flops = sequences * p.flops_per_sequence;
             sums.ffn_read = p.ffn_dense_read + p.expert_read * touched;
@@ -175,24 +192,36 @@ impl LayerTable {
 
     /// Number of layers.
     pub(super) fn len(&self) -> usize {
-        self.prefix.len() - 1
+        self.held.len() - 1
     }
 
-    /// The sums over layers `[start, end)`.
+    /// What layers `[start, end)` hold.
     #[inline]
-    pub(super) fn range(&self, start: usize, end: usize) -> Sums {
-        self.prefix[end] - self.prefix[start]
+    pub(super) fn held(&self, start: usize, end: usize) -> Held {
+        self.held[end] - self.held[start]
     }
 
-    /// The sums over layers `[0, at)`.
+    /// What layers `[start, end)` cost a step.
     #[inline]
-    pub(super) fn prefix(&self, at: usize) -> &Sums {
-        &self.prefix[at]
+    pub(super) fn step(&self, start: usize, end: usize) -> Step {
+        self.step[end] - self.step[start]
+    }
+
+    /// What layers `[0, at)` cost a step.
+    #[inline]
+    pub(super) fn step_prefix(&self, at: usize) -> &Step {
+        &self.step[at]
+    }
+
+    /// What layers `[0, at)` hold.
+    #[inline]
+    pub(super) fn held_prefix(&self, at: usize) -> &Held {
+        &self.held[at]
     }
 
     /// Layer `l`'s KV cache (or state) at the workload's context, all sequences.
     pub(super) fn layer_kv(&self, l: usize) -> u64 {
-        super::saturate(self.range(l, l + 1).kv)
+        super::saturate(self.held(l, l + 1).kv)
     }
 
     /// Layer `l`'s KV cache (or state) with `cells` KV cells per sequence for a layer with

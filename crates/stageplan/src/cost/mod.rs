@@ -368,6 +368,7 @@ impl CostModel {
     }
 
     /// True when `node` can hold `[start, end)`.
+    #[inline]
     pub fn fits(&self, node: usize, start: usize, end: usize) -> bool {
         self.placement(node, start, end).is_some()
     }
@@ -376,7 +377,7 @@ impl CostModel {
     /// instead of the workload's `batch`.
     pub fn fits_sequences(&self, node: usize, start: usize, end: usize, sequences: u64) -> bool {
         let batch = u128::from(self.batch.max(1));
-        let kv = |a: usize, b: usize| self.layers.range(a, b).kv / batch * u128::from(sequences);
+        let kv = |a: usize, b: usize| self.layers.held(a, b).kv / batch * u128::from(sequences);
         self.search_offload(node, start, end, &kv, 0).is_some()
     }
 
@@ -430,10 +431,12 @@ impl CostModel {
     /// without the hop.
     #[inline]
     pub fn roofline_s(&self, node: usize, start: usize, end: usize) -> f64 {
+        // Without system RAM there is one placement, and no fit to check here.
+        if self.nodes[node].host.is_none() {
+            return self.whole_on_device_s(node, start, end);
+        }
         match self.placed(node, start, end) {
             Some((_, time)) => time,
-            // Without system RAM there is one placement, and no fit to check here.
-            None if self.nodes[node].host.is_none() => self.decode_s(node, start, end, Offload::NONE),
             None => self.decode_s(node, start, end, self.shown(node, start, end)),
         }
     }
@@ -511,7 +514,7 @@ impl CostModel {
         let mut memory_bound = true;
         let mut compute_bound = true;
         for l in 0..self.layers() {
-            let layer = self.layers.range(l, l + 1);
+            let layer = self.layers.step(l, l + 1);
             let m = layer.read * rates.inv_bandwidth;
             let c = layer.flops * rates.inv_decode_compute;
             memory_bound &= m >= c;
@@ -530,7 +533,7 @@ impl CostModel {
     #[inline]
     pub(crate) fn linear_prefix(&self, node: usize, regime: Regime, at: usize) -> f64 {
         let rates = &self.nodes[node];
-        let sums = self.layers.prefix(at);
+        let sums = self.layers.step_prefix(at);
         at as f64 * rates.per_layer_s
             + match regime {
                 Regime::Memory => sums.read * rates.inv_bandwidth,
@@ -542,7 +545,7 @@ impl CostModel {
     /// head's share included, wherever they run.
     #[cfg(test)]
     pub(crate) fn step_work(&self, start: usize, end: usize) -> (f64, f64) {
-        let stage = self.layers.range(start, end);
+        let stage = self.layers.step(start, end);
         let (mut read, mut flops) = (stage.read, stage.flops);
         for (holds, extra) in [(start == 0, &self.embed), (end == self.layers(), &self.head)] {
             if holds {
@@ -554,8 +557,8 @@ impl CostModel {
 
     /// Layer `l` alone: (bytes read, FLOPs) per decode step and bytes held.
     pub(crate) fn layer_work(&self, l: usize) -> (f64, f64, u64) {
-        let layer = self.layers.range(l, l + 1);
-        (layer.read, layer.flops, saturate(layer.weights + layer.kv))
+        let (step, held) = (self.layers.step(l, l + 1), self.layers.held(l, l + 1));
+        (step.read, step.flops, saturate(held.weights + held.kv))
     }
 
     /// Bytes the model needs spread over `stages` nodes, at the least: everything once, the
@@ -564,7 +567,7 @@ impl CostModel {
         // A GPU that leaves the embedding in host RAM may start the pipeline.
         let keeps = self.nodes.iter().all(|n| n.keeps_embedding);
         let n = self.layers();
-        let whole = self.layers.range(0, n);
+        let whole = self.layers.held(0, n);
         let buffers = self.stage_buffers(0, n, false);
         let held = whole.weights
             + whole.kv
@@ -587,6 +590,7 @@ impl CostModel {
     /// The embedding and head bytes stage `[start, end)` keeps in one memory: the embedding
     /// where that memory `holds_embedding` (on a first stage), the head where it holds the
     /// head (`holds_head`, on a last stage); a tied head's copy is shared where both are.
+    #[inline]
     fn embed_head(&self, holds_embedding: bool, start: usize, end: usize, holds_head: bool) -> u64 {
         let (first, last) = (start == 0, end == self.layers());
         let embed = if first && holds_embedding { self.embed.held } else { 0 };

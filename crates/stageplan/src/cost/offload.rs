@@ -38,6 +38,7 @@
 
 use std::cell::{Cell, OnceCell};
 
+use super::layers::Step;
 use super::{CostModel, MemoryParts, TimeParts, saturate};
 use crate::engine::HostRam;
 use crate::problem::Placement;
@@ -187,11 +188,25 @@ impl CostModel {
     /// The placement of `[start, end)` on `node`: on a machine with system RAM the fastest
     /// that fits its device and its RAM (or the manual stage's); on one without,
     /// [`Offload::NONE`] when its memory holds the stage. `None`: nothing fits.
+    #[inline]
     pub(crate) fn placement(&self, node: usize, start: usize, end: usize) -> Option<Offload> {
         match self.nodes[node].host {
             Some(_) => self.placed(node, start, end).map(|(o, _)| o),
-            None => self.search_offload(node, start, end, &|a, b| self.layers.range(a, b).kv, 0),
+            None => {
+                let held = self.layers.held(start, end);
+                self.device_holds(node, start, end, held.weights + held.kv, 0).then_some(Offload::NONE)
+            }
         }
+    }
+
+    /// Whether `node`'s device holds stage `[start, end)` whole, with `weights_and_kv` bytes
+    /// of its layers and `grown` more of the engine's buffers: the one placement of a
+    /// machine without system RAM.
+    #[inline]
+    fn device_holds(&self, node: usize, start: usize, end: usize, weights_and_kv: u128, grown: i128) -> bool {
+        let held =
+            i128::try_from(weights_and_kv).unwrap_or(i128::MAX) + self.device_extra(node, start, end, false) + grown;
+        held <= i128::from(self.nodes[node].device_capacity)
     }
 
     /// The fastest placement of `[start, end)` on `node` within its GPU and host RAM, or
@@ -229,7 +244,7 @@ impl CostModel {
                 (packed, time) => return Some((Offload::unpack(packed), time)),
             }
         }
-        let found = self.search_offload(node, start, end, &|a, b| self.layers.range(a, b).kv, 0).map(timed);
+        let found = self.search_offload(node, start, end, &|a, b| self.layers.held(a, b).kv, 0).map(timed);
         if let Some(cell) = memo {
             cell.set(found.map_or((NO_FIT, 0.0), |(o, t)| (o.pack(), t)));
         }
@@ -248,13 +263,14 @@ impl CostModel {
     ) -> Option<Offload> {
         let cost = &self.nodes[node];
         let device_held = |r0: usize, kv_from: usize, head_on_host: bool| {
-            i128::try_from(self.layers.range(r0, end).weights + kv(kv_from, end)).unwrap_or(i128::MAX)
+            i128::try_from(self.layers.held(r0, end).weights + kv(kv_from, end)).unwrap_or(i128::MAX)
                 + self.device_extra(node, start, end, head_on_host)
                 + grown
         };
         let Some(host) = cost.host else {
             // One memory: the stage whole on the device, or nowhere.
-            return (device_held(start, start, false) <= i128::from(cost.device_capacity)).then_some(Offload::NONE);
+            let weights_and_kv = self.layers.held(start, end).weights + kv(start, end);
+            return self.device_holds(node, start, end, weights_and_kv, grown).then_some(Offload::NONE);
         };
         let n = end - start;
         let rule = self.rule;
@@ -267,7 +283,7 @@ impl CostModel {
         // `--fit` moves a layer's FFN alone only in an MoE model (`fit.cpp`'s step 4); a dense
         // model's layers go to RAM whole, as the `llama-fit-params` engine test shows.
         let whole_layers_only = rule == OffloadRule::Layers || (rule == OffloadRule::LlamaFit && !self.layers.is_moe());
-        let ffn_at = |i: usize| self.layers.prefix(i).ffn_weights;
+        let ffn_at = |i: usize| self.layers.held_prefix(i).ffn_weights;
         let consider = |host_layers: usize, ffn_last: bool, head_on_host: bool| -> Option<(f64, Offload)> {
             // The layers whose attention stays on the GPU.
             let (r0, r1) = (start + host_layers, end);
@@ -300,8 +316,8 @@ impl CostModel {
             }
             let offload = Offload { host_layers, host_ffn, ffn_last, head_on_host };
             let (f0, f1) = offload.ffn_range(start, end);
-            let host_held = i128::try_from(self.layers.range(start, r0).weights + kv_host).unwrap_or(i128::MAX)
-                + i128::try_from(self.layers.range(f0, f1).ffn_weights).unwrap_or(i128::MAX)
+            let host_held = i128::try_from(self.layers.held(start, r0).weights + kv_host).unwrap_or(i128::MAX)
+                + i128::try_from(self.layers.held(f0, f1).ffn_weights).unwrap_or(i128::MAX)
                 + i128::from(self.host_extra(node, start, end, offload));
             if host_held > i128::from(host.capacity) {
                 return None;
@@ -374,13 +390,14 @@ impl CostModel {
             cpu >= gpu
         };
         (0..self.layers()).all(|l| {
-            let layer = self.layers.range(l, l + 1);
+            let layer = self.layers.step(l, l + 1);
             slower(layer.read, layer.flops) && slower(layer.ffn_read, layer.ffn_flops)
         })
     }
 
     /// Whether the token embedding of a first stage on `node` sits in its system RAM: where
     /// the device does not keep it and the machine has RAM of its own to hold it.
+    #[inline]
     fn embedding_on_host(&self, node: usize) -> bool {
         let cost = &self.nodes[node];
         !cost.keeps_embedding && cost.host.is_some()
@@ -389,6 +406,7 @@ impl CostModel {
     /// Device bytes of a stage besides its layers: the embedding where the device keeps it,
     /// the head unless `head_on_host`, and the engine's buffers beyond every stage's own
     /// (which the capacity leaves out; so this may be negative).
+    #[inline]
     fn device_extra(&self, node: usize, start: usize, end: usize, head_on_host: bool) -> i128 {
         let tiered = self.nodes[node].host.is_some();
         i128::from(self.embed_head(self.nodes[node].keeps_embedding, start, end, !head_on_host))
@@ -425,9 +443,9 @@ impl CostModel {
         let (h0, h1) = offload.host_range(start, end);
         let (f0, f1) = offload.ffn_range(start, end);
         let (first, last) = (start == 0, end == self.layers());
-        let stage = self.layers.range(start, end);
-        let hosted = self.layers.range(h0, h1);
-        let ffn_host = self.layers.range(f0, f1).ffn_weights;
+        let stage = self.layers.held(start, end);
+        let hosted = self.layers.held(h0, h1);
+        let ffn_host = self.layers.held(f0, f1).ffn_weights;
         let host_kv = if self.rules.host_ram == HostRam::Streamed { 0 } else { hosted.kv };
         let device = MemoryParts {
             weights: saturate(stage.weights - hosted.weights - ffn_host),
@@ -449,16 +467,22 @@ impl CostModel {
 
     /// What each processor reads and computes in a decode step of `[start, end)` on `node`
     /// placed as `offload`.
+    #[inline]
     fn work(&self, node: usize, start: usize, end: usize, offload: Offload) -> Work {
         let n = end - start;
         let (h0, h1) = offload.host_range(start, end);
         let (f0, f1) = offload.ffn_range(start, end);
         let (first, last) = (start == 0, end == self.layers());
         let head_on_device = last && !offload.head_on_host;
-        let stage = self.layers.range(start, end);
-        let hosted = self.layers.range(h0, h1);
-        let ffn = self.layers.range(f0, f1);
+        let stage = self.layers.step(start, end);
         let tiered = self.nodes[node].host.is_some();
+        if !tiered || offload == Offload::NONE {
+            // Nothing in system RAM: the device reads and computes the whole stage (the
+            // general case below with empty host ranges, without reading them).
+            return self.device_work(node, start, end, &stage);
+        }
+        let hosted = self.layers.step(h0, h1);
+        let ffn = self.layers.step(f0, f1);
         if tiered && self.rules.host_ram == HostRam::Streamed {
             // vLLM (`--cpu-offload-gb`) keeps offloaded weights in pinned host RAM and the GPU
             // reads them over the link every forward pass; it runs everything itself.
@@ -467,7 +491,7 @@ impl CostModel {
                 device_flops: stage.flops,
                 device_layers: n,
                 on_device: true,
-                streamed: hosted.weights as f64,
+                streamed: self.layers.held(h0, h1).weights as f64,
                 ..Work::default()
             };
             for (holds, extra) in [(first, &self.embed), (last, &self.head)] {
@@ -514,6 +538,43 @@ impl CostModel {
         work
     }
 
+    /// [`CostModel::decode_s`] of a stage all on its device ([`Offload::NONE`]): what the
+    /// searches ask most, on machines without system RAM.
+    #[inline(always)]
+    pub(super) fn whole_on_device_s(&self, node: usize, start: usize, end: usize) -> f64 {
+        self.decode_parts(node, &self.device_work(node, start, end, &self.layers.step(start, end))).total()
+    }
+
+    /// [`CostModel::work`] of a stage all on its device: its layers, the embedding where the
+    /// device reads it, and the head.
+    #[inline(always)]
+    fn device_work(&self, node: usize, start: usize, end: usize, stage: &Step) -> Work {
+        let (first, last) = (start == 0, end == self.layers());
+        let mut work = Work {
+            device_read: stage.read,
+            device_flops: stage.flops,
+            device_layers: end - start,
+            on_device: true,
+            ..Work::default()
+        };
+        let embedding_on_host = self.embedding_on_host(node);
+        if first && !embedding_on_host {
+            (work.device_read, work.device_flops) =
+                (work.device_read + self.embed.read, work.device_flops + self.embed.flops);
+        }
+        if first && embedding_on_host {
+            work.host_read += self.embed.read;
+        }
+        if last {
+            work.device_read += self.head.read;
+            work.device_flops += self.head.flops;
+        }
+        if self.nodes[node].host.is_some() {
+            work.splits = crossings(first && embedding_on_host, Offload::NONE, end - start, last.then_some(true));
+        }
+        work
+    }
+
     /// The decode step's time of `[start, end)` on `node` placed as `offload`, without the hop.
     #[inline]
     pub(super) fn decode_s(&self, node: usize, start: usize, end: usize, offload: Offload) -> f64 {
@@ -521,6 +582,7 @@ impl CostModel {
     }
 
     /// A decode step's parts from its work, without the hop and prefill.
+    #[inline(always)]
     fn decode_parts(&self, node: usize, work: &Work) -> TimeParts {
         let cost = &self.nodes[node];
         let device_layers = work.device_layers as f64 * cost.per_layer_s;
@@ -562,7 +624,7 @@ impl CostModel {
         // (llama.cpp's `op_offload`; vLLM streams them alike), the per-layer cost and the
         // splits once a chunk.
         let (first, last) = (start == 0, end == self.layers());
-        let stage = self.layers.range(start, end);
+        let stage = self.layers.step(start, end);
         let mut prefill_read = stage.prefill_read;
         let mut prefill_flops = stage.prefill_flops;
         for (holds, extra) in [(first, &self.embed), (last, &self.head)] {
@@ -581,7 +643,7 @@ impl CostModel {
             Some(host) => {
                 let (h0, h1) = offload.host_range(start, end);
                 let (f0, f1) = offload.ffn_range(start, end);
-                let streamed = (self.layers.range(h0, h1).weights + self.layers.range(f0, f1).ffn_weights) as f64;
+                let streamed = (self.layers.held(h0, h1).weights + self.layers.held(f0, f1).ffn_weights) as f64;
                 roofline
                     + streamed * host.inv_link / self.prefill_chunk
                     + (n * cost.per_layer_s + work.splits as f64 * SPLIT_LATENCY_S) / self.prefill_chunk
@@ -670,10 +732,10 @@ mod tests {
         }
         for (i, &put) in puts.iter().enumerate() {
             let l = start + i;
-            let layer = c.layers.range(l, l + 1);
-            let (w, kv, fw) = (layer.weights, layer.kv, layer.ffn_weights);
-            let (r, f) = (layer.read, layer.flops);
-            let (fr, ff) = (layer.ffn_read, layer.ffn_flops);
+            let (held, step) = (c.layers.held(l, l + 1), c.layers.step(l, l + 1));
+            let (w, kv, fw) = (held.weights, held.kv, held.ffn_weights);
+            let (r, f) = (step.read, step.flops);
+            let (fr, ff) = (step.ffn_read, step.ffn_flops);
             match put {
                 Put::Gpu => {
                     gpu_held += w + kv;

@@ -148,7 +148,7 @@ mod without_system_ram {
 
     /// Bytes beyond the reserve and every stage's workspace (which the capacity leaves out).
     fn held(c: &CostModel, node: usize, start: usize, end: usize) -> i128 {
-        let stage = c.layers.range(start, end);
+        let stage = c.layers.held(start, end);
         let mut held = stage.weights + stage.kv;
         held += u128::from(c.embed_head(c.nodes[node].keeps_embedding, start, end, true));
         held += u128::from(c.stage_buffers(start, end, false));
@@ -160,7 +160,7 @@ mod without_system_ram {
     }
 
     fn fits_sequences(c: &CostModel, node: usize, start: usize, end: usize, sequences: u64) -> bool {
-        let kv = c.layers.range(start, end).kv;
+        let kv = c.layers.held(start, end).kv;
         let scaled = kv / u128::from(c.batch.max(1)) * u128::from(sequences);
         let held = held(c, node, start, end) - i128::try_from(kv).unwrap() + i128::try_from(scaled).unwrap();
         held <= i128::from(c.nodes[node].capacity)
@@ -176,12 +176,12 @@ mod without_system_ram {
         let grown = i128::from(c.buffers_of(&at_context, start, end, &layer_kv, false))
             - i128::from(c.stage_buffers(start, end, false));
         let kv: u64 = (start..end).map(layer_kv).fold(0u64, u64::saturating_add);
-        let held = held(c, node, start, end) - i128::try_from(c.layers.range(start, end).kv).unwrap();
+        let held = held(c, node, start, end) - i128::try_from(c.layers.held(start, end).kv).unwrap();
         held + i128::from(kv) + grown <= i128::from(c.nodes[node].capacity)
     }
 
     fn memory(c: &CostModel, node: usize, start: usize, end: usize) -> MemoryParts {
-        let stage = c.layers.range(start, end);
+        let stage = c.layers.held(start, end);
         MemoryParts {
             weights: saturate(stage.weights),
             kv: saturate(stage.kv),
@@ -194,7 +194,7 @@ mod without_system_ram {
     fn time(c: &CostModel, node: usize, start: usize, end: usize) -> TimeParts {
         let (read, flops) = c.step_work(start, end);
         let rates = &c.nodes[node];
-        let stage = c.layers.range(start, end);
+        let stage = c.layers.step(start, end);
         let (mut prefill_read, mut prefill_flops) = (stage.prefill_read, stage.prefill_flops);
         for (holds, extra) in [(start == 0, &c.embed), (end == c.layers(), &c.head)] {
             if holds {
