@@ -336,7 +336,8 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
         Command::new(python()).arg(repo().join("tests/engine/write_gguf.py")).arg(&model).args(case.model).status();
     assert!(status.expect("the GGUF writer runs").success(), "{}: write_gguf.py failed", case.name);
     // Fast devices (no per-layer cost: `peak`) and slow RAM, so RAM holds only what the
-    // device cannot.
+    // device cannot; the RAM's CPU with this machine's two threads (with one, a CPU's cost a
+    // layer makes whole layers in RAM cheaper than experts).
     let nodes: Vec<String> = case
         .machines
         .iter()
@@ -344,7 +345,7 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
         .map(|(i, (device, ram))| {
             format!(
                 r#"{{"name": "m{i}", "kind": "cpu", "backend": "peak", "memory": "{device} MiB", "reserve": 0, "bandwidth": "200 GB/s", "compute": "5 TFLOPS", "threads": 1,
-                    "host": {{"memory": "{ram} MiB", "reserve": 0, "bandwidth": "10 GB/s", "threads": 1}}}}"#
+                    "host": {{"memory": "{ram} MiB", "reserve": 0, "bandwidth": "10 GB/s", "threads": 2}}}}"#
             )
         })
         .collect();

@@ -9,13 +9,16 @@
 //! single thread's F16 and Q8_0 products are (they are not repacked on x86; Q4_0 and Q4_K
 //! are). So a measured CPU node's decode step is
 //!
-//! `max(bytes ÷ bandwidth, weights ÷ rate_class) + layers · τ`
+//! `max(bytes ÷ bandwidth, Σ_t weights_t ÷ rate_t) + layers · τ`
 //!
-//! with `rate_class` the products' rate for the model's weight class at the node's threads:
-//! fitted to llama-bench on this machine (`stageplan probe --cpu --engine`), else
-//! [`DEFAULT_RATE_PER_THREAD`] times the threads. A probed GPU keeps its `compute` bound and
-//! its backend's `τ` (kernel launches, which the probe cannot see). Prefill keeps the
-//! node's `compute`.
+//! with `rate_t` the products' rate of each tensor type `t` the model holds at the node's
+//! threads (a model is several types: a Q4_0 file keeps its output head in Q6_K, which on
+//! some CPUs runs at a fifth of Q4_0's rate, so one rate per model mispredicts a size with a
+//! larger head). Each type's rate is its prior per thread ([`PRIOR_RATES`]) times the
+//! threads, scaled by its class's fit to llama-bench on this machine (`stageplan probe --cpu
+//! --engine`); a class not fitted scales as the fitted ones do, on average. A probed GPU keeps
+//! its `compute` bound and its backend's `τ` (kernel launches, which the probe cannot see).
+//! Prefill keeps the node's `compute`.
 //!
 //! The constants come from llama-bench on random-weight Llama models of real sizes on the
 //! 2-core CI machine; `cargo xtask cpu-check` (`crates/xtask/src/cpu_check.rs`) holds the
@@ -25,17 +28,82 @@ use super::WeightClass;
 use crate::device::Backend;
 use crate::model::{Model, Place};
 use crate::scenario::{EngineFit, ProbeProvenance};
+use crate::tensor_type::TensorType;
 
-/// Seconds per layer per decode step on a CPU: the graph's ~25 barriers and ~10 small ops a
-/// layer (llama.cpp's `ggml_graph_compute_thread`, about 10–50 µs by its code), fitted with
-/// the rates below on the 1B and 3B models (0–300 µs fit within 2% of each other there).
-pub const CPU_PER_LAYER_S: f64 = 1.0e-4;
+/// Seconds of one thread's work per layer per decode step on a CPU beyond its products (the
+/// graph's ~25 barriers and small ops, shared by the threads): fitted with the rates below to
+/// llama-bench of the Llama 1B and 3B shapes (16 and 28 layers) in Q8_0, Q4_0, Q4_K_M and
+/// pure types at one and two threads on the CI machine (1.05 ms at one thread, 0.57 ms a
+/// layer at two; a constant 0.1 ms a layer left the 1B and 3B predictions 10–20% apart).
+pub const CPU_LAYER_WORK_S: f64 = 1.0e-3;
 
-/// Weights per second one thread's matrix-vector products reach, per class (float, Q8_0,
-/// legacy, k-quant): llama.cpp 0.3.36 (AVX2 kernels) on the 2-vCPU AMD EPYC of BENCHMARKS.md,
-/// fitted to its one-thread llama-bench runs of the Llama 1B and 3B models (F16, Q8_0, Q4_0,
-/// Q4_K_M). A prior for CPUs probed without the engine, scaled by the node's threads.
-pub const DEFAULT_RATE_PER_THREAD: [f64; 4] = [1.2e10, 1.6e10, 3.1e10, 3.4e10];
+/// Seconds a layer adds to a CPU's decode step at `threads` threads.
+pub fn cpu_per_layer_s(threads: f64) -> f64 {
+    CPU_LAYER_WORK_S / threads.max(1.0)
+}
+
+/// Weights per second one thread's matrix-vector products reach, per tensor type: llama.cpp
+/// 0.3.36 on one vCPU of the Intel Xeon (AVX-512, AMX) that runs CI, from llama-bench
+/// (`-p 0 -n 32 -r 3 -ngl 0 -t 1`) of Llama 3.2 1B shapes quantized with `--pure` to each
+/// type, output and embedding included (BENCHMARKS.md, "CPU products per tensor type"). A
+/// prior for CPUs probed without the engine, scaled by the node's threads; a type not here
+/// runs as the one of its class nearest in bits per weight ([`prior_rate_per_thread`]).
+pub const PRIOR_RATES: [(TensorType, f64); 16] = [
+    // Half F16's: not measured (no matrix of a model is F32).
+    (TensorType::F32, 3.7e9),
+    (TensorType::F16, 7.4e9),
+    (TensorType::BF16, 5.6e9),
+    (TensorType::Q8_0, 1.6e10),
+    (TensorType::Q4_0, 4.0e10),
+    (TensorType::Q4_1, 3.3e10),
+    (TensorType::Q5_0, 6.2e9),
+    (TensorType::Q5_1, 7.9e9),
+    (TensorType::Q2_K, 2.5e10),
+    // 1.8e10 at one thread, 1.1e10 a thread at two: the mean.
+    (TensorType::Q3_K, 1.45e10),
+    (TensorType::Q4_K, 2.0e10),
+    (TensorType::Q5_K, 1.1e10),
+    (TensorType::Q6_K, 1.07e10),
+    (TensorType::IQ4_XS, 1.7e10),
+    (TensorType::IQ4_NL, 1.2e10),
+    (TensorType::MXFP4, 2.1e10),
+];
+
+/// The prior rate of `ty`, per thread: [`PRIOR_RATES`]' own, else the rate of the type of
+/// its class nearest in bits per weight.
+pub fn prior_rate_per_thread(ty: TensorType) -> f64 {
+    if let Some(&(_, rate)) = PRIOR_RATES.iter().find(|(t, _)| *t == ty) {
+        return rate;
+    }
+    let class = WeightClass::of(ty.name());
+    let bits = ty.bits_per_weight();
+    PRIOR_RATES
+        .iter()
+        .filter(|(t, _)| WeightClass::of(t.name()) == class)
+        .min_by(|a, b| (a.0.bits_per_weight() - bits).abs().total_cmp(&(b.0.bits_per_weight() - bits).abs()))
+        .map_or(PRIOR_RATES[1].1, |&(_, rate)| rate)
+}
+
+/// The rate a model's decode products reach, weights per second: the weights each token
+/// multiplies (a layer's, its experts' by the fraction a token is routed to, and the output
+/// head's, a tied embedding's included) over the time they take, each type at `rate(type)`.
+pub fn products_rate(model: &Model, rate: impl Fn(TensorType) -> f64) -> f64 {
+    let routed = model.arch.moe.as_ref().map_or(1.0, |m| m.active as f64 / m.experts.max(1) as f64);
+    let (mut weights, mut seconds) = (0.0, 0.0);
+    // Matrices only: a norm's or a bias's weights are an element-wise step, not a product.
+    for t in model.tensors.iter().filter(|t| t.shape.iter().filter(|&&d| d > 1).count() >= 2) {
+        let share = match t.place {
+            Place::Layer(_) if t.expert => routed,
+            Place::Layer(_) | Place::Head => 1.0,
+            Place::Embedding if model.head_shares_embedding => 1.0,
+            Place::Embedding => continue,
+        };
+        let w = t.elements() as f64 * share;
+        weights += w;
+        seconds += w / rate(t.ty);
+    }
+    if seconds > 0.0 { weights / seconds } else { rate(TensorType::F16) }
+}
 
 /// Median |predicted ÷ measured − 1| of `cargo xtask cpu-check` (BENCHMARKS.md: 1.9–10.2%
 /// over three runs with the engine's fitted rates, 14–28% with the probe alone), rounded up:
@@ -69,11 +137,16 @@ impl Measured {
         let threads = f64::from(threads.unwrap_or(1).max(1));
         let fit = probe.engine.as_ref();
         let fitted = |class| fit.and_then(|f| f.rate(class)).filter(|r| r.is_finite() && *r > 0.0);
-        let rates =
-            WeightClass::ALL.map(|class| fitted(class).unwrap_or(DEFAULT_RATE_PER_THREAD[class as usize] * threads));
+        // A class not fitted scales as the fitted ones do (their geometric mean), so the type
+        // mix of a model predicts alike whichever class a run fitted.
+        let prior = |class: WeightClass| prior_rate_per_thread(class.reference()) * threads;
+        let scales: Vec<f64> =
+            WeightClass::ALL.iter().filter_map(|&c| fitted(c).map(|r| (r / prior(c)).ln())).collect();
+        let scale = if scales.is_empty() { 1.0 } else { (scales.iter().sum::<f64>() / scales.len() as f64).exp() };
+        let rates = WeightClass::ALL.map(|class| fitted(class).unwrap_or(prior(class) * scale));
         Measured {
             decode_rates: Some(rates),
-            per_layer_s: CPU_PER_LAYER_S,
+            per_layer_s: cpu_per_layer_s(threads),
             spread,
             engine_fitted: WeightClass::ALL.iter().any(|&class| fitted(class).is_some()),
         }
@@ -84,9 +157,14 @@ impl Measured {
         node.probe.as_ref().map(|p| Measured::of(p, node.backend, node.threads))
     }
 
-    /// The decode products' rate for `model`'s weights, weights per second.
+    /// The decode products' rate for `model`'s weights, weights per second: each type at its
+    /// prior's share of its class's rate ([`products_rate`]).
     pub fn decode_rate(&self, model: &Model) -> Option<f64> {
-        self.decode_rates.map(|r| r[class_of(model) as usize])
+        let rates = self.decode_rates?;
+        Some(products_rate(model, |ty| {
+            let class = WeightClass::of(ty.name());
+            rates[class as usize] * prior_rate_per_thread(ty) / prior_rate_per_thread(class.reference())
+        }))
     }
 
     /// A prediction's typical error from these figures: the check's (with or without the
@@ -162,8 +240,9 @@ mod tests {
         assert!((p.memory_s - bytes / 30e9).abs() < 1e-12, "{p:?}");
         assert!(s.memory_s > p.memory_s * 1.1, "the spec node has the fitted efficiency: {s:?}");
         // The engine's per-layer cost, not the fitted τ that soaks up compute.
-        assert!((p.overhead_s - 16.0 * CPU_PER_LAYER_S).abs() < 1e-12);
-        assert!(s.overhead_s > 5.0 * p.overhead_s);
+        assert!((p.overhead_s - 16.0 * cpu_per_layer_s(2.0)).abs() < 1e-12);
+        let tau = super::super::FITTED.backend(Backend::Cpu).unwrap().per_layer_s;
+        assert!((s.overhead_s - 16.0 * tau).abs() < 1e-12 && tau != cpu_per_layer_s(2.0));
     }
 
     #[test]
@@ -173,8 +252,11 @@ mod tests {
         let m = Measured::of_node(&fitted.nodes[0]).unwrap();
         assert!(m.engine_fitted);
         assert_eq!(m.decode_rates.unwrap()[WeightClass::Q8 as usize], 1e10);
-        // The other classes keep the defaults, for the node's two threads.
-        assert_eq!(m.decode_rates.unwrap()[WeightClass::Float as usize], 2.0 * DEFAULT_RATE_PER_THREAD[0]);
+        // The other classes scale as the fitted one does from its prior, for the node's two
+        // threads.
+        let scale = 1e10 / (2.0 * prior_rate_per_thread(TensorType::Q8_0));
+        let float = m.decode_rates.unwrap()[WeightClass::Float as usize];
+        assert!((float / (2.0 * prior_rate_per_thread(TensorType::F16) * scale) - 1.0).abs() < 1e-12, "{float}");
         let stage = crate::plan(&fitted).stages[0].time.clone();
         let flops = crate::CostModel::new(&fitted).step_work(0, 16).1;
         assert!((stage.compute_s - flops / 2e10).abs() < 1e-12, "{stage:?}");

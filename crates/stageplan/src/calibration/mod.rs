@@ -56,6 +56,17 @@ impl WeightClass {
     /// Every class, in the order of their discriminants.
     pub const ALL: [WeightClass; 4] = [WeightClass::Float, WeightClass::Q8, WeightClass::Legacy, WeightClass::KQuant];
 
+    /// The type a class's fitted rate is the rate of (a probe's `engine` fit): the others of
+    /// the class run at their priors' share of it.
+    pub fn reference(self) -> crate::TensorType {
+        match self {
+            WeightClass::Float => crate::TensorType::F16,
+            WeightClass::Q8 => crate::TensorType::Q8_0,
+            WeightClass::Legacy => crate::TensorType::Q4_0,
+            WeightClass::KQuant => crate::TensorType::Q4_K,
+        }
+    }
+
     /// The name scenarios use (`engine` fits in a node's `probe`).
     pub fn name(self) -> &'static str {
         match self {

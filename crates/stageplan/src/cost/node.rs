@@ -118,17 +118,18 @@ impl NodeCost {
 
 impl HostCost {
     /// The system RAM and CPU of `host` running `model`, planned by the measured rule
-    /// ([`crate::calibration::measured`]): its products at
-    /// [`DEFAULT_RATE_PER_THREAD`](measured::DEFAULT_RATE_PER_THREAD) per thread,
-    /// [`CPU_PER_LAYER_S`](measured::CPU_PER_LAYER_S) a layer, and
+    /// ([`crate::calibration::measured`]): its products at each type's
+    /// [`PRIOR_RATES`](measured::PRIOR_RATES) per thread,
+    /// [`cpu_per_layer_s`](measured::cpu_per_layer_s) at its threads a layer, and
     /// [`HOST_TIER_BANDWIDTH`] of the CPU backend's fitted fraction of the RAM's peak.
     fn new(host: &Host, model: &Model) -> HostCost {
         let (reached, _) = FITTED.speed(Backend::Cpu, measured::class_of(model), host.bandwidth, Some(host.threads));
-        let rate = measured::DEFAULT_RATE_PER_THREAD[measured::class_of(model) as usize] * f64::from(host.threads);
+        let threads = f64::from(host.threads);
+        let rate = measured::products_rate(model, |ty| measured::prior_rate_per_thread(ty) * threads);
         HostCost {
             inv_bandwidth: 1.0 / (host.bandwidth * reached * HOST_TIER_BANDWIDTH),
             inv_decode_compute: 1.0 / (FLOPS_PER_WEIGHT * rate),
-            per_layer_s: measured::CPU_PER_LAYER_S,
+            per_layer_s: measured::cpu_per_layer_s(threads),
             capacity: super::clamp_i64(i128::from(host.memory) - i128::from(host.reserve)),
             budget: host.memory,
             reserve: host.reserve,

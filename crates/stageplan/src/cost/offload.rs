@@ -23,8 +23,8 @@
 //! per-layer cost for the layers it runs a part of, and a sync plus an f32 hidden-state copy
 //! over the GPU's link ([`SPLIT_LATENCY_S`]) at each change of tier along the token's path.
 //! The host is a CPU planned by the measured rule ([`crate::calibration::measured`]): its
-//! products at [`DEFAULT_RATE_PER_THREAD`](crate::calibration::measured::DEFAULT_RATE_PER_THREAD)
-//! per thread, [`CPU_PER_LAYER_S`](crate::calibration::measured::CPU_PER_LAYER_S) a layer, and
+//! products at each type's [`PRIOR_RATES`](crate::calibration::measured::PRIOR_RATES)
+//! per thread, [`cpu_per_layer_s`](crate::calibration::measured::cpu_per_layer_s) a layer, and
 //! the CPU backend's fitted fraction of the RAM's peak bandwidth.
 //!
 //! **Prefill**: with prompt chunks of 32 tokens or more llama.cpp runs every matrix product on

@@ -14,9 +14,11 @@ pub struct EngineRun {
 }
 
 /// The rates that make the node's plan of each run predict it, per weight class: the median
-/// over the runs of that class. A run that the read bandwidth alone explains (memory-bound)
-/// gives the least rate that keeps it so, a lower bound that predicts any model of its class
-/// as memory-bound too.
+/// over the runs whose model is mostly of that class. A run fits the rate of its model's
+/// whole type mix, which is the class's rate (of its reference type) scaled by the prior
+/// shares of the types the model holds (`calibration::measured::products_rate`). A run that
+/// the read bandwidth alone explains (memory-bound) gives the least rate that keeps it so, a
+/// lower bound that predicts any model of its class as memory-bound too.
 ///
 /// # Errors
 /// A run whose problem is not one measured CPU stage, or a rate that is not a positive number.
@@ -31,13 +33,20 @@ pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
         let (Some(stage), Some(node)) = (plan.stages.first(), run.problem.nodes.first()) else {
             return Err(format!("`{}` does not fit the probed machine's memory", crate::quote::line(model)));
         };
-        let Some(rate) = Measured::of_node(node).and_then(|m| m.decode_rate(&run.problem.model)) else {
+        let measured = Measured::of_node(node);
+        let (Some(rate), Some(rates)) = (
+            measured.as_ref().and_then(|m| m.decode_rate(&run.problem.model)),
+            measured.as_ref().and_then(|m| m.decode_rates),
+        ) else {
             return Err("the machine is not a probed CPU node".to_owned());
         };
         let t = &stage.time;
         // The products' time at `rate` is `t.compute_s`; the run leaves `needed` for them.
         let needed = 1.0 / run.tokens_per_s - t.overhead_s - t.send_s;
-        let fitted = rate * t.compute_s / needed.max(t.memory_s);
+        // The mix's rate that explains the run, as the rate of the class's reference type
+        // (every class scales together on a node fitted to nothing yet).
+        let class = class_of(&run.problem.model);
+        let fitted = rate * t.compute_s / needed.max(t.memory_s) * rates[class as usize] / rate;
         // A rate `plan` would refuse in the node it goes into.
         if fitted.is_finite() && fitted > 0.0 && !crate::limits::MEASURED_RATES.contains(&fitted) {
             return Err(format!(
@@ -49,7 +58,7 @@ pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
             ));
         }
         if fitted.is_finite() && fitted > 0.0 {
-            by_class[class_of(&run.problem.model) as usize].push(fitted);
+            by_class[class as usize].push(fitted);
         }
     }
     let mut fit = EngineFit::default();
