@@ -55,13 +55,15 @@ mod buffers;
 mod layers;
 mod node;
 mod offload;
+mod stage;
 
 use std::sync::Arc;
 
 use buffers::SharedKv;
 use layers::LayerTable;
 pub(crate) use node::NodeCost;
-pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, Offload, OffloadRule, SPLIT_LATENCY_S};
+pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, Offload, OffloadRule};
+pub use stage::SPLIT_LATENCY_S;
 
 use crate::engine::{Buffers, Dims, EngineRules, Shape};
 use crate::model::{Model, Place};
