@@ -344,7 +344,7 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
         .enumerate()
         .map(|(i, (device, ram))| {
             format!(
-                r#"{{"name": "m{i}", "kind": "cpu", "backend": "peak", "memory": "{device} MiB", "reserve": 0, "bandwidth": "200 GB/s", "compute": "5 TFLOPS", "threads": 1,
+                r#"{{"name": "m{i}", "kind": "gpu", "backend": "peak", "memory": "{device} MiB", "reserve": 0, "bandwidth": "200 GB/s", "compute": "5 TFLOPS", "threads": 1,
                     "host": {{"memory": "{ram} MiB", "reserve": 0, "bandwidth": "10 GB/s", "threads": 2}}}}"#
             )
         })
@@ -366,8 +366,14 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
         })
         .collect();
     assert_eq!(kept, case.expect, "{}: what the plan keeps in RAM per stage: {plan_out}", case.name);
+    // Each "GPU" is an rpc-server on this CPU: the plan file names the stages' devices `cpu`,
+    // so the export serves each with an rpc-server (the placement is the plan's, unchanged).
+    let mut served: Value = serde_json::from_str(&plan_out).unwrap();
+    for stage in served["stages"].as_array_mut().unwrap() {
+        stage["kind"] = "cpu".into();
+    }
     let plan_path = dir.join("plan.json");
-    std::fs::write(&plan_path, &plan_out).unwrap();
+    std::fs::write(&plan_path, serde_json::to_string_pretty(&served).unwrap()).unwrap();
 
     // Device ports 10 apart: a machine's CPU rpc-server listens one above its device's.
     let base = free_port().min(60000);

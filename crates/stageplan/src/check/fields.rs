@@ -3,7 +3,7 @@
 //! names the field by its JSON path and says what to write. Reached only through
 //! [`crate::check()`].
 
-use crate::device::Backend;
+use crate::device::{Backend, DeviceKind};
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
@@ -232,6 +232,19 @@ impl Scenario {
                     format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
                 ));
             }
+            // A CPU's or a unified memory's RAM is its `memory`: a `host` beside it would be
+            // the same RAM counted twice.
+            if spec.host.is_some()
+                && let Some(kind @ (DeviceKind::Cpu | DeviceKind::Unified)) = kind
+            {
+                return Err(ScenarioError::field(
+                    at("host"),
+                    format!(
+                        "is given for a `{}` machine, whose RAM is its `memory`: the plan would count that RAM twice; remove `host`, or set `kind` to `gpu` for a GPU beside system RAM",
+                        kind.name()
+                    ),
+                ));
+            }
             let host = spec.host.as_ref().map(|host| check_host(host, &at)).transpose()?;
             let count = spec.count.unwrap_or(1);
             for k in 1..=count {
@@ -405,6 +418,16 @@ impl Scenario {
                 ));
             }
             let layers = (stage.end - stage.start) as u64;
+            if offload.host_ffn > 0 && self.engine.rules().host_ram == crate::engine::HostRam::Streamed {
+                return Err(ScenarioError::field(
+                    at("host_ffn"),
+                    format!(
+                        "is {}, but {} offloads whole layers' weights only (`--cpu-offload-gb`), never a layer's FFN alone: give 0 and count whole layers in `host_layers`, or plan for llama.cpp",
+                        offload.host_ffn,
+                        self.engine.name()
+                    ),
+                ));
+            }
             if offload.host_layers > 0 && stage.start > 0 {
                 return Err(ScenarioError::field(
                     at("host_layers"),

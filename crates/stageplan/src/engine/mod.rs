@@ -3,7 +3,7 @@
 //! Everything that differs by engine is one value of [`EngineRules`]: the fraction of a
 //! device's memory it claims, how it rounds KV cells, where it keeps the token embedding,
 //! what a machine's system RAM does for it, the caches it copies across a cut, how its
-//! buffers are sized ([`buffers`](mod@buffers): llama.cpp's scheduler from its source, or
+//! buffers are sized ([`EngineRules::buffers`]: llama.cpp's scheduler from its source, or
 //! activations of a prefill chunk), and the export that runs it. The cost model, the
 //! riders and the exports read the rules; none of them branches on [`Engine`].
 //!
