@@ -108,6 +108,8 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
         prefill_chunk: 1,
         flash_attention: true,
         prompt: 1,
+        depth: 0,
+        response: 1,
         // The sharded MLP runs in stageplan's own kernels: no engine pads its KV cells.
         engine: stageplan::engine::Engine::Generic,
     };

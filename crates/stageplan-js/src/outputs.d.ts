@@ -42,9 +42,17 @@ micro_batches: number,
 latency_s: number | null, 
 /**
  * Tokens per second of sequences that go through the pipeline one step at a time
- * (no overlap): `batch ÷ latency`. What one interactive stream sees.
+ * (no overlap): `batch ÷ latency`. What one interactive stream sees, every step reading
+ * the whole context's cache: the speed at the end of a full context.
  */
 stream_tokens_per_s: number, 
+/**
+ * The same speeds over a response `workload.depth` tokens into the cache, as
+ * llama-bench's `-d` measures them (what published figures give): every step reading
+ * `depth + response ÷ 2` tokens. `null` when no plan fits, or in plans from before it was
+ * given.
+ */
+at_depth?: AtDepth | null, 
 /**
  * Prompt tokens per second during prefill, pipelined by chunks.
  */
@@ -139,7 +147,12 @@ flash_attention: boolean,
 /**
  * The prompt length `time_to_first_token_s` is for; 0 in plans from before it was given.
  */
-prompt: number, };
+prompt: number, 
+/**
+ * The cache before the response `at_depth` is for (llama-bench's `-d`), and the
+ * response's tokens (`-n`); 0 in plans from before they were given.
+ */
+depth: number, response: number, };
 
 export type Stage = { node: string, 
 /**
@@ -344,6 +357,16 @@ tokens_per_s: number,
  * Every stage also holds the KV cache of `sequences` sequences.
  */
 kv_fits: boolean, };
+
+export type AtDepth = { 
+/**
+ * Tokens of cache every decode step reads: `depth + response ÷ 2`.
+ */
+tokens: number, 
+/**
+ * As [`Plan::tokens_per_s`] and [`Plan::stream_tokens_per_s`], at that depth.
+ */
+tokens_per_s: number, stream_tokens_per_s: number, };
 
 export type PlannedRider = { kind: RiderKind, 
 /**

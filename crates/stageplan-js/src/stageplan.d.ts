@@ -79,6 +79,10 @@ export interface WorkloadSpec {
   flash_attention?: boolean;
   /** The prompt length the time to first token is for (default 512, or the context if shorter). */
   prompt?: number;
+  /** Tokens in the cache before the response whose speed `at_depth` gives, as llama-bench's `-d` (default: the prompt's). */
+  depth?: number;
+  /** Tokens of that response, as llama-bench's `-n` (default 128). */
+  response?: number;
 }
 
 export interface NodeSpec {

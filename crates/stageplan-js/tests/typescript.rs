@@ -32,6 +32,7 @@ fn declarations() -> String {
         Change::decl(&cfg),
         Accuracy::decl(&cfg),
         PipelineFull::decl(&cfg),
+        AtDepth::decl(&cfg),
         PlannedRider::decl(&cfg),
         RiderKind::decl(&cfg),
         stageplan::Policy::decl(&cfg),

@@ -31,7 +31,7 @@ pub fn dropped_model(dropped: &[Dropped], field: FileField, file: &str) -> Resul
         file => ScenarioError::about(
             field.path(),
             format!(
-                "this plan's {what} is the file `{}`: drop it on the page to plan it (files never leave your machine, so links cannot carry them)",
+                "this plan's {what} is the file `{}`: drop it on the page again to plan it (files never leave your machine, so links cannot carry them)",
                 stageplan::quote::line(file)
             ),
         ),

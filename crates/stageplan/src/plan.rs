@@ -43,8 +43,15 @@ pub struct Plan {
     /// micro-batch, each sequence's time per token. `null` when no plan fits.
     pub latency_s: Option<f64>,
     /// Tokens per second of sequences that go through the pipeline one step at a time
-    /// (no overlap): `batch ÷ latency`. What one interactive stream sees.
+    /// (no overlap): `batch ÷ latency`. What one interactive stream sees, every step reading
+    /// the whole context's cache: the speed at the end of a full context.
     pub stream_tokens_per_s: f64,
+    /// The same speeds over a response `workload.depth` tokens into the cache, as
+    /// llama-bench's `-d` measures them (what published figures give): every step reading
+    /// `depth + response ÷ 2` tokens. `null` when no plan fits, or in plans from before it was
+    /// given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_depth: Option<AtDepth>,
     /// Prompt tokens per second during prefill, pipelined by chunks.
     pub prefill_tokens_per_s: f64,
     /// Seconds from a `workload.prompt`-token prompt to its first generated token, for one
@@ -135,6 +142,17 @@ fn one() -> u64 {
     1
 }
 
+/// Decode speeds with a shallower cache than the full context (see [`Plan::at_depth`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct AtDepth {
+    /// Tokens of cache every decode step reads: `depth + response ÷ 2`.
+    pub tokens: u64,
+    /// As [`Plan::tokens_per_s`] and [`Plan::stream_tokens_per_s`], at that depth.
+    pub tokens_per_s: f64,
+    pub stream_tokens_per_s: f64,
+}
+
 /// The pipeline kept full: one group of the workload's `batch` sequences in every stage.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
@@ -186,6 +204,10 @@ pub struct PlannedWorkload {
     pub flash_attention: bool,
     /// The prompt length `time_to_first_token_s` is for; 0 in plans from before it was given.
     pub prompt: u64,
+    /// The cache before the response `at_depth` is for (llama-bench's `-d`), and the
+    /// response's tokens (`-n`); 0 in plans from before they were given.
+    pub depth: u64,
+    pub response: u64,
 }
 
 fn default_prefill_chunk() -> u64 {

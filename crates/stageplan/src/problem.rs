@@ -22,6 +22,10 @@ pub struct Workload {
     pub flash_attention: bool,
     /// The prompt the time to first token is for, at most `context` tokens.
     pub prompt: u64,
+    /// Tokens in the cache before the response whose speed the verdict gives (llama-bench's
+    /// `-d`), under `context`, and the response's tokens (`-n`).
+    pub depth: u64,
+    pub response: u64,
     /// The engine whose buffers the stages hold (the scenario's `engine`).
     pub engine: Engine,
 }
@@ -29,6 +33,10 @@ pub struct Workload {
 /// The prompt a time to first token is for when the scenario names none: llama-bench's
 /// `pp512`, the prompt test published benchmarks report.
 pub const DEFAULT_PROMPT: u64 = 512;
+
+/// The response a decode speed is given over when the scenario names none: llama-bench's
+/// `tg128`, the generation test published benchmarks report.
+pub const DEFAULT_RESPONSE: u64 = 128;
 
 impl Workload {
     /// What a scenario plans for where it leaves out `workload` or any of its fields: 4,096
@@ -44,11 +52,19 @@ impl Workload {
         prefill_chunk: 512,
         flash_attention: true,
         prompt: DEFAULT_PROMPT,
+        depth: DEFAULT_PROMPT,
+        response: DEFAULT_RESPONSE,
         engine: Engine::LlamaCpp,
     };
 }
 
 impl Workload {
+    /// The cache a decoded token reads on average over the response: `depth + response ÷ 2`
+    /// tokens, at most the context.
+    pub fn decode_depth(&self) -> u64 {
+        self.depth.saturating_add(self.response / 2).min(self.context)
+    }
+
     /// How the engine runs this workload: what sizes its buffers.
     pub fn shape(&self) -> crate::engine::Shape {
         crate::engine::Shape {

@@ -147,6 +147,15 @@ pub struct WorkloadSpec {
     /// (llama-bench's prompt test, the figure reviewers publish), or the context if shorter.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<u64>,
+    /// The tokens already in the cache when the decode speed is given, as llama-bench's
+    /// `-d`; omitted: the prompt's. The plan gives one user's speed over the response that
+    /// follows (at `depth + response ÷ 2` tokens, on average) beside its speed at the full
+    /// context.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u64>,
+    /// The tokens generated after `depth`, as llama-bench's `-n`; omitted: 128 (its `tg128`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<u64>,
 }
 
 /// A workspace size, or `"auto"`.

@@ -37,6 +37,15 @@ impl<'a> Verdict<'a> {
             };
         }
         let mut line = format!("fits · {} tok/s for one user", sig3(plan.stream_tokens_per_s));
+        // Both labelled where they differ: at the full context, and a response into it.
+        if let Some(shallow) = plan.at_depth.as_ref().filter(|d| d.tokens < plan.workload.context) {
+            line += &format!(
+                " at {} tokens of context, {} at {}",
+                group_digits(plan.workload.context),
+                sig3(shallow.stream_tokens_per_s),
+                group_digits(shallow.tokens)
+            );
+        }
         if let Some(a) = &plan.accuracy {
             line += &format!(" (±{:.0}%, {})", a.typical_error * 100.0, a.class);
         }

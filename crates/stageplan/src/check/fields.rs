@@ -13,8 +13,8 @@ use crate::limits::{
 use crate::model::{Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset, RamPreset};
 use crate::problem::{
-    DEFAULT_LINK, DEFAULT_PROMPT, Draft, FixedOffload, Host, Link, Links, Node, Placement, Problem, Projector, Riders,
-    Workload,
+    DEFAULT_LINK, DEFAULT_PROMPT, DEFAULT_RESPONSE, Draft, FixedOffload, Host, Link, Links, Node, Placement, Problem,
+    Projector, Riders, Workload,
 };
 use crate::scenario::{DraftSpec, HostSpec, ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
@@ -33,6 +33,8 @@ impl Default for WorkloadSpec {
             prefill_chunk,
             flash_attention,
             prompt: None,
+            depth: None,
+            response: None,
         }
     }
 }
@@ -623,6 +625,26 @@ impl WorkloadSpec {
             Some(prompt) => prompt,
             None => DEFAULT_PROMPT.min(self.context),
         };
+        let depth = match self.depth {
+            Some(depth) if depth >= self.context => {
+                return Err(ScenarioError::field(
+                    "workload.depth",
+                    format!("is {depth}; give fewer tokens than the context's {}, as llama-bench's `-d`", self.context),
+                ));
+            }
+            Some(depth) => depth,
+            None => prompt.min(self.context - 1),
+        };
+        let response = match self.response {
+            Some(response) if response == 0 || response > self.context => {
+                return Err(ScenarioError::field(
+                    "workload.response",
+                    format!("is {response}; give between 1 and the context's {} tokens", self.context),
+                ));
+            }
+            Some(response) => response,
+            None => DEFAULT_RESPONSE,
+        };
         let kv = parse_kv(&self.kv)?;
         let workspace = match &self.workspace {
             Some(Workspace::Size(bytes)) if bytes.get() > MAX_BYTES => {
@@ -651,6 +673,8 @@ impl WorkloadSpec {
             prefill_chunk: self.prefill_chunk,
             flash_attention: self.flash_attention,
             prompt,
+            depth,
+            response,
             engine: Engine::default(),
         })
     }

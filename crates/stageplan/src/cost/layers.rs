@@ -96,8 +96,9 @@ pub(crate) struct LayerTable {
 
 impl LayerTable {
     /// The table of `model` run as `workload` by an engine with `rules`, stepping the whole
-    /// batch.
-    pub(super) fn new(model: &Model, workload: &Workload, rules: &EngineRules) -> LayerTable {
+    /// batch, each decode step reading `reads` tokens of cache (the context, or a shallower
+    /// depth; what the cache holds is the context's either way).
+    pub(super) fn new(model: &Model, workload: &Workload, rules: &EngineRules, reads: u64) -> LayerTable {
         let arch = &model.arch;
         let context = workload.context;
         let chunk = workload.prefill_chunk as f64;
@@ -124,7 +125,8 @@ impl LayerTable {
         };
         for (i, layer) in layers.iter().enumerate() {
             let window = arch.windows.get(i).copied().flatten();
-            let tokens = window.map_or(context, |w| w.min(context));
+            let tokens = window.map_or(reads, |w| w.min(reads));
+            let prefill_tokens = window.map_or(context, |w| w.min(context));
             let padded = if workload.flash_attention { 0 } else { arch.v_pad_elements.get(i).copied().unwrap_or(0) };
             let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0).saturating_add(padded));
             let dense = (layer.bytes - layer.expert_bytes) as f64;
@@ -165,7 +167,7 @@ impl LayerTable {
                 prefill_read: s.prefill_read
                     + (dense + layer.expert_bytes as f64 * touched_prefill) / chunk
                     + kv_per_token as f64,
-                prefill_flops: s.prefill_flops + 2.0 * active_params + attention * tokens as f64 / 2.0,
+                prefill_flops: s.prefill_flops + 2.0 * active_params + attention * prefill_tokens as f64 / 2.0,
                 ..Step::default()
             };
         }

@@ -215,6 +215,26 @@ impl CostModel {
         cost
     }
 
+    /// The cost model of a checked scenario whose decode steps read `depth` tokens of cache
+    /// (what a response `depth` tokens in reads), the memory still holding the context's.
+    pub fn at_depth(problem: &Problem, depth: u64) -> CostModel {
+        let mut cost = CostModel::new(problem);
+        cost.layers =
+            LayerTable::new(&problem.model, &problem.workload, cost.rules, depth.min(problem.workload.context));
+        cost.set_step(problem.workload.batch as f64);
+        cost
+    }
+
+    /// The same cost model with the stages `placed` kept as they are (a plan's placements).
+    pub(crate) fn with_placements(&self, placed: impl IntoIterator<Item = (Placement, Offload)>) -> CostModel {
+        let mut out = self.clone();
+        out.fixed.extend(placed);
+        for node in &mut out.nodes {
+            node.memo = Default::default();
+        }
+        out
+    }
+
     /// The cost model of a model and workload on nodes joined by links.
     pub fn build(model: &Model, workload: &Workload, nodes: &[Node], links: &Links) -> CostModel {
         let rules = workload.engine.rules();
@@ -251,7 +271,7 @@ impl CostModel {
                 (rules.buffers(&dims, shape), Some(dims))
             }
         };
-        let layers = LayerTable::new(model, workload, rules);
+        let layers = LayerTable::new(model, workload, rules, workload.context);
         let mut cost = CostModel {
             // Copies of caches are the engine's whether or not the scenario gives the workspace.
             shared_kv: if rules.shared_cache_copies > 0 {

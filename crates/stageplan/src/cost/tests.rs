@@ -303,3 +303,35 @@ fn a_manual_offload_that_does_not_fit_is_shown_as_given() {
     let gpu = &plan.stages[0].memory;
     assert!(gpu.total > gpu.budget, "and the GPU is over: {gpu:?}");
 }
+
+#[test]
+fn a_response_into_the_context_reads_less_cache_than_its_end() {
+    // Llama 3.1 8B in q4_k_m at 32k tokens on an RTX 4090: at the full context each step
+    // reads 4 GiB of KV cache beside 4.6 GiB of weights; 576 tokens in (a 512-token prompt,
+    // half a 128-token response), 72 MiB (#45).
+    let json = |workload: &str| {
+        format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}}, "workload": {{"context": 32768{workload}}},
+                "nodes": [{{"name": "a", "device": "rtx-4090"}}]}}"#
+        )
+    };
+    let problem = Scenario::from_json(&json("")).unwrap().problem().unwrap();
+    let plan = crate::plan(&problem);
+    let at = plan.at_depth.clone().expect("a plan that fits gives its speed at depth");
+    assert_eq!(at.tokens, 512 + 64);
+    let kv_per_token = 32.0 * 2.0 * 8.0 * 128.0 * 2.0;
+    let full = CostModel::new(&problem).step_work(0, 32).0;
+    let shallow = CostModel::at_depth(&problem, at.tokens).step_work(0, 32).0;
+    assert!(((full - shallow) / ((32768.0 - 576.0) * kv_per_token) - 1.0).abs() < 1e-9, "{full} {shallow}");
+    assert!(at.stream_tokens_per_s > 1.5 * plan.stream_tokens_per_s, "{at:?} vs {}", plan.stream_tokens_per_s);
+    assert!(crate::verdict::Verdict::of(&plan).headline().contains(" at 32,768 tokens of context, "));
+    // As llama-bench's `-d`: the depth given, the response's average on top.
+    let given =
+        crate::plan(&Scenario::from_json(&json(r#", "depth": 16384, "response": 256"#)).unwrap().problem().unwrap());
+    assert_eq!(given.at_depth.unwrap().tokens, 16384 + 128);
+    // Past the context is refused at its field.
+    let error = Scenario::from_json(&json(r#", "depth": 32768"#)).unwrap().problem().unwrap_err();
+    assert_eq!(error.path, "workload.depth");
+    let error = Scenario::from_json(&json(r#", "response": 0"#)).unwrap().problem().unwrap_err();
+    assert_eq!(error.path, "workload.response");
+}

@@ -14,8 +14,8 @@ mod search;
 
 use crate::cost::{CostModel, Schedule};
 use crate::plan::{
-    Accuracy, Baseline, BaselineStage, Bound, Change, Diagnostic, LeftOut, Level, MemoryBreakdown, PipelineFull, Plan,
-    PlannedModel, PlannedWorkload, Search, Stage, StageOffload, TimeBreakdown,
+    Accuracy, AtDepth, Baseline, BaselineStage, Bound, Change, Diagnostic, LeftOut, Level, MemoryBreakdown,
+    PipelineFull, Plan, PlannedModel, PlannedWorkload, Search, Stage, StageOffload, TimeBreakdown,
 };
 use crate::problem::{Placement, Problem};
 use crate::scenario::{Objective, Policy};
@@ -345,6 +345,8 @@ pub(crate) fn evaluate(
             prefill_chunk: problem.workload.prefill_chunk,
             flash_attention: problem.workload.flash_attention,
             prompt: problem.workload.prompt,
+            depth: problem.workload.depth,
+            response: problem.workload.response,
         },
         feasible,
         accuracy: if has_stages && feasible { accuracy(problem, cost, stages, batch / schedule.cycle_s) } else { None },
@@ -353,6 +355,7 @@ pub(crate) fn evaluate(
         pipeline_full,
         latency_s: (has_stages && feasible).then_some(latency),
         stream_tokens_per_s: if has_stages && feasible { batch / latency } else { 0.0 },
+        at_depth: (has_stages && feasible).then(|| at_depth(problem, cost, stages, schedule)),
         prefill_tokens_per_s: if has_stages && feasible { 1.0 / prefill } else { 0.0 },
         time_to_first_token_s: (has_stages && feasible).then(|| {
             // A chunk passes every stage in turn; later chunks follow one slowest stage apart.
@@ -374,6 +377,21 @@ pub(crate) fn evaluate(
         diagnostics: Vec::new(),
         riders: Vec::new(),
     }
+}
+
+/// The plan's speeds with each decode step reading the cache a response `workload.depth`
+/// tokens in reads, its stages placed as at the full context.
+fn at_depth(problem: &Problem, cost: &CostModel, stages: &[Placement], schedule: Schedule) -> AtDepth {
+    let tokens = problem.workload.decode_depth();
+    let placed = stages.iter().filter_map(|&p| Some((p, cost.offload(p.node, p.start, p.end)?)));
+    let shallow = CostModel::at_depth(problem, tokens).with_placements(placed);
+    // Steps of the plan's micro-batches, as its own figures are.
+    let k = schedule.micro_batches;
+    let step = if k > 1 { shallow.micro_batched(k) } else { shallow };
+    let batch = problem.workload.batch as f64;
+    let latency: f64 = step.stage_times(stages).iter().sum();
+    let cycle = if k > 1 { step.cycle_s(stages, k) } else { latency };
+    AtDepth { tokens, tokens_per_s: batch / cycle, stream_tokens_per_s: batch / latency }
 }
 
 /// The typical error of the least certain node among the stages: a measured node's from its
