@@ -105,10 +105,12 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // page): 334.8 kB measured, 340 kB, chosen over a core without them on the page (closing
   // note of 2026-12-04, second). Gemma 3n's shared caches and a quantized cache's
   // rotations in the core (1.8 kB, as the widget measures it) and the projector's two
-  // fields: 339.4 kB measured, 345 kB. The worker (WebGPU, exports, model-file parsers) is
-  // fetched only when asked for.
+  // fields: 339.4 kB measured, 345 kB. #45's decode at a stated depth (a second placed
+  // cost model on every plan's road): 345.8 kB measured, 350 kB — a ratchet at the measured
+  // size while #45 item 7 (300 kB by loading on demand what the first plan does not use) is
+  // open. The worker (WebGPU, exports, model-file parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 345_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 350_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);
