@@ -15,7 +15,9 @@
 //!   norms and MoE routers kept in `f32`; and the row-size fallback (`q4_k` → `q5_0`,
 //!   `q5_k` → `q5_1`, `q6_k` → `q8_0`, …, then `f16`) when a row is not a whole number of
 //!   blocks. Where a rule depends on an importance matrix we assume one was used, as it is
-//!   for most published quantizations. Falcon's own rules are not modelled.
+//!   for most published quantizations. Falcon's own rules are not modelled. `mxfp4_moe`
+//!   (gpt-oss's own format, `mxfp4` for short): routed experts in MXFP4, every other
+//!   matrix in `q8_0`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -81,6 +83,7 @@ file_types! {
     Q4_0 = "q4_0" => Q4_0,
     IQ4_NL = "iq4_nl" => IQ4_NL,
     IQ4_XS = "iq4_xs" => IQ4_XS,
+    MXFP4_MOE = "mxfp4_moe" => MXFP4,
     Q3_K_L = "q3_k_l" => Q3_K,
     Q3_K_M = "q3_k_m" => Q3_K,
     Q3_K_S = "q3_k_s" => Q3_K,
@@ -193,7 +196,11 @@ fn llama_quantize_types(ftype: FileType, arch: &Transformer, shapes: &[TensorSha
         }
         let layer = layer_of(s);
         let mut ty = default;
-        if name == "output.weight" || (tied && name == "token_embd.weight") {
+        if ftype == F::MXFP4_MOE {
+            // gpt-oss's own format: routed experts (3-D tensors) in MXFP4, every other
+            // matrix, the output and the embedding included, in Q8_0.
+            ty = if s.expert { T::MXFP4 } else { T::Q8_0 };
+        } else if name == "output.weight" || (tied && name == "token_embd.weight") {
             if !s.shape[0].is_multiple_of(default.block().0) {
                 ty = T::Q8_0;
             } else if matches!(ftype, F::IQ2_XXS | F::IQ2_XS | F::IQ3_XXS | F::IQ1_S | F::IQ2_S | F::IQ2_M | F::IQ1_M) {
@@ -378,6 +385,8 @@ impl FromStr for WeightFormat {
             "q3_k" => "q3_k_m",
             "q4_k" => "q4_k_m",
             "q5_k" => "q5_k_m",
+            // What gpt-oss's own checkpoints and GGUFs are called.
+            "mxfp4" => "mxfp4_moe",
             "fp32" | "float32" => "f32",
             "fp16" | "float16" => "f16",
             "bfloat16" => "bf16",
@@ -430,6 +439,29 @@ mod tests {
         assert_eq!("FP8".parse::<WeightFormat>().unwrap(), WeightFormat::Linear(TensorType::F8_E4M3));
         let err = "q4_k_x".parse::<WeightFormat>().unwrap_err().to_string();
         assert!(err.contains("did you mean `q4_k_m`"), "{err}");
+    }
+
+    #[test]
+    fn mxfp4_moe_puts_routed_experts_in_mxfp4_and_every_other_matrix_in_q8_0() {
+        // `llama_tensor_get_type` for LLAMA_FTYPE_MOSTLY_MXFP4_MOE: 3-D (expert) tensors in
+        // MXFP4, other tensors, the output among them, in Q8_0; norms and routers stay f32.
+        let preset = crate::presets::ModelPreset::find("gpt-oss-20b").unwrap();
+        let model = preset.model("mxfp4".parse().unwrap()).unwrap();
+        assert_eq!(model.weights, "mxfp4_moe");
+        for t in &model.tensors {
+            let matrix = t.shape.iter().filter(|&&d| d > 1).count() >= 2
+                && t.name.ends_with("weight")
+                && !t.name.contains("_norm")
+                && !t.name.contains("ffn_gate_inp");
+            let expected = match (matrix, t.expert) {
+                (true, true) => TensorType::MXFP4,
+                (true, false) => TensorType::Q8_0,
+                (false, _) => TensorType::F32,
+            };
+            assert_eq!(t.ty, expected, "{}", t.name);
+        }
+        assert!(model.tensors.iter().any(|t| t.ty == TensorType::MXFP4));
+        assert!(model.tensors.iter().any(|t| t.name == "output.weight" && t.ty == TensorType::Q8_0));
     }
 
     #[test]
