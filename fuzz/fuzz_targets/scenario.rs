@@ -21,5 +21,11 @@ fuzz_target!(|data: &[u8]| {
             next = stage.layers[1];
         }
         assert_eq!(next, problem.model.num_layers());
+        // Decode at the stated depth (`workload.depth`, `response`): a speed, never a NaN,
+        // reading no more cache than the context holds.
+        if let Some(at) = &plan.at_depth {
+            assert!(at.tokens_per_s.is_finite() && at.tokens_per_s > 0.0, "{at:?}");
+            assert!(at.tokens <= problem.workload.context.max(1), "{at:?}");
+        }
     }
 });
