@@ -46,6 +46,10 @@ pub(crate) struct Step {
     /// Per prompt token: bytes read (weights once a chunk) and FLOPs.
     pub prefill_read: f64,
     pub prefill_flops: f64,
+    /// Bytes of quantized cache a device reads again, beyond `read`, where its backend
+    /// reads each KV head's cache once per query head sharing it
+    /// ([`EngineRules::rereads_quantized_kv`]).
+    pub kv_reread: f64,
 }
 
 impl Sub for Step {
@@ -60,6 +64,7 @@ impl Sub for Step {
             ffn_flops: self.ffn_flops - o.ffn_flops,
             prefill_read: self.prefill_read - o.prefill_read,
             prefill_flops: self.prefill_flops - o.prefill_flops,
+            kv_reread: self.kv_reread - o.kv_reread,
         }
     }
 }
@@ -74,6 +79,9 @@ struct StepParts {
     ffn_dense_read: f64,
     ffn_flops_per_sequence: f64,
     kv_read_per_sequence: f64,
+    /// Per sequence, the quantized cache's reads beyond the first by a backend that reads a
+    /// KV head's cache once per query head: `(query heads per KV head − 1) × cache read`.
+    kv_reread_per_sequence: f64,
     flops_per_sequence: f64,
 }
 
@@ -112,6 +120,13 @@ impl LayerTable {
         // Q·K and attention·V: 2 FLOPs each per head element and cached token. In f64: head
         // counts and sizes may come from a GGUF's metadata, unbounded.
         let attention = 4.0 * arch.num_heads as f64 * arch.head_dim as f64;
+        // A quantized cache read by the vector kernel (see `EngineRules::rereads_quantized_kv`):
+        // ordinary attention with a head size that kernel takes; MLA's one latent head goes
+        // to another kernel.
+        let vector_kernel = workload.kv.is_quantized()
+            && arch.mla.is_none()
+            && arch.head_dim.is_multiple_of(64)
+            && arch.head_dim <= 256;
         let layers = model.layers();
         let n = layers.len();
         let mut table = LayerTable {
@@ -149,6 +164,14 @@ impl LayerTable {
             };
             // A recurrent layer reads its state each step (and writes it back).
             let state_read = F32 * state_elements as f64;
+            let kv_elements = arch.kv_elements.get(i).copied().unwrap_or(0);
+            let rereads = if vector_kernel && kv_elements > 0 {
+                // K and V of one KV head: 2 × head_dim elements.
+                let query_heads_per_kv_head = (2 * arch.num_heads).saturating_mul(arch.head_dim) / kv_elements;
+                query_heads_per_kv_head.saturating_sub(1) as f64
+            } else {
+                0.0
+            };
             let (p, h, s) = (table.parts[i], table.held[i], table.step[i]);
             table.parts[i + 1] = StepParts {
                 dense_read: p.dense_read + dense,
@@ -156,6 +179,7 @@ impl LayerTable {
                 ffn_dense_read: p.ffn_dense_read + ffn_dense,
                 ffn_flops_per_sequence: p.ffn_flops_per_sequence + 2.0 * ffn_active,
                 kv_read_per_sequence: p.kv_read_per_sequence + tokens as f64 * kv_per_token as f64 + state_read,
+                kv_reread_per_sequence: p.kv_reread_per_sequence + rereads * tokens as f64 * kv_per_token as f64,
                 flops_per_sequence: p.flops_per_sequence + 2.0 * active_params + attention * tokens as f64,
             };
             table.held[i + 1] = Held {
@@ -179,7 +203,11 @@ impl LayerTable {
     /// experts × touched + sequences × KV` and `flops = sequences × per-sequence FLOPs`.
     pub(super) fn set_step(&mut self, sequences: f64) {
         let touched = self.active_fraction.map_or(1.0, |p| 1.0 - (1.0 - p).powf(sequences));
+        // The vector kernel takes a step of one query row; more go to kernels that share a
+        // KV head's reads among its query heads.
+        let reread = if sequences <= 1.0 { sequences } else { 0.0 };
         for (sums, p) in self.step.iter_mut().zip(&self.parts) {
+            sums.kv_reread = reread * p.kv_reread_per_sequence;
             sums.read = p.dense_read + p.expert_read * touched + sequences * p.kv_read_per_sequence;
             sums.flops = sequences * p.flops_per_sequence;
             sums.ffn_read = p.ffn_dense_read + p.expert_read * touched;

@@ -537,7 +537,7 @@ impl CostModel {
         let mut compute_bound = true;
         for l in 0..self.layers() {
             let layer = self.layers.step(l, l + 1);
-            let m = layer.read * rates.inv_bandwidth;
+            let m = rates.device_read(&layer) * rates.inv_bandwidth;
             let c = layer.flops * rates.inv_decode_compute;
             memory_bound &= m >= c;
             compute_bound &= c >= m;
@@ -558,7 +558,7 @@ impl CostModel {
         let sums = self.layers.step_prefix(at);
         at as f64 * rates.per_layer_s
             + match regime {
-                Regime::Memory => sums.read * rates.inv_bandwidth,
+                Regime::Memory => rates.device_read(sums) * rates.inv_bandwidth,
                 Regime::Compute => sums.flops * rates.inv_decode_compute,
             }
     }

@@ -2,6 +2,7 @@
 //! system RAM and CPU when the scenario gives them — one value per machine, so a subset of
 //! machines is a subset of values.
 
+use super::layers::Step;
 use super::offload::Memo;
 use crate::calibration::{FITTED, Measured, measured};
 use crate::device::{Backend, DeviceKind};
@@ -9,13 +10,15 @@ use crate::engine::EngineRules;
 use crate::model::Model;
 use crate::problem::{Host, Node};
 
-/// The fraction of the CPU backend's fitted bandwidth a host tier reaches beside a GPU:
-/// the median over the published partial-offload runs in `tests/calibration/offload.csv`
-/// (9 llama.cpp runs, two machines: a `-ngl` sweep of a 14B model on DDR4-2400 and
-/// `-ngl`/`--n-cpu-moe` runs on quad-channel DDR4) of the fraction that makes each
-/// prediction exact, 0.62–0.93 apart. On a spec sheet's RAM figure llama.cpp's host part
-/// reaches about 0.6–0.7 of the peak (`docs/offload-measurements.md`).
-pub(crate) const HOST_TIER_BANDWIDTH: f64 = 0.83;
+/// The fraction of the CPU backend's fitted bandwidth a host tier reaches beside a GPU: the
+/// value that minimises the median |error| over the published runs of one GPU with its
+/// system RAM in `tests/calibration/offload.csv` (24 llama.cpp runs on six machines: `-ngl`
+/// sweeps, experts in RAM by `-ot` and `--n-cpu-moe`, CUDA and ROCm, each at the depth it
+/// measured), where each run alone would want 0.39–1.07 (0.67 at the median): machines
+/// differ more than any one term can say. It was 0.83 when fitted to 9 runs priced at their
+/// full context (issue #34); pricing decode at the measured depth (issue #45) made those
+/// runs' host parts look faster than they are.
+pub(crate) const HOST_TIER_BANDWIDTH: f64 = 0.685;
 
 /// FLOPs per weight of a matrix-vector product (a multiply and an add).
 pub(super) const FLOPS_PER_WEIGHT: f64 = 2.0;
@@ -45,6 +48,9 @@ pub(crate) struct NodeCost {
     pub host: Option<HostCost>,
     /// The device holds a first stage's token embedding (else the server's RAM does).
     pub keeps_embedding: bool,
+    /// The device reads a quantized cache once per query head
+    /// ([`EngineRules::rereads_quantized_kv`]): what it reads is [`NodeCost::device_read`].
+    pub rereads_kv: bool,
     /// The best placement of each stage on a machine with system RAM, filled on demand.
     pub(super) memo: Memo,
 }
@@ -96,8 +102,16 @@ impl NodeCost {
             host,
             // A device with system RAM beside it is a GPU, whatever kind the node names.
             keeps_embedding: rules.embedding_on_device(if host.is_some() { Some(DeviceKind::Gpu) } else { node.kind }),
+            rereads_kv: rules.rereads_quantized_kv(node.backend),
             memo: Memo::default(),
         }
+    }
+
+    /// Bytes the device reads for `step`: its reads, and the cache's again where the device
+    /// reads it once per query head. (Host RAM's CPU reads `step.read`.)
+    #[inline(always)]
+    pub(crate) fn device_read(&self, step: &Step) -> f64 {
+        if self.rereads_kv { step.read + step.kv_reread } else { step.read }
     }
 
     /// The least time per byte read on any of the node's tiers (for lower bounds).

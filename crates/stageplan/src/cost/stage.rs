@@ -148,8 +148,9 @@ impl CostModel {
             }
             return work;
         }
+        let device = &self.nodes[node];
         let mut work = Work {
-            device_read: stage.read - hosted.read - ffn.ffn_read,
+            device_read: device.device_read(&stage) - device.device_read(&hosted) - ffn.ffn_read,
             device_flops: stage.flops - hosted.flops - ffn.ffn_flops,
             host_read: hosted.read + ffn.ffn_read,
             host_flops: hosted.flops + ffn.ffn_flops,
@@ -197,7 +198,7 @@ impl CostModel {
     fn device_work(&self, node: usize, start: usize, end: usize, stage: &Step) -> Work {
         let (first, last) = (start == 0, end == self.layers());
         let mut work = Work {
-            device_read: stage.read,
+            device_read: self.nodes[node].device_read(stage),
             device_flops: stage.flops,
             device_layers: end - start,
             on_device: true,

@@ -195,6 +195,7 @@ mod without_system_ram {
         let (read, flops) = c.step_work(start, end);
         let rates = &c.nodes[node];
         let stage = c.layers.step(start, end);
+        let read = read + if rates.rereads_kv { stage.kv_reread } else { 0.0 };
         let (mut prefill_read, mut prefill_flops) = (stage.prefill_read, stage.prefill_flops);
         for (holds, extra) in [(start == 0, &c.embed), (end == c.layers(), &c.head)] {
             if holds {
@@ -334,4 +335,40 @@ fn a_response_into_the_context_reads_less_cache_than_its_end() {
     assert_eq!(error.path, "workload.depth");
     let error = Scenario::from_json(&json(r#", "response": 0"#)).unwrap().problem().unwrap_err();
     assert_eq!(error.path, "workload.response");
+}
+
+#[test]
+fn a_quantized_cache_is_read_once_per_query_head_on_cuda_and_rocm() {
+    // Llama 3.1 8B (32 query heads over 8 KV heads) at 32k tokens: with a q8_0 cache,
+    // llama.cpp's vector flash-attention kernel reads each KV head's cache in each of its 4
+    // query heads' blocks on CUDA and ROCm; an f16 cache, another backend or a step of
+    // several sequences reads it once (#45).
+    let cost_of = |backend: &str, kv: &str, batch: u64| {
+        cost(&format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}}, "workload": {{"context": 32768, "kv": "{kv}", "batch": {batch}}},
+                "nodes": [{{"name": "a", "kind": "gpu", "backend": "{backend}", "memory": "80 GiB", "bandwidth": "1 TB/s", "compute": "100 TFLOPS"}}]}}"#
+        ))
+    };
+    let extra = |c: &CostModel| {
+        let step = c.layers.step(0, 32);
+        c.nodes[0].device_read(&step) - step.read
+    };
+    let q8_kv_read = 32.0 * 32768.0 * 2.0 * 8.0 * 128.0 * 34.0 / 32.0;
+    for backend in ["cuda", "rocm"] {
+        let c = cost_of(backend, "q8_0", 1);
+        assert!((extra(&c) / (3.0 * q8_kv_read) - 1.0).abs() < 1e-9, "{backend}: {}", extra(&c));
+    }
+    assert_eq!(extra(&cost_of("metal", "q8_0", 1)), 0.0);
+    assert_eq!(extra(&cost_of("cuda", "f16", 1)), 0.0);
+    assert_eq!(extra(&cost_of("cuda", "q8_0", 4)), 0.0);
+    // And the plan says so: slower than f16 at depth on CUDA, not on Metal.
+    let speed = |backend: &str, kv: &str| {
+        let json = format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}}, "workload": {{"context": 32768, "kv": "{kv}"}},
+                "nodes": [{{"name": "a", "kind": "gpu", "backend": "{backend}", "memory": "80 GiB", "bandwidth": "1 TB/s", "compute": "100 TFLOPS"}}]}}"#
+        );
+        crate::plan(&Scenario::from_json(&json).unwrap().problem().unwrap()).stream_tokens_per_s
+    };
+    assert!(speed("cuda", "q8_0") < 0.8 * speed("cuda", "f16"));
+    assert!(speed("metal", "q8_0") > speed("metal", "f16"));
 }

@@ -13,6 +13,7 @@
 
 mod buffers;
 
+use crate::device::Backend;
 use serde::{Deserialize, Serialize};
 
 pub use buffers::Dims;
@@ -71,6 +72,9 @@ pub struct EngineRules {
     pub shared_cache_copies: u64,
     /// The export (`--to`) that runs plans made for this engine, if one does.
     pub export: Option<&'static str>,
+    /// Backends whose decode step reads a quantized KV cache once per query head (see
+    /// [`EngineRules::rereads_quantized_kv`]).
+    quantized_kv_per_query_head: &'static [Backend],
     /// How its buffers are sized.
     buffers: BufferModel,
 }
@@ -103,6 +107,7 @@ const LLAMA_CPP: EngineRules = EngineRules {
     host_ram: HostRam::CpuRuns,
     shared_cache_copies: LLAMA_CPP_PIPELINE_COPIES,
     export: Some("llama.cpp"),
+    quantized_kv_per_query_head: &[Backend::Cuda, Backend::Rocm],
     buffers: BufferModel::LlamaCpp,
 };
 
@@ -114,6 +119,7 @@ const VLLM: EngineRules = EngineRules {
     host_ram: HostRam::Streamed,
     shared_cache_copies: 0,
     export: Some("vllm"),
+    quantized_kv_per_query_head: &[],
     buffers: BufferModel::Activations,
 };
 
@@ -125,6 +131,7 @@ const GENERIC: EngineRules = EngineRules {
     host_ram: HostRam::CpuRuns,
     shared_cache_copies: 0,
     export: None,
+    quantized_kv_per_query_head: &[],
     buffers: BufferModel::Activations,
 };
 
@@ -133,6 +140,19 @@ impl EngineRules {
     /// server's host RAM does).
     pub fn embedding_on_device(&self, kind: Option<crate::device::DeviceKind>) -> bool {
         !self.embedding_in_host_ram || kind != Some(crate::device::DeviceKind::Gpu)
+    }
+
+    /// Whether a decode step on `backend` reads a quantized KV cache once per query head
+    /// rather than once per KV head. llama.cpp's CUDA and HIP code sends a one-row step with
+    /// a quantized K or V cache to its vector flash-attention kernel
+    /// (`ggml_cuda_get_best_fattn_kernel`, `ggml-cuda/fattn.cu`), which runs one block per
+    /// query head and reads that head's KV head in each (`fattn-vec.cuh`: `K += nb12*(head /
+    /// gqa_ratio)`); an f16 cache goes to kernels that read it once per group. Published
+    /// runs show it: Qwen3-235B-A22B (16 query heads per KV head) on an RTX A6000 slows from
+    /// 10.2 to 6.4 tok/s by 32k tokens with a q8_0 cache, from 10.4 to 9.5 with f16
+    /// (`tests/calibration/offload.csv`).
+    pub fn rereads_quantized_kv(&self, backend: Backend) -> bool {
+        self.quantized_kv_per_query_head.contains(&backend)
     }
 
     /// KV cells a layer with `window` keeps per sequence at `context`, with micro-batches of

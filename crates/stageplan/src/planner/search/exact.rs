@@ -34,6 +34,7 @@ impl<'a> Space<'a> {
                     && x.inv_decode_compute == y.inv_decode_compute
                     && x.per_layer_s == y.per_layer_s
                     && x.capacity == y.capacity
+                    && x.rereads_kv == y.rereads_kv
                     && x.host == y.host
             };
             let twin = if uniform && Some(i) != required_pos {
