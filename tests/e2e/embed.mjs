@@ -83,10 +83,12 @@ await check('both widgets render the plans the CLI computes', async () => {
   // #35's memory per architecture and 16 model presets grow the core the widget plans with
   // as they grow the page's (+7.1 kB there): 180 kB, as the page's budget went to 325 kB.
   // #35's riders (a draft model, a vision projector) are in every plan's road: 184.2 kB
-  // measured, 190 kB, as the page's went to 340 kB.
+  // measured, 190 kB, as the page's went to 340 kB. #45's decode at a stated depth and a
+  // quantized cache's reads per query head: 190.2 kB measured (2026-12-05), 195 kB — a
+  // ratchet, as the page's 350 kB, while #45 item 7 (150 kB by loading on demand) is open.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip <= 190_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
-  // The page's own API call shares the widgets' module: fetched once, ≤ 190 kB for both.
+  assert.ok(metrics.load_to_plan.gzip <= 195_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  // The page's own API call shares the widgets' module: fetched once, ≤ 195 kB for both.
   await page.waitForFunction(() => document.getElementById('api-example').textContent.includes('tok/s'));
   const direct = cliPlan({
     model: { preset: 'llama-3.1-70b', weights: 'q4_k_m' },
@@ -96,7 +98,7 @@ await check('both widgets render the plans the CLI computes', async () => {
   assert.equal(await page.locator('#api-example').textContent(), `desk + gamer: ${sig3(direct.stream_tokens_per_s)} tok/s for one user, ${direct.stages.length} stages`);
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
   metrics.load_with_api = fetched(from);
-  assert.ok(metrics.load_with_api.gzip <= 190_000, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
+  assert.ok(metrics.load_with_api.gzip <= 195_000, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
   assert.equal(served.slice(from).filter((r) => r.path.endsWith('.wasm')).length, 1, 'one planner module, fetched once');
   assert.ok(!metrics.load_with_api.files.some((f) => f.startsWith('/more/')), 'the model-file module loads only on use');
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
