@@ -259,6 +259,8 @@ pub struct FixedOffload {
     pub stage: Placement,
     pub host_layers: usize,
     pub host_ffn: usize,
+    /// The output head in host RAM too (`-ngl 0`).
+    pub head_on_host: bool,
 }
 
 /// A scenario after checking: ready to plan.

@@ -354,7 +354,8 @@ pub struct StageSpec {
     pub layers: [u64; 2],
     /// On a machine with system RAM (`host`), what it keeps there, as llama.cpp's flags
     /// would: the stage's first `host_layers` layers whole (`-ngl`, a first stage only),
-    /// then `host_ffn` layers' FFN or routed experts (`--n-cpu-moe`). Absent: the fastest.
+    /// then `host_ffn` layers' FFN or routed experts (`--n-cpu-moe`), and with `host_head`
+    /// the output head too (`-ngl 0`). Absent: the fastest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<OffloadSpec>,
 }
@@ -365,6 +366,9 @@ pub struct StageSpec {
 pub struct OffloadSpec {
     pub host_layers: u64,
     pub host_ffn: u64,
+    /// The output head in RAM as well (`-ngl 0`): a one-stage plan with every layer in RAM.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub host_head: bool,
 }
 
 /// What the planner optimises.

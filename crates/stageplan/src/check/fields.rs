@@ -445,10 +445,21 @@ impl Scenario {
                     ),
                 ));
             }
+            // llama.cpp's `-ngl` counts the output as the last layer it offloads: only
+            // `-ngl 0` leaves it in RAM, with every layer there.
+            if offload.host_head && (specs.len() != 1 || offload.host_layers != layers) {
+                return Err(ScenarioError::field(
+                    at("host_head"),
+                    format!(
+                        "is true, but only a one-stage plan with every layer in RAM keeps its head there (`-ngl 0`): give `host_layers` {layers} in a single stage, or false"
+                    ),
+                ));
+            }
             out.push(FixedOffload {
                 stage,
                 host_layers: offload.host_layers as usize,
                 host_ffn: offload.host_ffn as usize,
+                head_on_host: offload.host_head,
             });
         }
         Ok(out)

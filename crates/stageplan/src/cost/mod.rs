@@ -208,7 +208,12 @@ impl CostModel {
             .fixed_offloads
             .iter()
             .map(|f| {
-                let offload = Offload { host_layers: f.host_layers, host_ffn: f.host_ffn, ..Offload::NONE };
+                let offload = Offload {
+                    host_layers: f.host_layers,
+                    host_ffn: f.host_ffn,
+                    head_on_host: f.head_on_host,
+                    ..Offload::NONE
+                };
                 (f.stage, offload)
             })
             .collect();

@@ -372,3 +372,36 @@ fn a_quantized_cache_is_read_once_per_query_head_on_cuda_and_rocm() {
     assert!(speed("cuda", "q8_0") < 0.8 * speed("cuda", "f16"));
     assert!(speed("metal", "q8_0") > speed("metal", "f16"));
 }
+
+#[test]
+fn a_manual_offload_may_keep_the_head_in_ram_as_ngl_0_does() {
+    // Llama 3.1 8B on a 4 GB GPU with every layer and its head in RAM (`-ngl 0`, #45): the
+    // head's 411 MiB (its q6_k output) move to RAM, the export writes `--n-gpu-layers 0`; anything but a single
+    // stage with every layer in RAM is refused at the field.
+    let json = |offload: &str| {
+        format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}}, "workload": {{"context": 4096}}, "policy": "manual",
+                "stages": [{{"node": "desk", "layers": [0, 32], "offload": {offload}}}],
+                "nodes": [{{"name": "desk", "kind": "gpu", "memory": "4 GiB", "bandwidth": "200 GB/s", "compute": "10 TFLOPS",
+                            "host": {{"memory": "16 GiB", "bandwidth": "50 GB/s", "threads": 8}}}}]}}"#
+        )
+    };
+    let plan_of = |offload: &str| crate::plan(&Scenario::from_json(&json(offload)).unwrap().problem().unwrap());
+    let head_in_ram = plan_of(r#"{"host_layers": 32, "host_head": true}"#);
+    let head_on_gpu = plan_of(r#"{"host_layers": 32}"#);
+    let (ram, gpu) = (head_in_ram.stages[0].offload.as_ref().unwrap(), head_on_gpu.stages[0].offload.as_ref().unwrap());
+    assert!(ram.head_on_host && !gpu.head_on_host);
+    let moved = ram.memory.embed_head - gpu.memory.embed_head;
+    // The q6_k output (210 bytes a block of 256) and its f32 norm.
+    assert_eq!(moved, 128_256 * 4096 / 256 * 210 + 4096 * 4, "{ram:?} {gpu:?}");
+    let export =
+        crate::export::export(&head_in_ram, crate::export::Target::LlamaCpp, &crate::export::ExportOptions::default())
+            .unwrap();
+    assert!(export.text.contains("--n-gpu-layers 0"), "{}", export.text);
+    for refused in
+        [r#"{"host_layers": 31, "host_head": true}"#, r#"{"host_layers": 0, "host_ffn": 32, "host_head": true}"#]
+    {
+        let error = Scenario::from_json(&json(refused)).unwrap().problem().unwrap_err();
+        assert_eq!(error.path, "stages[0].offload.host_head", "{refused}");
+    }
+}
