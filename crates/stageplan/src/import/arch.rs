@@ -41,7 +41,8 @@ const RECURRENT: [(Arch, &str); 6] = [
 
 /// Whether llama.cpp sizes `family`'s recurrent state as this module does.
 fn sized_recurrent(family: Arch) -> bool {
-    RECURRENT.iter().any(|&(a, _)| a == family)
+    debug_assert_eq!(RECURRENT.iter().any(|&(a, _)| a == family), family.has_recurrent_layers());
+    family.has_recurrent_layers()
 }
 
 /// Key groups that mean state llama.cpp sizes per architecture.

@@ -165,6 +165,12 @@ impl Arch {
         }
     }
 
+    /// Families whose layers (some or all) keep recurrent state instead of a KV cache: Mamba,
+    /// a Mamba-2 hybrid, a short convolution (LFM2), a Gated DeltaNet (Qwen3-Next).
+    pub fn has_recurrent_layers(self) -> bool {
+        matches!(self, Arch::Mamba | Arch::Mamba2 | Arch::FalconH1 | Arch::GraniteHybrid | Arch::Lfm2 | Arch::Qwen3Next)
+    }
+
     /// DeepSeek's configs must describe latent attention.
     pub fn needs_latent_attention(self) -> bool {
         matches!(self, Arch::DeepseekV2 | Arch::DeepseekV3)

@@ -290,6 +290,7 @@ impl HfConfig {
                 ));
             }
         }
+        c.attention_only(family, &model_type)?;
         let windows = c.windows(family, num_layers)?;
         Ok(Transformer {
             hidden_size,
@@ -406,6 +407,30 @@ impl HfConfig {
             shared_intermediate: Some(shared).filter(|&s| s > 0),
             sparse_layers,
         }))
+    }
+
+    /// Refuses a config whose layers are not all attention: a Gated DeltaNet's linear
+    /// attention, Mamba, a short convolution keep recurrent state, with weights of their own,
+    /// that config.json does not size the way llama.cpp does (a GGUF file says it: its
+    /// `ssm.*` keys and tensors). Sized as attention they would be wrong without a word.
+    fn attention_only(&self, family: Arch, model_type: &str) -> Result<(), ModelError> {
+        let fix = "stageplan sizes such layers from the model's GGUF file: plan with `model.file` (the CLI and the page read its header)";
+        let attention = |kind: &str| kind.ends_with("attention") && !kind.contains("linear");
+        if let Some((i, kind)) = self.layer_types.iter().flatten().enumerate().find(|(_, k)| !attention(k)) {
+            return Err(ModelError::invalid(
+                "layer_types",
+                &format!(
+                    "has {kind:?} layers (layer {i} the first), which keep recurrent state, not a KV cache; {fix}"
+                ),
+            ));
+        }
+        if family.has_recurrent_layers() {
+            return Err(ModelError::invalid(
+                "model_type",
+                &format!("is {model_type:?}, a model with recurrent layers beside or instead of attention; {fix}"),
+            ));
+        }
+        Ok(())
     }
 
     fn windows(&self, family: Arch, num_layers: u64) -> Result<Vec<Option<u64>>, ModelError> {
@@ -525,6 +550,29 @@ mod tests {
             ),
             vec![None, Some(16), None, Some(16)]
         );
+    }
+
+    #[test]
+    fn layers_that_are_not_attention_are_refused_naming_their_kind() {
+        // Qwen3.5's and Qwen3-Next's Gated DeltaNet layers, LFM2's convolutions, Mamba
+        // hybrids: sized as attention they were wrong without a word (#45).
+        let base = r#""hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+                       "num_attention_heads": 4, "vocab_size": 100"#;
+        let error =
+            |extra: &str| HfConfig::from_json(&format!("{{{base}{extra}}}")).unwrap().transformer().unwrap_err();
+        let linear = error(
+            r#", "model_type": "qwen3_5_moe_text", "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"]"#,
+        );
+        assert!(
+            matches!(&linear, ModelError::Invalid { field, problem } if field == "layer_types" && problem.contains("\"linear_attention\" layers (layer 0 the first)") && problem.contains("model.file")),
+            "{linear}"
+        );
+        let conv = error(r#", "model_type": "lfm2", "layer_types": ["conv", "conv", "full_attention", "conv"]"#);
+        assert!(conv.to_string().contains("\"conv\""), "{conv}");
+        for model_type in ["qwen3_next", "falcon_h1", "mamba2", "granitemoehybrid"] {
+            let e = error(&format!(r#", "model_type": "{model_type}""#));
+            assert!(matches!(&e, ModelError::Invalid { field, .. } if field == "model_type"), "{model_type}: {e}");
+        }
     }
 
     #[test]
