@@ -5,7 +5,7 @@
 //! as the CLI does and its errors name the same fields. The whole state travels in the URL
 //! fragment (`#s1.` + base64url JSON): versioned, bounded in size, decoded defensively.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 use stageplan::Scenario;
 use stageplan::plan::Change;
@@ -15,8 +15,10 @@ use stageplan::units::{Dimension, parse_quantity};
 
 use crate::fields::{InputError, Place};
 
+mod share;
+
 /// Where the model comes from.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelSource {
     #[default]
@@ -28,8 +30,7 @@ pub enum ModelSource {
 }
 
 /// The model as edited.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelDraft {
     pub source: ModelSource,
     pub preset: String,
@@ -137,8 +138,7 @@ impl Default for ModelDraft {
 }
 
 /// One machine as edited.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct NodeDraft {
     /// Stable while the node exists, so its row keeps focus while it is edited.
     pub id: u64,
@@ -203,8 +203,7 @@ impl NodeDraft {
 }
 
 /// A link between two named nodes, as edited.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PairDraft {
     pub a: String,
     pub b: String,
@@ -212,9 +211,9 @@ pub struct PairDraft {
     pub latency: String,
 }
 
-/// Everything the page holds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// Everything the page holds. A share link carries it as JSON (`to_fragment`), read back
+/// by hand (`share`): no derived `Deserialize` on a first plan's road.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AppState {
     pub model: ModelDraft,
     pub context: String,
@@ -513,7 +512,11 @@ impl AppState {
         if bytes.first() != Some(&b'{') {
             return Err(ShareError("the share link does not hold a plan (not a JSON object); copy it again".into()));
         }
-        let state: AppState = serde_json::from_slice(&bytes)
+        // As text, with the one JSON reader the page has (`from_str`, not `from_slice`).
+        let state = std::str::from_utf8(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<Value>(text).map_err(|e| e.to_string()))
+            .and_then(|value| share::app_state(&value))
             .map_err(|e| ShareError(format!("the share link does not hold a plan ({e}); copy it again")))?;
         let texts = std::iter::once(&state.model.config).chain(state.nodes.iter().flat_map(|n| {
             [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve, &n.fit, &n.ram, &n.ram_memory]
