@@ -133,9 +133,13 @@ context: number,
  */
 batch: number, 
 /**
- * KV-cache format (`f16`, `q8_0`, …).
+ * KV-cache format (`f16`, `q8_0`, …): K's, and V's unless `kv_v` gives it.
  */
 kv: string, 
+/**
+ * The V cache's format where it differs from K's (llama.cpp's `-ctv`).
+ */
+kv_v: string | null, 
 /**
  * Prompt tokens per prefill step (llama.cpp's `--ubatch-size`); 512 when absent.
  */

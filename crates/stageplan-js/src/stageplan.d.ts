@@ -72,7 +72,10 @@ export interface HfConfig {
 export interface WorkloadSpec {
   context?: number;
   batch?: number;
+  /** The KV cache's format: K's and V's, or K's alone beside `kv_v` (default `f16`). */
   kv?: string;
+  /** The V cache's format where it differs from K's (llama.cpp's `-ctv`). */
+  kv_v?: string;
   workspace?: Quantity | "auto";
   prefill_chunk?: number;
   /** llama.cpp's `--flash-attn on` (default true); a quantized KV cache needs it. */

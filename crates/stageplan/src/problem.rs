@@ -15,7 +15,10 @@ use crate::tensor_type::TensorType;
 pub struct Workload {
     pub context: u64,
     pub batch: u64,
+    /// The K cache's format (llama.cpp's `-ctk`).
     pub kv: TensorType,
+    /// The V cache's format (`-ctv`): `kv` unless the scenario gives `kv_v`.
+    pub kv_v: TensorType,
     /// Explicit workspace bytes per stage, or `None` for the engine's buffers.
     pub workspace: Option<u64>,
     pub prefill_chunk: u64,
@@ -48,6 +51,7 @@ impl Workload {
         context: 4096,
         batch: 1,
         kv: TensorType::F16,
+        kv_v: TensorType::F16,
         workspace: None,
         prefill_chunk: 512,
         flash_attention: true,
@@ -59,6 +63,17 @@ impl Workload {
 }
 
 impl Workload {
+    /// The cache's bytes per token of a layer with `k` and `v` elements per token
+    /// (`Transformer::k_and_v_elements`).
+    pub fn kv_bytes(&self, (k, v): (u64, u64)) -> u64 {
+        self.kv.bytes(k).saturating_add(self.kv_v.bytes(v))
+    }
+
+    /// Either cache quantized.
+    pub fn quantized_kv(&self) -> bool {
+        self.kv.is_quantized() || self.kv_v.is_quantized()
+    }
+
     /// The cache a decoded token reads on average over the response: `depth + response ÷ 2`
     /// tokens, at most the context.
     pub fn decode_depth(&self) -> u64 {
@@ -72,7 +87,8 @@ impl Workload {
             batch: self.batch,
             prefill_chunk: self.prefill_chunk,
             flash_attention: self.flash_attention,
-            quantized_kv: self.kv.is_quantized(),
+            quantized_k: self.kv.is_quantized(),
+            quantized_v: self.kv_v.is_quantized(),
         }
     }
 }

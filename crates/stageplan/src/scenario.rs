@@ -133,8 +133,13 @@ pub struct WorkloadSpec {
     pub context: u64,
     /// Sequences decoded together in one step.
     pub batch: u64,
-    /// KV-cache element format: `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0`, `iq4_nl`.
+    /// KV-cache element format: `f16`, `bf16`, `f32`, `fp8`, `q8_0`, `q5_1`, `q5_0`, `q4_1`, `q4_0`, `iq4_nl`;
+    /// K's and V's, or K's alone where `kv_v` is given.
     pub kv: String,
+    /// The V cache's format where it differs from K's (llama.cpp's `-ctk q8_0 -ctv f16`);
+    /// omitted: `kv`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_v: Option<String>,
     /// Activation buffers per stage; `"auto"` or omitted estimates them (see [`crate::cost`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace: Option<Workspace>,

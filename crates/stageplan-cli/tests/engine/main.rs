@@ -50,10 +50,11 @@ const CASES: [Case; 5] = [
         stages: 3,
     },
     Case {
-        name: "f16-batch-2-no-flash-attention",
+        // K and V apart (`-ctk q8_0 -ctv f16`), which llama.cpp runs without flash attention.
+        name: "k-q8_0-v-f16-batch-2-no-flash-attention",
         model: &["--layers", "8", "--hidden", "512", "--heads", "8", "--head-dim", "128", "--kv-heads", "2"],
         quantize: None,
-        workload: r#"{"context": 1024, "batch": 2, "kv": "f16", "flash_attention": false}"#,
+        workload: r#"{"context": 1024, "batch": 2, "kv": "q8_0", "kv_v": "f16", "flash_attention": false}"#,
         memory: &[96, 96],
         stages: 2,
     },

@@ -29,6 +29,7 @@ impl Default for WorkloadSpec {
             context,
             batch,
             kv: kv.name().to_owned(),
+            kv_v: None,
             workspace: None,
             prefill_chunk,
             flash_attention,
@@ -58,6 +59,15 @@ impl Scenario {
         let file = self.model.file()?.map(str::to_owned);
         let riders = self.check_riders(draft)?;
         let workload = Workload { engine: self.engine, ..self.workload.check()? };
+        if model.arch.mla.is_some() && workload.kv_v != workload.kv {
+            return Err(ScenarioError::field(
+                "workload.kv_v",
+                format!(
+                    "is `{}` beside a `{}` K cache; this model's latent attention keeps V inside K's cache (llama.cpp refuses two types): leave `kv_v` out",
+                    workload.kv_v, workload.kv
+                ),
+            ));
+        }
         let nodes = self.check_nodes()?;
         let cells = nodes.len().saturating_mul(model.num_layers());
         if cells > MAX_NODE_LAYERS {
@@ -657,6 +667,12 @@ impl WorkloadSpec {
             None => DEFAULT_RESPONSE,
         };
         let kv = parse_kv(&self.kv)?;
+        let kv_v = match &self.kv_v {
+            Some(name) => {
+                crate::tensor_type::kv_format(name).map_err(|e| ScenarioError::field("workload.kv_v", e.to_string()))?
+            }
+            None => kv,
+        };
         let workspace = match &self.workspace {
             Some(Workspace::Size(bytes)) if bytes.get() > MAX_BYTES => {
                 return Err(ScenarioError::field(
@@ -667,12 +683,12 @@ impl WorkloadSpec {
             Some(Workspace::Size(bytes)) => Some(bytes.get() as u64),
             Some(Workspace::Auto(_)) | None => None,
         };
-        if !self.flash_attention && kv.is_quantized() {
+        if !self.flash_attention && kv_v.is_quantized() {
+            let (field, name) = if self.kv_v.is_some() { ("kv_v", kv_v.name()) } else { ("kv", kv.name()) };
             return Err(ScenarioError::field(
                 "workload.flash_attention",
                 format!(
-                    "is false with a `{}` KV cache; llama.cpp needs flash attention for a quantized V cache: set it true or use `kv` f16",
-                    self.kv
+                    "is false with a `{name}` V cache; llama.cpp needs flash attention for a quantized V cache: set it true or use `{field}` f16"
                 ),
             ));
         }
@@ -680,6 +696,7 @@ impl WorkloadSpec {
             context: self.context,
             batch: self.batch,
             kv,
+            kv_v,
             workspace,
             prefill_chunk: self.prefill_chunk,
             flash_attention: self.flash_attention,

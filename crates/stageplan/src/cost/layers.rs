@@ -123,10 +123,8 @@ impl LayerTable {
         // A quantized cache read by the vector kernel (see `EngineRules::rereads_quantized_kv`):
         // ordinary attention with a head size that kernel takes; MLA's one latent head goes
         // to another kernel.
-        let vector_kernel = workload.kv.is_quantized()
-            && arch.mla.is_none()
-            && arch.head_dim.is_multiple_of(64)
-            && arch.head_dim <= 256;
+        let vector_kernel =
+            workload.quantized_kv() && arch.mla.is_none() && arch.head_dim.is_multiple_of(64) && arch.head_dim <= 256;
         let layers = model.layers();
         let n = layers.len();
         let mut table = LayerTable {
@@ -143,7 +141,8 @@ impl LayerTable {
             let tokens = window.map_or(reads, |w| w.min(reads));
             let prefill_tokens = window.map_or(context, |w| w.min(context));
             let padded = if workload.flash_attention { 0 } else { arch.v_pad_elements.get(i).copied().unwrap_or(0) };
-            let kv_per_token = workload.kv.bytes(arch.kv_elements.get(i).copied().unwrap_or(0).saturating_add(padded));
+            let (k, v) = arch.k_and_v_elements(i);
+            let kv_per_token = workload.kv_bytes((k, v.saturating_add(padded)));
             let dense = (layer.bytes - layer.expert_bytes) as f64;
             let active_params = (layer.params - layer.expert_params) as f64
                 + layer.expert_params as f64 * active_fraction.unwrap_or(1.0);

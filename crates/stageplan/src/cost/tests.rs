@@ -405,3 +405,44 @@ fn a_manual_offload_may_keep_the_head_in_ram_as_ngl_0_does() {
         assert_eq!(error.path, "stages[0].offload.host_head", "{refused}");
     }
 }
+
+#[test]
+fn k_and_v_caches_apart_each_cost_their_own_format() {
+    // `-ctk q8_0 -ctv f16` (#45): Llama 3.1 8B's 32 layers hold 8 KV heads × 128 of K in
+    // q8_0 (34 bytes per 32) and as many of V in f16, at every cell of the context.
+    let kv_of = |workload: &str| {
+        let c = cost(&format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}}, "workload": {{"context": 4096{workload}}},
+                "nodes": [{{"name": "a", "kind": "gpu", "backend": "cuda", "memory": "80 GiB", "bandwidth": "1 TB/s", "compute": "100 TFLOPS"}}]}}"#
+        ));
+        c.layers.held(0, 32).kv
+    };
+    let (k, v) = (1024 * 34 / 32, 1024 * 2);
+    assert_eq!(kv_of(r#", "kv": "q8_0", "kv_v": "f16", "flash_attention": false"#), 32 * 4096 * (k + v));
+    assert_eq!(kv_of(r#", "kv": "f16", "kv_v": "q8_0""#), 32 * 4096 * (k + v));
+    assert_eq!(kv_of(r#", "kv": "q8_0""#), 32 * 4096 * 2 * k);
+    assert_eq!(kv_of(r#", "kv": "q8_0", "kv_v": "q8_0""#), 32 * 4096 * 2 * k);
+}
+
+#[test]
+fn a_v_cache_format_is_checked_at_its_field() {
+    let problem = |workload: &str, preset: &str| {
+        Scenario::from_json(&format!(
+            r#"{{"model": {{"preset": "{preset}"}}, "workload": {{"context": 4096, {workload}}},
+                "nodes": [{{"name": "a", "memory": "800 GiB", "bandwidth": "1 TB/s", "compute": "100 TFLOPS"}}]}}"#
+        ))
+        .unwrap()
+        .problem()
+    };
+    let path = |workload: &str, preset: &str| problem(workload, preset).unwrap_err().path;
+    // A quantized K beside an f16 V runs without flash attention; a quantized V does not.
+    problem(r#""kv": "q8_0", "kv_v": "f16", "flash_attention": false"#, "llama-3.1-8b").unwrap();
+    assert_eq!(
+        path(r#""kv": "f16", "kv_v": "q8_0", "flash_attention": false"#, "llama-3.1-8b"),
+        "workload.flash_attention"
+    );
+    assert_eq!(path(r#""kv_v": "q2_k""#, "llama-3.1-8b"), "workload.kv_v");
+    // Latent attention keeps V inside K's cache: one format (llama.cpp refuses two).
+    assert_eq!(path(r#""kv": "q8_0", "kv_v": "f16""#, "deepseek-v3"), "workload.kv_v");
+    problem(r#""kv": "q8_0", "kv_v": "q8_0""#, "deepseek-v3").unwrap();
+}

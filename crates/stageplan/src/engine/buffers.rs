@@ -113,10 +113,12 @@ pub struct Dims {
     altup: f64,
     /// Mamba-2's scan state per sequence (the widest layer's), live in the scan's step.
     scan_state: f64,
-    /// With a quantized KV cache, the rotation matrices of one cache (f32 elements): K's
-    /// `n × n` for the largest power of two `n ≥ 64` dividing the head, V's `64 × 64`
-    /// (`llama-kv-cache.cpp`'s `build_input_k_rot`), when the head is a multiple of 64.
-    rotation: f64,
+    /// The rotation matrices of one cache (f32 elements) when K is quantized: `n × n` for the
+    /// largest power of two `n ≥ 64` dividing the head (`llama-kv-cache.cpp`'s
+    /// `build_input_k_rot`), when the head is a multiple of 64; V's, when V is quantized,
+    /// `64 × 64` (`build_input_v_rot`).
+    k_rotation: f64,
+    v_rotation: f64,
     /// Mamba-2's rows across a cut, per token: its input projection (`2·inner + 2·groups·state
     /// + heads`, at most 5 hidden rows with inner twice the hidden size) to the next stage and
     /// its gate row (`inner`) back (`GGML_SCHED_DEBUG` of a two-stage run).
@@ -167,15 +169,16 @@ impl Dims {
         };
         let host_extra = if gemma3n { GEMMA3N_PER_LAYER_INPUT * arch.num_layers as f64 } else { 0.0 };
         let head = arch.head_dim;
-        let rotation = if head > 0 && head.is_multiple_of(64) {
+        let (k_rotation, v_rotation) = if head > 0 && head.is_multiple_of(64) {
             // In f64: the head may come from a file's header, unbounded.
             let k = 2f64.powi(head.trailing_zeros() as i32);
-            k * k + V_ROTATION * V_ROTATION
+            (k * k, V_ROTATION * V_ROTATION)
         } else {
-            0.0
+            (0.0, 0.0)
         };
         Dims {
-            rotation,
+            k_rotation,
+            v_rotation,
             input_extra: host_extra,
             altup: if gemma3n { GEMMA3N_ALTUP_ROWS * hidden } else { 0.0 },
             scan_state: if mamba2 { arch.state_elements.iter().copied().max().unwrap_or(0) as f64 } else { 0.0 },
@@ -221,7 +224,8 @@ fn buffers(model: BufferModel, dims: &Dims, shape: Shape) -> Buffers {
         scan_state,
         cut_after,
         cut_before,
-        rotation,
+        k_rotation,
+        v_rotation,
     } = *dims;
     match model {
         BufferModel::Activations => {
@@ -256,7 +260,9 @@ fn buffers(model: BufferModel, dims: &Dims, shape: Shape) -> Buffers {
             let mask = if fa { F16 } else { F32 };
             let rows = I64 * t + I64 * t * if fa { 1.0 } else { v_width };
             // A quantized cache's rotations, one set per cache (sliding and full apart).
-            let rotations = if shape.quantized_kv { F32 * rotation * f64::from(masks) } else { 0.0 };
+            let rotation =
+                if shape.quantized_k { k_rotation } else { 0.0 } + if shape.quantized_v { v_rotation } else { 0.0 };
+            let rotations = F32 * rotation * f64::from(masks);
             // What a device receives each micro-batch: the hidden state, mask, positions,
             // and the KV rows to write.
             let inputs = F32 * (hidden + input_extra) * t + mask * mask_cells * t + I32 * t + rows + rotations;

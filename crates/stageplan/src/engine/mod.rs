@@ -250,8 +250,10 @@ pub struct Shape {
     pub batch: u64,
     pub prefill_chunk: u64,
     pub flash_attention: bool,
-    /// A quantized KV cache, which llama.cpp rotates (Hadamard matrices as graph inputs).
-    pub quantized_kv: bool,
+    /// A quantized K cache, and V cache, which llama.cpp rotates (Hadamard matrices as
+    /// graph inputs, one for each quantized cache).
+    pub quantized_k: bool,
+    pub quantized_v: bool,
 }
 
 /// `cells` rounded up to whole blocks of `block`.
@@ -301,7 +303,14 @@ mod tests {
         // docs/llama-cpp-memory.md §2.6: Llama 3.1 8B, `-c 8192 -np 1 -ub 512 -fa on`, two
         // devices: 4 copies of ≈16 MiB of inputs and the 92 MiB MLP peak, ≈156 MiB.
         let dims = Dims::of(&model());
-        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true, quantized_kv: false };
+        let shape = Shape {
+            context: 8192,
+            batch: 1,
+            prefill_chunk: 512,
+            flash_attention: true,
+            quantized_k: false,
+            quantized_v: false,
+        };
         let b = Engine::LlamaCpp.rules().buffers(&dims, shape);
         let mib = |x: u64| x as f64 / 1048576.0;
         // 64 MiB of input copies, 92 MiB of MLP, 16 MiB of slack, 1 MiB of alignment.
@@ -317,16 +326,28 @@ mod tests {
         assert_eq!(long.stage - b.stage, 4 * 2 * 512 * 8192);
         // A quantized cache's rotations ride along with every copy of the inputs, on each
         // device and the host: K's 128 × 128 and V's 64 × 64 in f32 for a 128-wide head.
-        let rotated = Engine::LlamaCpp.rules().buffers(&dims, Shape { quantized_kv: true, ..shape });
+        let rotated = Engine::LlamaCpp.rules().buffers(&dims, Shape { quantized_k: true, quantized_v: true, ..shape });
         let rotations = 4 * 4 * (128 * 128 + 64 * 64);
         assert_eq!((rotated.stage - b.stage, rotated.first - b.first), (rotations, rotations));
+        // `-ctk q8_0` beside an f16 V rotates K alone, and `-ctv q8_0` V alone.
+        let k_only = Engine::LlamaCpp.rules().buffers(&dims, Shape { quantized_k: true, ..shape });
+        assert_eq!(k_only.stage - b.stage, 4 * 4 * 128 * 128);
+        let v_only = Engine::LlamaCpp.rules().buffers(&dims, Shape { quantized_v: true, ..shape });
+        assert_eq!(v_only.stage - b.stage, 4 * 4 * 64 * 64);
     }
 
     #[test]
     fn vllm_claims_its_share_and_generic_keeps_the_old_estimate() {
         assert_eq!(Engine::Vllm.rules().usable_fraction, 0.9);
         let dims = Dims::of(&model());
-        let shape = Shape { context: 8192, batch: 1, prefill_chunk: 512, flash_attention: true, quantized_kv: false };
+        let shape = Shape {
+            context: 8192,
+            batch: 1,
+            prefill_chunk: 512,
+            flash_attention: true,
+            quantized_k: false,
+            quantized_v: false,
+        };
         let g = Engine::Generic.rules().buffers(&dims, shape);
         assert_eq!(g.stage, 512 * (4096 + 14336) * 8);
         assert_eq!(g.last, 512 * 128_256 * 4);

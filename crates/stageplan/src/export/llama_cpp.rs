@@ -202,15 +202,18 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         notes.push(format!("`{model}` stands for the model file; give its path with `--model`."));
     }
     let workload = &plan.workload;
-    let kv = if KV_TYPES.contains(&workload.kv.as_str()) {
-        workload.kv.clone()
-    } else {
-        notes.push(format!(
-            "llama.cpp has no `{}` KV cache; the command uses f16, which needs more memory than planned: re-plan with `kv` q8_0 or f16.",
-            workload.kv
-        ));
-        "f16".to_owned()
+    let mut cache_type = |field: &str, name: &str| {
+        if KV_TYPES.contains(&name) {
+            name.to_owned()
+        } else {
+            notes.push(format!(
+                "llama.cpp has no `{name}` KV cache; the command uses f16, which needs more memory than planned: re-plan with `{field}` q8_0 or f16."
+            ));
+            "f16".to_owned()
+        }
     };
+    let kv = cache_type("kv", &workload.kv);
+    let kv_v = workload.kv_v.as_deref().map_or_else(|| kv.clone(), |v| cache_type("kv_v", v));
     if plan.model.experts.is_some() && ffn_overrides.is_empty() {
         notes.push(
             "The plan keeps each layer's experts with the layer, so no `--override-tensor` is needed.".to_owned(),
@@ -323,9 +326,10 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     args.extend(["--fit".into(), "off".into()]);
     args.extend(["--tensor-split".into(), shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
     args.extend(["--ctx-size".into(), context.to_string(), "--parallel".into(), workload.batch.max(1).to_string()]);
-    args.extend(["--cache-type-k".into(), kv.clone(), "--cache-type-v".into(), kv.clone()]);
-    // Explicit: `auto` may resolve either way, and the compute buffers differ.
-    let flash = workload.flash_attention || kv.starts_with('q') || kv.starts_with("iq");
+    // Explicit: `auto` may resolve either way, and the compute buffers differ; a quantized V
+    // cache needs it (a quantized K does not).
+    let flash = workload.flash_attention || kv_v.starts_with('q') || kv_v.starts_with("iq");
+    args.extend(["--cache-type-k".into(), kv.clone(), "--cache-type-v".into(), kv_v]);
     args.extend(["--flash-attn".into(), if flash { "on" } else { "off" }.into()]);
     if workload.prefill_chunk != UBATCH {
         let chunk = workload.prefill_chunk.min(i32::MAX as u64);

@@ -302,6 +302,12 @@ impl<'p> Layout<'p> {
         if plan.workload.kv.is_empty() {
             return plan_error("workload.kv", "is missing; export a plan `stageplan plan` printed");
         }
+        for (field, text) in [("workload.kv", Some(&plan.workload.kv)), ("workload.kv_v", plan.workload.kv_v.as_ref())]
+        {
+            if let Some(shown) = text.and_then(|t| unsafe_text(t)) {
+                return plan_error(field, &format!("{shown}; give a KV-cache format (`f16`, `q8_0`, …)"));
+            }
+        }
         if plan.workload.prefill_chunk == 0 || plan.workload.prefill_chunk > MAX_PREFILL_CHUNK {
             return plan_error(
                 "workload.prefill_chunk",

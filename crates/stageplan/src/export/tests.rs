@@ -329,3 +329,24 @@ fn third_wave_plan_files_are_refused_or_exported_as_planned() {
     let export = export(&named, Target::LlamaCpp, &options).unwrap();
     assert!(export.text.contains("--model-draft draft.gguf") && !export.text.contains('\u{1b}'), "{}", export.text);
 }
+
+#[test]
+fn k_and_v_cache_formats_apart_reach_their_flags() {
+    // `-ctk q8_0 -ctv f16` without flash attention, as people run it (#45).
+    let scenario = HOME.replacen(r#""kv": "f16"}"#, r#""kv": "q8_0", "kv_v": "f16", "flash_attention": false}"#, 1);
+    let (plan, options) = planned(&scenario);
+    assert_eq!((plan.workload.kv.as_str(), plan.workload.kv_v.as_deref()), ("q8_0", Some("f16")));
+    let text = export(&plan, Target::LlamaCpp, &options).unwrap().text;
+    assert!(text.contains("--cache-type-k q8_0 \\\n  --cache-type-v f16 \\\n  --flash-attn off"), "{text}");
+    let vllm = export(&plan, Target::Vllm, &options).unwrap();
+    assert!(vllm.notes.iter().any(|n| n.contains("one format")), "{:?}", vllm.notes);
+    // One format is written once in the plan, as before.
+    let (same, _) = planned(HOME);
+    assert_eq!(same.workload.kv_v, None);
+    // A plan file's V format is text from input: refused at its field when it could
+    // reach a terminal as anything but text.
+    let mut hostile = plan.clone();
+    hostile.workload.kv_v = Some("f16\u{1b}[2J".into());
+    let error = export(&hostile, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`workload.kv_v`"), "{error}");
+}

@@ -31,6 +31,12 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
             "vLLM loads Hugging Face weights; `{weights}` is a GGUF format, so the memory per stage differs from the plan: re-plan with `bf16` or `fp8` weights for vLLM."
         ));
     }
+    if let Some(v) = plan.workload.kv_v.as_ref().filter(|v| **v != plan.workload.kv) {
+        notes.push(format!(
+            "vLLM keeps K and V in one format; the command stores both as `{}`, not V as the plan's `{v}`.",
+            plan.workload.kv
+        ));
+    }
     let kv_flag = match plan.workload.kv.as_str() {
         "f16" | "bf16" | "f32" => None,
         "f8_e4m3" | "fp8" => Some("fp8"),

@@ -19,6 +19,8 @@ use crate::model::Arch;
 pub(super) struct LayerMemory {
     /// K and V elements per token of context.
     pub kv_elements: Vec<u64>,
+    /// The V part of each layer's `kv_elements`.
+    pub v_elements: Vec<u64>,
     /// Recurrent state elements (f32) per sequence.
     pub state_elements: Vec<u64>,
     /// V elements per token added without flash attention (padding to the widest layer).
@@ -120,7 +122,8 @@ pub(super) fn layer_memory(
     } else {
         Vec::new()
     };
-    Ok(LayerMemory { kv_elements, state_elements, v_pad_elements, windows, kv_from })
+    let v_elements = (0..n).map(v).collect();
+    Ok(LayerMemory { kv_elements, v_elements, state_elements, v_pad_elements, windows, kv_from })
 }
 
 /// Which layers keep recurrent state instead of (or, in Falcon-H1, beside) a KV cache.

@@ -288,6 +288,7 @@ fn gguf_transformer(h: &GgufHeader, tensors: &[Tensor]) -> Result<Transformer, I
         extra_norms: 0,
         qk_norm: false,
         kv_elements: memory.kv_elements,
+        v_elements: memory.v_elements,
         state_elements: memory.state_elements,
         v_pad_elements: memory.v_pad_elements,
         kv_from: memory.kv_from,
@@ -418,12 +419,16 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
             .and_then(|t| t.shape.get(1).copied())
     };
     let mut kv_elements = Vec::with_capacity(n);
+    let mut v_elements = Vec::with_capacity(n);
     let mut q_width = 0;
     for layer in 0..n {
         let k = width(layer, &["k_proj.weight", "attn.k_proj.weight", "key.weight"]);
         let v = width(layer, &["v_proj.weight", "attn.v_proj.weight", "value.weight"]);
         match (k, v) {
-            (Some(k), Some(v)) => kv_elements.push(k.saturating_add(v)),
+            (Some(k), Some(v)) => {
+                kv_elements.push(k.saturating_add(v));
+                v_elements.push(v);
+            }
             _ => return Err(need_config(&format!("layer {layer} has no separate k_proj/v_proj weights"))),
         }
         q_width = q_width.max(width(layer, &["q_proj.weight", "query.weight"]).unwrap_or(hidden));
@@ -464,6 +469,7 @@ fn inferred_transformer(tensors: &[Tensor], has_head: bool) -> Result<Transforme
         qk_norm: false,
         windows: vec![None; n],
         kv_elements,
+        v_elements,
         state_elements: Vec::new(),
         v_pad_elements: Vec::new(),
         kv_from: Vec::new(),

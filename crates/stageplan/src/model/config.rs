@@ -113,6 +113,11 @@ pub struct Transformer {
     /// KV-cache elements per token of each layer: K and V together (`2 × kv_heads × head_dim`
     /// for a config; from each layer's own head counts and key/value lengths for a file).
     pub kv_elements: Vec<u64>,
+    /// The V part of each layer's `kv_elements`, which llama.cpp may store in another format
+    /// (`-ctv`): half of them for ordinary attention, none for MLA, whose V is a view of its
+    /// cached row. Missing entries (JSON from before it was kept) read as half.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub v_elements: Vec<u64>,
     /// Recurrent state of each layer per sequence, in f32 elements, whatever the context:
     /// llama.cpp's `r` and `s` states (a Mamba layer's convolution and SSM states, a
     /// gated delta-net's, an LFM2 short convolution's). Empty when no layer is recurrent.
@@ -309,6 +314,7 @@ impl HfConfig {
             qk_norm: family.qk_norm(c.use_qk_norm),
             windows,
             kv_elements: vec![if mla.is_some() { head_dim } else { 2 * num_kv_heads * head_dim }; num_layers as usize],
+            v_elements: vec![if mla.is_some() { 0 } else { num_kv_heads * head_dim }; num_layers as usize],
             state_elements: Vec::new(),
             v_pad_elements: Vec::new(),
             kv_from: Vec::new(),
@@ -469,6 +475,13 @@ impl HfConfig {
 }
 
 impl Transformer {
+    /// Layer `i`'s KV-cache elements per token, K's and V's.
+    pub fn k_and_v_elements(&self, i: usize) -> (u64, u64) {
+        let kv = self.kv_elements.get(i).copied().unwrap_or(0);
+        let v = self.v_elements.get(i).map_or(kv / 2, |&v| v.min(kv));
+        (kv - v, v)
+    }
+
     /// Query width: heads × head_dim.
     pub fn q_width(&self) -> u64 {
         self.num_heads * self.head_dim

@@ -253,7 +253,7 @@ pub struct TypeBytes {
 }
 
 impl Model {
-    /// The summary `stageplan model` prints, with KV per token in `kv`.
+    /// The summary `stageplan model` prints, with KV per token in `kv` (K and V alike).
     pub fn summary(&self, kv: TensorType) -> ModelSummary {
         ModelSummary {
             name: self.name.clone(),

@@ -30,9 +30,10 @@ pub(crate) fn fixes(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Ve
         ));
     }
     if let Some(kv) = smaller_kv(problem, &fits) {
+        let apart = problem.workload.kv_v != problem.workload.kv;
         out.push(fix(
             format!("a `{kv}` KV cache fits"),
-            format!("set `workload.kv` to `{kv}`"),
+            format!("set `workload.kv` to `{kv}`{}", if apart { " and leave out `workload.kv_v`" } else { "" }),
             Some(Change::Kv(kv.name().to_owned())),
         ));
     }
@@ -155,12 +156,12 @@ fn shorter_context(problem: &Problem, fits: &dyn Fn(&Problem) -> bool) -> Option
 }
 
 fn smaller_kv(problem: &Problem, fits: &dyn Fn(&Problem) -> bool) -> Option<crate::tensor_type::TensorType> {
-    let current = problem.workload.kv.bits_per_weight();
+    let current = problem.workload.kv.bits_per_weight().max(problem.workload.kv_v.bits_per_weight());
     let mut smaller: Vec<_> = KV_FORMATS.iter().copied().filter(|k| k.bits_per_weight() < current).collect();
     smaller.sort_by(|a, b| b.bits_per_weight().total_cmp(&a.bits_per_weight()));
     smaller.into_iter().find(|&kv| {
         let mut changed = problem.clone();
-        changed.workload.kv = kv;
+        (changed.workload.kv, changed.workload.kv_v) = (kv, kv);
         fits(&changed)
     })
 }

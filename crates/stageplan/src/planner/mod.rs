@@ -342,6 +342,7 @@ pub(crate) fn evaluate(
             context: problem.workload.context,
             batch: problem.workload.batch,
             kv: problem.workload.kv.name().to_owned(),
+            kv_v: (problem.workload.kv_v != problem.workload.kv).then(|| problem.workload.kv_v.name().to_owned()),
             prefill_chunk: problem.workload.prefill_chunk,
             flash_attention: problem.workload.flash_attention,
             prompt: problem.workload.prompt,

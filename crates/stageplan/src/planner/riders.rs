@@ -150,7 +150,7 @@ fn riders(problem: &Problem) -> Vec<Rider> {
     let mut out = Vec::new();
     if let Some(draft) = &problem.riders.draft {
         let model = draft.model.clone();
-        let workload = Workload { kv: draft.kv, ..problem.workload.clone() };
+        let workload = Workload { kv: draft.kv, kv_v: draft.kv, ..problem.workload.clone() };
         out.push(Rider {
             kind: RiderKind::Draft,
             name: draft.model.name.clone(),

@@ -145,6 +145,7 @@ impl Instance {
             qk_norm: false,
             windows: (0..l).map(|i| self.window.filter(|_| i % 2 == 0)).collect(),
             kv_elements: self.kv_elements(),
+            v_elements: self.kv_elements().iter().map(|e| e / 2).collect(),
             state_elements: Vec::new(),
             v_pad_elements: Vec::new(),
             kv_from: self.kv_from(),
