@@ -32,13 +32,15 @@ pub(super) struct LayerMemory {
 
 /// Architectures whose recurrent layers llama.cpp sizes as the table below does, with their
 /// GGUF names.
-const RECURRENT: [(Arch, &str); 6] = [
+const RECURRENT: [(Arch, &str); 8] = [
     (Arch::Mamba, "mamba"),
     (Arch::Mamba2, "mamba2"),
     (Arch::FalconH1, "falcon-h1"),
     (Arch::GraniteHybrid, "granitehybrid"),
     (Arch::Lfm2, "lfm2"),
     (Arch::Qwen3Next, "qwen3next"),
+    (Arch::Qwen35, "qwen35"),
+    (Arch::Qwen35Moe, "qwen35moe"),
 ];
 
 /// Whether llama.cpp sizes `family`'s recurrent state as this module does.
@@ -133,7 +135,8 @@ fn recurrent_layers(arch: &str, family: Arch, h: &GgufHeader, n: usize, heads_kv
         Arch::Mamba | Arch::Mamba2 | Arch::FalconH1 => vec![true; n],
         // A layer without KV heads is a Mamba-2 or short-convolution layer.
         Arch::GraniteHybrid | Arch::Lfm2 => heads_kv.iter().map(|&k| k == 0).collect(),
-        Arch::Qwen3Next => match key("attention.recurrent_layers").and_then(gguf::Value::as_bools) {
+        // Qwen3.5's layers are Qwen3-Next's (`src/models/qwen35moe.cpp:20-26`).
+        Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe => match key("attention.recurrent_layers").and_then(gguf::Value::as_bools) {
             Some(flags) => (0..n).map(|i| flags.get(i).copied().unwrap_or(false)).collect(),
             None => {
                 let every = key("full_attention_interval").and_then(gguf::Value::as_u64).unwrap_or(4).max(1);
@@ -303,6 +306,12 @@ mod tests {
         assert_eq!(m.kv_elements, [0, 0, 0, KV]);
         let flagged = [ssm.to_vec(), vec![("attention.recurrent_layers", bools(&[false, true]))]].concat();
         assert_eq!(memory("qwen3next", &flagged, &[2; 2]).unwrap().kv_elements, [KV, 0]);
+        // Qwen3.5 / 3.6 (dense and MoE) are laid out and sized as Qwen3-Next.
+        for arch in ["qwen35", "qwen35moe"] {
+            let m = memory(arch, &ssm, &[2; 8]).unwrap();
+            assert_eq!(m.kv_elements, [0, 0, 0, KV, 0, 0, 0, KV], "{arch}");
+            assert_eq!(m.state_elements, [state, state, state, 0, state, state, state, 0], "{arch}");
+        }
         // LFM2: a short convolution of `l_cache − 1` hidden rows; its attention layers slide.
         let conv = [("shortconv.l_cache", Value::U32(3)), ("attention.sliding_window", Value::U32(64))];
         let m = memory("lfm2", &conv, &[0, 2]).unwrap();

@@ -22,6 +22,9 @@ pub enum Arch {
     Qwen3Moe,
     /// Qwen3-Next: gated delta-net layers beside full attention.
     Qwen3Next,
+    /// Qwen3.5 / 3.6, dense and MoE: Qwen3-Next's layers, sized alike by llama.cpp.
+    Qwen35,
+    Qwen35Moe,
     Phi3,
     Gemma,
     Gemma2,
@@ -55,7 +58,7 @@ pub enum Arch {
 
 /// Each family and the spellings that name it, with `-` and `_` removed and lowercase
 /// (GGUF's `gpt-oss` and Hugging Face's `gpt_oss` are both `gptoss`).
-const SPELLINGS: [(Arch, &[&str]); 32] = [
+const SPELLINGS: [(Arch, &[&str]); 34] = [
     (Arch::Llama, &["llama"]),
     (Arch::Mistral, &["mistral"]),
     (Arch::Mixtral, &["mixtral"]),
@@ -66,6 +69,8 @@ const SPELLINGS: [(Arch, &[&str]); 32] = [
     (Arch::Qwen3, &["qwen3"]),
     (Arch::Qwen3Moe, &["qwen3moe"]),
     (Arch::Qwen3Next, &["qwen3next"]),
+    (Arch::Qwen35, &["qwen35", "qwen35text"]),
+    (Arch::Qwen35Moe, &["qwen35moe", "qwen35moetext"]),
     (Arch::Phi3, &["phi3"]),
     (Arch::Gemma, &["gemma"]),
     (Arch::Gemma2, &["gemma2"]),
@@ -92,10 +97,12 @@ const SPELLINGS: [(Arch, &[&str]); 32] = [
 
 /// Names of later versions that read like their family's (a `qwen2_5_vl`, a `gemma3_text`
 /// of a new release): the longest prefix decides.
-const PREFIXES: [(&str, Arch); 8] = [
+const PREFIXES: [(&str, Arch); 10] = [
     ("gemma3n", Arch::Gemma3n),
     ("gemma3", Arch::Gemma3),
     ("llama4", Arch::Llama4),
+    ("qwen35moe", Arch::Qwen35Moe),
+    ("qwen35", Arch::Qwen35),
     ("qwen3", Arch::Qwen3),
     ("qwen2", Arch::Qwen2),
     ("deepseekv3", Arch::DeepseekV3),
@@ -136,7 +143,7 @@ impl Arch {
     /// Qwen's families: no output bias whatever `attention_bias` says, a gate on the shared
     /// expert.
     pub fn is_qwen(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::Qwen2Moe | Arch::Qwen2Vl | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3Next)
+        matches!(self, Arch::Qwen2 | Arch::Qwen2Moe | Arch::Qwen2Vl | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe)
     }
 
     /// Qwen 2's q, k and v carry a bias unless the config says otherwise.
@@ -160,7 +167,7 @@ impl Arch {
     pub fn qk_norm(self, stated: Option<bool>) -> bool {
         match self {
             Arch::Llama4 => false,
-            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3Next | Arch::Gemma3 | Arch::Gemma3n => stated.unwrap_or(true),
+            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Gemma3 | Arch::Gemma3n => stated.unwrap_or(true),
             _ => stated.unwrap_or(false),
         }
     }
@@ -168,7 +175,7 @@ impl Arch {
     /// Families whose layers (some or all) keep recurrent state instead of a KV cache: Mamba,
     /// a Mamba-2 hybrid, a short convolution (LFM2), a Gated DeltaNet (Qwen3-Next).
     pub fn has_recurrent_layers(self) -> bool {
-        matches!(self, Arch::Mamba | Arch::Mamba2 | Arch::FalconH1 | Arch::GraniteHybrid | Arch::Lfm2 | Arch::Qwen3Next)
+        matches!(self, Arch::Mamba | Arch::Mamba2 | Arch::FalconH1 | Arch::GraniteHybrid | Arch::Lfm2 | Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe)
     }
 
     /// DeepSeek's configs must describe latent attention.
@@ -209,6 +216,8 @@ mod tests {
             ("command-r", "cohere", Arch::Cohere),
             ("qwen3moe", "qwen3_moe", Arch::Qwen3Moe),
             ("qwen3next", "qwen3_next", Arch::Qwen3Next),
+            ("qwen35moe", "qwen3_5_moe", Arch::Qwen35Moe),
+            ("qwen35", "qwen3_5_text", Arch::Qwen35),
             ("falcon-h1", "falcon_h1", Arch::FalconH1),
             ("granitehybrid", "granitemoehybrid", Arch::GraniteHybrid),
             ("deepseek2", "deepseek_v2", Arch::DeepseekV2),
