@@ -159,6 +159,11 @@ pub struct DevicePreset {
     pub compute: f64,
     /// Memory the runtime and the OS keep: CUDA/ROCm context and workspaces on a GPU, the
     /// part of unified memory macOS does not give the GPU, the OS on a CPU box.
+    ///
+    /// A CUDA GPU's [`GPU_RESERVE`]: what a llama.cpp process holds beyond the buffers it
+    /// logs. Memory other programs hold on the card (a desktop, a browser) is not in it: a
+    /// scenario adds it to `reserve`, as llama.cpp's `--fit` starts from the free memory
+    /// `cudaMemGetInfo` reports (`common/fit.cpp`).
     pub reserve: f64,
     /// The llama.cpp backend it runs: NVIDIA CUDA, AMD ROCm, Apple Metal, CPU.
     pub backend: Backend,
@@ -168,6 +173,16 @@ const MIB: f64 = 1024.0 * 1024.0;
 const GIB: f64 = 1024.0 * MIB;
 const GB_S: f64 = 1e9;
 const TFLOPS: f64 = 1e12;
+
+/// A CUDA GPU's reserve: 1 GiB over llama.cpp's buffers, which covers the CUDA context
+/// (256 MiB on an RTX 3090, 426 MiB on an RTX 6000 Ada: invoke-ai/InvokeAI#9413,
+/// unslothai/unsloth-zoo#1053; llama.cpp's own "unaccounted" on a headless RTX 4090,
+/// 451–456 MiB: ggml-org/llama.cpp#15860), the memory pool's growth in prompt processing
+/// (≈300 MiB: ggml-org/llama.cpp#23527) and cuBLAS's workspaces (4 MiB, 32 MiB from
+/// Hopper on: `ggml-cuda/common.cuh`). On a published RTX 5080 run the card held 4.8 GiB
+/// beyond the plan's buffers at every placement, most of it there before llama.cpp started
+/// (`a_published_rtx_5080_run_is_reproduced_from_one_of_its_figures`, the engine test).
+const GPU_RESERVE: f64 = GIB;
 
 const fn gpu(
     name: &'static str,
@@ -183,7 +198,7 @@ const fn gpu(
         memory: memory_mib * MIB,
         bandwidth: bandwidth_gb_s * GB_S,
         compute: tflops * TFLOPS,
-        reserve: GIB,
+        reserve: GPU_RESERVE,
         backend: Backend::Cuda,
     }
 }

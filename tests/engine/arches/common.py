@@ -7,12 +7,15 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
 
 
 class Model:
-    def __init__(self, path, arch, sparse=None, seed=11):
-        """`sparse`: a GGML type name (e.g. "q8_0") for every matrix, and no data written."""
+    def __init__(self, path, arch, sparse=None, seed=11, types=None):
+        """`sparse`: a GGML type name (e.g. "q8_0") for every matrix, and no data written;
+        `types`: tensor name → GGML type name where a tensor differs (a file type's mix, as
+        `llama-quantize --dry-run` prints it)."""
         self.path = path
         self.arch = arch
         self.w = GGUFWriter(path, arch)
         self.sparse = GGMLQuantizationType[sparse.upper()] if sparse else None
+        self.types = {k: GGMLQuantizationType[v.upper()] for k, v in (types or {}).items()}
         self.rng = np.random.default_rng(seed)
         self.data_bytes = 0
 
@@ -104,7 +107,7 @@ class Model:
                 data = self._random(shape).astype(np.float16)
             self.w.add_tensor(name, data)
             return
-        ty = GGMLQuantizationType.F32 if f32 else self.sparse
+        ty = self.types.get(name, GGMLQuantizationType.F32 if f32 else self.sparse)
         block, size = GGML_QUANT_SIZES[ty]
         if ne[0] % block:
             ty, (block, size) = GGMLQuantizationType.F16, GGML_QUANT_SIZES[GGMLQuantizationType.F16]

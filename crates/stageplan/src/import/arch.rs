@@ -136,13 +136,15 @@ fn recurrent_layers(arch: &str, family: Arch, h: &GgufHeader, n: usize, heads_kv
         // A layer without KV heads is a Mamba-2 or short-convolution layer.
         Arch::GraniteHybrid | Arch::Lfm2 => heads_kv.iter().map(|&k| k == 0).collect(),
         // Qwen3.5's layers are Qwen3-Next's (`src/models/qwen35moe.cpp:20-26`).
-        Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe => match key("attention.recurrent_layers").and_then(gguf::Value::as_bools) {
-            Some(flags) => (0..n).map(|i| flags.get(i).copied().unwrap_or(false)).collect(),
-            None => {
-                let every = key("full_attention_interval").and_then(gguf::Value::as_u64).unwrap_or(4).max(1);
-                (0..n).map(|i| !(i as u64 + 1).is_multiple_of(every)).collect()
+        Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe => {
+            match key("attention.recurrent_layers").and_then(gguf::Value::as_bools) {
+                Some(flags) => (0..n).map(|i| flags.get(i).copied().unwrap_or(false)).collect(),
+                None => {
+                    let every = key("full_attention_interval").and_then(gguf::Value::as_u64).unwrap_or(4).max(1);
+                    (0..n).map(|i| !(i as u64 + 1).is_multiple_of(every)).collect()
+                }
             }
-        },
+        }
         _ => vec![false; n],
     }
 }

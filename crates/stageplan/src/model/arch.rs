@@ -143,7 +143,17 @@ impl Arch {
     /// Qwen's families: no output bias whatever `attention_bias` says, a gate on the shared
     /// expert.
     pub fn is_qwen(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::Qwen2Moe | Arch::Qwen2Vl | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe)
+        matches!(
+            self,
+            Arch::Qwen2
+                | Arch::Qwen2Moe
+                | Arch::Qwen2Vl
+                | Arch::Qwen3
+                | Arch::Qwen3Moe
+                | Arch::Qwen3Next
+                | Arch::Qwen35
+                | Arch::Qwen35Moe
+        )
     }
 
     /// Qwen 2's q, k and v carry a bias unless the config says otherwise.
@@ -167,7 +177,13 @@ impl Arch {
     pub fn qk_norm(self, stated: Option<bool>) -> bool {
         match self {
             Arch::Llama4 => false,
-            Arch::Qwen3 | Arch::Qwen3Moe | Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe | Arch::Gemma3 | Arch::Gemma3n => stated.unwrap_or(true),
+            Arch::Qwen3
+            | Arch::Qwen3Moe
+            | Arch::Qwen3Next
+            | Arch::Qwen35
+            | Arch::Qwen35Moe
+            | Arch::Gemma3
+            | Arch::Gemma3n => stated.unwrap_or(true),
             _ => stated.unwrap_or(false),
         }
     }
@@ -175,7 +191,17 @@ impl Arch {
     /// Families whose layers (some or all) keep recurrent state instead of a KV cache: Mamba,
     /// a Mamba-2 hybrid, a short convolution (LFM2), a Gated DeltaNet (Qwen3-Next).
     pub fn has_recurrent_layers(self) -> bool {
-        matches!(self, Arch::Mamba | Arch::Mamba2 | Arch::FalconH1 | Arch::GraniteHybrid | Arch::Lfm2 | Arch::Qwen3Next | Arch::Qwen35 | Arch::Qwen35Moe)
+        matches!(
+            self,
+            Arch::Mamba
+                | Arch::Mamba2
+                | Arch::FalconH1
+                | Arch::GraniteHybrid
+                | Arch::Lfm2
+                | Arch::Qwen3Next
+                | Arch::Qwen35
+                | Arch::Qwen35Moe
+        )
     }
 
     /// DeepSeek's configs must describe latent attention.
