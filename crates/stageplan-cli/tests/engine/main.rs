@@ -268,6 +268,8 @@ fn run_case(case: &Case, cpu: &Cpu, bin: &Path, work: &Path, report: &mut String
 /// its host RAM llama-server's own (or, on another machine, an rpc-server serving its CPU).
 struct OffloadCase {
     name: &'static str,
+    /// `write_gguf.py` arguments, or a family of `tests/engine/arches/` (`--family NAME`,
+    /// small, by `write_arch.py`).
     model: &'static [&'static str],
     /// The scenario's `policy` and, for `manual`, its stages.
     policy: &'static str,
@@ -277,7 +279,7 @@ struct OffloadCase {
     expect: &'static [(usize, usize)],
 }
 
-const OFFLOAD_CASES: [OffloadCase; 4] = [
+const OFFLOAD_CASES: [OffloadCase; 5] = [
     // An MoE model on a device too small for it: routed experts in RAM, attention on the device.
     OffloadCase {
         name: "moe-experts-in-ram",
@@ -311,6 +313,15 @@ const OFFLOAD_CASES: [OffloadCase; 4] = [
         machines: &[(46, 1024), (50, 1024)],
         expect: &[(2, 1), (0, 3)],
     },
+    // Snowflake Arctic: a dense MLP beside the experts in every layer, which the `-ot` moves
+    // with them; the RAM holds both, as planned (#45).
+    OffloadCase {
+        name: "arctic-dense-ffn-beside-experts",
+        model: &["--family", "arctic"],
+        policy: r#""manual", "stages": [{"node": "m0", "layers": [0, 4], "offload": {"host_layers": 0, "host_ffn": 2}}]"#,
+        machines: &[(64, 1024)],
+        expect: &[(0, 2)],
+    },
 ];
 
 /// The CPU's buffer types as llama.cpp names them: its own, and the extra ones a weight
@@ -333,9 +344,16 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
     let dir = work.join(case.name);
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("model-f16.gguf");
-    let status =
-        Command::new(python()).arg(repo().join("tests/engine/write_gguf.py")).arg(&model).args(case.model).status();
-    assert!(status.expect("the GGUF writer runs").success(), "{}: write_gguf.py failed", case.name);
+    let family = case.model.strip_prefix(&["--family"]).and_then(|rest| rest.first());
+    let status = match family {
+        Some(family) => {
+            Command::new(python()).arg(repo().join("tests/engine/write_arch.py")).arg(family).arg(&model).status()
+        }
+        None => {
+            Command::new(python()).arg(repo().join("tests/engine/write_gguf.py")).arg(&model).args(case.model).status()
+        }
+    };
+    assert!(status.expect("the GGUF writer runs").success(), "{}: the GGUF writer failed", case.name);
     // Fast devices (no per-layer cost: `peak`) and slow RAM, so RAM holds only what the
     // device cannot; the RAM's CPU with this machine's two threads (with one, a CPU's cost a
     // layer makes whole layers in RAM cheaper than experts).
@@ -384,7 +402,8 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
     let (children, log, _) = run_verbatim(case.name, &rpc, &server, bin, &dir);
     drop(children);
 
-    let text = std::fs::read_to_string(&log).unwrap();
+    // Lossy: a random-weight model may generate bytes that are no UTF-8 into the log.
+    let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()).into_owned();
     // Every layer where planned: whole layers in RAM on the CPU, the rest on its stage's
     // device; each FFN tensor of the planned layers overridden to that machine's RAM, and
     // no other tensor.
@@ -408,13 +427,15 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
         } else {
             vec![format!("RPC0[127.0.0.1:{}]", ports[s] + 1)]
         };
+        // The routed experts, and any dense FFN: a layer's whole FFN.
+        let kinds: &[&str] = match (experts, family) {
+            (true, Some(&"arctic")) => &["_exps", ""],
+            (true, _) => &["_exps"],
+            (false, _) => &[""],
+        };
         for layer in f0..f1 {
-            for part in ["gate", "up", "down"] {
-                let name = if experts {
-                    format!("blk.{layer}.ffn_{part}_exps.weight")
-                } else {
-                    format!("blk.{layer}.ffn_{part}.weight")
-                };
+            for (part, kind) in ["gate", "up", "down"].into_iter().flat_map(|p| kinds.iter().map(move |k| (p, k))) {
+                let name = format!("blk.{layer}.ffn_{part}{kind}.weight");
                 let moved = text.lines().any(|l| {
                     l.contains(&format!("tensor {name} "))
                         && ram.iter().any(|r| l.ends_with(&format!("overridden to {r}")))

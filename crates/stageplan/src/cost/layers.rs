@@ -156,11 +156,11 @@ impl LayerTable {
             table.kv_per_context_token.push(workload.batch.saturating_mul(kv_per_token));
             table.state.push(state);
             table.windows.push(window);
-            let (ffn_dense, ffn_active) = if layer.expert_bytes > 0 {
-                (0.0, layer.expert_params as f64 * active_fraction.unwrap_or(1.0))
-            } else {
-                (layer.ffn_bytes as f64, layer.ffn_params as f64)
-            };
+            // The FFN a layer may keep in RAM: a dense FFN, read whole each step, and routed
+            // experts, of which the step reads the active ones.
+            let ffn_dense = layer.ffn_bytes.saturating_sub(layer.expert_bytes) as f64;
+            let ffn_active = layer.ffn_params.saturating_sub(layer.expert_params) as f64
+                + layer.expert_params as f64 * active_fraction.unwrap_or(1.0);
             // A recurrent layer reads its state each step (and writes it back).
             let state_read = F32 * state_elements as f64;
             let kv_elements = arch.kv_elements.get(i).copied().unwrap_or(0);

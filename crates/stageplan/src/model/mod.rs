@@ -74,8 +74,8 @@ pub struct LayerWeights {
     pub params: u64,
     pub expert_params: u64,
     /// The part of `bytes` a machine may keep in host RAM apart from the layer's attention:
-    /// its routed experts, or in a layer without experts its FFN matrices (what llama.cpp's
-    /// `--n-cpu-moe` and an `ffn_(up|down|gate)` override move).
+    /// its routed experts and dense FFN matrices, which the export's one `-ot` pattern moves
+    /// together (`--n-cpu-moe` moves the experts alone, `--n-cpu-ffn` a dense FFN).
     pub ffn_bytes: u64,
     pub ffn_params: u64,
 }
@@ -127,11 +127,11 @@ impl Model {
             }
         }
         for layer in &mut layers {
-            // A layer with routed experts moves them, and keeps its shared experts and router.
-            if layer.expert_bytes > 0 {
-                layer.ffn_bytes = layer.expert_bytes;
-                layer.ffn_params = layer.expert_params;
-            }
+            // A layer with routed experts moves them with any dense FFN beside them (Snowflake
+            // Arctic's residual MLP: the export's `-ot` names both), and keeps its shared
+            // experts and router.
+            layer.ffn_bytes = layer.ffn_bytes.saturating_add(layer.expert_bytes);
+            layer.ffn_params = layer.ffn_params.saturating_add(layer.expert_params);
         }
         layers
     }

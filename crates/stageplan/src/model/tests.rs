@@ -79,3 +79,29 @@ fn qwen2_carries_qkv_bias() {
     assert!(model.tensors.iter().any(|t| t.name == "blk.0.attn_k.bias" && t.shape == vec![512]));
     assert!(!model.tensors.iter().any(|t| t.name == "blk.0.attn_output.bias"));
 }
+
+#[test]
+fn a_dense_ffn_beside_experts_moves_with_them() {
+    // Snowflake Arctic's layers: a residual dense MLP beside the routed experts. The
+    // export's `-ot blk\.N\.ffn_(up|down|gate|gate_up)(_(ch|)exps|\.)` moves both, so the
+    // layer's FFN part counts both (#45); shared experts and the router stay.
+    let mut model = preset("qwen3-30b-a3b", "q8_0");
+    let dense = |name: &str| Tensor {
+        name: format!("blk.0.{name}.weight"),
+        shape: vec![2048, 4864],
+        ty: TensorType::Q8_0,
+        bytes: 2048 * 4864 * 34 / 32,
+        place: Place::Layer(0),
+        expert: false,
+    };
+    let before = model.layers()[0].clone();
+    model.tensors.extend(["ffn_up", "ffn_gate", "ffn_down", "ffn_up_shexp"].map(dense));
+    let after = &model.layers()[0];
+    assert_eq!(
+        after.ffn_bytes - before.ffn_bytes,
+        3 * 2048 * 4864 * 34 / 32,
+        "three dense matrices, not the shared expert"
+    );
+    assert_eq!(before.ffn_bytes, before.expert_bytes);
+    assert_eq!(after.expert_bytes, before.expert_bytes);
+}
