@@ -48,6 +48,12 @@ pub const MAX_GGUF_HEADER_BYTES: u64 = 256 << 20;
 /// five digits, up to 99,999, as `gguf-split` writes them).
 pub const MAX_SPLIT_PARTS: u32 = u16::MAX as u32;
 
+/// How much faster than its probe's bandwidth llama.cpp may have read a node's weights
+/// (`probe.engine.read`): a streaming kernel outruns a read loop by a fifth at most on the
+/// machines measured (BENCHMARKS.md); twice is past any cache effect a file of real size
+/// leaves, a probe gone wrong.
+pub const READ_FACTORS: std::ops::RangeInclusive<f64> = 1.0..=2.0;
+
 /// Weights per second a probed node's decode rate (`probe.engine`) may be: past both ends
 /// no machine runs, and a rate near 0 would make a step's time infinite.
 pub const MEASURED_RATES: std::ops::RangeInclusive<f64> = 1e3..=1e15;

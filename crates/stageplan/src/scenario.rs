@@ -319,6 +319,11 @@ pub struct EngineFit {
     /// k-quants and i-quants.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kquant: Option<f64>,
+    /// How much faster than the probe's bandwidth llama.cpp read the weights in the runs its
+    /// read bounds (1 to 2): its streaming kernels may outrun the probe's read loop, and only
+    /// a run can show it. Omitted: 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read: Option<f64>,
     /// The llama-bench runs fitted, in words (engine build, models, threads).
     pub method: String,
 }

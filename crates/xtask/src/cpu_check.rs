@@ -18,13 +18,12 @@ use std::time::Instant;
 
 use crate::cache;
 
-/// The check fails past this median |predicted ÷ measured − 1|. 15% until 2026-12-05: on
-/// the 2-vCPU Intel Xeon (AVX-512, AMX) CI machines, Q8_0 and Q4_0 at one thread come out
-/// 15–18% slow in every run, probe alone and with the engine (llama.cpp streams those files
-/// faster than the probe's bandwidth allows, and a fitted rate cannot lift a memory-bound
-/// plan), so the median sat on the bound: 11.1% and 16.2% in two untouched `.ci/run`s of the
-/// same code (BENCHMARKS.md). 20% keeps the check a guard against regressions, not a coin.
-const MEDIAN_BOUND: f64 = 0.20;
+/// The check fails past this median |predicted ÷ measured − 1|. On the 2-vCPU Intel Xeon
+/// (AVX-512, AMX) CI machines llama.cpp streams Q8_0 and Q4_0 files 15–18% faster than the
+/// probe's bandwidth allows at one thread; since the engine's runs say so
+/// (`probe.engine.read`), the median is 3.6% (worst 9.0%) where it was 10–16% (BENCHMARKS.md),
+/// and the bound is back at 15% from the 20% it was raised to for that.
+const MEDIAN_BOUND: f64 = 0.15;
 
 /// Model shapes written with `tests/engine/write_gguf.py`: the Llama 3.2 1B and 3B configs
 /// (tied embeddings, 128,256-token vocabulary).

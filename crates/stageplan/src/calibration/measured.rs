@@ -124,6 +124,9 @@ pub struct Measured {
     pub spread: f64,
     /// Whether the rates were fitted to llama-bench on the machine.
     pub engine_fitted: bool,
+    /// The read bandwidth llama.cpp reaches as a multiple of the probe's (≥ 1), from the
+    /// engine's memory-bound runs ([`EngineFit::read`](crate::scenario::EngineFit)).
+    pub read: f64,
 }
 
 impl Measured {
@@ -132,7 +135,7 @@ impl Measured {
         let spread = if probe.bandwidth_spread.is_finite() { probe.bandwidth_spread.max(0.0) } else { 1.0 };
         if backend != Backend::Cpu {
             let per_layer_s = super::FITTED.backend(backend).map_or(0.0, |t| t.per_layer_s);
-            return Measured { decode_rates: None, per_layer_s, spread, engine_fitted: false };
+            return Measured { decode_rates: None, per_layer_s, spread, engine_fitted: false, read: 1.0 };
         }
         let threads = f64::from(threads.unwrap_or(1).max(1));
         let fit = probe.engine.as_ref();
@@ -149,6 +152,7 @@ impl Measured {
             per_layer_s: cpu_per_layer_s(threads),
             spread,
             engine_fitted: WeightClass::ALL.iter().any(|&class| fitted(class).is_some()),
+            read: fit.and_then(|f| f.read).filter(|r| r.is_finite() && *r >= 1.0).unwrap_or(1.0),
         }
     }
 

@@ -8,7 +8,7 @@ use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
     MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
-    MAX_THREADS, MEASURED_RATES, MIN_RATE,
+    MAX_THREADS, MEASURED_RATES, MIN_RATE, READ_FACTORS,
 };
 use crate::model::{Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset, RamPreset};
@@ -785,6 +785,17 @@ fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(
                     ),
                 ));
             }
+        }
+        if let Some(read) = engine.read
+            && !READ_FACTORS.contains(&read)
+        {
+            return Err(ScenarioError::field(
+                at("probe.engine.read"),
+                format!(
+                    "is {}; give how much faster than the probe llama.cpp read, 1 to 2, as `stageplan probe --engine` writes it",
+                    crate::units::sig3(read)
+                ),
+            ));
         }
     }
     Ok(())

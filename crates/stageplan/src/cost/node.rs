@@ -80,7 +80,7 @@ impl NodeCost {
         // Measured figures are what the engine reaches: no fitted terms on top.
         let measured = Measured::of_node(node);
         let (reached, per_layer_s) = match &measured {
-            Some(m) => (1.0, m.per_layer_s),
+            Some(m) => (m.read, m.per_layer_s),
             None => FITTED.speed(node.backend, measured::class_of(model), node.bandwidth, node.threads),
         };
         let inv_compute = 1.0 / (node.compute * node.efficiency.compute);

@@ -16,14 +16,16 @@ pub struct EngineRun {
 /// The rates that make the node's plan of each run predict it, per weight class: the median
 /// over the runs whose model is mostly of that class. A run fits the rate of its model's
 /// whole type mix, which is the class's rate (of its reference type) scaled by the prior
-/// shares of the types the model holds (`calibration::measured::products_rate`). A run that
-/// the read bandwidth alone explains (memory-bound) gives the least rate that keeps it so, a
-/// lower bound that predicts any model of its class as memory-bound too.
+/// shares of the types the model holds (`calibration::measured::products_rate`). A run faster
+/// than the probe's bandwidth allows shows that llama.cpp reads faster than the probe did:
+/// `read` is that factor (the median over such runs), and the run's rate the least that keeps
+/// its products within its time — a lower bound, as the read explains the run.
 ///
 /// # Errors
 /// A run whose problem is not one measured CPU stage, or a rate that is not a positive number.
 pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
     let mut by_class: [Vec<f64>; 4] = Default::default();
+    let mut reads = Vec::new();
     for run in runs {
         let model = &run.problem.model.name;
         if !(run.tokens_per_s.is_finite() && run.tokens_per_s > 0.0) {
@@ -46,7 +48,11 @@ pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
         // The mix's rate that explains the run, as the rate of the class's reference type
         // (every class scales together on a node fitted to nothing yet).
         let class = class_of(&run.problem.model);
-        let fitted = rate * t.compute_s / needed.max(t.memory_s) * rates[class as usize] / rate;
+        let fitted = rate * t.compute_s / needed * rates[class as usize] / rate;
+        // A run faster than the probe's bandwidth allows read faster than the probe did.
+        if needed > 0.0 && needed < t.memory_s {
+            reads.push((t.memory_s / needed).min(*crate::limits::READ_FACTORS.end()));
+        }
         // A rate `plan` would refuse in the node it goes into.
         if fitted.is_finite() && fitted > 0.0 && !crate::limits::MEASURED_RATES.contains(&fitted) {
             return Err(format!(
@@ -68,6 +74,7 @@ pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
             fit.set_rate(class, quantile(rates, 0.5));
         }
     }
+    fit.read = (!reads.is_empty()).then(|| quantile(&reads, 0.5));
     Ok(fit)
 }
 
@@ -114,5 +121,26 @@ mod tests {
         // `plan` would refuse (#45).
         let absurd = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: 1e-12 }]);
         assert!(absurd.unwrap_err().contains("outside what a CPU reaches"));
+    }
+
+    #[test]
+    fn a_run_faster_than_the_probes_read_proves_a_faster_read() {
+        // llama.cpp streaming a Q8_0 file 15% faster than the probe's bandwidth allows (as
+        // on the CI's Xeon, one thread): the fit says so, and the node it writes predicts
+        // the run — before, the rate could not lift a memory-bound plan (#45).
+        let fast = format!(r#"{PROBE}"#).replace("0.04", "0.04, \"engine\": {\"q8\": 1e12}");
+        let bound = crate::plan(&problem("q8_0", &fast));
+        assert_eq!(bound.stages[0].time.bound, crate::plan::Bound::Memory);
+        let tokens_per_s = bound.stream_tokens_per_s * 1.15;
+        let fit = fit_engine(&[EngineRun { problem: problem("q8_0", PROBE), tokens_per_s }]).unwrap();
+        let read = fit.read.expect("a read factor");
+        assert!(read > 1.15 && read < 1.2, "{read}");
+        let engine = serde_json::to_string(&fit).unwrap();
+        let refit = problem("q8_0", &PROBE.replace("0.04", &format!("0.04, \"engine\": {engine}")));
+        let again = crate::plan(&refit).stream_tokens_per_s;
+        assert!((again / tokens_per_s - 1.0).abs() < 1e-9, "{again} vs {tokens_per_s}");
+        // A run the probe's read explains proves nothing more.
+        let slow = fit_engine(&[EngineRun { problem: problem("q8_0", PROBE), tokens_per_s: tokens_per_s / 2.0 }]);
+        assert_eq!(slow.unwrap().read, None);
     }
 }
