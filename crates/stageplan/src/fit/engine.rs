@@ -128,7 +128,7 @@ mod tests {
         // llama.cpp streaming a Q8_0 file 15% faster than the probe's bandwidth allows (as
         // on the CI's Xeon, one thread): the fit says so, and the node it writes predicts
         // the run — before, the rate could not lift a memory-bound plan (#45).
-        let fast = format!(r#"{PROBE}"#).replace("0.04", "0.04, \"engine\": {\"q8\": 1e12}");
+        let fast = PROBE.replace("0.04", "0.04, \"engine\": {\"q8\": 1e12}");
         let bound = crate::plan(&problem("q8_0", &fast));
         assert_eq!(bound.stages[0].time.bound, crate::plan::Bound::Memory);
         let tokens_per_s = bound.stream_tokens_per_s * 1.15;
