@@ -51,6 +51,7 @@ def write(name, out, real=False, sparse=None, types=None):
     m.key("general.name", f"stageplan-{name}")
     family.write(m, family.REAL if real else family.SMALL)
     m.finish()
+    return m
 
 
 def main():

