@@ -15,7 +15,8 @@ use crate::problem::{Host, Node};
 /// system RAM in `tests/calibration/offload.csv` (24 llama.cpp runs on six machines: `-ngl`
 /// sweeps, experts in RAM by `-ot` and `--n-cpu-moe`, CUDA and ROCm, each at the depth it
 /// measured), where each run alone would want 0.39–1.07 (0.67 at the median): machines
-/// differ more than any one term can say. It was 0.83 when fitted to 9 runs priced at their
+/// differ more than any one term can say. It still minimises the median with three later
+/// runs of an RTX 5080 beside DDR5-4800, which want about 0.8. It was 0.83 when fitted to 9 runs priced at their
 /// full context (issue #34); pricing decode at the measured depth (issue #45) made those
 /// runs' host parts look faster than they are.
 pub(crate) const HOST_TIER_BANDWIDTH: f64 = 0.685;
