@@ -544,6 +544,18 @@ await check('keyboard paths: Tab reaches the fields and a fix, Enter applies it 
   await page.close();
 });
 
+await check('an imported scenario says what its form leaves out, never drops it silently (#45)', async () => {
+  const page = await open();
+  const imported = { model: { preset: 'llama-3.1-8b' }, workload: { kv: 'q8_0', kv_v: 'f16', flash_attention: false }, nodes: [{ name: 'a', device: 'rtx-4090' }] };
+  await page.fill('#import-json', JSON.stringify(imported));
+  await page.click('#import');
+  await page.waitForFunction(() => document.querySelector('#notice')?.textContent.includes('workload.kv_v'));
+  assert.match(await text(page, '#notice'), /workload\.flash_attention/);
+  // What it keeps, it plans: the K cache's format.
+  assert.equal(JSON.parse(await text(page, '#scenario-json')).workload.kv, 'q8_0');
+  await page.close();
+});
+
 await check('re-planning 80 layers on 8 machines fits in a frame', async () => {
   const page = await open();
   const scenario = fs.readFileSync(path.join(root, 'tests/scenarios/home-70b-8.json'), 'utf8');

@@ -15,7 +15,10 @@ use stageplan::units::{Dimension, parse_quantity};
 
 use crate::fields::{InputError, Place};
 
+mod kept;
 mod share;
+
+pub use kept::not_kept;
 
 /// Where the model comes from.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]

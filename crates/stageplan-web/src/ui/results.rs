@@ -203,7 +203,13 @@ pub fn SharePanel(
         match stageplan::Scenario::from_json(&text) {
             Ok(scenario) => {
                 state.set(AppState::from_scenario(&scenario));
-                notice.set(None);
+                let left = crate::state::not_kept(&scenario);
+                notice.set((!left.is_empty()).then(|| {
+                    format!(
+                        "imported without {}: the form has no place for them, so the plan here leaves them out; `stageplan plan` keeps them",
+                        left.join(", ")
+                    )
+                }));
             }
             Err(e) => notice.set(Some(format!("the scenario was not imported: {e}"))),
         }
