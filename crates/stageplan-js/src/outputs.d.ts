@@ -551,7 +551,7 @@ compute: number,
  * Memory the runtime and the OS keep: CUDA/ROCm context and workspaces on a GPU, the
  * part of unified memory macOS does not give the GPU, the OS on a CPU box.
  *
- * A CUDA GPU's [`GPU_RESERVE`]: what a llama.cpp process holds beyond the buffers it
+ * A CUDA GPU's `GPU_RESERVE`: what a llama.cpp process holds beyond the buffers it
  * logs. Memory other programs hold on the card (a desktop, a browser) is not in it: a
  * scenario adds it to `reserve`, as llama.cpp's `--fit` starts from the free memory
  * `cudaMemGetInfo` reports (`common/fit.cpp`).
