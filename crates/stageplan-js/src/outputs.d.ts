@@ -139,7 +139,7 @@ kv: string,
 /**
  * The V cache's format where it differs from K's (llama.cpp's `-ctv`).
  */
-kv_v: string | null, 
+kv_v?: string | null, 
 /**
  * Prompt tokens per prefill step (llama.cpp's `--ubatch-size`); 512 when absent.
  */

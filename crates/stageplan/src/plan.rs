@@ -197,7 +197,7 @@ pub struct PlannedWorkload {
     /// KV-cache format (`f16`, `q8_0`, …): K's, and V's unless `kv_v` gives it.
     pub kv: String,
     /// The V cache's format where it differs from K's (llama.cpp's `-ctv`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_v: Option<String>,
     /// Prompt tokens per prefill step (llama.cpp's `--ubatch-size`); 512 when absent.
     #[serde(default = "default_prefill_chunk")]
