@@ -13,6 +13,8 @@ linear_value_head_dim 128, linear_num_key_heads 16, linear_num_value_heads 32, v
 tie_word_embeddings false; conversion/qwen.py appends the MTP layer as block 40
 (nextn_predict_layers 1). Tensors as src/models/qwen35moe.cpp creates them.
 """
+from . import qwen3next
+
 ARCH = "qwen35moe"
 REAL = dict(layers=40, nextn=1, interval=4, recurrent=None, hidden=2048, heads=16, kv_heads=2,
             head_dim=256, rope_dim=64, sections=[11, 11, 10, 0], experts=256, experts_used=8,
@@ -26,73 +28,4 @@ SMALL = dict(layers=4, nextn=1, interval=2, recurrent=None, hidden=128, heads=2,
 
 
 def write(m, d):
-    n, n_all, h = d["layers"], d["layers"] + d["nextn"], d["hidden"]
-    if d["recurrent"] is not None:
-        recr = list(d["recurrent"]) + [False] * d["nextn"]
-    else:  # src/models/qwen35moe.cpp:20-26
-        recr = [i < n and (i + 1) % d["interval"] != 0 for i in range(n_all)]
-    m.key("context_length", d["context"])
-    m.key("embedding_length", h)
-    m.key("block_count", n_all)
-    if d["nextn"]:
-        m.key("nextn_predict_layers", d["nextn"])
-    m.heads(d)
-    m.key("rope.dimension_count", d["rope_dim"])
-    m.key("rope.dimension_sections", d["sections"])
-    m.key("rope.freq_base", 10000000.0)
-    m.key("attention.layer_norm_rms_epsilon", 1e-6)
-    m.key("expert_count", d["experts"])
-    m.key("expert_used_count", d["experts_used"])
-    m.key("expert_feed_forward_length", d["expert_ffn"])
-    m.key("expert_shared_feed_forward_length", d["shexp_ffn"])
-    m.key("ssm.conv_kernel", d["d_conv"])
-    m.key("ssm.state_size", d["k_head_dim"])
-    m.key("ssm.group_count", d["k_heads"])
-    m.key("ssm.time_step_rank", d["v_heads"])
-    m.key("ssm.inner_size", d["k_head_dim"] * d["v_heads"])
-    if d["recurrent"] is not None:
-        m.key("attention.recurrent_layers", recr)
-    else:
-        m.key("full_attention_interval", d["interval"])
-    m.key("vocab_size", d["vocab"])
-    m.vocab(d["vocab"])
-
-    hd = d["head_dim"]
-    q, kv = d["heads"] * hd, d["kv_heads"] * hd
-    key_dim = d["k_head_dim"] * d["k_heads"]
-    value_dim = d["k_head_dim"] * d["v_heads"]
-    conv_dim = 2 * key_dim + value_dim
-    ne, ff, sh = d["experts"], d["expert_ffn"], d["shexp_ffn"]
-    m.tensor("token_embd.weight", h, d["vocab"])
-    m.output(h, d["vocab"])
-    for i in range(n_all):
-        b = f"blk.{i}."
-        m.tensor(b + "attn_norm.weight", h)
-        m.tensor(b + "post_attention_norm.weight", h)
-        if not recr[i]:  # gated full attention: Q carries a gate of the same width
-            m.tensor(b + "attn_q.weight", h, 2 * q)
-            m.tensor(b + "attn_k.weight", h, kv)
-            m.tensor(b + "attn_v.weight", h, kv)
-            m.tensor(b + "attn_output.weight", q, h)
-            m.tensor(b + "attn_q_norm.weight", hd)
-            m.tensor(b + "attn_k_norm.weight", hd)
-        else:  # gated delta net
-            m.tensor(b + "attn_qkv.weight", h, conv_dim)
-            m.tensor(b + "attn_gate.weight", h, value_dim)
-            m.tensor(b + "ssm_conv1d.weight", d["d_conv"], conv_dim, f32=True)
-            m.tensor(b + "ssm_dt.bias", d["v_heads"])
-            m.tensor(b + "ssm_a", d["v_heads"])
-            m.tensor(b + "ssm_beta.weight", h, d["v_heads"])
-            m.tensor(b + "ssm_alpha.weight", h, d["v_heads"])
-            m.tensor(b + "ssm_norm.weight", d["k_head_dim"])
-            m.tensor(b + "ssm_out.weight", value_dim, h)
-        m.experts(b, h, ff, ne)
-        m.tensor(b + "ffn_gate_inp_shexp.weight", h)
-        m.tensor(b + "ffn_gate_shexp.weight", h, sh)
-        m.tensor(b + "ffn_up_shexp.weight", h, sh)
-        m.tensor(b + "ffn_down_shexp.weight", sh, h)
-        if i >= n:  # MTP block (src/models/qwen35moe.cpp load_block_mtp)
-            m.tensor(b + "nextn.eh_proj.weight", 2 * h, h)
-            m.tensor(b + "nextn.enorm.weight", h)
-            m.tensor(b + "nextn.hnorm.weight", h)
-            m.tensor(b + "nextn.shared_head_norm.weight", h)
+    qwen3next.write(m, d, qwen35=True)

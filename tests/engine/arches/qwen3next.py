@@ -27,7 +27,10 @@ SMALL = dict(layers=4, nextn=1, interval=None, recurrent=[True, True, False, Tru
              vocab=1024, context=4096)
 
 
-def write(m, d):
+def write(m, d, qwen35=False):
+    """`qwen35`: Qwen3.5's layout of the same layers (`src/models/qwen35moe.cpp`): required
+    `rope.dimension_sections`, separate `ssm_beta` and `ssm_alpha` where Qwen3-Next has one
+    `ssm_ba`, and no dense `feed_forward_length`."""
     n, n_all, h = d["layers"], d["layers"] + d["nextn"], d["hidden"]
     if d["recurrent"] is not None:
         recr = list(d["recurrent"]) + [False] * d["nextn"]
@@ -38,9 +41,12 @@ def write(m, d):
     m.key("block_count", n_all)
     if d["nextn"]:
         m.key("nextn_predict_layers", d["nextn"])
-    m.key("feed_forward_length", d["ffn"])
+    if not qwen35:
+        m.key("feed_forward_length", d["ffn"])
     m.heads(d)
     m.key("rope.dimension_count", d["rope_dim"])
+    if qwen35:
+        m.key("rope.dimension_sections", d["sections"])
     m.key("rope.freq_base", 10000000.0)
     m.key("attention.layer_norm_rms_epsilon", 1e-6)
     m.key("expert_count", d["experts"])
@@ -84,7 +90,11 @@ def write(m, d):
             m.tensor(b + "ssm_conv1d.weight", d["d_conv"], conv_dim, f32=True)
             m.tensor(b + "ssm_dt.bias", d["v_heads"])
             m.tensor(b + "ssm_a", d["v_heads"])
-            m.tensor(b + "ssm_ba.weight", h, 2 * d["v_heads"])
+            if qwen35:
+                m.tensor(b + "ssm_beta.weight", h, d["v_heads"])
+                m.tensor(b + "ssm_alpha.weight", h, d["v_heads"])
+            else:
+                m.tensor(b + "ssm_ba.weight", h, 2 * d["v_heads"])
             m.tensor(b + "ssm_norm.weight", d["k_head_dim"])
             m.tensor(b + "ssm_out.weight", value_dim, h)
         m.experts(b, h, ff, ne)
