@@ -588,7 +588,7 @@ fn start_rpc_servers(name: &str, rpc: &[&String], path: &str) -> Processes {
                 if let Ok(Some(status)) = children.0[i].try_wait() {
                     panic!("{what} exited: {status}");
                 }
-                TcpStream::connect(("127.0.0.1", port)).is_ok()
+                rpc_server_listens(port)
             },
             &what,
         );
@@ -691,8 +691,26 @@ fn cpu_rpc_server(bin: &Path) -> (Processes, u16) {
         .spawn()
         .expect("the rpc-server starts");
     let server = Processes(vec![server]);
-    wait_for(|| TcpStream::connect(("127.0.0.1", port)).is_ok(), "rpc-server");
+    wait_for(|| rpc_server_listens(port), "rpc-server");
     (server, port)
+}
+
+/// Whether the rpc-server on `port` takes connections, asked without killing it. A bare
+/// connect-and-close can: the server gives up for good when `accept` or its `TCP_NODELAY`
+/// fails (`ggml-rpc/transport.cpp` `socket_t::accept`, `start_server`), as it may for a
+/// peer that has already gone. So the probe stays until the server has taken it: one byte
+/// that is no command, which the server refuses and closes (`rpc_serve_client`), then the
+/// server's end of the connection.
+fn rpc_server_listens(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+    if stream.write_all(&[0xff]).is_err() {
+        return false;
+    }
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    true
 }
 
 /// A port of 127.0.0.1 nothing listens on, never handed out twice in this process: below the
