@@ -684,7 +684,13 @@ fn request(port: u16, text: &str) -> Option<String> {
 /// whose memory llama.cpp reports as the machine's), once it accepts connections.
 fn cpu_rpc_server(bin: &Path) -> (Processes, u16) {
     let port = free_port();
-    let server = Command::new(bin.join("ggml-rpc-server"))
+    // With SIGPIPE ignored: the server outlives a client killed mid-reply (the tests stop
+    // llama-server once it has logged its projection, perhaps while it uploads tensors),
+    // where SIGPIPE's default would end it and fail the next family's run ("Failed to
+    // connect"). An ignored signal stays ignored across `exec`.
+    let server = Command::new("sh")
+        .args(["-c", "trap '' PIPE; exec \"$0\" \"$@\""])
+        .arg(bin.join("ggml-rpc-server"))
         .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--device", "CPU"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -695,12 +701,12 @@ fn cpu_rpc_server(bin: &Path) -> (Processes, u16) {
     (server, port)
 }
 
-/// Whether the rpc-server on `port` takes connections, asked without killing it. A bare
-/// connect-and-close can: the server gives up for good when `accept` or its `TCP_NODELAY`
-/// fails (`ggml-rpc/transport.cpp` `socket_t::accept`, `start_server`), as it may for a
-/// peer that has already gone. So the probe stays until the server has taken it: one byte
-/// that is no command, which the server refuses and closes (`rpc_serve_client`), then the
-/// server's end of the connection.
+/// Whether the rpc-server on `port` takes connections, asked without leaving it busy. It
+/// serves one connection at a time from a short queue (`ggml-rpc.cpp` `start_server`), so a
+/// bare connect-and-close may still be queued or served when the next client comes (a loop
+/// of them stalls it by the third), and it gives up for good when an `accept` fails. So the
+/// probe stays until the server has taken it: one byte that is no command, which the server
+/// refuses and closes (`rpc_serve_client`), then the server's end of the connection.
 fn rpc_server_listens(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return false };
