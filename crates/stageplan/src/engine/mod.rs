@@ -298,19 +298,22 @@ mod tests {
         assert_eq!(llama_cpp_window_cells(1000, 4096, 512), 1024);
     }
 
+    /// `-c 8192 -np 1 -ub 512 -fa on` with an f16 cache.
+    const SHAPE_8K: Shape = Shape {
+        context: 8192,
+        batch: 1,
+        prefill_chunk: 512,
+        flash_attention: true,
+        quantized_k: false,
+        quantized_v: false,
+    };
+
     #[test]
     fn llama_cpp_buffers_follow_the_worked_example() {
         // docs/llama-cpp-memory.md §2.6: Llama 3.1 8B, `-c 8192 -np 1 -ub 512 -fa on`, two
         // devices: 4 copies of ≈16 MiB of inputs and the 92 MiB MLP peak, ≈156 MiB.
         let dims = Dims::of(&model());
-        let shape = Shape {
-            context: 8192,
-            batch: 1,
-            prefill_chunk: 512,
-            flash_attention: true,
-            quantized_k: false,
-            quantized_v: false,
-        };
+        let shape = SHAPE_8K;
         let b = Engine::LlamaCpp.rules().buffers(&dims, shape);
         let mib = |x: u64| x as f64 / 1048576.0;
         // 64 MiB of input copies, 92 MiB of MLP, 16 MiB of slack, 1 MiB of alignment.
@@ -340,14 +343,7 @@ mod tests {
     fn vllm_claims_its_share_and_generic_keeps_the_old_estimate() {
         assert_eq!(Engine::Vllm.rules().usable_fraction, 0.9);
         let dims = Dims::of(&model());
-        let shape = Shape {
-            context: 8192,
-            batch: 1,
-            prefill_chunk: 512,
-            flash_attention: true,
-            quantized_k: false,
-            quantized_v: false,
-        };
+        let shape = SHAPE_8K;
         let g = Engine::Generic.rules().buffers(&dims, shape);
         assert_eq!(g.stage, 512 * (4096 + 14336) * 8);
         assert_eq!(g.last, 512 * 128_256 * 4);
