@@ -544,15 +544,20 @@ await check('keyboard paths: Tab reaches the fields and a fix, Enter applies it 
   await page.close();
 });
 
-await check('an imported scenario says what its form leaves out, never drops it silently (#45)', async () => {
+await check('an imported scenario says what its form leaves out, never drops it silently; the V cache apart is kept (#45)', async () => {
   const page = await open();
   const imported = { model: { preset: 'llama-3.1-8b' }, workload: { kv: 'q8_0', kv_v: 'f16', flash_attention: false }, nodes: [{ name: 'a', device: 'rtx-4090' }] };
   await page.fill('#import-json', JSON.stringify(imported));
   await page.click('#import');
-  await page.waitForFunction(() => document.querySelector('#notice')?.textContent.includes('workload.kv_v'));
-  assert.match(await text(page, '#notice'), /workload\.flash_attention/);
-  // What it keeps, it plans: the K cache's format.
-  assert.equal(JSON.parse(await text(page, '#scenario-json')).workload.kv, 'q8_0');
+  await page.waitForFunction(() => document.querySelector('#notice')?.textContent.includes('workload.flash_attention'));
+  assert.doesNotMatch(await text(page, '#notice'), /kv_v/);
+  // What it keeps, it plans: the K and V caches' formats, each in its select.
+  const workload = JSON.parse(await text(page, '#scenario-json')).workload;
+  assert.deepEqual([workload.kv, workload.kv_v], ['q8_0', 'f16']);
+  assert.equal(await page.inputValue('#kv-v'), 'f16');
+  // "As K" leaves the V format out of the scenario.
+  await page.selectOption('#kv-v', '');
+  await page.waitForFunction(() => !document.querySelector('#scenario-json').textContent.includes('kv_v'));
   await page.close();
 });
 

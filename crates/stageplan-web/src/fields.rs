@@ -67,6 +67,7 @@ pub fn place(machines: &Machines<'_>, config: bool, error: &ScenarioError) -> In
         "workload.context" => Some("context"),
         "workload.batch" => Some("batch"),
         "workload.kv" => Some("kv"),
+        "workload.kv_v" => Some("kv-v"),
         "model" | "model.preset" => Some("preset"),
         "model.weights" => Some("weights"),
         "model.file" => Some("model-file"),

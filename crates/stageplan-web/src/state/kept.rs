@@ -5,7 +5,7 @@
 use stageplan::Scenario;
 use stageplan::scenario::{Policy, WorkloadSpec};
 
-/// The paths of `scenario`'s fields the page's form does not hold (`workload.kv_v`,
+/// The paths of `scenario`'s fields the page's form does not hold (`workload.depth`,
 /// `nodes[1].host.threads`, `policy`, …), in the scenario's order; empty when it holds all.
 pub fn not_kept(scenario: &Scenario) -> Vec<String> {
     let mut out = Vec::new();
@@ -15,7 +15,6 @@ pub fn not_kept(scenario: &Scenario) -> Vec<String> {
     let w = &scenario.workload;
     let default = WorkloadSpec::default();
     for (field, dropped) in [
-        ("kv_v", w.kv_v.is_some()),
         ("workspace", w.workspace.is_some()),
         ("prefill_chunk", w.prefill_chunk != default.prefill_chunk),
         ("flash_attention", w.flash_attention != default.flash_attention),
@@ -84,7 +83,6 @@ mod tests {
             left,
             [
                 "model.name",
-                "workload.kv_v",
                 "workload.workspace",
                 "workload.prefill_chunk",
                 "workload.flash_attention",
@@ -104,7 +102,7 @@ mod tests {
         // Everything else comes back from the form as it was: the list is the whole loss.
         let mut kept = full.clone();
         kept.model.name = None;
-        kept.workload = WorkloadSpec { kv_v: None, ..WorkloadSpec::default() };
+        kept.workload = WorkloadSpec { kv_v: Some("f16".to_owned()), ..WorkloadSpec::default() };
         (kept.workload.context, kept.workload.batch, kept.workload.kv) = (8192, 2, "q8_0".to_owned());
         let host = kept.nodes[0].host.as_mut().unwrap();
         (host.reserve, host.bandwidth, host.threads, host.link) = (None, None, None, None);

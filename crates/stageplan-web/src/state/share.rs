@@ -19,6 +19,7 @@ pub(crate) fn app_state(value: &Value) -> Result<AppState, String> {
     o.text("context", &mut state.context)?;
     o.text("batch", &mut state.batch)?;
     o.text("kv", &mut state.kv)?;
+    o.text("kv_v", &mut state.kv_v)?;
     o.text("link_bandwidth", &mut state.link_bandwidth)?;
     o.text("link_latency", &mut state.link_latency)?;
     if let Some(nodes) = o.get("nodes") {
@@ -39,8 +40,8 @@ pub(crate) fn app_state(value: &Value) -> Result<AppState, String> {
     Ok(state)
 }
 
-const STATE: [&str; 9] =
-    ["model", "context", "batch", "kv", "nodes", "link_bandwidth", "link_latency", "pairs", "objective"];
+const STATE: [&str; 10] =
+    ["model", "context", "batch", "kv", "kv_v", "nodes", "link_bandwidth", "link_latency", "pairs", "objective"];
 
 fn model_draft(value: &Value) -> Result<ModelDraft, String> {
     let mut model = ModelDraft::default();
@@ -188,6 +189,7 @@ mod tests {
             latency: "1 ms".into(),
         });
         state.objective = Objective::Latency;
+        state.kv_v = "f16".into();
         state.model.source = ModelSource::Config;
         assert_eq!(app_state(&serde_json::to_value(&state).unwrap()).unwrap(), state);
         let partial = app_state(&json!({"context": "4096", "model": {"weights": "q8_0"}})).unwrap();

@@ -242,6 +242,16 @@ pub fn ModelPanel(
                         }).collect_view()}
                     </select>
                 </label>
+                <label class="field" for="kv-v">
+                    <span>"V cache"</span>
+                    <select id="kv-v" prop:value=move || state.with(|s| s.kv_v.clone()) on:change=move |ev| state.update(|s| s.kv_v = event_target_value(&ev))>
+                        <option value="" selected=move || state.with(|s| s.kv_v.is_empty())>"as K"</option>
+                        {KV_FORMATS.iter().map(|k| view! {
+                            <option value=k.name() selected=move || state.with(|s| s.kv_v == k.name())>{k.name()}</option>
+                        }).collect_view()}
+                    </select>
+                    {field_error("kv-v-error".to_owned(), problem_at(problem, Place::Field("kv-v")))}
+                </label>
             </div>
             <div class="tabs" role="radiogroup" aria-label="objective">
                 {[(Objective::Throughput, "Throughput (all sequences)"), (Objective::Latency, "Latency (one step's trip)")]
