@@ -21,6 +21,8 @@
 //! The worker's script is served with its own Content-Security-Policy (a page's `<meta>`
 //! policy does not reach a worker): see `WORKER_CSP` in `cargo xtask serve`.
 
+mod answer;
+
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -41,8 +43,10 @@ pub struct Asked {
     pub request: Request,
 }
 
-/// A reply and the request it answers; no id: about the worker itself.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A reply and the request it answers; no id: about the worker itself. Written by the
+/// derived `Serialize`, read by hand (`worker/answer.rs`): no derived `Deserialize` on a
+/// first plan's road.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Answer {
     pub id: Option<u64>,
     pub reply: Reply,
@@ -51,10 +55,7 @@ pub struct Answer {
 impl Answer {
     /// The answer in `text`, or a failure of the worker that says it could not be read.
     pub fn parse(text: &str) -> Answer {
-        serde_json::from_str(text).unwrap_or_else(|e| Answer {
-            id: None,
-            reply: Reply::Failed(format!("the page's worker sent an unreadable answer: {e}")),
-        })
+        answer::answer(text)
     }
 }
 
@@ -87,7 +88,7 @@ pub enum Request {
 }
 
 /// A machine fitted to its own llama-bench results.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Calibrated {
     /// The machine's name, as the request's node had it.
     pub node: String,
@@ -98,7 +99,7 @@ pub struct Calibrated {
 }
 
 /// A model read from dropped files, and what reading it cost.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Dropped {
     pub model: Model,
     /// The files' names, in the order they were dropped.
@@ -134,7 +135,7 @@ impl Dropped {
 }
 
 /// A device as the probe measured it: what the page shows and plans with.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Measured {
     /// Adapter name, backend and type, e.g. `BrowserWebGpu adapter (browserwebgpu, cpu)`.
     pub adapter: String,
@@ -155,12 +156,11 @@ pub struct Measured {
     pub seconds: f64,
     /// What the reader is told, worded in the worker (the page only shows it): the
     /// measurement in a sentence, then warnings (a software adapter, memory WebGPU cannot tell).
-    #[serde(default)]
     pub said: Vec<String>,
 }
 
 /// One stage of a sharded run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StageRun {
     pub node: String,
     pub layers: [usize; 2],
@@ -171,7 +171,7 @@ pub struct StageRun {
 }
 
 /// What a sharded run measured and checked.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ShardedRun {
     pub stages: Vec<StageRun>,
     /// How the run was made and checked, in one sentence.
@@ -179,7 +179,7 @@ pub struct ShardedRun {
 }
 
 /// What the worker answers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reply {
     /// The worker's wasm is loaded and it listens; sent once, first.

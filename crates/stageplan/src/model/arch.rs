@@ -235,6 +235,16 @@ impl Arch {
 mod tests {
     use super::*;
 
+    /// The name `Serialize` writes for a family reads back through [`Arch::named`] (the
+    /// page reads a dropped model's family so, without a derived `Deserialize`).
+    #[test]
+    fn a_familys_written_name_names_it() {
+        for arch in SPELLINGS.iter().map(|&(arch, _)| arch).chain([Arch::Other]) {
+            let written = serde_json::to_value(arch).unwrap();
+            assert_eq!(Arch::named(written.as_str().unwrap()), arch, "{written}");
+        }
+    }
+
     #[test]
     fn both_spellings_name_one_family() {
         for (gguf, config, arch) in [
