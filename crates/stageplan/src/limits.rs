@@ -65,6 +65,10 @@ pub const MAX_THREADS: u32 = 4096;
 /// per second is a unit typed wrong, and its reciprocal times a model's bytes overflows.
 pub const MIN_RATE: f64 = 1.0;
 
+/// The most latency (seconds) a link may have: a satellite hop is under one; a minute is a
+/// unit typed wrong (`ms` as `s`, or a number of milliseconds without one).
+pub const MAX_LATENCY_S: f64 = 60.0;
+
 /// Bytes of a text file read whole: a scenario, plan or deployment, a `config.json`, a
 /// `model.safetensors.index.json`.
 pub const MAX_TEXT_BYTES: u64 = 64 << 20;

@@ -164,11 +164,41 @@ pub struct WorkloadSpec {
 }
 
 /// A workspace size, or `"auto"`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Workspace {
     Size(Bytes),
     Auto(AutoWord),
+}
+
+impl<'de> Deserialize<'de> for Workspace {
+    /// `"auto"`, else a size read as [`Bytes`] reads one, with its errors: an untagged
+    /// enum's would say only that no variant matched, at the enclosing object.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Auto;
+        impl<'de> serde::de::Visitor<'de> for Auto {
+            type Value = Workspace;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a size like `2 GiB`, or \"auto\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Workspace, E> {
+                if v == "auto" {
+                    return Ok(Workspace::Auto(AutoWord::Auto));
+                }
+                Bytes::parse(v).map(Workspace::Size).map_err(|e| E::custom(format!("{e}, or write \"auto\"")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Workspace, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Workspace, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Workspace, E> {
+                Bytes::new(v).map(Workspace::Size).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(Auto)
+    }
 }
 
 /// The word `auto`.

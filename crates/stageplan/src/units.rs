@@ -310,10 +310,15 @@ fn decimal(value: f64, units: &[&str]) -> String {
     format!("{value:.digits$} {}", units[unit])
 }
 
-/// A number to three significant figures: `41.237` → `41.2`, `1234.5` → `1235`.
+/// A number to three significant figures: `41.237` → `41.2`, `1234.6` → `1235`.
 pub fn sig3(x: f64) -> String {
     if !x.is_finite() || x == 0.0 {
         return format!("{x}");
+    }
+    // Out of any figure's range (a hostile input, quoted back): three digits still, not
+    // three hundred.
+    if !(1e-6..1e12).contains(&x.abs()) {
+        return format!("{x:.2e}");
     }
     let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
     format!("{x:.digits$}")
@@ -335,6 +340,16 @@ pub fn group_digits(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn three_figures_stay_short_whatever_the_number() {
+        assert_eq!(sig3(41.237), "41.2");
+        assert_eq!(sig3(1234.6), "1235");
+        assert_eq!(sig3(0.012_34), "0.0123");
+        assert_eq!(sig3(1e300), "1.00e300");
+        assert_eq!(sig3(-2.5e-300), "-2.50e-300");
+        assert_eq!(sig3(0.0), "0");
+    }
 
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 

@@ -7,8 +7,8 @@ use crate::device::{Backend, DeviceKind};
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{
-    MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES, MAX_PREFILL_CHUNK,
-    MAX_THREADS, MEASURED_RATES, MIN_RATE, READ_FACTORS,
+    MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LATENCY_S, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES,
+    MAX_PREFILL_CHUNK, MAX_THREADS, MEASURED_RATES, MIN_RATE, READ_FACTORS,
 };
 use crate::model::{Model, WeightFormat};
 use crate::presets::{DevicePreset, ModelPreset, RamPreset};
@@ -18,7 +18,7 @@ use crate::problem::{
 };
 use crate::scenario::{DraftSpec, HostSpec, ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
-use crate::units::{Bandwidth, Bytes, Compute, Seconds};
+use crate::units::{Bandwidth, Bytes, Compute, Seconds, format_bytes};
 
 // Here rather than in `scenario`: the file format does not depend on the checked types.
 impl Default for WorkloadSpec {
@@ -228,7 +228,10 @@ impl Scenario {
                 if !(value > 0.0 && value <= 1.5) {
                     return Err(ScenarioError::field(
                         at(field),
-                        format!("is {value}; give a fraction above 0, such as 0.8"),
+                        format!(
+                            "is {}; give a fraction above 0 and at most 1.5, such as 0.8",
+                            crate::units::sig3(value)
+                        ),
                     ));
                 }
             }
@@ -447,13 +450,25 @@ impl Scenario {
                 ));
             }
             if offload.host_layers.saturating_add(offload.host_ffn) > layers {
-                return Err(ScenarioError::field(
-                    at("host_ffn"),
-                    format!(
-                        "with `host_layers` is {} layers, more than the stage's {layers}; give at most {layers} together",
-                        offload.host_layers.saturating_add(offload.host_ffn)
-                    ),
-                ));
+                // Said at the field that was written: `host_layers` alone, or the two together.
+                let message = if offload.host_ffn == 0 {
+                    (
+                        at("host_layers"),
+                        format!(
+                            "is {}, more than the stage's {layers} layers; give at most {layers}",
+                            offload.host_layers
+                        ),
+                    )
+                } else {
+                    (
+                        at("host_ffn"),
+                        format!(
+                            "with `host_layers` is {} layers, more than the stage's {layers}; give at most {layers} together",
+                            offload.host_layers.saturating_add(offload.host_ffn)
+                        ),
+                    )
+                };
+                return Err(ScenarioError::field(message.0, message.1));
             }
             // llama.cpp's `-ngl` counts the output as the last layer it offloads: only
             // `-ngl 0` leaves it in RAM, with every layer there.
@@ -478,6 +493,15 @@ impl Scenario {
 
 fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {
     check_rate(bandwidth.get(), &format!("{at}.bandwidth"))?;
+    if latency.get() > MAX_LATENCY_S {
+        return Err(ScenarioError::field(
+            format!("{at}.latency"),
+            format!(
+                "is {} s, over a minute; check the unit (a network's is a few ms: write `0.5 ms`)",
+                crate::units::sig3(latency.get())
+            ),
+        ));
+    }
     Ok(Link { bandwidth: bandwidth.get(), latency: latency.get() })
 }
 
@@ -666,6 +690,19 @@ impl WorkloadSpec {
             Some(response) => response,
             None => DEFAULT_RESPONSE,
         };
+        // A request that does not fit the context cannot be served as planned; only one the
+        // scenario describes (the defaults alone are a benchmark's, priced as it runs them).
+        if (self.prompt.is_some() || self.response.is_some()) && prompt.saturating_add(response) > self.context {
+            let (field, value) =
+                if self.response.is_some() { ("workload.response", response) } else { ("workload.prompt", prompt) };
+            return Err(ScenarioError::field(
+                field,
+                format!(
+                    "is {value}: a prompt of {prompt} tokens and a response of {response} pass the context's {}; shorten one, or raise `workload.context`",
+                    self.context
+                ),
+            ));
+        }
         let kv = parse_kv(&self.kv)?;
         let kv_v = match &self.kv_v {
             Some(name) => {
@@ -746,6 +783,23 @@ fn check_host(spec: &HostSpec, at: &dyn Fn(&str) -> String) -> Result<Host, Scen
             return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
         }
     }
+    // Nothing left for the model (not even the token embedding llama.cpp keeps in RAM):
+    // a unit or a figure mistyped, said at the field that was written.
+    if reserve >= memory {
+        let (memory, reserve) = (format_bytes(memory), format_bytes(reserve));
+        return Err(match spec.reserve {
+            Some(_) => ScenarioError::field(
+                at("host.reserve"),
+                format!("is {reserve}, not under the RAM's {memory}: nothing would be left for the model; give less"),
+            ),
+            None => ScenarioError::field(
+                at("host.memory"),
+                format!(
+                    "is {memory}, not over the {reserve} kept for the system by default; give the whole RAM, or a smaller `host.reserve`"
+                ),
+            ),
+        });
+    }
     let threads = spec.threads.unwrap_or(Host::DEFAULT_THREADS);
     if !(1..=MAX_THREADS).contains(&threads) {
         return Err(ScenarioError::field(
@@ -769,7 +823,7 @@ fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(
     if !(spread.is_finite() && spread >= 0.0) {
         return Err(ScenarioError::field(
             at("probe.bandwidth_spread"),
-            format!("is {spread}; give the probe's (max − min) ÷ median, 0 or more"),
+            format!("is {}; give the probe's (max − min) ÷ median, 0 or more", crate::units::sig3(spread)),
         ));
     }
     if let Some(engine) = &probe.engine {
