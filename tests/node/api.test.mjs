@@ -168,6 +168,9 @@ test('model() and presets() match the CLI', () => {
   assert.deepStrictEqual(stageplan.presets(), runCli('presets', '--format', 'json'));
   assert.throws(() => stageplan.model('llama-9000'), (e) => e instanceof Error && /llama-9000/.test(e.message));
   assert.throws(() => stageplan.model('llama-3.1-8b', { weigths: 'q4_k_m' }), /unknown field `weigths`/);
+  // K and V apart (-ctk q8_0 -ctv f16), as the CLI prices them; refused where V lives in K's row.
+  assert.deepStrictEqual(stageplan.model('llama-3.1-8b', { kv: 'q8_0', kvV: 'f16' }), runCli('model', 'llama-3.1-8b', '--kv', 'q8_0', '--kv-v', 'f16', '--format', 'json'));
+  assert.throws(() => stageplan.model('deepseek-v3', { kv: 'q8_0', kvV: 'f16' }), /`kvV` is `f16` beside a `q8_0` K cache/);
 });
 
 test('replan() matches stageplan replan', () => {

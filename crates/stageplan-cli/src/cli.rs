@@ -61,9 +61,12 @@ pub(crate) enum Command {
         /// Weight format (e.g. `bf16`, `q4_k_m`); defaults to `bf16`.
         #[arg(long)]
         weights: Option<String>,
-        /// KV-cache format for the per-token KV size.
+        /// KV-cache format for the per-token KV size: K's, and V's unless `--kv-v` is given.
         #[arg(long, default_value = stageplan::problem::Workload::DEFAULT.kv.name())]
         kv: String,
+        /// The V cache's format where it differs from K's (llama.cpp's `-ctv`).
+        #[arg(long)]
+        kv_v: Option<String>,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },

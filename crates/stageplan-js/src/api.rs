@@ -24,7 +24,7 @@ use stageplan::problem::Workload;
 use stageplan::view::PlanView;
 use stageplan::{Checked, Model, Plan, ScenarioError};
 #[cfg(feature = "more")]
-use stageplan::{Replan, TensorType, WeightFormat};
+use stageplan::{Replan, WeightFormat};
 
 /// Why a call failed: the CLI's message and, for a scenario's field, its JSON path and the
 /// value written there — what a JS `Error` carries as `path` and `value`.
@@ -213,15 +213,14 @@ impl ModelFile<'_> {
 /// # Errors
 /// Bytes that are not a model file, or a malformed header.
 #[cfg(feature = "more")]
-pub fn import_header(file: ModelFile<'_>, weights: Option<&str>, kv: Option<&str>) -> Result<Header, String> {
+pub fn import_header(file: ModelFile<'_>, weights: Option<&str>, caches: Caches<'_>) -> Result<Header, String> {
     if file.config.is_some() && !file.name.to_ascii_lowercase().ends_with(".safetensors") {
         return Err(format!("`config` goes with a .safetensors file; `{}` states its own hyperparameters", file.name));
     }
     let weights = weights.map(str::parse::<WeightFormat>).transpose().map_err(|e| e.to_string())?;
-    let kv = kv_format(kv)?;
     Ok(match file.read(weights)? {
         Parse::NeedMore(n) => Header::NeedMore(n),
-        Parse::Done(model) => Header::Model(model.summary(kv)),
+        Parse::Done(model) => Header::Model(caches.summary(&model)?),
     })
 }
 
@@ -230,16 +229,15 @@ pub fn import_header(file: ModelFile<'_>, weights: Option<&str>, kv: Option<&str
 /// # Errors
 /// An unknown preset, a malformed config, or an unknown weight or KV format.
 #[cfg(feature = "more")]
-pub fn model(preset_or_config: &str, weights: Option<&str>, kv: Option<&str>) -> Result<ModelSummary, String> {
+pub fn model(preset_or_config: &str, weights: Option<&str>, caches: Caches<'_>) -> Result<ModelSummary, String> {
     let weights = weights.map(str::parse::<stageplan::WeightFormat>).transpose().map_err(|e| e.to_string())?;
-    let kv = kv_format(kv)?;
     let text = preset_or_config.trim();
     let model = if text.starts_with('{') {
         config_model(text, weights)?
     } else {
         ModelPreset::find(text).and_then(|p| p.model(weights.unwrap_or_default())).map_err(|e| e.to_string())?
     };
-    Ok(model.summary(kv))
+    caches.summary(&model)
 }
 
 #[cfg(feature = "more")]
@@ -252,8 +250,29 @@ fn config_model(text: &str, weights: Option<stageplan::WeightFormat>) -> Result<
 
 /// The KV format named, or the default workload's when none is.
 #[cfg(feature = "more")]
-fn kv_format(kv: Option<&str>) -> Result<TensorType, String> {
-    kv.map_or(Ok(Workload::DEFAULT.kv), |kv| stageplan::tensor_type::kv_format(kv).map_err(|e| format!("`kv` {e}")))
+/// The KV-cache formats a model summary is priced in: `kv` for K (default `f16`), `kv_v`
+/// for V where it differs.
+#[cfg(feature = "more")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caches<'a> {
+    pub kv: Option<&'a str>,
+    pub kv_v: Option<&'a str>,
+}
+
+#[cfg(feature = "more")]
+impl Caches<'_> {
+    /// `model`'s summary in these formats.
+    ///
+    /// # Errors
+    /// A format that is no KV-cache format, or two the model cannot keep apart.
+    fn summary(self, model: &Model) -> Result<ModelSummary, String> {
+        let format =
+            |field: &str, name: &str| stageplan::tensor_type::kv_format(name).map_err(|e| format!("`{field}` {e}"));
+        let kv = self.kv.map_or(Ok(Workload::DEFAULT.kv), |name| format("kv", name))?;
+        let kv_v = self.kv_v.map_or(Ok(kv), |name| format("kvV", name))?;
+        model.cache_formats(kv, kv_v).map_err(|e| format!("`kvV` {e}"))?;
+        Ok(model.summary(kv, kv_v))
+    }
 }
 
 /// Re-plans a changed cluster from the plan running now (what `plan` returned).
@@ -274,6 +293,8 @@ pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Re
 #[cfg(all(test, feature = "api", feature = "more"))]
 mod tests {
     use super::*;
+    #[cfg(feature = "more")]
+    use stageplan::TensorType;
 
     const HOME: &str = include_str!("../../../tests/scenarios/home-70b.json");
 
@@ -306,14 +327,25 @@ mod tests {
 
     #[test]
     fn models_from_presets_and_configs() {
-        let preset = model("llama-3.1-8b", Some("q4_k_m"), None).unwrap();
+        let preset = model("llama-3.1-8b", Some("q4_k_m"), Caches::default()).unwrap();
         assert_eq!(preset.layers.len(), 32);
         let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json;
-        let from_config = model(config, None, Some("q8_0")).unwrap();
+        let from_config = model(config, None, Caches { kv: Some("q8_0"), kv_v: None }).unwrap();
         assert_eq!(from_config.layers.len(), 16);
-        assert!(model("llama-9", None, None).unwrap_err().contains("llama"));
-        assert!(model("llama-3.1-8b", None, Some("q3_k")).unwrap_err().starts_with("`kv` `q3_k`"));
-        assert!(model("llama-3.1-8b", Some("q9"), None).is_err());
+        assert!(model("llama-9", None, Caches::default()).unwrap_err().contains("llama"));
+        assert!(
+            model("llama-3.1-8b", None, Caches { kv: Some("q3_k"), kv_v: None })
+                .unwrap_err()
+                .starts_with("`kv` `q3_k`")
+        );
+        assert!(model("llama-3.1-8b", Some("q9"), Caches::default()).is_err());
+        let apart = model("llama-3.1-8b", None, Caches { kv: Some("q8_0"), kv_v: Some("f16") }).unwrap();
+        assert_eq!((apart.kv_bytes_per_token, apart.kv_v_format), (32 * (1088 + 2048), Some(TensorType::F16)));
+        assert!(
+            model("llama-3.1-8b", None, Caches { kv: None, kv_v: Some("q3_k") })
+                .unwrap_err()
+                .starts_with("`kvV` `q3_k`")
+        );
     }
 
     #[test]
@@ -331,16 +363,21 @@ mod tests {
             size: Some(bytes.len() as u64),
             config: None,
         };
-        match import_header(file(16), None, None).unwrap() {
+        match import_header(file(16), None, Caches::default()).unwrap() {
             Header::NeedMore(n) => assert!(n > 16),
             Header::Model(_) => panic!("16 bytes cannot hold the header"),
         }
-        match import_header(file(bytes.len()), None, None).unwrap() {
+        match import_header(file(bytes.len()), None, Caches::default()).unwrap() {
             Header::Model(summary) => assert_eq!(summary.layers.len(), 1),
             Header::NeedMore(n) => panic!("needs {n} of {}", bytes.len()),
         }
         assert!(
-            import_header(ModelFile { name: "x.bin", bytes: b"hello", size: None, config: None }, None, None).is_err()
+            import_header(
+                ModelFile { name: "x.bin", bytes: b"hello", size: None, config: None },
+                None,
+                Caches::default()
+            )
+            .is_err()
         );
     }
 
@@ -359,7 +396,7 @@ mod tests {
             .padded(32 * 10 * 4 + 2 * 32 * 34);
         let file = ModelFile { name: "m.gguf", bytes: &bytes, size: Some(bytes.len() as u64), config: None };
         let expected = std::fs::read_to_string("../../tests/cli/bad-model-layer-index-past-u32/expected").unwrap();
-        let error = import_header(file, None, None).unwrap_err();
+        let error = import_header(file, None, Caches::default()).unwrap_err();
         assert!(expected.ends_with(&format!("error: {}\n", error.replacen("`m.gguf`", "`model.gguf`", 1))), "{error}");
     }
 

@@ -93,8 +93,12 @@ pub fn model(
 ) -> Result<JsValue, JsError> {
     let input = text(&preset_or_config, "presetOrConfig")?;
     let options: Options = read_options(options)?;
-    let summary =
-        api::model(&input, options.weights.as_deref(), options.kv.as_deref()).map_err(|e| JsError::new(&e))?;
+    let summary = api::model(
+        &input,
+        options.weights.as_deref(),
+        api::Caches { kv: options.kv.as_deref(), kv_v: options.kv_v.as_deref() },
+    )
+    .map_err(|e| JsError::new(&e))?;
     output(&summary)
 }
 
@@ -145,7 +149,14 @@ pub fn import_header(
         })
         .transpose()?;
     let file = api::ModelFile { name: file_name, bytes, size: options.file_size, config: config.as_ref() };
-    output(&api::import_header(file, options.weights.as_deref(), options.kv.as_deref()).map_err(|e| JsError::new(&e))?)
+    output(
+        &api::import_header(
+            file,
+            options.weights.as_deref(),
+            api::Caches { kv: options.kv.as_deref(), kv_v: options.kv_v.as_deref() },
+        )
+        .map_err(|e| JsError::new(&e))?,
+    )
 }
 
 /// Options of `model` and `importHeader`.
@@ -155,6 +166,7 @@ pub fn import_header(
 struct Options {
     weights: Option<String>,
     kv: Option<String>,
+    kv_v: Option<String>,
     file_size: Option<u64>,
     /// `config.json` (object or text) for a safetensors file.
     config: Option<serde_json::Value>,

@@ -509,10 +509,15 @@ weight_bytes: number, embedding_bytes: number,
  */
 head_bytes: number, tied_embeddings: boolean, 
 /**
- * KV-cache bytes per token of context, all layers, in `kv_format` (sliding windows
- * cap some layers' cache; this is the per-token rate below the window).
+ * KV-cache bytes per token of context, all layers: K in `kv_format`, V in
+ * `kv_v_format` where given (sliding windows cap some layers' cache; this is the
+ * per-token rate below the window).
  */
-kv_bytes_per_token: number, kv_format: TensorType, hidden_size: number, max_context: number | null, layers: Array<LayerSummary>, 
+kv_bytes_per_token: number, kv_format: TensorType, 
+/**
+ * The V cache's format where it differs from K's (llama.cpp's `-ctv`).
+ */
+kv_v_format?: TensorType | null, hidden_size: number, max_context: number | null, layers: Array<LayerSummary>, 
 /**
  * Bytes per storage type, largest first.
  */

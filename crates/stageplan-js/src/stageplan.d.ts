@@ -146,7 +146,10 @@ export interface LinksSpec {
 
 export interface ModelOptions {
   weights?: string;
+  /** The K cache's format (and V's, unless `kvV` is given); default "f16". */
   kv?: string;
+  /** The V cache's format where it differs from K's (llama.cpp's `-ctv`). */
+  kvV?: string;
 }
 
 export interface HeaderOptions extends ModelOptions {

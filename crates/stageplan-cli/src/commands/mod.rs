@@ -29,7 +29,9 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Replan { current, scenario, tolerance, hysteresis, format } => {
             replan::replan(&current, &scenario, stageplan::ReplanOptions { tolerance, hysteresis }, format)
         }
-        Command::Model { model, weights, kv, format } => model::model(&model, weights.as_deref(), &kv, format),
+        Command::Model { model, weights, kv, kv_v, format } => {
+            model::model(&model, weights.as_deref(), (&kv, kv_v.as_deref()), format)
+        }
         Command::Presets { format } => presets::presets(format),
         Command::Calibrate { results, device, bandwidth, compute, memory, model, format } => {
             calibrate::calibrate(&results, device, bandwidth, compute, memory, model.as_deref(), format)

@@ -10,9 +10,19 @@ use crate::outcome::{Failure, Outcome};
 use crate::{input, load, render};
 
 /// Summarizes the preset or file `name` (only a file's headers are read, and said so).
-pub(super) fn model(name: &str, weights: Option<&str>, kv: &str, format: Format) -> Result<Outcome, Failure> {
+/// K's cache format is `kv.0`, V's `kv.1` where it differs.
+pub(super) fn model(
+    name: &str,
+    weights: Option<&str>,
+    (kv, kv_v): (&str, Option<&str>),
+    format: Format,
+) -> Result<Outcome, Failure> {
     let weights: Option<WeightFormat> = weights.map(str::parse).transpose()?;
     let kv = stageplan::tensor_type::kv_format(kv).map_err(|e| Failure(format!("`--kv` {e}")))?;
+    let kv_v = match kv_v {
+        Some(v) => stageplan::tensor_type::kv_format(v).map_err(|e| Failure(format!("`--kv-v` {e}")))?,
+        None => kv,
+    };
     let (model, reads) = match ModelPreset::find(name) {
         Ok(preset) => (preset.model(weights.unwrap_or_default())?, None),
         Err(not_a_preset) => {
@@ -29,7 +39,8 @@ pub(super) fn model(name: &str, weights: Option<&str>, kv: &str, format: Format)
             (loaded.model, Some(loaded.reads))
         }
     };
-    let summary = model.summary(kv);
+    model.cache_formats(kv, kv_v).map_err(|e| Failure(format!("`--kv-v` {e}")))?;
+    let summary = model.summary(kv, kv_v);
     let stdout = match format {
         Format::Json => {
             let mut value = serde_json::to_value(&summary)?;

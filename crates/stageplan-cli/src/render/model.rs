@@ -27,7 +27,11 @@ pub(crate) fn summary(s: &ModelSummary) -> String {
         if s.tied_embeddings { " (tied: the last stage keeps a copy as the LM head)" } else { "" }
     );
     let _ = writeln!(out, "head            {} (final norm and LM head)", format_bytes(s.head_bytes as f64));
-    let _ = writeln!(out, "KV cache        {} per token ({})", format_bytes(s.kv_bytes_per_token as f64), s.kv_format);
+    let formats = match s.kv_v_format {
+        Some(v) => format!("K {}, V {v}", s.kv_format),
+        None => s.kv_format.to_string(),
+    };
+    let _ = writeln!(out, "KV cache        {} per token ({formats})", format_bytes(s.kv_bytes_per_token as f64));
     if let Some(max) = s.max_context {
         let _ = writeln!(out, "max context     {} tokens", group_digits(max));
     }

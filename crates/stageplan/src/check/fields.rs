@@ -59,15 +59,7 @@ impl Scenario {
         let file = self.model.file()?.map(str::to_owned);
         let riders = self.check_riders(draft)?;
         let workload = Workload { engine: self.engine, ..self.workload.check()? };
-        if model.arch.mla.is_some() && workload.kv_v != workload.kv {
-            return Err(ScenarioError::field(
-                "workload.kv_v",
-                format!(
-                    "is `{}` beside a `{}` K cache; this model's latent attention keeps V inside K's cache (llama.cpp refuses two types): leave `kv_v` out",
-                    workload.kv_v, workload.kv
-                ),
-            ));
-        }
+        model.cache_formats(workload.kv, workload.kv_v).map_err(|e| ScenarioError::field("workload.kv_v", e))?;
         let nodes = self.check_nodes()?;
         let cells = nodes.len().saturating_mul(model.num_layers());
         if cells > MAX_NODE_LAYERS {

@@ -220,10 +220,14 @@ pub struct ModelSummary {
     /// Final norm and LM head (a tied head counts its copy of the embedding).
     pub head_bytes: u64,
     pub tied_embeddings: bool,
-    /// KV-cache bytes per token of context, all layers, in `kv_format` (sliding windows
-    /// cap some layers' cache; this is the per-token rate below the window).
+    /// KV-cache bytes per token of context, all layers: K in `kv_format`, V in
+    /// `kv_v_format` where given (sliding windows cap some layers' cache; this is the
+    /// per-token rate below the window).
     pub kv_bytes_per_token: u64,
     pub kv_format: TensorType,
+    /// The V cache's format where it differs from K's (llama.cpp's `-ctv`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_v_format: Option<TensorType>,
     pub hidden_size: u64,
     pub max_context: Option<u64>,
     pub layers: Vec<LayerSummary>,
@@ -253,8 +257,27 @@ pub struct TypeBytes {
 }
 
 impl Model {
-    /// The summary `stageplan model` prints, with KV per token in `kv` (K and V alike).
-    pub fn summary(&self, kv: TensorType) -> ModelSummary {
+    /// Whether this model can cache K in `kv` and V in `kv_v`: latent attention keeps V
+    /// inside K's cached row, which llama.cpp stores in one type.
+    ///
+    /// # Errors
+    /// The refusal in words, for the caller to place on the field that gave `kv_v`.
+    pub fn cache_formats(&self, kv: TensorType, kv_v: TensorType) -> Result<(), String> {
+        if self.arch.mla.is_some() && kv_v != kv {
+            return Err(format!(
+                "is `{kv_v}` beside a `{kv}` K cache; this model's latent attention keeps V inside K's cache (llama.cpp refuses two types): give V the K cache's format"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The summary `stageplan model` prints, with KV per token in `kv` for K and `kv_v` for
+    /// V (a pair [`Model::cache_formats`] accepts).
+    pub fn summary(&self, kv: TensorType, kv_v: TensorType) -> ModelSummary {
+        let kv_bytes = |i: usize| {
+            let (k, v) = self.arch.k_and_v_elements(i);
+            kv.bytes(k).saturating_add(kv_v.bytes(v))
+        };
         ModelSummary {
             name: self.name.clone(),
             weights: self.weights.clone(),
@@ -263,8 +286,9 @@ impl Model {
             embedding_bytes: self.bytes_at(Place::Embedding),
             head_bytes: self.head_bytes(),
             tied_embeddings: self.head_shares_embedding,
-            kv_bytes_per_token: self.arch.kv_elements.iter().map(|&e| kv.bytes(e)).fold(0, u64::saturating_add),
+            kv_bytes_per_token: (0..self.arch.kv_elements.len()).map(kv_bytes).fold(0, u64::saturating_add),
             kv_format: kv,
+            kv_v_format: (kv_v != kv).then_some(kv_v),
             hidden_size: self.arch.hidden_size,
             max_context: self.arch.max_context,
             layers: self
