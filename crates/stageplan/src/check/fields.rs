@@ -682,19 +682,6 @@ impl WorkloadSpec {
             Some(response) => response,
             None => DEFAULT_RESPONSE,
         };
-        // A request that does not fit the context cannot be served as planned; only one the
-        // scenario describes (the defaults alone are a benchmark's, priced as it runs them).
-        if (self.prompt.is_some() || self.response.is_some()) && prompt.saturating_add(response) > self.context {
-            let (field, value) =
-                if self.response.is_some() { ("workload.response", response) } else { ("workload.prompt", prompt) };
-            return Err(ScenarioError::field(
-                field,
-                format!(
-                    "is {value}: a prompt of {prompt} tokens and a response of {response} pass the context's {}; shorten one, or raise `workload.context`",
-                    self.context
-                ),
-            ));
-        }
         let kv = parse_kv(&self.kv)?;
         let kv_v = match &self.kv_v {
             Some(name) => {
