@@ -65,8 +65,8 @@ impl Workload {
 impl Workload {
     /// The cache's bytes per token of a layer with `k` and `v` elements per token
     /// (`Transformer::k_and_v_elements`).
-    pub fn kv_bytes(&self, (k, v): (u64, u64)) -> u64 {
-        self.kv.bytes(k).saturating_add(self.kv_v.bytes(v))
+    pub fn kv_bytes(&self, elements: (u64, u64)) -> u64 {
+        crate::tensor_type::kv_bytes((self.kv, self.kv_v), elements)
     }
 
     /// Either cache quantized.

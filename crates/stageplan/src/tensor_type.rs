@@ -161,6 +161,13 @@ pub const KV_FORMATS: &[TensorType] = &[
 )]
 pub struct UnknownKvFormat(pub String);
 
+/// Bytes per token of a cache holding `k` K elements in `formats.0` and `v` V elements in
+/// `formats.1` (llama.cpp's `-ctk` and `-ctv`): the one rule the cost model
+/// (`Workload::kv_bytes`) and a model's summary price a cache by.
+pub fn kv_bytes((k_format, v_format): (TensorType, TensorType), (k, v): (u64, u64)) -> u64 {
+    k_format.bytes(k).saturating_add(v_format.bytes(v))
+}
+
 /// The KV-cache format called `name` (`f16`, `q8_0`, `fp8`, …): the one parser the scenario,
 /// the CLI's `--kv` and the JS API share.
 ///

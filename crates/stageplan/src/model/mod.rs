@@ -274,10 +274,7 @@ impl Model {
     /// The summary `stageplan model` prints, with KV per token in `kv` for K and `kv_v` for
     /// V (a pair [`Model::cache_formats`] accepts).
     pub fn summary(&self, kv: TensorType, kv_v: TensorType) -> ModelSummary {
-        let kv_bytes = |i: usize| {
-            let (k, v) = self.arch.k_and_v_elements(i);
-            kv.bytes(k).saturating_add(kv_v.bytes(v))
-        };
+        let kv_bytes = |i: usize| crate::tensor_type::kv_bytes((kv, kv_v), self.arch.k_and_v_elements(i));
         ModelSummary {
             name: self.name.clone(),
             weights: self.weights.clone(),
