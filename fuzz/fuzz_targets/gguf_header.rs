@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(Parse::Done(header)) = gguf::parse(data, file_len) {
             assert!(header.data_offset <= data.len() as u64 + header.alignment || file_len.is_none());
             if let Ok(model) = import::gguf_model("fuzz", std::slice::from_ref(&header)) {
-                let _ = model.summary(stageplan::TensorType::F16);
+                let _ = model.summary(stageplan::TensorType::Q8_0, stageplan::TensorType::F16);
             }
         }
     }

@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(header.data_offset() + header.tensor_bytes(), data.len() as u64);
         let shards = vec![("fuzz.safetensors".to_owned(), header)];
         if let Ok(model) = import::safetensors_model("fuzz", &shards, None, None) {
-            let _ = model.summary(stageplan::TensorType::F16);
+            let _ = model.summary(stageplan::TensorType::Q8_0, stageplan::TensorType::F16);
         }
     }
     let _ = safetensors::parse(data, None);
