@@ -443,7 +443,7 @@ impl Scenario {
             }
             if offload.host_layers.saturating_add(offload.host_ffn) > layers {
                 // Said at the field that was written: `host_layers` alone, or the two together.
-                let message = if offload.host_ffn == 0 {
+                let (field, message) = if offload.host_ffn == 0 {
                     (
                         at("host_layers"),
                         format!(
@@ -460,7 +460,7 @@ impl Scenario {
                         ),
                     )
                 };
-                return Err(ScenarioError::field(message.0, message.1));
+                return Err(ScenarioError::field(field, message));
             }
             // llama.cpp's `-ngl` counts the output as the last layer it offloads: only
             // `-ngl 0` leaves it in RAM, with every layer there.
