@@ -136,6 +136,7 @@ fn peak_problem(model: Model, count: usize, bandwidth_gb_s: f64, tflops: f64, co
             threads: None,
             probe: None,
             host: None,
+            gpu_of: None,
         })
         .collect();
     Problem {

@@ -84,6 +84,7 @@ fn two_4090s(backend: Backend) -> Problem {
         threads: None,
         probe: None,
         host: None,
+        gpu_of: None,
     };
     Problem {
         model: ModelPreset::find("llama-3.1-8b").unwrap().model("q4_k_m".parse().unwrap()).unwrap(),

@@ -130,6 +130,7 @@ fn mlp_cost(spec: &MlpSpec, probes: &[Probe]) -> CostModel {
             threads: None,
             probe: None,
             host: None,
+            gpu_of: None,
         })
         .collect();
     let links = Links::uniform(nodes.len(), Link { bandwidth: 1e9, latency: 0.0 });

@@ -189,7 +189,12 @@ time_s: number,
  * On a machine with system RAM (`host` in the scenario), what the stage keeps there;
  * `memory` is then the GPU's. Absent: everything on the device.
  */
-offload?: StageOffload | null, };
+offload?: StageOffload | null, 
+/**
+ * On a machine with several GPUs (`nodes[].gpus`), which: the machine's stages run in
+ * one server there. Absent: the node is a machine of its own.
+ */
+gpu_of?: MachineGpu | null, };
 
 export type StageOffload = { 
 /**
@@ -227,6 +232,8 @@ experts: boolean,
  * Host RAM, by part (`budget` is the RAM installed).
  */
 memory: MemoryBreakdown, };
+
+export type MachineGpu = { machine: string, index: number, };
 
 export type MemoryBreakdown = { weights: number, kv: number, embed_head: number, workspace: number, reserve: number, 
 /**

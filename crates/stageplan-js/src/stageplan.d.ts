@@ -111,6 +111,25 @@ export interface NodeSpec {
   /** The machine's system RAM beside its GPU: the planner may keep layers or their FFN (MoE
    * experts first) there, as llama.cpp's `-ngl`, `--n-cpu-moe` and `-ot` do. */
   host?: HostSpec;
+  /** The machine's GPUs when it has several, in the engine's order (`CUDA0`, `CUDA1`…):
+   * planned as the nodes `name/gpu0`, `name/gpu1`… of one server. The machine's own device
+   * fields (and, in this version, `host`) are then absent. */
+  gpus?: GpuSpec[];
+  /** How those GPUs reach each other: a preset (`pcie4-x8`, `pcie4-x16-p2p`, `nvlink3`) or
+   * its figures; default `pcie4-x16`. */
+  gpu_link?: string | { bandwidth: Quantity; latency: Quantity };
+}
+
+/** One GPU (or, with `count`, several alike) of a machine with several. */
+export interface GpuSpec {
+  device?: string;
+  memory?: Quantity;
+  bandwidth?: Quantity;
+  compute?: Quantity;
+  reserve?: Quantity;
+  efficiency?: { bandwidth?: number; compute?: number };
+  backend?: Backend;
+  count?: number;
 }
 
 /** How a node's figures were measured. */

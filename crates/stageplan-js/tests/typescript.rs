@@ -20,6 +20,7 @@ fn declarations() -> String {
         PlannedWorkload::decl(&cfg),
         Stage::decl(&cfg),
         StageOffload::decl(&cfg),
+        stageplan::plan::MachineGpu::decl(&cfg),
         MemoryBreakdown::decl(&cfg),
         TimeBreakdown::decl(&cfg),
         Bound::decl(&cfg),

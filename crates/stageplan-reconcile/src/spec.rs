@@ -378,6 +378,8 @@ fn machines_are_nodes(scenario: &Scenario) -> Result<(), SpecError> {
                 "cannot be a cluster node's name, and the loop places this machine's stages on the node of its name; rename the machine with {}, as its node is registered",
                 name_rule!()
             )
+        } else if spec.gpus.is_some() {
+            "has several GPUs (`gpus`), whose stages the loop does not place yet; give each GPU a machine of its own in the deployment's scenario".to_owned()
         } else if let Some(count) = spec.count.filter(|&count| !is_name(&spec.machine_name(count))) {
             format!(
                 "with `count` {count} names machines up to `{name}-{count}`, past the 200 characters of a cluster node's name; shorten it"

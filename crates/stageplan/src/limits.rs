@@ -7,10 +7,14 @@
 //! (`1.8 × 10^19`) and are exact in `f64` to a byte per kilobyte. The README's limits table
 //! quotes these values; a test keeps the two in step.
 
-/// Machines in a scenario, after `count` is expanded. With [`MAX_LAYERS`] layers the
+/// Devices in a scenario (machines, or each GPU of a machine with several), after `count` is expanded. With [`MAX_LAYERS`] layers the
 /// planner's heuristic takes about a second for this many (`BENCHMARKS.md`); a real
 /// pipeline has a few dozen stages.
 pub const MAX_NODES: usize = 1024;
+
+/// GPUs in one machine (`nodes[].gpus`): llama.cpp's `GGML_CUDA_MAX_DEVICES` and
+/// `llama_max_devices()` are 16.
+pub const MAX_GPUS_PER_MACHINE: usize = 16;
 
 /// Machines × layers in one scenario: the size of the planner's tables for one node order.
 /// At this size the slowest search (the latency objective with per-pair links, over many

@@ -248,6 +248,19 @@ pub struct Stage {
     /// `memory` is then the GPU's. Absent: everything on the device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<StageOffload>,
+    /// On a machine with several GPUs (`nodes[].gpus`), which: the machine's stages run in
+    /// one server there. Absent: the node is a machine of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_of: Option<MachineGpu>,
+}
+
+/// A GPU of a machine with several: the machine's name and the engine's number for the GPU
+/// (`CUDA{index}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct MachineGpu {
+    pub machine: String,
+    pub index: u32,
 }
 
 /// What a stage keeps in its machine's host RAM, run there by the CPU: llama.cpp's

@@ -387,6 +387,79 @@ impl RamPreset {
     }
 }
 
+/// How the GPUs of one machine reach each other (`gpu_link`): a hop between two of them in
+/// one server is a copy of the activations and the scheduler's split
+/// ([`SPLIT_LATENCY_S`](crate::cost::SPLIT_LATENCY_S), a stream sync and a graph launch).
+/// PCIe's bandwidth is per direction after encoding (PCI-SIG: 0.985 GB/s a lane at 3.0,
+/// 1.969 at 4.0, 3.938 at 5.0). Without peer-to-peer (GeForce cards: NVIDIA's driver
+/// disables it) llama.cpp's CUDA backend cannot copy between devices directly
+/// (`ggml_backend_cuda_cpy_tensor_async` returns false) and the scheduler copies through
+/// host memory, twice over the bus: half the bandwidth. NVLink is NVIDIA's per-direction
+/// figure: the RTX 3090 bridge 112.5 GB/s both ways, A100 SXM4 600 GB/s, H100 SXM5 900 GB/s.
+#[derive(Copy, Clone, Debug, Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct GpuLinkPreset {
+    pub name: &'static str,
+    pub title: &'static str,
+    /// Bytes/s per direction, as a copy between two GPUs reaches it.
+    pub bandwidth: f64,
+    /// Seconds a hop costs besides the copy.
+    pub latency: f64,
+}
+
+const fn pcie(name: &'static str, title: &'static str, gb_s_per_lane: f64, lanes: f64, p2p: bool) -> GpuLinkPreset {
+    let bandwidth = gb_s_per_lane * 1e9 * lanes;
+    GpuLinkPreset {
+        name,
+        title,
+        bandwidth: if p2p { bandwidth } else { bandwidth / 2.0 },
+        latency: crate::cost::SPLIT_LATENCY_S,
+    }
+}
+
+const fn nvlink(name: &'static str, title: &'static str, gb_s: f64) -> GpuLinkPreset {
+    GpuLinkPreset { name, title, bandwidth: gb_s * 1e9, latency: crate::cost::SPLIT_LATENCY_S }
+}
+
+/// Every GPU-link preset: PCIe by generation and lanes, without peer-to-peer (consumer
+/// cards) and with it (`-p2p`), and NVLink.
+pub const GPU_LINKS: &[GpuLinkPreset] = &[
+    pcie("pcie3-x4", "PCIe 3.0 x4, no P2P", 0.985, 4.0, false),
+    pcie("pcie3-x8", "PCIe 3.0 x8, no P2P", 0.985, 8.0, false),
+    pcie("pcie3-x16", "PCIe 3.0 x16, no P2P", 0.985, 16.0, false),
+    pcie("pcie4-x4", "PCIe 4.0 x4, no P2P", 1.969, 4.0, false),
+    pcie("pcie4-x8", "PCIe 4.0 x8, no P2P", 1.969, 8.0, false),
+    pcie("pcie4-x16", "PCIe 4.0 x16, no P2P", 1.969, 16.0, false),
+    pcie("pcie5-x8", "PCIe 5.0 x8, no P2P", 3.938, 8.0, false),
+    pcie("pcie5-x16", "PCIe 5.0 x16, no P2P", 3.938, 16.0, false),
+    pcie("pcie3-x16-p2p", "PCIe 3.0 x16, peer-to-peer", 0.985, 16.0, true),
+    pcie("pcie4-x8-p2p", "PCIe 4.0 x8, peer-to-peer", 1.969, 8.0, true),
+    pcie("pcie4-x16-p2p", "PCIe 4.0 x16, peer-to-peer", 1.969, 16.0, true),
+    pcie("pcie5-x16-p2p", "PCIe 5.0 x16, peer-to-peer", 3.938, 16.0, true),
+    nvlink("nvlink-bridge", "NVLink bridge (RTX 3090, A6000)", 56.25),
+    nvlink("nvlink3", "NVLink 3 (A100 SXM4)", 300.0),
+    nvlink("nvlink4", "NVLink 4 (H100 SXM5)", 450.0),
+];
+
+impl GpuLinkPreset {
+    /// The link a machine's GPUs have when `gpu_link` is not given: PCIe 4.0 x16 without
+    /// peer-to-peer, what a consumer board with two GeForce cards offers at best.
+    pub const DEFAULT: &'static GpuLinkPreset = &GPU_LINKS[5];
+
+    /// The hop's figures.
+    pub fn link(&self) -> crate::problem::Link {
+        crate::problem::Link { bandwidth: self.bandwidth, latency: self.latency }
+    }
+
+    /// Finds a GPU-link preset by name (case-insensitive); the error suggests the nearest name.
+    pub fn find(name: &str) -> Result<&'static GpuLinkPreset, Option<String>> {
+        GPU_LINKS
+            .iter()
+            .find(|l| l.name.eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| closest(name, GPU_LINKS.iter().map(|l| l.name)))
+    }
+}
+
 impl DevicePreset {
     /// Finds a device by name (case-insensitive); the error suggests the nearest name.
     pub fn find(name: &str) -> Result<&'static DevicePreset, Option<String>> {
@@ -412,12 +485,19 @@ mod tests {
     }
 
     #[test]
+    fn the_default_gpu_link_is_pcie_4_x16() {
+        assert_eq!(GpuLinkPreset::DEFAULT.name, "pcie4-x16");
+        assert_eq!(GpuLinkPreset::DEFAULT.bandwidth, 1.969e9 * 16.0 / 2.0);
+    }
+
+    #[test]
     fn names_are_unique_and_lowercase() {
         let mut names: Vec<&str> = MODELS
             .iter()
             .map(|m| m.name)
             .chain(DEVICES.iter().map(|d| d.name))
             .chain(RAM.iter().map(|r| r.name))
+            .chain(GPU_LINKS.iter().map(|l| l.name))
             .collect();
         assert!(
             names

@@ -129,6 +129,18 @@ pub struct Node {
     /// planner may place tensors there ([`crate::cost::Offload`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<Host>,
+    /// The machine this GPU is one of, when it has several (`nodes[].gpus`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_of: Option<GpuOf>,
+}
+
+/// A GPU's place in a machine with several: the machine's name, the engine's number for
+/// the GPU there (`CUDA{index}`), and the link between the machine's GPUs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuOf {
+    pub machine: String,
+    pub index: u32,
+    pub link: Link,
 }
 
 /// A machine's host tier after checking.

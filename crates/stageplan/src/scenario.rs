@@ -257,6 +257,74 @@ pub struct NodeSpec {
     /// `-ngl`, `--n-cpu-moe` and `-ot` do. Absent: the node is one memory, as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostSpec>,
+    /// The machine's GPUs when it has several (two RTX 3090s on one board): each a device
+    /// of its own, in the order the engine numbers them (`CUDA0`, `CUDA1`…), planned as
+    /// consecutive stages of one server over `gpu_link`. The machine's own device fields
+    /// are then absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<GpuSpec>>,
+    /// How the GPUs of `gpus` reach each other: a preset (`pcie4-x8`, `pcie4-x16-p2p`,
+    /// `nvlink3`; `stageplan presets` lists them) or `{"bandwidth", "latency"}`. Default
+    /// `pcie4-x16`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_link: Option<GpuLinkSpec>,
+}
+
+/// One GPU (or, with `count`, several alike) of a machine with several.
+///
+/// ```json
+/// {"device": "rtx-3090", "count": 2}
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    /// A device preset; the fields below override its figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Bytes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Bandwidth>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Compute>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<Bytes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<Efficiency>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+    /// This many GPUs alike, numbered on from the ones before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+/// The link between the GPUs of one machine: a preset's name, or its figures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum GpuLinkSpec {
+    Preset(String),
+    Figures(LinkSpec),
+}
+
+impl<'de> Deserialize<'de> for GpuLinkSpec {
+    /// A preset's name, else `{"bandwidth", "latency"}` read as [`LinkSpec`] reads it, with
+    /// its errors (an untagged enum's would say only that no variant matched).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameOrFigures;
+        impl<'de> serde::de::Visitor<'de> for NameOrFigures {
+            type Value = GpuLinkSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a link preset such as \"pcie4-x8\", or {\"bandwidth\", \"latency\"}")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<GpuLinkSpec, E> {
+                Ok(GpuLinkSpec::Preset(v.to_owned()))
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, map: M) -> Result<GpuLinkSpec, M::Error> {
+                LinkSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(GpuLinkSpec::Figures)
+            }
+        }
+        deserializer.deserialize_any(NameOrFigures)
+    }
 }
 
 /// A machine's system RAM and CPU, beside its GPU.

@@ -88,6 +88,17 @@ pub(crate) fn presets() -> String {
             d.title
         );
     }
+    out.push_str("\nGPU links (`gpu_link`)     bandwidth  latency\n");
+    for l in stageplan::presets::GPU_LINKS {
+        let _ = writeln!(
+            out,
+            "  {:<22}  {:>10}  {:>7}   {}",
+            l.name,
+            format_bandwidth(l.bandwidth),
+            stageplan::units::format_seconds(l.latency),
+            l.title
+        );
+    }
     out.push_str("\nweight formats\n  ");
     let names: Vec<String> = WeightFormat::all().iter().map(ToString::to_string).collect();
     out.push_str(&names.join(", "));

@@ -1,24 +1,20 @@
 //! Every field of a scenario checked into a [`Problem`]: ranges, units, unique names,
-//! presets and weight formats resolved, links per pair, manual stages in range. Each error
+//! presets and weight formats resolved, manual stages in range (machines and links in
+//! `machines.rs`). Each error
 //! names the field by its JSON path and says what to write. Reached only through
 //! [`crate::check()`].
 
-use crate::device::{Backend, DeviceKind};
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
-use crate::limits::{
-    MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_LATENCY_S, MAX_LINK_PAIRS, MAX_NAME_CHARS, MAX_NODE_LAYERS, MAX_NODES,
-    MAX_PREFILL_CHUNK, MAX_THREADS, MEASURED_RATES, MIN_RATE, READ_FACTORS,
-};
+use crate::limits::{MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_NODE_LAYERS, MAX_PREFILL_CHUNK};
 use crate::model::{Model, WeightFormat};
-use crate::presets::{DevicePreset, ModelPreset, RamPreset};
+use crate::presets::ModelPreset;
 use crate::problem::{
-    DEFAULT_LINK, DEFAULT_PROMPT, DEFAULT_RESPONSE, Draft, FixedOffload, Host, Link, Links, Node, Placement, Problem,
-    Projector, Riders, Workload,
+    DEFAULT_PROMPT, DEFAULT_RESPONSE, Draft, FixedOffload, Node, Placement, Problem, Projector, Riders, Workload,
 };
-use crate::scenario::{DraftSpec, HostSpec, ModelSpec, Policy, ProbeProvenance, Scenario, WorkloadSpec, Workspace};
+use crate::scenario::{DraftSpec, ModelSpec, Policy, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
-use crate::units::{Bandwidth, Bytes, Compute, Seconds, format_bytes};
+use crate::units::Bytes;
 
 // Here rather than in `scenario`: the file format does not depend on the checked types.
 impl Default for WorkloadSpec {
@@ -132,199 +128,6 @@ impl Scenario {
             }
         };
         Ok(Riders { draft, projector })
-    }
-
-    fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
-        if self.nodes.is_empty() {
-            return Err(ScenarioError::field(
-                "nodes",
-                "is empty; list at least one machine, e.g. `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`",
-            ));
-        }
-        // The machines `count` expands to, checked before any is built.
-        let mut total = 0usize;
-        for (i, spec) in self.nodes.iter().enumerate() {
-            let count = spec.count.unwrap_or(1);
-            if count == 0 {
-                return Err(ScenarioError::field(format!("nodes[{i}].count"), "is 0; give at least 1"));
-            }
-            total = total.saturating_add(count as usize);
-            if total > MAX_NODES {
-                return Err(ScenarioError::field(
-                    format!("nodes[{i}].count"),
-                    format!(
-                        "brings the cluster past {MAX_NODES} machines; plan at most {MAX_NODES} (group alike machines with `count`)"
-                    ),
-                ));
-            }
-        }
-        let mut nodes: Vec<Node> = Vec::with_capacity(total);
-        // Which spec each node came from, to name the field of a repeated name.
-        let mut spec_of: Vec<usize> = Vec::with_capacity(total);
-        for (i, spec) in self.nodes.iter().enumerate() {
-            let at = |field: &str| format!("nodes[{i}].{field}");
-            let name = spec.name.trim();
-            if name.chars().count() > MAX_NAME_CHARS {
-                return Err(ScenarioError::field(
-                    at("name"),
-                    format!("is {} characters long; give a name of at most {MAX_NAME_CHARS}", name.chars().count()),
-                ));
-            }
-            if let Some(c) = name.chars().find(|&c| c.is_control()) {
-                return Err(ScenarioError::field(
-                    at("name"),
-                    format!("holds the control character U+{:04X}; use letters, digits and punctuation", u32::from(c)),
-                ));
-            }
-            if name.is_empty() {
-                return Err(ScenarioError::field(at("name"), "is empty; give every node a unique name"));
-            }
-            let preset = match &spec.device {
-                None => None,
-                Some(device) => Some(DevicePreset::find(device).map_err(|suggestion| {
-                    ScenarioError::field(
-                        at("device"),
-                        format!(
-                            "`{device}` is not a device preset{}; run `stageplan presets` to list them, or give `memory`, `bandwidth` and `compute` instead",
-                            suggest(suggestion.as_deref())
-                        ),
-                    )
-                })?),
-            };
-            let pick = |own: Option<f64>, preset_value: Option<f64>, field: &str, example: &str| {
-                own.or(preset_value).ok_or_else(|| {
-                    ScenarioError::field(
-                        at(field),
-                        format!("is missing; give it (e.g. `{example}`) or pick a `device` preset"),
-                    )
-                })
-            };
-            let memory = pick(spec.memory.map(Bytes::get), preset.map(|p| p.memory), "memory", "24 GiB")?;
-            let bandwidth =
-                pick(spec.bandwidth.map(Bandwidth::get), preset.map(|p| p.bandwidth), "bandwidth", "1008 GB/s")?;
-            let compute = pick(spec.compute.map(Compute::get), preset.map(|p| p.compute), "compute", "165 TFLOPS")?;
-            let reserve = spec.reserve.map(Bytes::get).or(preset.map(|p| p.reserve)).unwrap_or(0.0);
-            for (value, field) in [(bandwidth, "bandwidth"), (compute, "compute")] {
-                check_rate(value, &at(field))?;
-            }
-            for (value, field) in [(memory, "memory"), (reserve, "reserve")] {
-                if value > MAX_BYTES {
-                    return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
-                }
-            }
-            let kind = spec.kind.or(preset.map(|p| p.kind));
-            let efficiency = spec.efficiency.unwrap_or_default();
-            for (value, field) in
-                [(efficiency.bandwidth, "efficiency.bandwidth"), (efficiency.compute, "efficiency.compute")]
-            {
-                if !(value > 0.0 && value <= 1.5) {
-                    return Err(ScenarioError::field(
-                        at(field),
-                        format!(
-                            "is {}; give a fraction above 0 and at most 1.5, such as 0.8",
-                            crate::units::sig3(value)
-                        ),
-                    ));
-                }
-            }
-            let backend = spec.backend.or(preset.map(|p| p.backend)).unwrap_or_else(|| Backend::of_kind(kind));
-            if let Some(probe) = &spec.probe {
-                check_probe(probe, &at)?;
-            }
-            if let Some(threads) = spec.threads
-                && !(1..=MAX_THREADS).contains(&threads)
-            {
-                return Err(ScenarioError::field(
-                    at("threads"),
-                    format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
-                ));
-            }
-            // A CPU's or a unified memory's RAM is its `memory`: a `host` beside it would be
-            // the same RAM counted twice.
-            if spec.host.is_some()
-                && let Some(kind @ (DeviceKind::Cpu | DeviceKind::Unified)) = kind
-            {
-                return Err(ScenarioError::field(
-                    at("host"),
-                    format!(
-                        "is given for a `{}` machine, whose RAM is its `memory`: the plan would count that RAM twice; remove `host`, or set `kind` to `gpu` for a GPU beside system RAM",
-                        kind.name()
-                    ),
-                ));
-            }
-            let host = spec.host.as_ref().map(|host| check_host(host, &at)).transpose()?;
-            let count = spec.count.unwrap_or(1);
-            for k in 1..=count {
-                let name = spec.machine_name(k);
-                spec_of.push(i);
-                nodes.push(Node {
-                    name,
-                    device: spec.device.clone(),
-                    kind,
-                    memory: memory as u64,
-                    bandwidth,
-                    compute,
-                    reserve: reserve as u64,
-                    efficiency,
-                    backend,
-                    threads: spec.threads,
-                    probe: spec.probe.clone(),
-                    host: host.clone(),
-                });
-            }
-        }
-        // Repeated names: pairwise, which [`MAX_NODES`] bounds at half a million string
-        // comparisons (a sort would cost the web page's download more than it saves here).
-        for k in 1..nodes.len() {
-            if nodes[..k].iter().any(|n| n.name == nodes[k].name) {
-                return Err(ScenarioError::field(
-                    format!("nodes[{}].name", spec_of[k]),
-                    format!("`{}` is used twice; give every node a unique name", nodes[k].name),
-                ));
-            }
-        }
-        Ok(nodes)
-    }
-
-    fn check_links(&self, nodes: &[Node]) -> Result<Links, ScenarioError> {
-        let default = match &self.links.default {
-            Some(l) => check_link(l.bandwidth, l.latency, "links.default")?,
-            None => DEFAULT_LINK,
-        };
-        if self.links.pairs.len() > MAX_LINK_PAIRS {
-            return Err(ScenarioError::field(
-                "links.pairs",
-                format!(
-                    "lists {} pairs; give at most {MAX_LINK_PAIRS} and let `links.default` cover the rest",
-                    self.links.pairs.len()
-                ),
-            ));
-        }
-        let mut links = Links::uniform(nodes.len(), default);
-        // Names sorted once, each pair's names found by binary search.
-        let mut by_name: Vec<(&str, usize)> = nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-        by_name.sort_unstable();
-        for (i, pair) in self.links.pairs.iter().enumerate() {
-            let at = format!("links.pairs[{i}]");
-            let link = check_link(pair.bandwidth, pair.latency, &at)?;
-            let index = |name: &str| {
-                by_name.binary_search_by(|(n, _)| (*n).cmp(name)).map(|at| by_name[at].1).map_err(|_| {
-                    ScenarioError::field(
-                        format!("{at}.between"),
-                        format!("names `{name}`, which is not a node; use a name from `nodes`"),
-                    )
-                })
-            };
-            let (a, b) = (index(&pair.between[0])?, index(&pair.between[1])?);
-            if a == b {
-                return Err(ScenarioError::field(
-                    format!("{at}.between"),
-                    "names the same node twice; a link joins two nodes",
-                ));
-            }
-            links.set(a, b, link);
-        }
-        Ok(links)
     }
 
     fn check_stages(&self, nodes: &[Node], layers: usize) -> Result<Option<Vec<Placement>>, ScenarioError> {
@@ -481,31 +284,6 @@ impl Scenario {
         }
         Ok(out)
     }
-}
-
-fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {
-    check_rate(bandwidth.get(), &format!("{at}.bandwidth"))?;
-    if latency.get() > MAX_LATENCY_S {
-        return Err(ScenarioError::field(
-            format!("{at}.latency"),
-            format!(
-                "is {} s, over a minute; check the unit (a network's is a few ms: write `0.5 ms`)",
-                crate::units::sig3(latency.get())
-            ),
-        ));
-    }
-    Ok(Link { bandwidth: bandwidth.get(), latency: latency.get() })
-}
-
-/// A bandwidth or compute of at least [`MIN_RATE`] per second.
-fn check_rate(value: f64, at: &str) -> Result<(), ScenarioError> {
-    if value <= 0.0 {
-        return Err(ScenarioError::field(at, "is 0; it must be greater than 0"));
-    }
-    if value < MIN_RATE {
-        return Err(ScenarioError::field(at, format!("is {value:e} per second, under {MIN_RATE}; check the unit")));
-    }
-    Ok(())
 }
 
 impl ModelSpec {
@@ -728,115 +506,10 @@ fn parse_kv(name: &str) -> Result<TensorType, ScenarioError> {
     crate::tensor_type::kv_format(name).map_err(|e| ScenarioError::field("workload.kv", e.to_string()))
 }
 
-/// A machine's host tier: its RAM's size and bandwidth (given or from a `ram` preset), a
-/// reserve below the size, threads and a link within reason.
-fn check_host(spec: &HostSpec, at: &dyn Fn(&str) -> String) -> Result<Host, ScenarioError> {
-    let preset = match &spec.ram {
-        None => None,
-        Some(ram) => Some(RamPreset::find(ram).map_err(|suggestion| {
-            ScenarioError::field(
-                at("host.ram"),
-                format!(
-                    "`{ram}` is not a RAM preset{}; run `stageplan presets` to list them, or give `host.bandwidth` instead",
-                    suggest(suggestion.as_deref())
-                ),
-            )
-        })?),
-    };
-    let memory = spec.memory.map(Bytes::get).ok_or_else(|| {
-        ScenarioError::field(at("host.memory"), "is missing; give the machine's system RAM, e.g. `64 GiB`")
-    })?;
-    let bandwidth = spec.bandwidth.map(Bandwidth::get).or(preset.map(|p| p.bandwidth)).ok_or_else(|| {
-        ScenarioError::field(
-            at("host.bandwidth"),
-            "is missing; give the RAM's bandwidth (e.g. `96 GB/s`) or a `ram` preset such as `ddr5-6000-2ch`",
-        )
-    })?;
-    let reserve = spec.reserve.map_or(Host::DEFAULT_RESERVE as f64, Bytes::get);
-    let link = spec.link.map_or(Host::DEFAULT_LINK, Bandwidth::get);
-    for (value, field) in [(bandwidth, "host.bandwidth"), (link, "host.link")] {
-        check_rate(value, &at(field))?;
-    }
-    for (value, field) in [(memory, "host.memory"), (reserve, "host.reserve")] {
-        if value > MAX_BYTES {
-            return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
-        }
-    }
-    // Nothing left for the model (not even the token embedding llama.cpp keeps in RAM):
-    // a unit or a figure mistyped, said at the field that was written.
-    if reserve >= memory {
-        let (memory, reserve) = (format_bytes(memory), format_bytes(reserve));
-        return Err(match spec.reserve {
-            Some(_) => ScenarioError::field(
-                at("host.reserve"),
-                format!("is {reserve}, not under the RAM's {memory}: nothing would be left for the model; give less"),
-            ),
-            None => ScenarioError::field(
-                at("host.memory"),
-                format!(
-                    "is {memory}, not over the {reserve} kept for the system by default; give the whole RAM, or a smaller `host.reserve`"
-                ),
-            ),
-        });
-    }
-    let threads = spec.threads.unwrap_or(Host::DEFAULT_THREADS);
-    if !(1..=MAX_THREADS).contains(&threads) {
-        return Err(ScenarioError::field(
-            at("host.threads"),
-            format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
-        ));
-    }
-    Ok(Host {
-        ram: preset.map(|p| p.name.to_owned()),
-        memory: memory as u64,
-        reserve: reserve as u64,
-        bandwidth,
-        threads,
-        link,
-    })
-}
-
-/// A node's probe, as measured figures must be: a spread from 0 and rates a CPU could reach.
-fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(), ScenarioError> {
-    let spread = probe.bandwidth_spread;
-    if !(spread.is_finite() && spread >= 0.0) {
-        return Err(ScenarioError::field(
-            at("probe.bandwidth_spread"),
-            format!("is {}; give the probe's (max − min) ÷ median, 0 or more", crate::units::sig3(spread)),
-        ));
-    }
-    if let Some(engine) = &probe.engine {
-        for (class, rate) in engine.rates() {
-            if let Some(rate) = rate
-                && !MEASURED_RATES.contains(&rate)
-            {
-                return Err(ScenarioError::field(
-                    at(&format!("probe.engine.{class}")),
-                    format!(
-                        "is {}; give weights per second, 1e3 to 1e15, as `stageplan probe --engine` writes it",
-                        if rate > *MEASURED_RATES.end() { "over 1e15".to_owned() } else { crate::units::sig3(rate) }
-                    ),
-                ));
-            }
-        }
-        if let Some(read) = engine.read
-            && !READ_FACTORS.contains(&read)
-        {
-            return Err(ScenarioError::field(
-                at("probe.engine.read"),
-                format!(
-                    "is {}; give how much faster than the probe llama.cpp read, 1 to 2, as `stageplan probe --engine` writes it",
-                    crate::units::sig3(read)
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::problem::DEFAULT_LINK;
     use crate::scenario::Objective;
 
     #[test]

@@ -11,6 +11,7 @@
 //! a vision projector's header implements [`Files`].
 
 mod fields;
+mod machines;
 
 use crate::error::ScenarioError;
 use crate::import::ProjectorSize;

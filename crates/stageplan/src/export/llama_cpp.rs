@@ -101,13 +101,15 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         });
     }
     let mut notes = Vec::new();
-    // The host's own device: its GPU, or, on a CPU-only host, an rpc-server on itself.
-    let local_device = |node: &str| match layout.kind(node) {
-        DeviceKind::Gpu => Some("CUDA0"),
-        DeviceKind::Unified => Some("MTL0"),
+    // The host's own devices: its GPUs, or, on a CPU-only host, an rpc-server on itself.
+    let main_machine = layout.machine(main).0;
+    let local_device = |node: &str, gpu: Option<u32>| match layout.kind(node) {
+        DeviceKind::Gpu => Some(format!("CUDA{}", gpu.unwrap_or(0))),
+        DeviceKind::Unified => Some("MTL0".to_owned()),
         DeviceKind::Cpu => None,
     };
     let mut rpc: Vec<(String, String)> = Vec::new();
+    let mut listening: Vec<(String, String)> = Vec::new();
     let mut devices: Vec<String> = Vec::new();
     // Per stage: where its FFN layers in host RAM go (`CPU` on the main machine, else a
     // second rpc-server on that machine serving its CPU), and the layers.
@@ -115,31 +117,34 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     // Remote machines' CPU rpc-servers, `(node, endpoint)`; each is also a device with no layers.
     let mut cpu_rpc: Vec<(String, String)> = Vec::new();
     for &(node, _, _) in &layout.stages {
-        if node == main
-            && let Some(device) = local_device(node)
+        let (machine, gpu) = layout.machine(node);
+        if machine == main_machine
+            && let Some(device) = local_device(node, gpu)
         {
-            devices.push(device.to_owned());
+            devices.push(device);
             continue;
         }
-        let endpoint = layout.host_port(node, RPC_PORT);
-        let endpoint = if node == main {
-            format!("127.0.0.1:{}", endpoint.rsplit_once(':').map_or("50052", |(_, p)| p))
-        } else {
-            endpoint
-        };
+        // One rpc-server per GPU of a machine with several, each on the next port.
+        let base = layout.given_port(node).unwrap_or(RPC_PORT);
+        let port = base.checked_add(gpu.map_or(0, |g| g as u16)).ok_or_else(|| ExportError::Option {
+            option: "hosts",
+            value: layout.host_with(node, base),
+            problem: "leaves no port for each of the machine's GPUs above it; give a lower port",
+        })?;
+        // The main machine's own rpc-server is reached on 127.0.0.1, but listens at the
+        // address it was given, where two cannot share a port.
+        listening.push((node.to_owned(), layout.host_with(node, port)));
+        let endpoint = if machine == main_machine { format!("127.0.0.1:{port}") } else { layout.host_with(node, port) };
         // RPC devices are numbered in `--rpc` order.
         devices.push(format!("RPC{}", rpc.len()));
         rpc.push((node.to_owned(), endpoint));
     }
-    // Two rpc-servers cannot listen on one address and port (the main node's own listens on
-    // 127.0.0.1, but at the address it was given).
-    let addresses: Vec<(&str, String)> =
-        rpc.iter().map(|(node, _)| (node.as_str(), layout.host_port(node, RPC_PORT))).collect();
-    for (i, (second, address)) in addresses.iter().enumerate() {
-        if let Some((first, _)) = addresses[..i].iter().find(|(_, a)| a == address) {
+    // Two rpc-servers cannot listen on one address and port.
+    for (i, (second, address)) in listening.iter().enumerate() {
+        if let Some((first, _)) = listening[..i].iter().find(|(_, a)| a == address) {
             return Err(ExportError::SameAddress {
-                first: (*first).to_owned(),
-                second: (*second).to_owned(),
+                first: first.clone(),
+                second: second.clone(),
                 address: address.clone(),
                 server: RPC_SERVER,
             });
@@ -222,7 +227,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     let what = if plan.model.experts.is_some() { "routed experts" } else { "FFN" };
     if host_layers > 0 {
         notes.push(format!(
-            "Layers 0–{} stay whole in {main}'s RAM with their KV cache (`--n-gpu-layers` counts the GPU's layers from the end).",
+            "Layers 0–{} stay whole in {main_machine}'s RAM with their KV cache (`--n-gpu-layers` counts the GPU's layers from the end).",
             host_layers - 1
         ));
     }
@@ -233,7 +238,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         notes.push(format!(
             "The {what} of layers {f0}–{} live in {} (`--override-tensor …={target}`); their attention and KV cache stay on the GPU.",
             f1 - 1,
-            if target == "CPU" { format!("{main}'s RAM") } else { format!("the RAM of the machine at {}", &target[5..target.len() - 1]) }
+            if target == "CPU" { format!("{main_machine}'s RAM") } else { format!("the RAM of the machine at {}", &target[5..target.len() - 1]) }
         ));
     }
     if super::Target::of_engine(plan.engine) != Some(super::Target::LlamaCpp) {
@@ -243,14 +248,14 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         ));
     }
     notes.push(format!(
-        "{main} runs llama-server: the plan counts its token embedding, input copies and logits there, beside its layers."
+        "{main_machine} runs llama-server: the plan counts its token embedding, input copies and logits there, beside its layers."
     ));
     notes.push(format!(
         "`{RPC_SERVER}` is the RPC server's name in llama.cpp builds from June 2026 on; older builds call it `rpc-server`."
     ));
     if devices.iter().any(|d| d == "CUDA0") {
         notes.push(format!(
-            "`CUDA0` is {main}'s first CUDA GPU; a ROCm or Vulkan build names it `ROCm0` or `Vulkan0` (see `llama-server --list-devices`)."
+            "`CUDA0` is {main_machine}'s first CUDA GPU; a ROCm or Vulkan build names it `ROCm0` or `Vulkan0` (see `llama-server --list-devices`)."
         ));
     }
     if !rpc.is_empty() {
@@ -274,14 +279,19 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         for (node, endpoint) in &rpc {
             let port = endpoint.rsplit_once(':').map_or("50052", |(_, p)| p);
             let host = if endpoint.starts_with("127.0.0.1:") { "127.0.0.1" } else { "0.0.0.0" };
-            let only_one = if layout.kind(node) == DeviceKind::Gpu { "CUDA_VISIBLE_DEVICES=0 " } else { "" };
+            let (machine, gpu) = layout.machine(node);
+            let only_one = if layout.kind(node) == DeviceKind::Gpu {
+                format!("CUDA_VISIBLE_DEVICES={} ", gpu.unwrap_or(0))
+            } else {
+                String::new()
+            };
             // A CPU's rpc-server uses half the cores unless told; the plan counts them all.
             let threads = match (layout.kind(node), layout.threads(node)) {
                 (DeviceKind::Cpu, Some(n)) => format!(" --threads {n}"),
                 (DeviceKind::Cpu, None) => " --threads \"$(nproc)\"".to_owned(),
                 _ => String::new(),
             };
-            let _ = writeln!(out, "#    on {node}:");
+            let _ = writeln!(out, "#    on {machine}:");
             let _ = writeln!(out, "{only_one}{RPC_SERVER} --host {host} --port {port}{threads}");
             if let Some((_, cpu)) = cpu_rpc.iter().find(|(n, _)| n == node) {
                 let cpu_port = cpu.rsplit_once(':').map_or("50053", |(_, p)| p);
@@ -298,7 +308,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         out.push('\n');
         step += 1;
     }
-    let _ = writeln!(out, "# {step}. On {main}:");
+    let _ = writeln!(out, "# {step}. On {main_machine}:");
     let mut args: Vec<String> = vec!["llama-server".into(), "--model".into(), shell(&model).into_owned()];
     if !rpc.is_empty() {
         args.push("--rpc".into());

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 // also small enough that every count and share stays exact in llama.cpp's float32 split, and
 // `MAX_CONTEXT` far below the 32-bit integer llama.cpp and vLLM take.
 use crate::device::DeviceKind;
-use crate::limits::{MAX_CONTEXT, MAX_LAYERS, MAX_PREFILL_CHUNK, MAX_THREADS};
+use crate::limits::{MAX_CONTEXT, MAX_GPUS_PER_MACHINE, MAX_LAYERS, MAX_PREFILL_CHUNK, MAX_THREADS};
 use crate::plan::Plan;
 use crate::presets::ModelPreset;
 use crate::problem::Problem;
@@ -134,6 +134,10 @@ pub enum ExportError {
         "`--host` gives `{first}` and `{second}` the same address, `{address}`: two {server}s cannot listen on one port; give one of them another port (`{second}=HOST:PORT`)"
     )]
     SameAddress { first: String, second: String, address: String, server: &'static str },
+    #[error(
+        "the plan runs several GPUs of `{machine}` in one server, which this version exports for llama.cpp, and for vLLM when every stage is on that machine; export it with `--to llama.cpp`, or describe `{machine}`'s GPUs as machines of their own for {target}"
+    )]
+    SeveralGpus { target: Target, machine: String },
     #[error("`{option}` names `{node}`, which is not a node of the plan; use one of {nodes}")]
     UnknownNode { option: &'static str, node: String, nodes: String },
     #[error("`{option}` `{value}` {problem}")]
@@ -368,7 +372,34 @@ impl<'p> Layout<'p> {
                 check_offload(index, stage, offload, plan.stages.len())?;
             }
             let name = stage.node.as_str();
-            if !valid_node_name(name) {
+            if let Some(gpu) = &stage.gpu_of {
+                // The machine's name reaches commands as a host; the GPU's is its machine's
+                // and its number, as the planner names it.
+                if !valid_node_name(&gpu.machine) || gpu.index as usize >= MAX_GPUS_PER_MACHINE {
+                    return Err(ExportError::Stage {
+                        index,
+                        field: "gpu_of",
+                        problem: format!(
+                            "names GPU {} of `{}`; give a machine name of 1–63 letters, digits, `-`, `_` or `.` and a GPU number below {MAX_GPUS_PER_MACHINE}",
+                            gpu.index,
+                            crate::quote::line(&gpu.machine)
+                        ),
+                    });
+                }
+                if name != format!("{}/gpu{}", gpu.machine, gpu.index) {
+                    return Err(ExportError::Node {
+                        index,
+                        problem: format!(
+                            "`{}` is not GPU {} of `{}`; name it `{}/gpu{}`, as the planner does",
+                            crate::quote::line(name),
+                            gpu.index,
+                            gpu.machine,
+                            gpu.machine,
+                            gpu.index
+                        ),
+                    });
+                }
+            } else if !valid_node_name(name) {
                 return Err(ExportError::Node {
                     index,
                     problem: format!(
@@ -393,7 +424,9 @@ impl<'p> Layout<'p> {
                 problem: format!("ends at layer {next}, but the model has {layers}; end the last stage at {layers}"),
             });
         }
-        let known = |node: &str| stages.iter().any(|&(n, _, _)| n == node);
+        let known = |node: &str| {
+            plan.stages.iter().any(|s| s.node == node || s.gpu_of.as_ref().is_some_and(|g| g.machine == node))
+        };
         let nodes = || stages.iter().map(|&(n, _, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
         for rider in &plan.riders {
             if !known(&rider.node) {
@@ -480,27 +513,36 @@ impl<'p> Layout<'p> {
         self.stages.iter().map(|&(_, a, b)| b - a).collect()
     }
 
-    /// A node's address without a port (`--host`, or its name).
-    fn host(&self, node: &str) -> String {
-        let address = self.options.hosts.get(node).map_or(node, String::as_str);
+    /// The machine a stage's node is on, and the GPU's number there when it has several.
+    fn machine(&self, node: &'p str) -> (&'p str, Option<u32>) {
+        match self.plan.stages.iter().find(|s| s.node == node).and_then(|s| s.gpu_of.as_ref()) {
+            Some(gpu) => (gpu.machine.as_str(), Some(gpu.index)),
+            None => (node, None),
+        }
+    }
+
+    /// The address `--host` gives a node: its own, else its machine's.
+    fn address(&self, node: &'p str) -> &str {
+        let machine = self.machine(node).0;
+        self.options.hosts.get(node).or_else(|| self.options.hosts.get(machine)).map_or(machine, String::as_str)
+    }
+
+    /// A node's address without a port (`--host`, or its machine's name).
+    fn host(&self, node: &'p str) -> String {
+        let address = self.address(node);
         parse_address(address).map_or_else(|| address.to_owned(), |(host, _)| host.to_owned())
     }
 
     /// A node's address with `port`, whatever port `--host` gave (for a service other than
     /// the one the port was given for).
-    fn host_with(&self, node: &str, port: u16) -> String {
+    fn host_with(&self, node: &'p str, port: u16) -> String {
         let host = self.host(node);
         if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
     }
 
-    /// A node's address with `port` unless one was given.
-    fn host_port(&self, node: &str, port: u16) -> String {
-        let address = self.options.hosts.get(node).map_or(node, String::as_str);
-        match parse_address(address) {
-            Some((host, given)) if host.contains(':') => format!("[{host}]:{}", given.unwrap_or(port)),
-            Some((host, given)) => format!("{host}:{}", given.unwrap_or(port)),
-            None => format!("{address}:{port}"),
-        }
+    /// The port `--host` gives a node (or its machine), if any.
+    fn given_port(&self, node: &'p str) -> Option<u16> {
+        parse_address(self.address(node)).and_then(|(_, port)| port)
     }
 
     /// The CPU threads the plan gives `node`, if any.
@@ -512,10 +554,16 @@ impl<'p> Layout<'p> {
         self.options.kinds.get(node).copied().unwrap_or_default()
     }
 
-    /// The node that coordinates: the one given, or the first stage's.
+    /// The node that coordinates: the one given (or the first of the machine given), or the
+    /// first stage's.
     fn main(&self) -> &'p str {
         match &self.options.main {
-            Some(main) => self.stages.iter().map(|&(n, _, _)| n).find(|n| n == main).unwrap_or(self.stages[0].0),
+            Some(main) => self
+                .stages
+                .iter()
+                .map(|&(n, _, _)| n)
+                .find(|&n| n == main || self.machine(n).0 == main)
+                .unwrap_or(self.stages[0].0),
             None => self.stages[0].0,
         }
     }
@@ -599,6 +647,17 @@ pub fn read_input(text: &str) -> Result<ExportInput, ExportError> {
 /// A plan that cannot be laid out (see [`Layout::new`]) or options the target cannot use.
 pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Export, ExportError> {
     let layout = Layout::new(plan, options)?;
+    // vLLM runs one machine's GPUs as its ranks; across machines its Ray executor orders
+    // GPUs in a way an export cannot pin.
+    let one_machine = plan.stages.iter().all(|s| {
+        s.gpu_of.as_ref().is_some_and(|g| Some(&g.machine) == plan.stages[0].gpu_of.as_ref().map(|g| &g.machine))
+    });
+    if target != Target::LlamaCpp
+        && !(target == Target::Vllm && one_machine)
+        && let Some(gpu) = plan.stages.iter().find_map(|s| s.gpu_of.as_ref())
+    {
+        return Err(ExportError::SeveralGpus { target, machine: gpu.machine.clone() });
+    }
     let (text, notes) = match target {
         Target::LlamaCpp => llama_cpp::export(&layout)?,
         Target::Vllm => vllm::export(&layout),

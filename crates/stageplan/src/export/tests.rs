@@ -350,3 +350,87 @@ fn k_and_v_cache_formats_apart_reach_their_flags() {
     let error = export(&hostile, Target::LlamaCpp, &options).unwrap_err().to_string();
     assert!(error.starts_with("`workload.kv_v`"), "{error}");
 }
+
+#[test]
+fn llama_cpp_runs_a_machines_gpus_in_one_server_and_each_remote_gpu_on_its_port() {
+    let (plan, options) = planned(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "q8_0"}, "workload": {"context": 8192},
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}], "gpu_link": "pcie4-x8"},
+                      {"name": "tower", "gpus": [{"device": "rtx-4090"}, {"device": "rtx-3090"}]}],
+            "links": {"default": {"bandwidth": "10 GB/s", "latency": "0.05 ms"}}}"#,
+    );
+    assert_eq!(plan.stages.len(), 4, "70 GiB needs every GPU: {:?}", plan.stages);
+    let hosts = [("tower".to_owned(), "10.0.0.7:6000".to_owned())];
+    let text = export(&plan, Target::LlamaCpp, &ExportOptions { hosts: hosts.into(), ..options.clone() }).unwrap().text;
+    let arg = |flag: &str| {
+        let at = text.find(&format!("\n  {flag} ")).unwrap_or_else(|| panic!("{flag} in {text}"));
+        text[at + flag.len() + 4..].split_whitespace().next().unwrap().to_owned()
+    };
+    // box's GPUs are llama-server's own; each of tower's an rpc-server on its own port.
+    let mut devices = Vec::new();
+    let mut rpc = Vec::new();
+    for stage in &plan.stages {
+        let gpu = stage.gpu_of.as_ref().unwrap();
+        if gpu.machine == "box" {
+            devices.push(format!("CUDA{}", gpu.index));
+        } else {
+            let port = 6000 + gpu.index;
+            assert!(
+                text.contains(&format!(
+                    "CUDA_VISIBLE_DEVICES={} ggml-rpc-server --host 0.0.0.0 --port {port}",
+                    gpu.index
+                )),
+                "{text}"
+            );
+            devices.push(format!("RPC{}", rpc.len()));
+            rpc.push(format!("10.0.0.7:{port}"));
+        }
+    }
+    assert_eq!(arg("--device"), devices.join(","));
+    assert_eq!(arg("--rpc"), rpc.join(","));
+    assert!(text.contains("# 2. On box:"), "{text}");
+    // llama.cpp's own rule puts each stage's layers on its device, the head on the last.
+    let shares: Vec<f32> = arg("--tensor-split").split(',').map(|s| s.parse().unwrap()).collect();
+    let slots = llama_cpp::llama_cpp_layers(&shares, 80, 81);
+    for (device, stage) in plan.stages.iter().enumerate() {
+        let [start, end] = stage.layers;
+        assert!(slots[start..end].iter().all(|&slot| slot == Some(device)), "stage {device}: {slots:?}");
+    }
+    assert_eq!(slots[80], Some(3));
+    // `--main` may name the machine.
+    let main = ExportOptions { main: Some("box".into()), ..options.clone() };
+    assert!(export(&plan, Target::LlamaCpp, &main).is_ok());
+    // Other engines take a machine as one device in this version, and say so.
+    let error = export(&plan, Target::Vllm, &options).unwrap_err().to_string();
+    assert!(error.contains("several GPUs of `box`") && error.contains("--to llama.cpp"), "{error}");
+    // A plan file's GPU is its machine's and number, as the planner names it.
+    let mut renamed = plan.clone();
+    renamed.stages[0].node = "box/gpu7".into();
+    let error = export(&renamed, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[0].node`") && error.contains("name it `box/gpu"), "{error}");
+    let mut hostile = plan.clone();
+    hostile.stages[0].gpu_of.as_mut().unwrap().machine = "box; rm -rf ~".into();
+    let error = export(&hostile, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[0].gpu_of`"), "{error}");
+    let mut seventeenth = plan;
+    seventeenth.stages[0].gpu_of.as_mut().unwrap().index = 16;
+    assert!(export(&seventeenth, Target::LlamaCpp, &options).unwrap_err().to_string().contains("below 16"));
+}
+
+#[test]
+fn vllm_runs_one_machines_gpus_as_its_pipeline_ranks_without_ray() {
+    let (plan, options) = planned(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "fp8"}, "workload": {"context": 8192},
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-4090"}, {"device": "rtx-3090", "count": 3}]}], "engine": "vllm"}"#,
+    );
+    assert!(plan.stages.len() >= 3, "{:?}", plan.stages);
+    let text = export(&plan, Target::Vllm, &options).unwrap().text;
+    let gpus: Vec<String> = plan.stages.iter().map(|s| s.gpu_of.as_ref().unwrap().index.to_string()).collect();
+    let partition: Vec<String> = plan.stages.iter().map(|s| (s.layers[1] - s.layers[0]).to_string()).collect();
+    let command =
+        format!("CUDA_VISIBLE_DEVICES={} VLLM_PP_LAYER_PARTITION={} vllm serve", gpus.join(","), partition.join(","));
+    assert!(text.contains(&command), "{command} in {text}");
+    assert!(text.contains("--distributed-executor-backend mp"), "{text}");
+    assert!(text.contains(&format!("--pipeline-parallel-size {}", plan.stages.len())), "{text}");
+    assert!(!text.contains("ray start") && text.contains("# 1. On box:"), "{text}");
+}

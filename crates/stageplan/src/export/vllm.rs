@@ -1,5 +1,6 @@
 //! vLLM: a Ray cluster over the plan's machines, then `vllm serve` with one pipeline rank
-//! per stage and `VLLM_PP_LAYER_PARTITION` giving each rank its blocks.
+//! per stage and `VLLM_PP_LAYER_PARTITION` giving each rank its blocks; a plan on the GPUs
+//! of one machine runs without Ray, its GPUs in rank order by `CUDA_VISIBLE_DEVICES`.
 //!
 //! vLLM reads the partition in `get_pp_indices` (`vllm/distributed/utils.py`): comma-separated
 //! integers, as many as `--pipeline-parallel-size`, summing to the model's hidden layers; rank
@@ -46,6 +47,13 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         }
     };
     let ranks = layout.stages.len();
+    // Every rank on one machine's GPUs: one `vllm serve` with its multiprocessing executor,
+    // where rank r runs on the r-th visible GPU (`initialize_model_parallel` lays ranks out
+    // DP × PP × TP, so with TP 1 the PP rank is the rank, and a single node's local rank).
+    let one_machine = ranks > 1
+        && layout.stages.iter().all(|&(n, _, _)| {
+            layout.machine(n).1.is_some() && layout.machine(n).0 == layout.machine(layout.stages[0].0).0
+        });
     // vLLM gives rank 0 to the machine that runs `vllm serve`: the first stage's. The Ray
     // head can be any machine: `--main`'s, or the first stage's.
     let first = layout.stages[0].0;
@@ -54,7 +62,20 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     let mut out = String::new();
     let _ = writeln!(out, "# stageplan · {}", layout.summary());
     let mut step = 1;
-    if ranks > 1 {
+    if one_machine {
+        let _ = writeln!(
+            out,
+            "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION on the r-th GPU of CUDA_VISIBLE_DEVICES: {}.",
+            layout
+                .stages
+                .iter()
+                .enumerate()
+                .map(|(r, &(n, a, b))| format!("rank {r} = {n} (layers {a}–{b})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        out.push('\n');
+    } else if ranks > 1 {
         notes.push(format!(
             "vLLM's Ray executor gives rank 0 to the machine that runs `vllm serve` ({first}) and orders the others by IP address (as text): give the machines addresses that sort in stage order, or check the rank → machine mapping in vLLM's startup log."
         ));
@@ -86,8 +107,13 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     } else {
         out.push('\n');
     }
-    let _ = writeln!(out, "# {step}. On {first}:");
+    let _ = writeln!(out, "# {step}. On {}:", layout.machine(first).0);
     let mut command = String::new();
+    if one_machine {
+        let gpus: Vec<String> =
+            layout.stages.iter().map(|&(n, _, _)| layout.machine(n).1.unwrap_or(0).to_string()).collect();
+        let _ = write!(command, "CUDA_VISIBLE_DEVICES={} ", gpus.join(","));
+    }
     if ranks > 1 {
         let _ = write!(command, "VLLM_PP_LAYER_PARTITION={} ", counts.join(","));
     }
@@ -95,7 +121,8 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     let mut flags: Vec<(String, String)> =
         vec![("--pipeline-parallel-size".into(), ranks.to_string()), ("--tensor-parallel-size".into(), "1".into())];
     if ranks > 1 {
-        flags.push(("--distributed-executor-backend".into(), "ray".into()));
+        let executor = if one_machine { "mp" } else { "ray" };
+        flags.push(("--distributed-executor-backend".into(), executor.into()));
     }
     flags.push(("--max-model-len".into(), plan.workload.context.to_string()));
     flags.push(("--max-num-seqs".into(), plan.workload.batch.max(1).to_string()));

@@ -283,6 +283,10 @@ pub(crate) fn evaluate(
             node: problem.nodes[node].name.clone(),
             kind: problem.nodes[node].kind,
             threads: problem.nodes[node].threads,
+            gpu_of: problem.nodes[node]
+                .gpu_of
+                .as_ref()
+                .map(|g| crate::plan::MachineGpu { machine: g.machine.clone(), index: g.index }),
             layers: [start, end],
             embedding: start == 0,
             head: end == cost.layers(),

@@ -216,6 +216,7 @@ impl Instance {
                     threads: 4,
                     link: 16e9,
                 }),
+                gpu_of: None,
             })
             .collect();
         let mut links = Links::uniform(nodes.len(), Link { bandwidth: self.link.0, latency: self.link.1 });
@@ -310,6 +311,28 @@ proptest! {
 
     #[test]
     fn optimal_matches_exhaustive_search_with_per_pair_links(instance in instance(5, 16, true)) {
+        check_against_exhaustive(&instance, Objective::Throughput)?;
+        check_against_exhaustive(&instance, Objective::Latency)?;
+    }
+
+    /// Identical nodes that reach every other node alike (the GPUs of one machine) are
+    /// searched as one class with per-pair links too, and the search stays exact.
+    #[test]
+    fn twins_on_per_pair_links_match_exhaustive_search(mut instance in instance(5, 16, true)) {
+        prop_assume!(instance.nodes.len() >= 3);
+        // Nodes 0 and 2 share a backend (it alternates by index): make 2 a copy of 0.
+        instance.nodes[2] = instance.nodes[0];
+        if instance.hosts.len() > 2 {
+            instance.hosts[2] = instance.hosts.first().copied().flatten();
+        }
+        let mut pairs: Vec<_> = instance.pairs.iter().copied().filter(|&(a, b, _, _)| a != 2 && b != 2).collect();
+        for &(a, b, bandwidth, latency) in &instance.pairs {
+            match (a, b) {
+                (0, x) | (x, 0) if x != 2 => pairs.push((2, x, bandwidth, latency)),
+                _ => {}
+            }
+        }
+        instance.pairs = pairs;
         check_against_exhaustive(&instance, Objective::Throughput)?;
         check_against_exhaustive(&instance, Objective::Latency)?;
     }
@@ -678,4 +701,42 @@ fn llama_fit_moves_experts_of_an_moe_model_and_whole_layers_of_a_dense_one() {
     assert!(layers > 0 && ffn == 0, "dense: {layers} layers whole in RAM, {ffn} FFN");
     let (layers, ffn) = kept(r#"{"preset": "qwen3-30b-a3b", "weights": "q4_k_m"}"#, "12 GiB");
     assert!(layers == 0 && ffn > 0, "MoE: {layers} layers whole in RAM, {ffn} FFN");
+}
+
+/// A machine's GPUs are planned as nodes joined by its `gpu_link`: the same plan as the
+/// same devices written as machines of their own with that link between each pair, and
+/// exact against exhaustive search over every ordered subset of them.
+#[test]
+fn a_machines_gpus_plan_as_its_devices_on_its_gpu_link() {
+    let model = r#""model": {"preset": "llama-3.1-8b", "weights": "f16"}, "workload": {"context": 98304}"#;
+    let remote = r#"{"name": "mini", "device": "rtx-4060-ti-16gb"}"#;
+    let network = r#"{"bandwidth": "1.25 GB/s", "latency": "0.5 ms"}"#;
+    let in_one_box = format!(
+        r#"{{{model}, "nodes": [{{"name": "box", "gpus": [{{"device": "rtx-3060-12gb"}}, {{"device": "rtx-3090"}}, {{"device": "rtx-3060-12gb"}}], "gpu_link": "pcie3-x8"}}, {remote}],
+            "links": {{"default": {network}}}}}"#
+    );
+    let gpu = r#"{"bandwidth": 3.94e9, "latency": 3e-5"#;
+    let as_machines = format!(
+        r#"{{{model}, "nodes": [{{"name": "box/gpu0", "device": "rtx-3060-12gb"}}, {{"name": "box/gpu1", "device": "rtx-3090"}}, {{"name": "box/gpu2", "device": "rtx-3060-12gb"}}, {remote}],
+            "links": {{"default": {network}, "pairs": [
+                {{"between": ["box/gpu0", "box/gpu1"], {}}}, {{"between": ["box/gpu0", "box/gpu2"], {}}}, {{"between": ["box/gpu1", "box/gpu2"], {}}}]}}}}"#,
+        &gpu[1..],
+        &gpu[1..],
+        &gpu[1..]
+    );
+    let checked = |json: &str| crate::check(json, crate::check::no_model_files).unwrap().problem;
+    let (one_box, machines) = (checked(&in_one_box), checked(&as_machines));
+    let (a, b) = (plan(&one_box), plan(&machines));
+    assert!(a.feasible && a.stages.len() >= 2, "{:?}", a.stages);
+    let split = |p: &Plan| p.stages.iter().map(|s| (s.node.clone(), s.layers)).collect::<Vec<_>>();
+    assert_eq!(split(&a), split(&b));
+    assert_eq!(a.objective_value(), b.objective_value());
+    assert!(
+        a.stages
+            .iter()
+            .all(|s| s.gpu_of.as_ref().is_some_and(|g| s.node == format!("box/gpu{}", g.index)) || s.node == "mini")
+    );
+    let exhaustive = verify(&one_box, 50_000_000).expect("small enough to search every plan");
+    let (found, best) = (a.objective_value().unwrap(), exhaustive.objective_value().unwrap());
+    assert!((found - best).abs() <= 1e-9 * best, "optimal {found} vs exhaustive {best}");
 }

@@ -37,10 +37,23 @@ impl<'a> Space<'a> {
                     && x.rereads_kv == y.rereads_kv
                     && x.host == y.host
             };
-            let twin = if uniform && Some(i) != required_pos {
-                (0..i).rev().find(|&j| Some(j) != required_pos && same(i, j))
-            } else {
+            // With per-pair links, twins also reach every other node alike (the GPUs of one
+            // machine alike, on its link): swapping them maps every plan to one of equal time.
+            let same_links = |a: usize, b: usize| {
+                uniform
+                    || (0..nodes.len()).filter(|&x| x != a && x != b).all(|x| {
+                        let (a, b, x) = (nodes[a], nodes[b], nodes[x]);
+                        cost.hop_s(a, x) == cost.hop_s(b, x)
+                            && cost.hop_s(x, a) == cost.hop_s(x, b)
+                            && cost.return_s(a, x) == cost.return_s(b, x)
+                            && cost.return_s(x, a) == cost.return_s(x, b)
+                    }) && cost.hop_s(nodes[a], nodes[b]) == cost.hop_s(nodes[b], nodes[a])
+                        && cost.return_s(nodes[a], nodes[b]) == cost.return_s(nodes[b], nodes[a])
+            };
+            let twin = if Some(i) == required_pos {
                 None
+            } else {
+                (0..i).rev().find(|&j| Some(j) != required_pos && same(i, j) && same_links(i, j))
             };
             if twin.is_none() {
                 classes += 1;
@@ -215,6 +228,10 @@ impl<'a> Space<'a> {
         let mut row = vec![f64::INFINITY; width];
         let mut scratch = Vec::with_capacity(width);
         for f in 0..m {
+            // A node with an identical one before it opens no pipeline (see `may_join`).
+            if self.twin_before[f].is_some() {
+                continue;
+            }
             let finals: Vec<FinalCosts> =
                 self.nodes.iter().map(|&k| FinalCosts::new(cost, k, cost.return_s(k, self.nodes[f]), cap)).collect();
             open.fill(f64::INFINITY);
@@ -259,7 +276,7 @@ impl<'a> Space<'a> {
                     }
                     // Or close [s, e) and pass to `k`.
                     for k in 0..m {
-                        if mask & (1 << k) != 0 {
+                        if !self.may_join(mask, k) {
                             continue;
                         }
                         let hop = cost.hop_s(self.nodes[p], self.nodes[k]);
