@@ -150,6 +150,7 @@ fn peak_problem(model: Model, count: usize, bandwidth_gb_s: f64, tflops: f64, co
         fixed_offloads: Vec::new(),
         file: None,
         riders: Default::default(),
+        notes: Vec::new(),
     }
 }
 

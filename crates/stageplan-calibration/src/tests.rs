@@ -97,6 +97,7 @@ fn two_4090s(backend: Backend) -> Problem {
         fixed_offloads: Vec::new(),
         file: None,
         riders: Default::default(),
+        notes: Vec::new(),
     }
 }
 

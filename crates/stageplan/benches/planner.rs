@@ -11,6 +11,9 @@
 //!   64 GiB of RAM beside every machine (target: ≤ 20 ms); `…-without-ram` are the same
 //!   scenarios without the RAM, the baseline of the same run.
 //!
+//! - `several-gpus`: machines with several GPUs (#46): `moe-94-4-gpus-1-machine` (target
+//!   ≤ 5 ms) and `70b-4-machines-8-gpus` (target ≤ 50 ms).
+//!
 //! `home-70b-8/bare-throughput-8-sequences` plans the same cluster for eight sequences: the
 //! throughput search then tries every micro-batch count. `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
 //!
@@ -79,8 +82,13 @@ fn bench(c: &mut Criterion) {
     let moe_alone = problem(MOE_94, |s| s.nodes[0].host = None);
     group.bench_function("moe-94-1-machine", |b| b.iter(|| bare(&moe)));
     group.bench_function("moe-94-1-machine-without-ram", |b| b.iter(|| bare(&moe_alone)));
+    // RAM beside each GPU (a unified or CPU machine's RAM is its memory, refused twice).
     let ram = |s: &mut Scenario| {
-        for node in &mut s.nodes {
+        let gpu = |node: &stageplan::scenario::NodeSpec| {
+            node.device.as_deref().and_then(|d| stageplan::presets::DevicePreset::find(d).ok()).map(|p| p.kind)
+                == Some(stageplan::device::DeviceKind::Gpu)
+        };
+        for node in s.nodes.iter_mut().filter(|n| gpu(n)) {
             node.host = Some(stageplan::scenario::HostSpec {
                 ram: Some("ddr5-5600-2ch".into()),
                 memory: Some(stageplan::units::Bytes::parse("64 GiB").expect("a size")),
@@ -92,6 +100,26 @@ fn bench(c: &mut Criterion) {
     group.bench_function("home-70b-8-with-ram", |b| b.iter(|| bare(&tiered)));
     group.bench_function("home-70b-8-without-ram", |b| b.iter(|| bare(&throughput)));
     group.bench_function("home-70b-8-with-ram-plan", |b| b.iter(|| stageplan::plan(&tiered)));
+    group.finish();
+
+    // Machines with several GPUs (#46): a 94-layer MoE on one box of four mixed GPUs
+    // (target ≤ 5 ms), and Llama 3.1 70B on 4 machines × 8 GPUs over 100 GbE (target
+    // ≤ 50 ms); the baseline of the same run is `host-tiers/moe-94-1-machine-without-ram`.
+    let mut group = c.benchmark_group("several-gpus");
+    let gpus = |json: &str| -> Vec<stageplan::scenario::NodeSpec> { serde_json::from_str(json).expect("nodes parse") };
+    let four = problem(MOE_94, |s| {
+        s.nodes = gpus(
+            r#"[{"name": "box", "gpus": [{"device": "a100-80gb", "count": 2}, {"device": "l40s", "count": 2}], "gpu_link": "pcie4-x16-p2p"}]"#,
+        );
+    });
+    let racks = problem(HOME, |s| {
+        s.nodes = gpus(
+            r#"[{"name": "rack", "count": 4, "gpus": [{"device": "rtx-3090", "count": 8}], "gpu_link": "pcie4-x16"}]"#,
+        );
+        s.links.default = serde_json::from_str(r#"{"bandwidth": "100 Gbit/s", "latency": "0.05 ms"}"#).expect("a link");
+    });
+    group.bench_function("moe-94-4-gpus-1-machine", |b| b.iter(|| bare(&four)));
+    group.bench_function("70b-4-machines-8-gpus", |b| b.iter(|| bare(&racks)));
     group.finish();
 
     let mut group = c.benchmark_group("experts-2000x256");

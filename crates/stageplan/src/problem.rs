@@ -308,6 +308,9 @@ pub struct Problem {
     pub file: Option<String>,
     /// What rides along with the model (`model.draft`, `model.mmproj`).
     pub riders: Riders,
+    /// What the check noticed in a valid scenario that its plan should say, in words (a GPU
+    /// machine with `count`, which means whole machines).
+    pub notes: Vec<String>,
 }
 
 /// What rides along with the model: a draft model for speculative decoding and a vision

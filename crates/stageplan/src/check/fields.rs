@@ -82,6 +82,7 @@ impl Scenario {
             fixed_offloads,
             file,
             riders,
+            notes: self.notes(),
         })
     }
 

@@ -14,6 +14,27 @@ use crate::scenario::{GpuLinkSpec, GpuSpec, HostSpec, NodeSpec, ProbeProvenance,
 use crate::units::{Bandwidth, Bytes, Compute, Seconds, format_bytes};
 
 impl Scenario {
+    /// What a plan of this scenario should say about how its machines are written: a GPU
+    /// machine with `count` is that many machines, each with its own RAM, on the network
+    /// (people mean GPUs in one box as often as not).
+    pub(super) fn notes(&self) -> Vec<String> {
+        let gpu = |spec: &NodeSpec| {
+            spec.kind.or_else(|| spec.device.as_deref().and_then(|d| DevicePreset::find(d).ok()).map(|p| p.kind))
+                == Some(DeviceKind::Gpu)
+        };
+        self.nodes
+            .iter()
+            .filter(|spec| spec.gpus.is_none() && spec.count.is_some_and(|c| c > 1) && gpu(spec))
+            .map(|spec| {
+                let (name, count) = (crate::quote::line(spec.name.trim()), spec.count.unwrap_or(1));
+                let device = spec.device.as_deref().map_or_else(String::new, |d| format!("\"device\": \"{}\", ", crate::quote::line(d)));
+                format!(
+                    "`{name}` with `count` {count} is {count} machines, each with its own system RAM, joined by `links`; for {count} GPUs in one machine write `\"gpus\": [{{{device}\"count\": {count}}}]`"
+                )
+            })
+            .collect()
+    }
+
     pub(super) fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
         if self.nodes.is_empty() {
             return Err(ScenarioError::field(

@@ -624,6 +624,12 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
             });
         }
     }
+    notes.extend(problem.notes.iter().map(|message| Diagnostic {
+        level: Level::Info,
+        message: message.clone(),
+        fix: None,
+        change: None,
+    }));
     if let Some(max) = problem.model.arch.max_context
         && problem.workload.context > max
     {

@@ -242,6 +242,7 @@ impl Instance {
             manual: None,
             fixed_offloads: Vec::new(),
             riders: Default::default(),
+            notes: Vec::new(),
         }
     }
 }
