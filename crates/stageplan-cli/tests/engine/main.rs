@@ -16,6 +16,7 @@ use serde_json::Value;
 
 mod arch;
 mod fit;
+mod gpus;
 mod riders;
 
 /// One end-to-end case: a model, a workload, and machines whose memory forces a split.

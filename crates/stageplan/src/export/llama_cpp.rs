@@ -126,7 +126,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         }
         // One rpc-server per GPU of a machine with several, each on the next port.
         let base = layout.given_port(node).unwrap_or(RPC_PORT);
-        let port = base.checked_add(gpu.map_or(0, |g| g as u16)).ok_or_else(|| ExportError::Option {
+        let port = base.checked_add(layout.port_offset(node)).ok_or_else(|| ExportError::Option {
             option: "hosts",
             value: layout.host_with(node, base),
             problem: "leaves no port for each of the machine's GPUs above it; give a lower port",

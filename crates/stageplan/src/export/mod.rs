@@ -545,6 +545,15 @@ impl<'p> Layout<'p> {
         parse_address(self.address(node)).and_then(|(_, port)| port)
     }
 
+    /// How far above its machine's port a GPU's own server listens: its number there, unless
+    /// `--host` gave the GPU an address of its own.
+    fn port_offset(&self, node: &'p str) -> u16 {
+        match self.machine(node).1 {
+            Some(gpu) if !self.options.hosts.contains_key(node) => gpu as u16,
+            _ => 0,
+        }
+    }
+
     /// The CPU threads the plan gives `node`, if any.
     fn threads(&self, node: &str) -> Option<u32> {
         self.plan.stages.iter().find(|s| s.node == node).and_then(|s| s.threads)
