@@ -112,8 +112,8 @@ export interface NodeSpec {
    * experts first) there, as llama.cpp's `-ngl`, `--n-cpu-moe` and `-ot` do. */
   host?: HostSpec;
   /** The machine's GPUs when it has several, in the engine's order (`CUDA0`, `CUDA1`…):
-   * planned as the nodes `name/gpu0`, `name/gpu1`… of one server. The machine's own device
-   * fields (and, in this version, `host`) are then absent. */
+   * planned as the nodes `name/gpu0`, `name/gpu1`… of one server; `host` (the machine's RAM,
+   * counted once) serves `gpu0`. The machine's own device fields are then absent. */
   gpus?: GpuSpec[];
   /** How those GPUs reach each other: a preset (`pcie4-x8`, `pcie4-x16-p2p`, `nvlink3`) or
    * its figures; default `pcie4-x16`. */

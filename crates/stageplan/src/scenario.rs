@@ -259,8 +259,8 @@ pub struct NodeSpec {
     pub host: Option<HostSpec>,
     /// The machine's GPUs when it has several (two RTX 3090s on one board): each a device
     /// of its own, in the order the engine numbers them (`CUDA0`, `CUDA1`…), planned as
-    /// consecutive stages of one server over `gpu_link`. The machine's own device fields
-    /// are then absent.
+    /// stages of one server over `gpu_link`; the machine's `host` serves its first GPU. The
+    /// machine's own device fields are then absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<Vec<GpuSpec>>,
     /// How the GPUs of `gpus` reach each other: a preset (`pcie4-x8`, `pcie4-x16-p2p`,

@@ -3,36 +3,80 @@
 //! allocated against the plan. Each "GPU" is an rpc-server on this CPU, on the machine's
 //! port plus its number, as the export serves a machine's GPUs it cannot name as local
 //! `CUDA0`, `CUDA1` (the plan file names the stages' devices `cpu`, as the offload test does;
-//! the placement is the plan's, unchanged).
+//! the placement is the plan's, unchanged). With the machine's RAM, its first GPU's layers
+//! keep their experts there, on llama-server's own CPU (`--override-tensor …=CPU`).
 
 use serde_json::Value;
 
-use super::{commands, free_port, llama_cpp_and_workspace, plan_fitting, python, repo, run_verbatim, stageplan};
+use super::{
+    CPU_BUFFER_TYPES, commands, free_port, llama_cpp_and_workspace, plan_fitting, python, repo, run_verbatim, stageplan,
+};
 
-/// Each GPU's memory (MiB): two are needed for the model and its cache, one is not enough.
-const GPU_MIB: u32 = 75;
+/// One case: the model, each GPU's memory (MiB), the machine's RAM, and per stage (in
+/// pipeline order) its node and how many layers' FFN the plan keeps in RAM.
+struct GpusCase {
+    name: &'static str,
+    model: &'static [&'static str],
+    gpu_mib: u32,
+    host: Option<&'static str>,
+    expect: &'static [(&'static str, usize)],
+}
+
+const GPUS_CASES: [GpusCase; 2] = [
+    // Two GPUs are needed for the model and its cache, one is not enough.
+    GpusCase {
+        name: "2-gpus-layer-split",
+        model: &["--layers", "8"],
+        gpu_mib: 75,
+        host: None,
+        expect: &[("box/gpu0", 0), ("box/gpu1", 0)],
+    },
+    // An MoE model past both GPUs: the first GPU's layers keep experts in the machine's
+    // (slow) RAM, the second GPU's stay whole.
+    GpusCase {
+        name: "2-gpus-experts-in-ram",
+        model: &["--layers", "6", "--experts", "8", "--experts-used", "2", "--ffn", "512"],
+        gpu_mib: 70,
+        host: Some(r#"{"memory": "2048 MiB", "reserve": 0, "bandwidth": "0.5 GB/s", "threads": 2}"#),
+        expect: &[("box/gpu0", 3), ("box/gpu1", 0)],
+    },
+];
 
 #[test]
 fn a_machines_gpus_hold_the_layers_the_plan_gives_them() {
     let Some((bin, work)) = llama_cpp_and_workspace("stageplan-gpus") else { return };
+    for case in &GPUS_CASES {
+        run_gpus_case(case, &bin, &work.join(case.name));
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn run_gpus_case(case: &GpusCase, bin: &std::path::Path, work: &std::path::Path) {
+    std::fs::create_dir_all(work).unwrap();
+    let name = case.name;
     let model = work.join("model-f16.gguf");
     let status = std::process::Command::new(python())
         .arg(repo().join("tests/engine/write_gguf.py"))
         .arg(&model)
-        .args(["--layers", "8"])
+        .args(case.model)
         .status()
         .expect("the GGUF writer runs");
-    assert!(status.success(), "write_gguf.py failed");
+    assert!(status.success(), "{name}: write_gguf.py failed");
     let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
+    let host = case.host.map_or_else(String::new, |h| format!(r#""host": {h}, "#));
     let scenario = format!(
         r#"{{"model": {{"file": {file}}}, "workload": {{"context": 2048, "batch": 1, "kv": "f16"}}, "objective": "latency",
-            "nodes": [{{"name": "box", "gpu_link": "pcie4-x8",
-                        "gpus": [{{"memory": "{GPU_MIB} MiB", "bandwidth": "200 GB/s", "compute": "5 TFLOPS", "reserve": 0, "backend": "peak", "count": 2}}]}}]}}"#
+            "nodes": [{{"name": "box", "gpu_link": "pcie4-x8", {host}
+                        "gpus": [{{"memory": "{} MiB", "bandwidth": "200 GB/s", "compute": "5 TFLOPS", "reserve": 0, "backend": "peak", "count": 2}}]}}]}}"#,
+        case.gpu_mib
     );
-    let (plan_out, plan) = plan_fitting("gpus", &work, &scenario);
+    let (plan_out, plan) = plan_fitting(name, work, &scenario);
     let stages = plan["stages"].as_array().unwrap();
-    let on: Vec<&str> = stages.iter().map(|s| s["node"].as_str().unwrap()).collect();
-    assert_eq!(on, ["box/gpu0", "box/gpu1"], "both GPUs of one machine: {plan_out}");
+    let planned: Vec<(&str, usize)> = stages
+        .iter()
+        .map(|s| (s["node"].as_str().unwrap(), s["offload"]["host_ffn"].as_u64().unwrap_or(0) as usize))
+        .collect();
+    assert_eq!(planned, case.expect, "{name}: stages and the FFN they keep in RAM: {plan_out}");
     let mut served: Value = serde_json::from_str(&plan_out).unwrap();
     for stage in served["stages"].as_array_mut().unwrap() {
         stage["kind"] = "cpu".into();
@@ -52,55 +96,91 @@ fn a_machines_gpus_hold_the_layers_the_plan_gives_them() {
     ]);
     let (rpc, mut server): (Vec<String>, Vec<String>) =
         commands(&script).into_iter().partition(|c| !c.contains("llama-server"));
-    assert_eq!(server.len(), 1, "one llama-server:\n{script}");
+    assert_eq!(server.len(), 1, "{name}: one llama-server:\n{script}");
     let server = server.remove(0);
-    let ports = [base, base + 1];
-    for (rpc, port) in rpc.iter().zip(ports) {
-        assert!(rpc.contains(&format!("--host 127.0.0.1 --port {port}")), "GPU on {port}:\n{script}");
+    // Each stage's GPU on the machine's port plus its number.
+    let ports: Vec<u16> = stages
+        .iter()
+        .map(|s| base + s["node"].as_str().unwrap().strip_prefix("box/gpu").unwrap().parse::<u16>().unwrap())
+        .collect();
+    for port in &ports {
+        assert!(
+            rpc.iter().any(|c| c.contains(&format!("--host 127.0.0.1 --port {port}"))),
+            "{name}: GPU on {port}:\n{script}"
+        );
     }
-    assert!(server.contains(&format!("--rpc 127.0.0.1:{base},127.0.0.1:{}", base + 1)), "{script}");
     let rpc: Vec<&String> = rpc.iter().collect();
-    let (children, log, _) = run_verbatim("gpus", &rpc, &server, &bin, &work);
+    let (children, log, _) = run_verbatim(name, &rpc, &server, bin, work);
     drop(children);
 
     let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()).into_owned();
+    let mut overridden = 0;
     for (s, stage) in stages.iter().enumerate() {
         let [start, end] = [stage["layers"][0].as_u64().unwrap(), stage["layers"][1].as_u64().unwrap()];
         for layer in start..end {
             let line = format!("layer {layer:>3} assigned to device RPC{s},");
-            assert!(text.contains(&line), "layer {layer} is not on {}'s RPC{s}", on[s]);
+            assert!(text.contains(&line), "{name}: layer {layer} is not on {}'s RPC{s}", planned[s].0);
+        }
+        // The experts the plan keeps in RAM, on llama-server's CPU, and no other tensor.
+        let o = &stage["offload"];
+        let (f0, f1) = (o["ffn_layers"][0].as_u64().unwrap_or(0), o["ffn_layers"][1].as_u64().unwrap_or(0));
+        for layer in f0..f1 {
+            for part in ["gate", "up", "down"] {
+                let tensor = format!("tensor blk.{layer}.ffn_{part}_exps.weight ");
+                let moved = text.lines().any(|l| {
+                    l.contains(&tensor) && CPU_BUFFER_TYPES.iter().any(|t| l.ends_with(&format!("overridden to {t}")))
+                });
+                assert!(moved, "{name}: {tensor}is not in RAM");
+                overridden += 1;
+            }
         }
         // What this GPU's server allocated: weights and KV within 2% of the plan, the whole
         // never over it.
-        let (mut held, mut total) = (0.0, 0.0);
-        for line in text.lines() {
-            let Some((head, value)) = line.split_once(" buffer size =") else { continue };
-            let mut words = head.split_whitespace().rev();
-            let (kind, name) = (words.next().unwrap(), words.next().unwrap());
-            if !name.ends_with(&format!(":{}]", ports[s])) {
-                continue;
-            }
-            let mib: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
-            total += mib;
-            if matches!(kind, "model" | "KV") {
-                held += mib;
-            }
+        let (held, total) = buffers(&text, Some(ports[s]));
+        check(name, planned[s].0, &stage["memory"], held, total);
+        if o.is_object() {
+            let (held, total) = buffers(&text, None);
+            check(name, "box's RAM", &o["memory"], held, total);
         }
-        let memory = &stage["memory"];
-        let mib = |v: &Value| v.as_u64().unwrap() as f64 / 1048576.0;
-        let planned_total = mib(&memory["total"]) - mib(&memory["reserve"]);
-        let planned_held = mib(&memory["weights"]) + mib(&memory["kv"]) + mib(&memory["embed_head"]);
-        eprintln!("| gpus | {} | {planned_held:.2} / {planned_total:.2} | {held:.2} / {total:.2} |", on[s]);
-        assert!(
-            (held / planned_held - 1.0).abs() <= 0.02,
-            "{}: weights+KV planned {planned_held:.2} MiB, llama.cpp allocated {held:.2} MiB",
-            on[s]
-        );
-        assert!(
-            total <= planned_total + 0.01,
-            "{}: allocated {total:.2} MiB, over the plan's {planned_total:.2}",
-            on[s]
-        );
     }
-    let _ = std::fs::remove_dir_all(&work);
+    assert_eq!(text.matches("buffer type overridden").count(), overridden, "{name}: only the planned tensors move");
+}
+
+/// Weights+KV and every buffer (MiB) llama.cpp's log gives the rpc-server on `port`, or with
+/// `None` llama-server's own CPU.
+fn buffers(text: &str, port: Option<u16>) -> (f64, f64) {
+    let (mut held, mut total) = (0.0, 0.0);
+    for line in text.lines() {
+        let Some((head, value)) = line.split_once(" buffer size =") else { continue };
+        let mut words = head.split_whitespace().rev();
+        let (kind, name) = (words.next().unwrap(), words.next().unwrap());
+        let at = name
+            .split_once('[')
+            .map(|(_, e)| e.trim_end_matches(']').rsplit_once(':').unwrap().1.parse::<u16>().unwrap());
+        if at != port {
+            continue;
+        }
+        let mib: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
+        total += mib;
+        if matches!(kind, "model" | "KV") {
+            held += mib;
+        }
+    }
+    (held, total)
+}
+
+/// Weights and KV within 2% of the plan's, the whole never over it.
+fn check(name: &str, what: &str, memory: &Value, held: f64, total: f64) {
+    let mib = |v: &Value| v.as_u64().unwrap() as f64 / 1048576.0;
+    let planned_total = mib(&memory["total"]) - mib(&memory["reserve"]);
+    let planned_held = mib(&memory["weights"]) + mib(&memory["kv"]) + mib(&memory["embed_head"]);
+    eprintln!("| {name} | {what} | {planned_held:.2} / {planned_total:.2} | {held:.2} / {total:.2} |");
+    assert!(
+        (held / planned_held - 1.0).abs() <= 0.02,
+        "{name}: {what}: weights+KV planned {planned_held:.2} MiB, llama.cpp allocated {held:.2} MiB"
+    );
+    assert!(
+        total <= planned_total + 0.01,
+        "{name}: {what}: allocated {total:.2} MiB, over the plan's {planned_total:.2}"
+    );
 }

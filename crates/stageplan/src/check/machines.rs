@@ -89,10 +89,12 @@ impl Scenario {
                     for (index, gpu) in machine.gpus.iter().enumerate() {
                         spec_of.push(i);
                         let index = index as u32;
-                        nodes.push(gpu.node(
-                            format!("{name}/gpu{index}"),
-                            Some(GpuOf { machine: name.clone(), index, link: machine.link }),
-                        ));
+                        let gpu_of = GpuOf { machine: name.clone(), index, link: machine.link };
+                        // The machine's RAM, counted once, beside its first GPU: what llama.cpp's
+                        // `-ngl` and `--n-cpu-moe` keep there (the layers before that GPU's, and
+                        // its layers' experts). Each GPU's own `-ot` share is not planned yet.
+                        let host = if index == 0 { machine.host.clone() } else { None };
+                        nodes.push(Node { host, ..gpu.node(format!("{name}/gpu{index}"), Some(gpu_of)) });
                     }
                 }
                 continue;
@@ -363,10 +365,12 @@ fn gpus_per_machine(spec: &NodeSpec, at: &dyn Fn(&str) -> String) -> Result<usiz
     Ok(total)
 }
 
-/// A machine with several GPUs, checked: each GPU in device order, and their link.
+/// A machine with several GPUs, checked: each GPU in device order, their link, and the
+/// machine's system RAM.
 struct Machine {
     gpus: Vec<Device>,
     link: Link,
+    host: Option<Host>,
 }
 
 /// Checks a machine's `gpus` and `gpu_link`; its own device fields must be absent.
@@ -387,12 +391,6 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
         return Err(ScenarioError::field(
             at(field),
             "is given beside `gpus`; give each GPU's figures in `gpus`, or drop `gpus` for a machine with one device",
-        ));
-    }
-    if spec.host.is_some() {
-        return Err(ScenarioError::field(
-            at("host"),
-            "is given beside `gpus`: this version plans a machine with several GPUs with every layer on them, none in its RAM; remove `host`, or describe one GPU with its `device`",
         ));
     }
     let link = match &spec.gpu_link {
@@ -444,7 +442,8 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
             devices.push(Device { preset: device.preset.clone(), ..device });
         }
     }
-    Ok(Machine { gpus: devices, link })
+    let host = spec.host.as_ref().map(|host| check_host(host, at)).transpose()?;
+    Ok(Machine { gpus: devices, link, host })
 }
 
 pub(super) fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {
@@ -591,7 +590,7 @@ mod tests {
         let p = problem(
             r#"{"model": {"preset": "llama-3.1-8b"},
                 "nodes": [{"name": "box", "count": 2, "gpus": [{"device": "rtx-3090", "count": 2}, {"device": "rtx-4090", "memory": "20 GiB"}],
-                           "gpu_link": "pcie3-x8"},
+                           "gpu_link": "pcie3-x8", "host": {"ram": "ddr4-3200-2ch", "memory": "128 GiB"}},
                           {"name": "mac", "device": "m2-ultra-192gb"}],
                 "links": {"pairs": [{"between": ["box-2", "mac"], "bandwidth": "10 Gbit/s", "latency": "1 ms"}]}}"#,
         )
@@ -602,6 +601,10 @@ mod tests {
         assert_eq!((gpu.machine.as_str(), gpu.index), ("box-2", 2));
         assert_eq!(p.nodes[5].memory, 20 << 30);
         assert_eq!(p.nodes[0].kind, Some(DeviceKind::Gpu));
+        // The RAM once per machine, beside its first GPU.
+        let with_ram: Vec<&str> = p.nodes.iter().filter(|n| n.host.is_some()).map(|n| n.name.as_str()).collect();
+        assert_eq!(with_ram, ["box-1/gpu0", "box-2/gpu0"]);
+        assert_eq!(p.nodes[3].host.as_ref().unwrap().memory, 128 << 30);
         let pcie3_x8 = GpuLinkPreset::find("pcie3-x8").unwrap().link();
         assert_eq!(pcie3_x8.bandwidth, 0.985e9 * 8.0 / 2.0, "no P2P: through host RAM, twice over the bus");
         // Within a machine its link; between machines the default, or the pair named by machine.
@@ -631,11 +634,7 @@ mod tests {
             ),
             (r#""device": "rtx-3090", "gpus": [{"device": "rtx-3090"}]"#, "nodes[0].device", "beside `gpus`"),
             (r#""threads": 8, "gpus": [{"device": "rtx-3090"}]"#, "nodes[0].threads", "beside `gpus`"),
-            (
-                r#""host": {"memory": "64 GiB", "ram": "ddr4-3200-2ch"}, "gpus": [{"device": "rtx-3090"}]"#,
-                "nodes[0].host",
-                "none in its RAM",
-            ),
+            (r#""host": {"ram": "ddr4-3200-2ch"}, "gpus": [{"device": "rtx-3090"}]"#, "nodes[0].host.memory", ""),
             (
                 r#""gpus": [{"device": "rtx-3090"}], "gpu_link": "pcie4-x9""#,
                 "nodes[0].gpu_link",

@@ -16,6 +16,7 @@
 use std::fmt::Write;
 
 use super::{DeviceKind, ExportError, Layout};
+use crate::limits::MAX_GPUS_PER_MACHINE;
 use crate::plan::RiderKind;
 use crate::quote::shell;
 
@@ -158,13 +159,15 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     for (&(node, _, _), offload) in layout.stages.iter().zip(&offloads) {
         let Some(offload) = offload.filter(|o| o.host_ffn > 0) else { continue };
         let [f0, f1] = offload.ffn_layers;
-        let target = if node == main {
+        let target = if layout.machine(node).0 == main_machine {
             "CPU".to_owned()
         } else {
-            // A second rpc-server on that machine serves its CPU, one port above its device's.
+            // A second rpc-server on that machine serves its CPU, one port above its device's
+            // (above the ports of all its GPUs', on a machine with several).
+            let above = if layout.machine(node).1.is_some() { MAX_GPUS_PER_MACHINE as u16 } else { 1 };
             let device = &rpc.iter().find(|(n, _)| n == node).map_or_else(String::new, |(_, e)| e.clone());
             let (host, port) = device.rsplit_once(':').unwrap_or((device.as_str(), "50052"));
-            let port = port.parse::<u16>().unwrap_or(RPC_PORT).checked_add(1).ok_or(ExportError::Option {
+            let port = port.parse::<u16>().unwrap_or(RPC_PORT).checked_add(above).ok_or(ExportError::Option {
                 option: "hosts",
                 value: device.clone(),
                 problem: "leaves no port above it for the machine's CPU rpc-server; give a lower port",
@@ -325,7 +328,15 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         let rule = format!("blk\\.({})\\.{FFN_PATTERN}={target}", layers.join("|"));
         args.extend(["--override-tensor".into(), shell(&rule).into_owned()]);
     }
-    if let Some(threads) = offloads[0].filter(|o| o.host_layers + o.host_ffn > 0).map(|o| o.threads) {
+    // The CPU threads of the main machine's RAM (its first GPU's stage holds them).
+    let main_threads = layout
+        .stages
+        .iter()
+        .zip(&offloads)
+        .filter(|((node, _, _), _)| layout.machine(node).0 == main_machine)
+        .find_map(|(_, o)| o.filter(|o| o.host_layers + o.host_ffn > 0))
+        .map(|o| o.threads);
+    if let Some(threads) = main_threads {
         args.extend(["--threads".into(), threads.to_string()]);
         // Read the host's weights into RAM, as planned, rather than map the file: mapped
         // pages are the page cache's to drop, and a mapped buffer spans every tensor between

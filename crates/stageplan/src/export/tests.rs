@@ -434,3 +434,37 @@ fn vllm_runs_one_machines_gpus_as_its_pipeline_ranks_without_ray() {
     assert!(text.contains(&format!("--pipeline-parallel-size {}", plan.stages.len())), "{text}");
     assert!(!text.contains("ray start") && text.contains("# 1. On box:"), "{text}");
 }
+
+#[test]
+fn a_machines_ram_serves_its_first_gpu_locally_and_remotely() {
+    const BOX: &str = r#"{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}], "gpu_link": "pcie4-x8",
+                         "host": {"ram": "ddr4-3200-2ch", "memory": "128 GiB", "threads": 16}}"#;
+    let model = r#""model": {"preset": "qwen3-235b-a22b", "weights": "q4_k_m"}, "workload": {"context": 8192}"#;
+    let (plan, options) = planned(&format!(r#"{{{model}, "nodes": [{BOX}]}}"#));
+    let ram: Vec<&str> = plan.stages.iter().filter(|s| s.offload.is_some()).map(|s| s.node.as_str()).collect();
+    assert_eq!(ram, ["box/gpu0"], "the RAM serves the first GPU: {:?}", plan.stages);
+    let text = export(&plan, Target::LlamaCpp, &options).unwrap().text;
+    let [f0, f1] = plan.stages.iter().find_map(|s| s.offload.as_ref()).unwrap().ffn_layers;
+    let layers: Vec<String> = (f0..f1).map(|l| l.to_string()).collect();
+    assert!(text.contains(&format!("blk\\.({})\\.", layers.join("|"))) && text.contains("=CPU'"), "{text}");
+    assert!(text.contains("--threads 16") && text.contains("--load-mode none"), "{text}");
+    // On a machine that does not run llama-server, its CPU is served one port above the
+    // range of its GPUs' servers.
+    let (plan, options) = planned(&format!(
+        r#"{{{model}, "nodes": [{{"name": "desk", "device": "rtx-5090"}}, {BOX}],
+            "stages": [{{"node": "desk", "layers": [0, 20]}}, {{"node": "box/gpu1", "layers": [20, 35]}}, {{"node": "box/gpu0", "layers": [35, 94]}}],
+            "policy": "manual"}}"#
+    ));
+    assert!(plan.feasible, "{:?}", plan.diagnostics);
+    let hosts = [("box".to_owned(), "10.0.0.9:7000".to_owned())];
+    let text = export(&plan, Target::LlamaCpp, &ExportOptions { hosts: hosts.into(), ..options }).unwrap().text;
+    for line in [
+        "CUDA_VISIBLE_DEVICES=1 ggml-rpc-server --host 0.0.0.0 --port 7001",
+        "CUDA_VISIBLE_DEVICES=0 ggml-rpc-server --host 0.0.0.0 --port 7000",
+        "ggml-rpc-server --host 0.0.0.0 --port 7016 --device CPU --threads 16",
+        "=RPC0[10.0.0.9:7016]'",
+        "--rpc 10.0.0.9:7001,10.0.0.9:7000,10.0.0.9:7016",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+}
