@@ -251,3 +251,15 @@ fn machine_names_are_checked_as_the_planner_makes_them() {
     assert!(error.starts_with("`planned.scenario.nodes[0].name` `aaa"), "{error}");
     assert!(error.contains("with `count` 10"), "{error}");
 }
+
+/// A machine with several GPUs plans as `box/gpu0`, `box/gpu1`…, which the loop cannot
+/// place on a node yet: refused at the machine, with what to write instead.
+#[test]
+fn a_machine_with_several_gpus_is_refused_until_the_loop_places_them() {
+    let scenario = r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"},
+        "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}]}]}"#;
+    let (deployment, _) = planned_deployment(scenario, BalanceOptions::default());
+    let error = deployment.check().unwrap_err().to_string();
+    assert!(error.starts_with("`planned.scenario.nodes[0].name` `box`"), "{error}");
+    assert!(error.contains("several GPUs") && error.contains("machine of its own"), "{error}");
+}
