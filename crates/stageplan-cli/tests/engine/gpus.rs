@@ -9,7 +9,8 @@
 use serde_json::Value;
 
 use super::{
-    CPU_BUFFER_TYPES, commands, free_port, llama_cpp_and_workspace, plan_fitting, python, repo, run_verbatim, stageplan,
+    CPU_BUFFER_TYPES, buffers, commands, free_port, llama_cpp_and_workspace, plan_fitting, python, repo, run_verbatim,
+    stageplan,
 };
 
 /// One case: the model, each GPU's memory (MiB), the machine's RAM, and per stage (in
@@ -144,29 +145,6 @@ fn run_gpus_case(case: &GpusCase, bin: &std::path::Path, work: &std::path::Path)
         }
     }
     assert_eq!(text.matches("buffer type overridden").count(), overridden, "{name}: only the planned tensors move");
-}
-
-/// Weights+KV and every buffer (MiB) llama.cpp's log gives the rpc-server on `port`, or with
-/// `None` llama-server's own CPU.
-fn buffers(text: &str, port: Option<u16>) -> (f64, f64) {
-    let (mut held, mut total) = (0.0, 0.0);
-    for line in text.lines() {
-        let Some((head, value)) = line.split_once(" buffer size =") else { continue };
-        let mut words = head.split_whitespace().rev();
-        let (kind, name) = (words.next().unwrap(), words.next().unwrap());
-        let at = name
-            .split_once('[')
-            .map(|(_, e)| e.trim_end_matches(']').rsplit_once(':').unwrap().1.parse::<u16>().unwrap());
-        if at != port {
-            continue;
-        }
-        let mib: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
-        total += mib;
-        if matches!(kind, "model" | "KV") {
-            held += mib;
-        }
-    }
-    (held, total)
 }
 
 /// Weights and KV within 2% of the plan's, the whole never over it.

@@ -464,23 +464,7 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
         let mib = |v: &Value| v.as_u64().unwrap() as f64 / 1048576.0;
         let planned_total = mib(&memory["total"]) - mib(&memory["reserve"]);
         let planned_held = mib(&memory["weights"]) + mib(&memory["kv"]) + mib(&memory["embed_head"]);
-        let (mut held, mut total) = (0.0, 0.0);
-        for line in text.lines() {
-            let Some((head, value)) = line.split_once(" buffer size =") else { continue };
-            let mut words = head.split_whitespace().rev();
-            let (kind, name) = (words.next().unwrap(), words.next().unwrap());
-            let at = name
-                .split_once('[')
-                .map(|(_, e)| e.trim_end_matches(']').rsplit_once(':').unwrap().1.parse::<u16>().unwrap());
-            if at != port {
-                continue;
-            }
-            let value: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
-            total += value;
-            if matches!(kind, "model" | "KV" | "RS") {
-                held += value;
-            }
-        }
+        let (held, total) = buffers(&text, port);
         if planned_held > 0.0 || held > 0.0 {
             assert!(
                 (held / planned_held - 1.0).abs() <= 0.02,
@@ -498,6 +482,29 @@ fn run_offload_case(case: &OffloadCase, bin: &Path, work: &Path, report: &mut St
             case.name
         ));
     }
+}
+
+/// Weights+KV and every buffer (MiB) llama.cpp's log gives the rpc-server on `port`, or with
+/// `None` llama-server's own CPU (and the CPU's other buffer types).
+fn buffers(text: &str, port: Option<u16>) -> (f64, f64) {
+    let (mut held, mut total) = (0.0, 0.0);
+    for line in text.lines() {
+        let Some((head, value)) = line.split_once(" buffer size =") else { continue };
+        let mut words = head.split_whitespace().rev();
+        let (kind, name) = (words.next().unwrap(), words.next().unwrap());
+        let at = name
+            .split_once('[')
+            .map(|(_, e)| e.trim_end_matches(']').rsplit_once(':').unwrap().1.parse::<u16>().unwrap());
+        if at != port {
+            continue;
+        }
+        let mib: f64 = value.trim().trim_end_matches("MiB").trim().parse().unwrap();
+        total += mib;
+        if matches!(kind, "model" | "KV" | "RS") {
+            held += mib;
+        }
+    }
+    (held, total)
 }
 
 /// `stageplan plan` of `scenario` (written to `dir`): its JSON text and value, which must fit.

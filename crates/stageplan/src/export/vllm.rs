@@ -62,17 +62,17 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     let mut out = String::new();
     let _ = writeln!(out, "# stageplan · {}", layout.summary());
     let mut step = 1;
+    let ranks_shown = layout
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(r, &(n, a, b))| format!("rank {r} = {n} (layers {a}–{b})"))
+        .collect::<Vec<_>>()
+        .join(", ");
     if one_machine {
         let _ = writeln!(
             out,
-            "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION on the r-th GPU of CUDA_VISIBLE_DEVICES: {}.",
-            layout
-                .stages
-                .iter()
-                .enumerate()
-                .map(|(r, &(n, a, b))| format!("rank {r} = {n} (layers {a}–{b})"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION on the r-th GPU of CUDA_VISIBLE_DEVICES: {ranks_shown}."
         );
         out.push('\n');
     } else if ranks > 1 {
@@ -84,17 +84,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
                 "{head} is the Ray head (`--main`); `vllm serve` runs on {first}, which holds the first stage, as vLLM gives rank 0 to the machine that runs it."
             ));
         }
-        let _ = writeln!(
-            out,
-            "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: {}.",
-            layout
-                .stages
-                .iter()
-                .enumerate()
-                .map(|(r, &(n, a, b))| format!("rank {r} = {n} (layers {a}–{b})"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let _ = writeln!(out, "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: {ranks_shown}.");
         out.push('\n');
         let _ = writeln!(out, "# {step}. A Ray cluster: on {head},");
         let _ = writeln!(out, "ray start --head --port 6379");
