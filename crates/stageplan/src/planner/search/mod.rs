@@ -108,17 +108,24 @@ pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], 
     }
 }
 
-/// Would the exact subset search stay within its limits?
+/// Would the exact subset search stay within its limits? Its work visits the canonical
+/// subsets (identical nodes merged), but its tables hold a row for every subset: 24
+/// identical nodes of an 80-layer model would allocate 2^24 × 81 cells (22 GB), where the
+/// canonical count (25) let them through before.
 fn exact_fits(cost: &CostModel, space: &Space) -> bool {
     let l = cost.layers() as f64;
     let m = space.nodes.len() as f64;
+    if space.nodes.len() > 24 {
+        return false;
+    }
     let masks = space.canonical_masks();
+    let full = f64::from(1u32 << space.nodes.len());
     let (work, cells) = if cost.uniform_links() {
-        (masks * m * l * 2.0, masks * (l + 1.0))
+        (masks * m * l * 2.0, full * (l + 1.0))
     } else {
-        (m * masks * m * m * l, masks * m * (l + 1.0))
+        (m * masks * m * m * l, full * m * (l + 1.0))
     };
-    space.nodes.len() <= 24 && work <= EXACT_WORK_LIMIT && cells <= EXACT_CELL_LIMIT
+    work <= EXACT_WORK_LIMIT && cells <= EXACT_CELL_LIMIT
 }
 
 /// In words, what the exact search visited.
