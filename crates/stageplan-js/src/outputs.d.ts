@@ -542,7 +542,11 @@ export type Catalog = { models: Array<ModelEntry>, devices: Array<DevicePreset>,
 /**
  * Host-RAM presets for a machine's `host.ram`.
  */
-ram: Array<RamPreset>, weights: Array<string>, kv: Array<string>, };
+ram: Array<RamPreset>, 
+/**
+ * How a machine's GPUs reach each other, for its `gpu_link`.
+ */
+gpu_links: Array<GpuLinkPreset>, weights: Array<string>, kv: Array<string>, };
 
 export type ModelEntry = { name: string, title: string, published_params: number, };
 
@@ -579,6 +583,16 @@ export type RamPreset = { name: string, title: string,
  * Peak read bandwidth, bytes/s.
  */
 bandwidth: number, };
+
+export type GpuLinkPreset = { name: string, title: string, 
+/**
+ * Bytes/s per direction, as a copy between two GPUs reaches it.
+ */
+bandwidth: number, 
+/**
+ * Seconds a hop costs besides the copy.
+ */
+latency: number, };
 
 export type Replan = { plan: Plan, moves: Array<Move>, bytes_moved: number, 
 /**

@@ -115,9 +115,10 @@ export interface NodeSpec {
    * planned as the nodes `name/gpu0`, `name/gpu1`… of one server; `host` (the machine's RAM,
    * counted once) serves `gpu0`. The machine's own device fields are then absent. */
   gpus?: GpuSpec[];
-  /** How those GPUs reach each other: a preset (`pcie4-x8`, `pcie4-x16-p2p`, `nvlink3`) or
-   * its figures; default `pcie4-x16`. */
-  gpu_link?: string | { bandwidth: Quantity; latency: Quantity };
+  /** How those GPUs reach each other: a preset (`pcie4-x8`, `pcie4-x16-p2p`, `nvlink3`; see
+   * `presets().gpu_links`), default `pcie4-x16`; other figures: a `links.pairs` entry
+   * between two of the GPUs. */
+  gpu_link?: string;
 }
 
 /** One GPU (or, with `count`, several alike) of a machine with several. */

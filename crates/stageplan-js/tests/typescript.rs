@@ -56,6 +56,7 @@ fn declarations() -> String {
         ModelEntry::decl(&cfg),
         DevicePreset::decl(&cfg),
         RamPreset::decl(&cfg),
+        stageplan::presets::GpuLinkPreset::decl(&cfg),
         Replan::decl(&cfg),
         Move::decl(&cfg),
     ];

@@ -424,19 +424,19 @@ const fn nvlink(name: &'static str, title: &'static str, gb_s: f64) -> GpuLinkPr
 /// Every GPU-link preset: PCIe by generation and lanes, without peer-to-peer (consumer
 /// cards) and with it (`-p2p`), and NVLink.
 pub const GPU_LINKS: &[GpuLinkPreset] = &[
-    pcie("pcie3-x4", "PCIe 3.0 x4, no P2P", 0.985, 4.0, false),
-    pcie("pcie3-x8", "PCIe 3.0 x8, no P2P", 0.985, 8.0, false),
-    pcie("pcie3-x16", "PCIe 3.0 x16, no P2P", 0.985, 16.0, false),
-    pcie("pcie4-x4", "PCIe 4.0 x4, no P2P", 1.969, 4.0, false),
-    pcie("pcie4-x8", "PCIe 4.0 x8, no P2P", 1.969, 8.0, false),
-    pcie("pcie4-x16", "PCIe 4.0 x16, no P2P", 1.969, 16.0, false),
-    pcie("pcie5-x8", "PCIe 5.0 x8, no P2P", 3.938, 8.0, false),
-    pcie("pcie5-x16", "PCIe 5.0 x16, no P2P", 3.938, 16.0, false),
-    pcie("pcie3-x16-p2p", "PCIe 3.0 x16, peer-to-peer", 0.985, 16.0, true),
-    pcie("pcie4-x8-p2p", "PCIe 4.0 x8, peer-to-peer", 1.969, 8.0, true),
-    pcie("pcie4-x16-p2p", "PCIe 4.0 x16, peer-to-peer", 1.969, 16.0, true),
-    pcie("pcie5-x16-p2p", "PCIe 5.0 x16, peer-to-peer", 3.938, 16.0, true),
-    nvlink("nvlink-bridge", "NVLink bridge (RTX 3090, A6000)", 56.25),
+    pcie("pcie3-x4", "PCIe 3.0 x4", 0.985, 4.0, false),
+    pcie("pcie3-x8", "PCIe 3.0 x8", 0.985, 8.0, false),
+    pcie("pcie3-x16", "PCIe 3.0 x16", 0.985, 16.0, false),
+    pcie("pcie4-x4", "PCIe 4.0 x4", 1.969, 4.0, false),
+    pcie("pcie4-x8", "PCIe 4.0 x8", 1.969, 8.0, false),
+    pcie("pcie4-x16", "PCIe 4.0 x16", 1.969, 16.0, false),
+    pcie("pcie5-x8", "PCIe 5.0 x8", 3.938, 8.0, false),
+    pcie("pcie5-x16", "PCIe 5.0 x16", 3.938, 16.0, false),
+    pcie("pcie3-x16-p2p", "PCIe 3.0 x16 P2P", 0.985, 16.0, true),
+    pcie("pcie4-x8-p2p", "PCIe 4.0 x8 P2P", 1.969, 8.0, true),
+    pcie("pcie4-x16-p2p", "PCIe 4.0 x16 P2P", 1.969, 16.0, true),
+    pcie("pcie5-x16-p2p", "PCIe 5.0 x16 P2P", 3.938, 16.0, true),
+    nvlink("nvlink-bridge", "NVLink bridge (3090, A6000)", 56.25),
     nvlink("nvlink3", "NVLink 3 (A100 SXM4)", 300.0),
     nvlink("nvlink4", "NVLink 4 (H100 SXM5)", 450.0),
 ];
@@ -545,6 +545,8 @@ pub struct Catalog {
     pub devices: &'static [DevicePreset],
     /// Host-RAM presets for a machine's `host.ram`.
     pub ram: &'static [RamPreset],
+    /// How a machine's GPUs reach each other, for its `gpu_link`.
+    pub gpu_links: &'static [GpuLinkPreset],
     pub weights: Vec<String>,
     pub kv: Vec<&'static str>,
 }
@@ -567,6 +569,7 @@ pub fn catalog() -> Catalog {
             .collect(),
         devices: DEVICES,
         ram: RAM,
+        gpu_links: GPU_LINKS,
         weights: crate::WeightFormat::all().iter().map(ToString::to_string).collect(),
         kv: crate::tensor_type::KV_FORMATS.iter().map(|t| t.name()).collect(),
     }

@@ -264,10 +264,10 @@ pub struct NodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<Vec<GpuSpec>>,
     /// How the GPUs of `gpus` reach each other: a preset (`pcie4-x8`, `pcie4-x16-p2p`,
-    /// `nvlink3`; `stageplan presets` lists them) or `{"bandwidth", "latency"}`. Default
-    /// `pcie4-x16`.
+    /// `nvlink3`; `stageplan presets` lists them), default `pcie4-x16`. Other figures: a
+    /// `links.pairs` entry between two of them (`box/gpu0`, `box/gpu1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_link: Option<GpuLinkSpec>,
+    pub gpu_link: Option<String>,
 }
 
 /// One GPU (or, with `count`, several alike) of a machine with several.
@@ -290,41 +290,10 @@ pub struct GpuSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<Bytes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub efficiency: Option<Efficiency>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
     /// This many GPUs alike, numbered on from the ones before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
-}
-
-/// The link between the GPUs of one machine: a preset's name, or its figures.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum GpuLinkSpec {
-    Preset(String),
-    Figures(LinkSpec),
-}
-
-impl<'de> Deserialize<'de> for GpuLinkSpec {
-    /// A preset's name, else `{"bandwidth", "latency"}` read as [`LinkSpec`] reads it, with
-    /// its errors (an untagged enum's would say only that no variant matched).
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct NameOrFigures;
-        impl<'de> serde::de::Visitor<'de> for NameOrFigures {
-            type Value = GpuLinkSpec;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a link preset such as \"pcie4-x8\", or {\"bandwidth\", \"latency\"}")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<GpuLinkSpec, E> {
-                Ok(GpuLinkSpec::Preset(v.to_owned()))
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(self, map: M) -> Result<GpuLinkSpec, M::Error> {
-                LinkSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(GpuLinkSpec::Figures)
-            }
-        }
-        deserializer.deserialize_any(NameOrFigures)
-    }
 }
 
 /// A machine's system RAM and CPU, beside its GPU.

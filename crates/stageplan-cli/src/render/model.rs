@@ -88,7 +88,7 @@ pub(crate) fn presets() -> String {
             d.title
         );
     }
-    out.push_str("\nGPU links (`gpu_link`)     bandwidth  latency\n");
+    out.push_str("\nGPU links (`gpu_link`; copies through host RAM unless -p2p or NVLink)\n                          bandwidth  latency\n");
     for l in stageplan::presets::GPU_LINKS {
         let _ = writeln!(
             out,

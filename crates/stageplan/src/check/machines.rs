@@ -10,7 +10,7 @@ use crate::limits::{
 };
 use crate::presets::{DevicePreset, GpuLinkPreset, RamPreset};
 use crate::problem::{DEFAULT_LINK, GpuOf, Host, Link, Links, Node};
-use crate::scenario::{GpuLinkSpec, GpuSpec, HostSpec, NodeSpec, ProbeProvenance, Scenario};
+use crate::scenario::{GpuSpec, HostSpec, NodeSpec, ProbeProvenance, Scenario};
 use crate::units::{Bandwidth, Bytes, Compute, Seconds, format_bytes};
 
 impl Scenario {
@@ -29,7 +29,7 @@ impl Scenario {
                 let (name, count) = (crate::quote::line(spec.name.trim()), spec.count.unwrap_or(1));
                 let device = spec.device.as_deref().map_or_else(String::new, |d| format!("\"device\": \"{}\", ", crate::quote::line(d)));
                 format!(
-                    "`{name}` with `count` {count} is {count} machines, each with its own system RAM, joined by `links`; for {count} GPUs in one machine write `\"gpus\": [{{{device}\"count\": {count}}}]`"
+                    "`{name}` with `count` {count} is {count} machines, each with its own RAM; for GPUs in one machine, write `\"gpus\": [{{{device}\"count\": {count}}}]`"
                 )
             })
             .collect()
@@ -81,6 +81,8 @@ impl Scenario {
             if name.is_empty() {
                 return Err(ScenarioError::field(at("name"), "is empty; give every node a unique name"));
             }
+            // Checked once for both kinds of machine (one copy of the check in the page).
+            let host = spec.host.as_ref().map(|host| check_host(host, &at)).transpose()?;
             if let Some(gpus) = &spec.gpus {
                 // Counted and bounded in the first pass.
                 let machine = check_gpus(spec, gpus, &at)?;
@@ -93,7 +95,7 @@ impl Scenario {
                         // The machine's RAM, counted once, beside its first GPU: what llama.cpp's
                         // `-ngl` and `--n-cpu-moe` keep there (the layers before that GPU's, and
                         // its layers' experts). Each GPU's own `-ot` share is not planned yet.
-                        let host = if index == 0 { machine.host.clone() } else { None };
+                        let host = if index == 0 { host.clone() } else { None };
                         nodes.push(Node { host, ..gpu.node(format!("{name}/gpu{index}"), Some(gpu_of)) });
                     }
                 }
@@ -137,7 +139,6 @@ impl Scenario {
                     ),
                 ));
             }
-            let host = spec.host.as_ref().map(|host| check_host(host, &at)).transpose()?;
             let count = spec.count.unwrap_or(1);
             for k in 1..=count {
                 let name = spec.machine_name(k);
@@ -365,12 +366,10 @@ fn gpus_per_machine(spec: &NodeSpec, at: &dyn Fn(&str) -> String) -> Result<usiz
     Ok(total)
 }
 
-/// A machine with several GPUs, checked: each GPU in device order, their link, and the
-/// machine's system RAM.
+/// A machine with several GPUs, checked: each GPU in device order, and their link.
 struct Machine {
     gpus: Vec<Device>,
     link: Link,
-    host: Option<Host>,
 }
 
 /// Checks a machine's `gpus` and `gpu_link`; its own device fields must be absent.
@@ -395,20 +394,18 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
     }
     let link = match &spec.gpu_link {
         None => GpuLinkPreset::DEFAULT.link(),
-        Some(GpuLinkSpec::Preset(name)) => {
-            let preset = GpuLinkPreset::find(name).map_err(|suggestion| {
+        Some(name) => GpuLinkPreset::find(name)
+            .map_err(|suggestion| {
                 ScenarioError::field(
                     at("gpu_link"),
                     format!(
-                        "`{}` is not a GPU-link preset{}; run `stageplan presets` to list them, or give `{{\"bandwidth\", \"latency\"}}`",
+                        "`{}` is not a GPU-link preset{}; run `stageplan presets` to list them (other figures: a `links.pairs` entry between two of the GPUs)",
                         crate::quote::line(name),
                         suggest(suggestion.as_deref())
                     ),
                 )
-            })?;
-            preset.link()
-        }
-        Some(GpuLinkSpec::Figures(figures)) => check_link(figures.bandwidth, figures.latency, &at("gpu_link"))?,
+            })?
+            .link(),
     };
     let mut devices = Vec::with_capacity(gpus.len());
     for (j, gpu) in gpus.iter().enumerate() {
@@ -421,7 +418,7 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
                 bandwidth: gpu.bandwidth,
                 compute: gpu.compute,
                 reserve: gpu.reserve,
-                efficiency: gpu.efficiency,
+                efficiency: None,
                 backend: gpu.backend,
             },
             &at_gpu,
@@ -442,8 +439,7 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
             devices.push(Device { preset: device.preset.clone(), ..device });
         }
     }
-    let host = spec.host.as_ref().map(|host| check_host(host, at)).transpose()?;
-    Ok(Machine { gpus: devices, link, host })
+    Ok(Machine { gpus: devices, link })
 }
 
 pub(super) fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {
@@ -640,11 +636,7 @@ mod tests {
                 "nodes[0].gpu_link",
                 "is not a GPU-link preset",
             ),
-            (
-                r#""gpus": [{"device": "rtx-3090"}], "gpu_link": {"bandwidth": "0 GB/s", "latency": "1 us"}"#,
-                "nodes[0].gpu_link.bandwidth",
-                "",
-            ),
+            (r#""gpus": [{"device": "rtx-3090"}], "gpu_link": {"bandwidth": "9 GB/s"}"#, "nodes[0].gpu_link", ""),
             (r#""gpus": [{"device": "m2-ultra-192gb"}]"#, "nodes[0].gpus[0].device", "not a GPU"),
             (r#""gpus": [{"memory": "24 GiB", "bandwidth": "900 GB/s"}]"#, "nodes[0].gpus[0].compute", "is missing"),
         ];
