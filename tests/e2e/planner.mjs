@@ -110,10 +110,12 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // size while #45 item 7 (300 kB by loading on demand what the first plan does not use) is
   // open; a share link read by hand, not by a derived Deserialize, took 5.1 kB off: 345 kB;
   // the worker's answers read by hand (a dropped model with every tensor, a probe, an
-  // export) about 8 kB more, with the V cache's select: 340 kB.
+  // export) about 8 kB more, with the V cache's select: 340 kB. #46's machines with several
+  // GPUs on the one road (their fields parsed and checked): 341.4 kB measured, 340.2 kB
+  // trimmed (`.ci/run` of 76fadcc, 2026-12-06): 341 kB, a ratchet while #45 item 7 is open.
   // The worker (WebGPU, exports, model-file parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 340_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 341_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);
