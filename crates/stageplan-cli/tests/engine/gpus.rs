@@ -85,8 +85,14 @@ fn run_gpus_case(case: &GpusCase, bin: &std::path::Path, work: &std::path::Path)
     let plan_path = work.join("plan.json");
     std::fs::write(&plan_path, serde_json::to_string_pretty(&served).unwrap()).unwrap();
 
-    // The machine's address; its GPUs' servers listen on its port and the next.
-    let base = free_port().min(60000);
+    // The machine's address; its GPUs' servers listen on its port and the next, both free:
+    // `free_port` hands ports out in a row to every test running beside this one.
+    let base = loop {
+        let base = free_port();
+        if free_port() == base + 1 {
+            break base;
+        }
+    };
     let script = stageplan(&[
         "export",
         &plan_path.to_string_lossy(),
