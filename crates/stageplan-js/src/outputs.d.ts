@@ -194,7 +194,13 @@ offload?: StageOffload | null,
  * On a machine with several GPUs (`nodes[].gpus`), which: the machine's stages run in
  * one server there. Absent: the node is a machine of its own.
  */
-gpu_of?: MachineGpu | null, };
+gpu_of?: MachineGpu | null, 
+/**
+ * A tensor-parallel stage: the machine's GPUs (engine numbers, `gpu_of`'s first) that
+ * split every matrix of its layers among them; `memory` is then each GPU's share.
+ * Empty: the stage is on one device.
+ */
+tensor_parallel?: Array<number>, };
 
 export type StageOffload = { 
 /**
@@ -282,7 +288,11 @@ host_s?: number,
 /**
  * Changes between GPU and CPU along the step: syncs and hidden-state copies.
  */
-split_s?: number, };
+split_s?: number, 
+/**
+ * A tensor-parallel stage's all-reduces of the hidden state, two a layer.
+ */
+all_reduce_s?: number, };
 
 export type Bound = "memory" | "compute";
 

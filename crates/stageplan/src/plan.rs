@@ -252,6 +252,11 @@ pub struct Stage {
     /// one server there. Absent: the node is a machine of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_of: Option<MachineGpu>,
+    /// A tensor-parallel stage: the machine's GPUs (engine numbers, `gpu_of`'s first) that
+    /// split every matrix of its layers among them; `memory` is then each GPU's share.
+    /// Empty: the stage is on one device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tensor_parallel: Vec<u32>,
 }
 
 /// A GPU of a machine with several: the machine's name and the engine's number for the GPU
@@ -332,11 +337,28 @@ pub struct TimeBreakdown {
     /// Changes between GPU and CPU along the step: syncs and hidden-state copies.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub split_s: f64,
+    /// A tensor-parallel stage's all-reduces of the hidden state, two a layer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub all_reduce_s: f64,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde passes fields by reference
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+impl Stage {
+    /// The stage's devices in words: its node, or a tensor-parallel stage's machine and GPUs
+    /// (`box/gpu0+gpu1`).
+    pub fn label(&self) -> String {
+        match &self.gpu_of {
+            Some(g) if !self.tensor_parallel.is_empty() => {
+                let gpus: Vec<String> = self.tensor_parallel.iter().map(|i| format!("gpu{i}")).collect();
+                format!("{}/{}", g.machine, gpus.join("+"))
+            }
+            _ => self.node.clone(),
+        }
+    }
 }
 
 impl StageOffload {

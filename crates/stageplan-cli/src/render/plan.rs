@@ -41,7 +41,7 @@ pub(crate) fn table(problem: &Problem, plan: &Plan) -> String {
     if plan.stages.is_empty() {
         out.push_str("no plan fits\n");
     } else {
-        let names: Vec<String> = plan.stages.iter().map(|s| cell(&s.node)).collect();
+        let names: Vec<String> = plan.stages.iter().map(|s| cell(&s.label())).collect();
         let name_width = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).max(4);
         let _ = writeln!(
             out,
@@ -71,6 +71,17 @@ pub(crate) fn table(problem: &Problem, plan: &Plan) -> String {
                     stageplan::plan::Bound::Compute => "compute",
                 },
             );
+            // A tensor-parallel stage: what the bar is, and what the group's links cost.
+            if !stage.tensor_parallel.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "     {:<name_width$}  {:<9}  tensor parallel over {} GPUs: memory per GPU; all-reduces {} per step",
+                    "",
+                    "",
+                    stage.tensor_parallel.len(),
+                    format_seconds(stage.time.all_reduce_s),
+                );
+            }
             // A machine with system RAM: what its RAM holds, on a line of its own.
             if let Some(o) = &stage.offload {
                 let m = &o.memory;

@@ -168,3 +168,75 @@ fn check(name: &str, what: &str, memory: &Value, held: f64, total: f64) {
         "{name}: {what}: allocated {total:.2} MiB, over the plan's {planned_total:.2}"
     );
 }
+
+/// Tensor parallel (#46): a model neither GPU holds alone, on GPUs slow to read and joined
+/// by a fast link, is planned as one group; its export, run verbatim, makes llama.cpp's
+/// meta device over both GPUs' rpc-servers (`--split-mode tensor`), each holding the share
+/// of weights and KV cache the plan gives it.
+#[test]
+fn a_tensor_parallel_group_holds_each_gpus_share() {
+    let Some((bin, work)) = llama_cpp_and_workspace("stageplan-tensor") else { return };
+    let name = "2-gpus-tensor-parallel";
+    let model = work.join("model-f16.gguf");
+    let status = std::process::Command::new(python())
+        .arg(repo().join("tests/engine/write_gguf.py"))
+        .arg(&model)
+        .args(["--layers", "8"])
+        .status()
+        .expect("the GGUF writer runs");
+    assert!(status.success(), "{name}: write_gguf.py failed");
+    let file = serde_json::to_string(&model.to_string_lossy()).unwrap();
+    let scenario = format!(
+        r#"{{"model": {{"file": {file}}}, "workload": {{"context": 2048, "batch": 1, "kv": "f16"}}, "objective": "latency",
+            "nodes": [{{"name": "box", "gpu_link": "nvlink-bridge",
+                        "gpus": [{{"memory": "75 MiB", "bandwidth": "2 GB/s", "compute": "5 TFLOPS", "reserve": 0, "backend": "peak", "count": 2}}]}}]}}"#
+    );
+    let (plan_out, plan) = plan_fitting(name, &work, &scenario);
+    let stage = &plan["stages"][0];
+    assert_eq!(stage["tensor_parallel"], serde_json::json!([0, 1]), "{name}: one group of both GPUs: {plan_out}");
+    let mut served: Value = serde_json::from_str(&plan_out).unwrap();
+    served["stages"][0]["kind"] = "cpu".into();
+    let plan_path = work.join("plan.json");
+    std::fs::write(&plan_path, serde_json::to_string_pretty(&served).unwrap()).unwrap();
+    let base = loop {
+        let base = free_port();
+        if free_port() == base + 1 {
+            break base;
+        }
+    };
+    let script = stageplan(&[
+        "export",
+        &plan_path.to_string_lossy(),
+        "--to",
+        "llama.cpp",
+        "--host",
+        &format!("box=127.0.0.1:{base}"),
+    ]);
+    let (rpc, mut server): (Vec<String>, Vec<String>) =
+        commands(&script).into_iter().partition(|c| !c.contains("llama-server"));
+    assert_eq!((rpc.len(), server.len()), (2, 1), "{name}: two GPU servers, one llama-server:\n{script}");
+    let server = server.remove(0);
+    assert!(server.contains("--split-mode tensor") && server.contains("--device RPC0,RPC1"), "{server}");
+    let rpc: Vec<&String> = rpc.iter().collect();
+    let (children, log, _) = run_verbatim(name, &rpc, &server, &bin, &work);
+    drop(children);
+    let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()).into_owned();
+    assert!(text.contains("Meta device"), "{name}: llama.cpp made no meta device");
+    // The meta buffers report their largest device's share: each GPU's, split evenly.
+    let meta = |kind: &str| -> f64 {
+        text.lines()
+            .filter_map(|l| l.split_once(&format!("Meta() {kind} buffer size =")))
+            .map(|(_, v)| v.trim().trim_end_matches("MiB").trim().parse::<f64>().unwrap())
+            .sum()
+    };
+    let held = meta("model") + meta("KV");
+    let mib = |v: &Value| v.as_u64().unwrap() as f64 / 1048576.0;
+    let memory = &stage["memory"];
+    let planned = mib(&memory["weights"]) + mib(&memory["kv"]) + mib(&memory["embed_head"]);
+    eprintln!("| {name} | each GPU | {planned:.2} | {held:.2} |");
+    assert!(
+        (held / planned - 1.0).abs() <= 0.02,
+        "{name}: weights+KV per GPU planned {planned:.2} MiB, llama.cpp's meta device holds {held:.2} MiB"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}

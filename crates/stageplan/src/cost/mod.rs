@@ -56,6 +56,7 @@ mod layers;
 mod node;
 mod offload;
 mod stage;
+mod tensor;
 
 use std::sync::Arc;
 
@@ -64,10 +65,12 @@ use layers::LayerTable;
 pub(crate) use node::NodeCost;
 pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, Offload, OffloadRule};
 pub use stage::SPLIT_LATENCY_S;
+pub(crate) use tensor::TensorGroup;
+pub use tensor::degree_refused;
 
 use crate::engine::{Buffers, Dims, EngineRules, Shape};
 use crate::model::{Model, Place};
-use crate::problem::{Links, Node, Placement, Problem, Workload};
+use crate::problem::{Link, Links, Node, Placement, Problem, Workload};
 
 /// Bytes per activation element crossing a stage boundary (f16/bf16).
 pub const ACTIVATION_BYTES: f64 = 2.0;
@@ -125,6 +128,8 @@ pub struct TimeParts {
     pub host_s: f64,
     /// Changes between GPU and CPU along the step: syncs and hidden-state copies.
     pub split_s: f64,
+    /// A tensor-parallel group's all-reduces of the hidden state, two a layer.
+    pub all_reduce_s: f64,
     /// Prefill time per prompt token.
     pub prefill_s: f64,
 }
@@ -132,7 +137,12 @@ pub struct TimeParts {
 impl TimeParts {
     /// The stage's time per decode step: roofline, per-layer cost, the host's part and send.
     pub fn total(&self) -> f64 {
-        self.memory_s.max(self.compute_s) + self.overhead_s + self.host_s + self.split_s + self.send_s
+        self.memory_s.max(self.compute_s)
+            + self.overhead_s
+            + self.host_s
+            + self.split_s
+            + self.all_reduce_s
+            + self.send_s
     }
 }
 
@@ -167,8 +177,13 @@ struct PerToken {
 #[derive(Clone, Debug)]
 pub struct CostModel {
     layers: LayerTable,
-    /// One value per machine.
+    /// One value per machine (or GPU of a machine with several), then one per
+    /// tensor-parallel group in `groups`' order: node `devices + g` is group `g`.
     pub(crate) nodes: Vec<NodeCost>,
+    /// The problem's nodes: the rest of `nodes` are groups.
+    devices: usize,
+    /// The groups of a machine's GPUs that may hold the whole model as tensor parallel.
+    groups: Arc<Vec<TensorGroup>>,
     /// Sequences the workload holds KV cache for (`workload.batch`).
     batch: u64,
     /// Sequences decoded together in one step: `batch` or a micro-batch `batch / k`.
@@ -286,6 +301,8 @@ impl CostModel {
             },
             layers,
             nodes: nodes.iter().map(|node| NodeCost::new(node, model, rules, buffers.stage)).collect(),
+            devices: nodes.len(),
+            groups: Arc::new(tensor::groups(nodes, model, workload.engine)),
             batch: workload.batch,
             step: 0.0,
             embed,
@@ -303,6 +320,17 @@ impl CostModel {
             fixed: Vec::new(),
             links: Arc::new(links.clone()),
         };
+        for group in cost.groups.iter() {
+            let members: Vec<&NodeCost> = group.members.iter().map(|&k| &cost.nodes[k]).collect();
+            // The slowest pair's link carries each round.
+            let pairs = group.members.iter().flat_map(|&a| group.members.iter().map(move |&b| (a, b)));
+            let link = pairs.filter(|(a, b)| a != b).map(|(a, b)| links.get(a, b)).fold(
+                Link { bandwidth: f64::INFINITY, latency: 0.0 },
+                |w, l| Link { bandwidth: w.bandwidth.min(l.bandwidth), latency: w.latency.max(l.latency) },
+            );
+            let grouped = NodeCost::group(&members, link);
+            cost.nodes.push(grouped);
+        }
         cost.set_step(workload.batch as f64);
         cost
     }
@@ -384,9 +412,22 @@ impl CostModel {
         self.layers.len()
     }
 
-    /// Number of nodes.
+    /// Number of nodes (the problem's: machines, and GPUs of machines with several).
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.devices
+    }
+
+    /// The tensor-parallel groups: node `node_count() + g` is `groups()[g]`.
+    pub(crate) fn groups(&self) -> &[TensorGroup] {
+        &self.groups
+    }
+
+    /// The problem's nodes `node` runs on: itself, or a group's GPUs.
+    pub(crate) fn members(&self, node: usize) -> Vec<usize> {
+        match node.checked_sub(self.devices) {
+            Some(g) => self.groups[g].members.clone(),
+            None => vec![node],
+        }
     }
 
     /// True when every pair of nodes shares one link.
@@ -431,9 +472,12 @@ impl CostModel {
 
     /// The same model and workload on the nodes marked in `keep`, renumbered in order.
     pub(crate) fn subset(&self, keep: &[bool]) -> CostModel {
-        let indices: Vec<usize> = (0..self.nodes.len()).filter(|&k| keep[k]).collect();
+        let indices: Vec<usize> = (0..self.devices).filter(|&k| keep[k]).collect();
         let mut out = self.clone();
         out.nodes = indices.iter().map(|&k| self.nodes[k].clone()).collect();
+        // The baselines that read a subset split layers; they form no groups.
+        out.devices = indices.len();
+        out.groups = Arc::default();
         out.links = Arc::new(self.links.subset(&indices));
         out
     }

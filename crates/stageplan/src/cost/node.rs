@@ -4,11 +4,12 @@
 
 use super::layers::Step;
 use super::offload::Memo;
+use super::tensor::{AllReduce, all_reduce_rounds};
 use crate::calibration::{FITTED, Measured, measured};
 use crate::device::{Backend, DeviceKind};
 use crate::engine::EngineRules;
 use crate::model::Model;
-use crate::problem::{Host, Node};
+use crate::problem::{Host, Link, Node};
 
 /// The fraction of the CPU backend's fitted bandwidth a host tier reaches beside a GPU: the
 /// value that minimises the median |error| over the published runs of one GPU with its
@@ -52,6 +53,8 @@ pub(crate) struct NodeCost {
     /// The device reads a quantized cache once per query head
     /// ([`EngineRules::rereads_quantized_kv`]): what it reads is [`NodeCost::device_read`].
     pub rereads_kv: bool,
+    /// A tensor-parallel group's all-reduces ([`super::tensor`]); `None` for one device.
+    pub all_reduce: Option<AllReduce>,
     /// The best placement of each stage on a machine with system RAM, filled on demand.
     pub(super) memo: Memo,
 }
@@ -104,6 +107,7 @@ impl NodeCost {
             // A device with system RAM beside it is a GPU, whatever kind the node names.
             keeps_embedding: rules.embedding_on_device(if host.is_some() { Some(DeviceKind::Gpu) } else { node.kind }),
             rereads_kv: rules.rereads_quantized_kv(node.backend),
+            all_reduce: None,
             memo: Memo::default(),
         }
     }
@@ -128,6 +132,34 @@ impl NodeCost {
     /// The least per-layer cost on any tier (for lower bounds).
     pub(crate) fn least_per_layer_s(&self) -> f64 {
         self.host.map_or(self.per_layer_s, |h| self.per_layer_s.min(h.per_layer_s))
+    }
+}
+
+impl NodeCost {
+    /// A group of `members` joined by `link`: `d` times its slowest GPU's rates and smallest
+    /// memory, that GPU's per-layer cost, and the all-reduces over the link; no system RAM
+    /// (a group's stage is all on its GPUs).
+    pub(super) fn group(members: &[&NodeCost], link: Link) -> NodeCost {
+        let d = members.len() as f64;
+        let worst = |f: &dyn Fn(&NodeCost) -> f64| members.iter().map(|m| f(m)).fold(0.0, f64::max) / d;
+        let smallest = members.iter().map(|m| m.device_capacity).min().unwrap_or(0);
+        let lead = members[0];
+        let capacity = smallest.saturating_mul(members.len() as i64);
+        NodeCost {
+            inv_bandwidth: worst(&|m| m.inv_bandwidth),
+            inv_compute: worst(&|m| m.inv_compute),
+            inv_decode_compute: worst(&|m| m.inv_decode_compute),
+            per_layer_s: members.iter().map(|m| m.per_layer_s).fold(0.0, f64::max),
+            device_capacity: capacity,
+            capacity,
+            budget: members.iter().map(|m| m.budget).min().unwrap_or(0),
+            reserve: lead.reserve,
+            host: None,
+            keeps_embedding: lead.keeps_embedding,
+            rereads_kv: members.iter().any(|m| m.rereads_kv),
+            all_reduce: Some(AllReduce { rounds: all_reduce_rounds(members.len()), link }),
+            memo: Default::default(),
+        }
     }
 }
 

@@ -238,6 +238,9 @@ impl CostModel {
                 memory_s: work.device_read * cost.inv_bandwidth,
                 compute_s: work.device_flops * cost.inv_decode_compute,
                 overhead_s: device_layers,
+                all_reduce_s: cost
+                    .all_reduce
+                    .map_or(0.0, |a| work.device_layers as f64 * a.per_layer_s(self.step, self.token.activation_f32)),
                 ..TimeParts::default()
             };
         };
@@ -283,7 +286,12 @@ impl CostModel {
         let n = (end - start) as f64;
         let roofline = (prefill_read * cost.inv_bandwidth).max(prefill_flops * cost.inv_compute);
         let prefill_s = match cost.host {
-            None => roofline + n * cost.per_layer_s / self.prefill_chunk,
+            None => {
+                // A group's all-reduces carry the whole chunk's hidden states.
+                let all_reduce =
+                    cost.all_reduce.map_or(0.0, |a| a.per_layer_s(self.prefill_chunk, self.token.activation_f32));
+                roofline + n * (cost.per_layer_s + all_reduce) / self.prefill_chunk
+            }
             Some(_) if self.rules.host_ram == HostRam::Streamed => {
                 roofline + (decode.host_s + n * cost.per_layer_s) / self.prefill_chunk
             }

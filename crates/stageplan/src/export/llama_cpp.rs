@@ -117,8 +117,27 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     let mut ffn_overrides: Vec<(String, usize, usize)> = Vec::new();
     // Remote machines' CPU rpc-servers, `(node, endpoint)`; each is also a device with no layers.
     let mut cpu_rpc: Vec<(String, String)> = Vec::new();
-    for &(node, _, _) in &layout.stages {
-        let (machine, gpu) = layout.machine(node);
+    // Per rpc-server of a GPU: its stage's node and the GPU's number.
+    let mut served: Vec<(&str, Option<u32>)> = Vec::new();
+    // A tensor-parallel plan: its one stage on each of its GPUs (`--split-mode tensor`).
+    let tensor_parallel = &plan.stages[0].tensor_parallel;
+    let units: Vec<(&str, Option<u32>, u16, String)> = layout
+        .stages
+        .iter()
+        .flat_map(|&(node, _, _)| {
+            let (machine, gpu) = layout.machine(node);
+            let offset = layout.port_offset(node);
+            match gpu {
+                Some(lead) if !tensor_parallel.is_empty() => tensor_parallel
+                    .iter()
+                    .map(|&i| (node, Some(i), offset + (i - lead) as u16, format!("{machine}/gpu{i}")))
+                    .collect::<Vec<_>>(),
+                _ => vec![(node, gpu, offset, node.to_owned())],
+            }
+        })
+        .collect();
+    for (node, gpu, offset, name) in units {
+        let machine = layout.machine(node).0;
         if machine == main_machine
             && let Some(device) = local_device(node, gpu)
         {
@@ -127,18 +146,19 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         }
         // One rpc-server per GPU of a machine with several, each on the next port.
         let base = layout.given_port(node).unwrap_or(RPC_PORT);
-        let port = base.checked_add(layout.port_offset(node)).ok_or_else(|| ExportError::Option {
+        let port = base.checked_add(offset).ok_or_else(|| ExportError::Option {
             option: "hosts",
             value: layout.host_with(node, base),
             problem: "leaves no port for each of the machine's GPUs above it; give a lower port",
         })?;
         // The main machine's own rpc-server is reached on 127.0.0.1, but listens at the
         // address it was given, where two cannot share a port.
-        listening.push((node.to_owned(), layout.host_with(node, port)));
+        listening.push((name.clone(), layout.host_with(node, port)));
         let endpoint = if machine == main_machine { format!("127.0.0.1:{port}") } else { layout.host_with(node, port) };
         // RPC devices are numbered in `--rpc` order.
         devices.push(format!("RPC{}", rpc.len()));
-        rpc.push((node.to_owned(), endpoint));
+        rpc.push((name, endpoint));
+        served.push((node, gpu));
     }
     // Two rpc-servers cannot listen on one address and port.
     for (i, (second, address)) in listening.iter().enumerate() {
@@ -195,6 +215,10 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     // llama.cpp's slots run on through the NextN layers it does not load: the last device's.
     if let Some(last) = shares.last_mut() {
         *last += plan.model.nextn_layers;
+    }
+    // Tensor parallel: every GPU an even share of each matrix, as the plan splits them.
+    if !tensor_parallel.is_empty() {
+        shares = vec![1; tensor_parallel.len()];
     }
     // Each CPU rpc-server is a device too (so llama.cpp runs what it holds), with no layers.
     for _ in &cpu_rpc {
@@ -267,22 +291,31 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
 
     let mut out = String::new();
     let _ = writeln!(out, "# stageplan · {}", layout.summary());
-    let _ = writeln!(
-        out,
-        "# --tensor-split gives each device its blocks (+1 on the last for the output layer) of the {} slots;",
-        layout.layers + plan.model.nextn_layers + 1
-    );
-    let _ = writeln!(out, "# llama.cpp then places exactly the plan's layers on each device, in --device order.");
+    if tensor_parallel.is_empty() {
+        let _ = writeln!(
+            out,
+            "# --tensor-split gives each device its blocks (+1 on the last for the output layer) of the {} slots;",
+            layout.layers + plan.model.nextn_layers + 1
+        );
+        let _ = writeln!(out, "# llama.cpp then places exactly the plan's layers on each device, in --device order.");
+    } else {
+        let _ = writeln!(
+            out,
+            "# --split-mode tensor splits every layer's matrices, KV cache and output among the {} devices,",
+            tensor_parallel.len()
+        );
+        let _ = writeln!(out, "# an even share each (--tensor-split), and all-reduces the hidden state twice a layer.");
+    }
     out.push('\n');
     let mut step = 1;
     if !rpc.is_empty() {
         let _ =
             writeln!(out, "# {step}. On each machine below, serve its device to the host (llama.cpp's rpc-server).");
         let _ = writeln!(out, "#    One device per rpc-server keeps the RPC device numbers in --rpc order.");
-        for (node, endpoint) in &rpc {
+        for ((_, endpoint), &(node, gpu)) in rpc.iter().zip(&served) {
             let port = endpoint.rsplit_once(':').map_or("50052", |(_, p)| p);
             let host = if endpoint.starts_with("127.0.0.1:") { "127.0.0.1" } else { "0.0.0.0" };
-            let (machine, gpu) = layout.machine(node);
+            let machine = layout.machine(node).0;
             let only_one = if layout.kind(node) == DeviceKind::Gpu {
                 format!("CUDA_VISIBLE_DEVICES={} ", gpu.unwrap_or(0))
             } else {
@@ -301,7 +334,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
                 let threads = offloads
                     .iter()
                     .zip(&layout.stages)
-                    .find(|(_, (n, _, _))| n == node)
+                    .find(|(_, (n, _, _))| *n == node)
                     .and_then(|(o, _)| *o)
                     .map_or(1, |o| o.threads);
                 let _ = writeln!(out, "#    and its CPU, for the layers' {what} the plan keeps in its RAM:");
@@ -346,10 +379,15 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     // Newer builds fit layers to free memory by themselves; the plan has done that.
     args.extend(["--fit".into(), "off".into()]);
     args.extend(["--tensor-split".into(), shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
+    if !tensor_parallel.is_empty() {
+        args.extend(["--split-mode".into(), "tensor".into()]);
+    }
     args.extend(["--ctx-size".into(), context.to_string(), "--parallel".into(), workload.batch.max(1).to_string()]);
     // Explicit: `auto` may resolve either way, and the compute buffers differ; a quantized V
     // cache needs it (a quantized K does not).
-    let flash = workload.flash_attention || kv_v.starts_with('q') || kv_v.starts_with("iq");
+    // `--split-mode tensor` requires it (`llama_init_from_model` refuses it off).
+    let flash =
+        workload.flash_attention || kv_v.starts_with('q') || kv_v.starts_with("iq") || !tensor_parallel.is_empty();
     args.extend(["--cache-type-k".into(), kv.clone(), "--cache-type-v".into(), kv_v]);
     args.extend(["--flash-attn".into(), if flash { "on" } else { "off" }.into()]);
     if workload.prefill_chunk != UBATCH {

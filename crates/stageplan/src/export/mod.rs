@@ -205,6 +205,35 @@ fn unsafe_text(text: &str) -> Option<String> {
     text.chars().any(crate::quote::unsafe_char).then(|| format!("`{}` {}", crate::quote::line(text), unsafe_words!()))
 }
 
+/// A tensor-parallel stage as the planner writes it: the only stage, on a machine's GPUs
+/// (`gpu_of` its first), two to 16 distinct GPU numbers.
+fn check_tensor_parallel(index: usize, stage: &crate::plan::Stage, stages: usize) -> Result<(), ExportError> {
+    let group = &stage.tensor_parallel;
+    if group.is_empty() {
+        return Ok(());
+    }
+    let problem = |problem: String| Err(ExportError::Stage { index, field: "tensor_parallel", problem });
+    let Some(gpu) = &stage.gpu_of else {
+        return problem("is given for a stage without `gpu_of`; give the machine's GPU it starts on".to_owned());
+    };
+    let distinct = group.iter().enumerate().all(|(i, g)| !group[..i].contains(g));
+    if stages != 1 || group.len() < 2 || group.len() > MAX_GPUS_PER_MACHINE || !distinct {
+        return problem(format!(
+            "lists {} GPUs over {stages} stages; a tensor-parallel plan is one stage on 2 to {MAX_GPUS_PER_MACHINE} distinct GPUs",
+            group.len()
+        ));
+    }
+    if group[0] != gpu.index || group.iter().any(|&g| g as usize >= MAX_GPUS_PER_MACHINE) {
+        return problem(format!(
+            "starts at GPU {}, not `gpu_of`'s {}, or names a GPU past {}; list the GPUs from `gpu_of`'s",
+            group[0],
+            gpu.index,
+            MAX_GPUS_PER_MACHINE - 1
+        ));
+    }
+    Ok(())
+}
+
 /// A stage's `offload`, as the planner writes it: whole layers in host RAM from a first
 /// stage's first layer, FFN layers inside the stage after them or at its end, and the head
 /// in host RAM only with every layer there on a one-stage plan.
@@ -407,6 +436,7 @@ impl<'p> Layout<'p> {
                     ),
                 });
             }
+            check_tensor_parallel(index, stage, plan.stages.len())?;
             if stages.iter().any(|&(n, _, _)| n == name) {
                 return Err(ExportError::Node {
                     index,
@@ -603,7 +633,7 @@ impl<'p> Layout<'p> {
             self.stages.len(),
             if self.stages.len() == 1 { "" } else { "s" },
             counts.join("/"),
-            self.stages.iter().map(|&(n, _, _)| n).collect::<Vec<_>>().join(", ")
+            self.plan.stages.iter().map(crate::plan::Stage::label).collect::<Vec<_>>().join(", ")
         );
         // The model's name comes from the input (a GGUF's `general.name`): a comment line
         // must stay one line.

@@ -421,9 +421,10 @@ fn llama_cpp_runs_a_machines_gpus_in_one_server_and_each_remote_gpu_on_its_port(
 fn vllm_runs_one_machines_gpus_as_its_pipeline_ranks_without_ray() {
     let (plan, options) = planned(
         r#"{"model": {"preset": "llama-3.1-70b", "weights": "fp8"}, "workload": {"context": 8192},
-            "nodes": [{"name": "box", "gpus": [{"device": "rtx-4090"}, {"device": "rtx-3090", "count": 3}]}], "engine": "vllm"}"#,
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-4090"}, {"device": "rtx-3090"}, {"device": "a100-40gb"}]}], "engine": "vllm"}"#,
     );
-    assert!(plan.stages.len() >= 3, "{:?}", plan.stages);
+    // No two of the GPUs hold the model as tensor parallel (64 heads do not split 3 ways).
+    assert!(plan.stages.len() == 3 && plan.stages.iter().all(|s| s.tensor_parallel.is_empty()), "{:?}", plan.stages);
     let text = export(&plan, Target::Vllm, &options).unwrap().text;
     let gpus: Vec<String> = plan.stages.iter().map(|s| s.gpu_of.as_ref().unwrap().index.to_string()).collect();
     let partition: Vec<String> = plan.stages.iter().map(|s| (s.layers[1] - s.layers[0]).to_string()).collect();
@@ -467,4 +468,38 @@ fn a_machines_ram_serves_its_first_gpu_locally_and_remotely() {
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
+}
+
+#[test]
+fn a_tensor_parallel_plan_runs_on_its_gpus_in_one_server() {
+    let (plan, options) = planned(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"}, "workload": {"context": 8192},
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}], "gpu_link": "pcie4-x8"}]}"#,
+    );
+    assert_eq!(plan.stages.len(), 1);
+    assert_eq!(plan.stages[0].tensor_parallel, [0, 1]);
+    assert_eq!(plan.stages[0].label(), "box/gpu0+gpu1");
+    let text = export(&plan, Target::LlamaCpp, &options).unwrap().text;
+    for flag in ["--device CUDA0,CUDA1", "--tensor-split 1,1", "--split-mode tensor", "--flash-attn on"] {
+        assert!(text.contains(flag), "{flag} in {text}");
+    }
+    let text = export(&plan, Target::Vllm, &options).unwrap().text;
+    assert!(text.contains("CUDA_VISIBLE_DEVICES=0,1 vllm serve"), "{text}");
+    assert!(text.contains("--tensor-parallel-size 2") && text.contains("--pipeline-parallel-size 1"), "{text}");
+    // Other engines refuse, as for any plan on a machine's GPUs.
+    assert!(export(&plan, Target::Exo, &options).is_err());
+    // A plan file's group is checked: two stages, a repeated GPU, a group off `gpu_of`.
+    let mut repeated = plan.clone();
+    repeated.stages[0].tensor_parallel = vec![0, 0];
+    let error = export(&repeated, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[0].tensor_parallel`") && error.contains("distinct"), "{error}");
+    let mut shifted = plan.clone();
+    shifted.stages[0].tensor_parallel = vec![1, 0];
+    let error = export(&shifted, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.contains("not `gpu_of`'s 0"), "{error}");
+    let mut lone = plan;
+    lone.stages[0].gpu_of = None;
+    lone.stages[0].node = "box".into();
+    let error = export(&lone, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.contains("without `gpu_of`"), "{error}");
 }

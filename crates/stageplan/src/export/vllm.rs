@@ -99,6 +99,12 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     }
     let _ = writeln!(out, "# {step}. On {}:", layout.machine(first).0);
     let mut command = String::new();
+    // A tensor-parallel plan: one rank per GPU of its group, in the group's order.
+    let tensor_parallel = &plan.stages[0].tensor_parallel;
+    if !tensor_parallel.is_empty() {
+        let gpus: Vec<String> = tensor_parallel.iter().map(ToString::to_string).collect();
+        let _ = write!(command, "CUDA_VISIBLE_DEVICES={} ", gpus.join(","));
+    }
     if one_machine {
         let gpus: Vec<String> =
             layout.stages.iter().map(|&(n, _, _)| layout.machine(n).1.unwrap_or(0).to_string()).collect();
@@ -108,8 +114,13 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         let _ = write!(command, "VLLM_PP_LAYER_PARTITION={} ", counts.join(","));
     }
     let _ = write!(command, "vllm serve {}", crate::quote::shell(&model));
-    let mut flags: Vec<(String, String)> =
-        vec![("--pipeline-parallel-size".into(), ranks.to_string()), ("--tensor-parallel-size".into(), "1".into())];
+    let mut flags: Vec<(String, String)> = vec![
+        ("--pipeline-parallel-size".into(), ranks.to_string()),
+        ("--tensor-parallel-size".into(), tensor_parallel.len().max(1).to_string()),
+    ];
+    if !tensor_parallel.is_empty() {
+        flags.push(("--distributed-executor-backend".into(), "mp".into()));
+    }
     if ranks > 1 {
         let executor = if one_machine { "mp" } else { "ray" };
         flags.push(("--distributed-executor-backend".into(), executor.into()));

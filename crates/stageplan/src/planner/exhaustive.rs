@@ -1,6 +1,6 @@
 //! Exhaustive search over every manual plan: each ordered subset of nodes, each contiguous
-//! split. Exponential; it exists to prove the `optimal` policy right on small instances
-//! (property tests, `stageplan plan --verify`).
+//! split, and the whole model on each tensor-parallel group. Exponential; it exists to prove
+//! the `optimal` policy right on small instances (property tests, `stageplan plan --verify`).
 
 use super::search::Split;
 use crate::cost::CostModel;
@@ -59,6 +59,15 @@ pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usiz
             walk.stages.pop();
         }
         walk.used[first] = false;
+    }
+    // And the whole model on each tensor-parallel group.
+    let every = vec![true; cost.node_count()];
+    for stages in super::search::tensor_parallel(cost, &every, required) {
+        if let Some(v) = super::search::value(cost, &stages, objective)
+            && walk.best.as_ref().is_none_or(|b| v < b.0)
+        {
+            walk.best = Some((v, stages));
+        }
     }
     walk.best
 }

@@ -200,6 +200,9 @@ pub(crate) fn plan_on(
         })
         .collect();
     plan.diagnostics.extend(explain_plan(problem, &plan));
+    if policy == Policy::Optimal && plan.feasible {
+        plan.diagnostics.extend(tensor_parallel_note(problem, cost, allowed, required, &plan));
+    }
     if !plan.feasible {
         plan.diagnostics.extend(fixes::fixes(problem, cost, allowed));
     }
@@ -250,8 +253,12 @@ pub(crate) fn evaluate(
             Some(stages[s + 1].node)
         };
         let time = step_cost.time(node, start, end, next);
-        let memory = cost.memory(node, start, end);
+        // A tensor-parallel group's stage: each GPU's share; the problem's figures are its
+        // first GPU's.
+        let members = cost.members(node);
+        let memory = per_gpu(cost.memory(node, start, end), members.len() as u64);
         let budget = cost.budget(node);
+        let lead = members[0];
         let total = memory.total();
         let offload = cost.offload(node, start, end).map(|o| {
             let (_, host) = cost.tier_parts(node, start, end, o);
@@ -264,7 +271,7 @@ pub(crate) fn evaluate(
                 host_range: [h0, h1],
                 ffn_layers: [f0, f1],
                 head_on_host: o.head_on_host,
-                threads: problem.nodes[node].host.as_ref().map_or(1, |h| h.threads),
+                threads: problem.nodes[lead].host.as_ref().map_or(1, |h| h.threads),
                 experts: problem.model.arch.moe.is_some(),
                 memory: MemoryBreakdown {
                     weights: host.weights,
@@ -280,13 +287,18 @@ pub(crate) fn evaluate(
             }
         });
         out.push(Stage {
-            node: problem.nodes[node].name.clone(),
-            kind: problem.nodes[node].kind,
-            threads: problem.nodes[node].threads,
-            gpu_of: problem.nodes[node]
+            node: problem.nodes[lead].name.clone(),
+            kind: problem.nodes[lead].kind,
+            threads: problem.nodes[lead].threads,
+            gpu_of: problem.nodes[lead]
                 .gpu_of
                 .as_ref()
                 .map(|g| crate::plan::MachineGpu { machine: g.machine.clone(), index: g.index }),
+            tensor_parallel: if members.len() > 1 {
+                members.iter().filter_map(|&k| problem.nodes[k].gpu_of.as_ref().map(|g| g.index)).collect()
+            } else {
+                Vec::new()
+            },
             layers: [start, end],
             embedding: start == 0,
             head: end == cost.layers(),
@@ -311,6 +323,7 @@ pub(crate) fn evaluate(
                 prefill_s: time.prefill_s,
                 host_s: time.host_s,
                 split_s: time.split_s,
+                all_reduce_s: time.all_reduce_s,
             },
             offload,
         });
@@ -384,6 +397,68 @@ pub(crate) fn evaluate(
     }
 }
 
+/// How the plan compares with the other way to use a machine's GPUs: the best layer split
+/// when the plan is tensor parallel, the best tensor-parallel group when it is not (and one
+/// fits).
+fn tensor_parallel_note(
+    problem: &Problem,
+    cost: &CostModel,
+    allowed: &[bool],
+    required: Option<usize>,
+    plan: &Plan,
+) -> Option<Diagnostic> {
+    let objective = plan.objective;
+    let current = plan.objective_value()?;
+    let groups = search::tensor_parallel(cost, allowed, required);
+    let speed = |seconds: f64| match objective {
+        Objective::Throughput => cost.batch() as f64 / seconds,
+        Objective::Latency => 1.0 / seconds,
+    };
+    let current = match objective {
+        Objective::Throughput => current,
+        Objective::Latency => 1.0 / current,
+    };
+    let message = if plan.stages.iter().any(|s| !s.tensor_parallel.is_empty()) {
+        let found = search::pipeline(cost, objective, allowed, required);
+        let other = found.best.map(|b| speed(b.0));
+        let label = plan.stages[0].label();
+        match other {
+            Some(other) => format!(
+                "tensor parallel on `{label}` (llama.cpp's `--split-mode tensor`, vLLM's `--tensor-parallel-size`): {}× the best layer split ({} tok/s)",
+                sig3(current / other),
+                sig3(other)
+            ),
+            None => format!("tensor parallel on `{label}`: no layer split fits"),
+        }
+    } else {
+        let (seconds, stages) = groups
+            .into_iter()
+            .filter_map(|stages| Some((search::value(cost, &stages, objective)?, stages)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))?;
+        let members = cost.members(stages[0].node);
+        let d = members.len();
+        let all_reduce = cost.time(stages[0].node, 0, cost.layers(), None).all_reduce_s;
+        format!(
+            "tensor parallel over {d} GPUs ({}): {}× this plan, its all-reduces taking {} a step",
+            members.iter().map(|&k| format!("`{}`", problem.nodes[k].name)).collect::<Vec<_>>().join(", "),
+            sig3(speed(seconds) / current),
+            format_seconds(all_reduce)
+        )
+    };
+    Some(Diagnostic { level: Level::Info, message, fix: None, change: None })
+}
+
+/// What each of `d` GPUs holds of a stage split among them: its share of the weights, cache
+/// and head (rounded up), and its own buffers and reserve.
+fn per_gpu(memory: crate::cost::MemoryParts, d: u64) -> crate::cost::MemoryParts {
+    crate::cost::MemoryParts {
+        weights: memory.weights.div_ceil(d),
+        kv: memory.kv.div_ceil(d),
+        embed_head: memory.embed_head.div_ceil(d),
+        ..memory
+    }
+}
+
 /// The plan's speeds with each decode step reading the cache a response `workload.depth`
 /// tokens in reads, its stages placed as at the full context.
 fn at_depth(problem: &Problem, cost: &CostModel, stages: &[Placement], schedule: Schedule) -> AtDepth {
@@ -412,7 +487,7 @@ fn accuracy(problem: &Problem, cost: &CostModel, stages: &[Placement], tokens_pe
         {
             worst = Some((crate::cost::HOST_TIER_ERROR, "llama.cpp partial offload".to_owned()));
         }
-        let node = &problem.nodes[p.node];
+        let node = &problem.nodes[cost.members(p.node)[0]];
         let terms = crate::calibration::FITTED.backend(node.backend);
         let (e, class) = match (crate::calibration::Measured::of_node(node), terms) {
             (Some(m), terms) => (
@@ -463,7 +538,22 @@ fn left_out(
     exact: bool,
 ) -> Vec<LeftOut> {
     const EXPLAIN_AT_MOST: usize = 8;
-    let used: Vec<&str> = plan.stages.iter().map(|s| s.node.as_str()).collect();
+    let mut used: Vec<&str> = plan.stages.iter().map(|s| s.node.as_str()).collect();
+    // A tensor-parallel stage uses each of its GPUs.
+    for stage in plan.stages.iter().filter(|s| !s.tensor_parallel.is_empty()) {
+        let machine = stage.gpu_of.as_ref().map(|g| g.machine.as_str());
+        used.extend(
+            problem
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.gpu_of.as_ref().is_some_and(|g| {
+                        Some(g.machine.as_str()) == machine && stage.tensor_parallel.contains(&g.index)
+                    })
+                })
+                .map(|n| n.name.as_str()),
+        );
+    }
     let mut out = Vec::new();
     let mut unexplained = 0usize;
     // With uniform links, identical nodes have identical answers: search once per kind.
@@ -588,6 +678,16 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
             ),
             _ => String::new(),
         };
+        // A tensor-parallel stage: each GPU reads its share, and the group exchanges.
+        let why = if stage.tensor_parallel.is_empty() {
+            why
+        } else {
+            format!(
+                "{why} on each of its {} GPUs, plus {} of all-reduces over the machine's GPU link",
+                stage.tensor_parallel.len(),
+                format_seconds(stage.time.all_reduce_s)
+            )
+        };
         // A machine with system RAM: the CPU's part and the changes of tier, besides.
         let why = if stage.time.host_s > 0.0 {
             format!(
@@ -603,7 +703,7 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
                 level: Level::Info,
                 message: format!(
                     "stage {b} (`{}`, layers {}–{}) sets the pace: {why}; {} per step",
-                    stage.node,
+                    stage.label(),
                     stage.layers[0],
                     stage.layers[1],
                     format_seconds(stage.time_s)

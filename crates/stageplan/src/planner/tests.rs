@@ -758,3 +758,78 @@ fn many_alike_nodes_never_allocate_every_subset() {
         assert_eq!(plan.search.method, "heuristic", "{nodes}: {}", plan.search.detail);
     }
 }
+
+/// A machine's GPUs as one tensor-parallel group (`cost::tensor`): the search's choice
+/// among layer splits and groups is exhaustive search's, on mixed boxes, both objectives.
+mod tensor_parallel {
+    use super::*;
+
+    fn scenario(gpus: &[&str], link: &str, model: &str, context: u32, remote: bool) -> Problem {
+        let gpus: Vec<String> = gpus.iter().map(|d| format!(r#"{{"device": "{d}"}}"#)).collect();
+        let remote = if remote { r#", {"name": "mini", "device": "rtx-4060-ti-16gb"}"# } else { "" };
+        let json = format!(
+            r#"{{"model": {{"preset": "{model}", "weights": "q4_k_m"}}, "workload": {{"context": {context}}},
+                "nodes": [{{"name": "box", "gpus": [{}], "gpu_link": "{link}"}}{remote}]}}"#,
+            gpus.join(", ")
+        );
+        crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn groups_and_layer_splits_match_exhaustive_search(
+            gpus in proptest::collection::vec(prop::sample::select(vec!["rtx-3090", "rtx-4090", "rtx-3060-12gb"]), 2..=3),
+            link in prop::sample::select(vec!["pcie3-x4", "pcie4-x16", "nvlink-bridge"]),
+            model in prop::sample::select(vec!["llama-3.1-8b", "qwen3-32b"]),
+            context in prop::sample::select(vec![4096u32, 32768]),
+            remote in any::<bool>(),
+            latency in any::<bool>(),
+        ) {
+            let mut problem = scenario(&gpus, link, model, context, remote);
+            problem.objective = if latency { Objective::Latency } else { Objective::Throughput };
+            let found = plan(&problem);
+            let exhaustive = verify(&problem, 50_000_000).expect("small enough to search every plan");
+            match (found.objective_value(), exhaustive.objective_value()) {
+                (Some(got), Some(want)) => prop_assert!(close(got, want), "optimal {got} vs exhaustive {want}"),
+                (got, want) => prop_assert_eq!(got.is_some(), want.is_some()),
+            }
+        }
+    }
+
+    /// Llama 3.1 70B's 64 heads split 2 and 4 ways, never 3: three GPUs form groups of two.
+    #[test]
+    fn a_degree_the_heads_do_not_divide_is_never_planned() {
+        let problem = scenario(&["rtx-3090", "rtx-3090", "rtx-3090"], "nvlink-bridge", "llama-3.1-70b", 8192, false);
+        let cost = CostModel::new(&problem);
+        assert!(!cost.groups().is_empty());
+        assert!(cost.groups().iter().all(|g| g.members.len() == 2), "{:?}", cost.groups());
+        let refused = crate::cost::degree_refused(&problem.model, problem.workload.engine, 3).unwrap();
+        assert!(refused.contains("64 attention heads"), "{refused}");
+        assert!(plan(&problem).stages.iter().all(|s| s.tensor_parallel.len() != 3));
+    }
+
+    /// A mixed group splits evenly, so it runs at its slowest GPU: a 4090 with a 3090 is two
+    /// 3090s.
+    #[test]
+    fn a_mixed_group_runs_at_its_slowest_gpu() {
+        let time = |gpus: &[&str]| {
+            let problem = scenario(gpus, "pcie4-x16", "qwen3-32b", 4096, false);
+            let found = plan(&problem);
+            assert_eq!(found.stages[0].tensor_parallel.len(), 2, "{:?}", found.stages);
+            found.stages[0].time_s
+        };
+        assert_eq!(time(&["rtx-4090", "rtx-3090"]), time(&["rtx-3090", "rtx-3090"]));
+    }
+
+    /// A model one fast GPU holds: beside a slow GPU, the group's even split and its
+    /// all-reduces lose to the fast GPU alone, and the plan says by how much.
+    #[test]
+    fn the_plan_says_when_tensor_parallel_loses() {
+        let problem = scenario(&["rtx-4090", "rtx-3060-12gb"], "pcie3-x4", "gpt-oss-20b", 4096, false);
+        let found = plan(&problem);
+        assert!(found.stages.iter().all(|s| s.tensor_parallel.is_empty()), "{:?}", found.stages);
+        let note = found.diagnostics.iter().find(|d| d.message.starts_with("tensor parallel over 2 GPUs"));
+        assert!(note.is_some_and(|n| n.message.contains("× this plan")), "{:?}", found.diagnostics);
+    }
+}

@@ -96,16 +96,58 @@ pub(super) fn usable(cost: &CostModel, allowed: &[bool]) -> Vec<usize> {
     (0..cost.node_count()).filter(|&k| allowed[k] && cost.nodes[k].capacity >= 0).collect()
 }
 
-/// The best plan using only `allowed` nodes and, if given, certainly using `required`.
+/// The best plan using only `allowed` nodes and, if given, certainly using `required`: the
+/// best pipeline, or the whole model on one tensor-parallel group of a machine's GPUs.
 pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], required: Option<usize>) -> Found {
+    let mut found = pipeline(cost, objective, allowed, required);
+    if found.detail == NO_USABLE_NODE {
+        return found;
+    }
+    let groups = tensor_parallel(cost, allowed, required);
+    if !groups.is_empty() {
+        found.detail = format!(
+            "{}; {} tensor-parallel group{}",
+            found.detail,
+            groups.len(),
+            if groups.len() == 1 { "" } else { "s" }
+        );
+    }
+    for stages in groups {
+        let Some(v) = value(cost, &stages, objective) else { continue };
+        if found.best.as_ref().is_none_or(|b| v < b.0) {
+            found.best = Some((v, stages));
+        }
+        // The groups are searched exactly: the bound covers them.
+        found.bound = found.bound.map(|b| b.min(v));
+    }
+    found
+}
+
+const NO_USABLE_NODE: &str = "no usable node";
+
+/// The best pipeline of single devices (every layer of a stage on one device).
+pub(crate) fn pipeline(cost: &CostModel, objective: Objective, allowed: &[bool], required: Option<usize>) -> Found {
     let nodes = usable(cost, allowed);
     if nodes.is_empty() || cost.layers() == 0 || required.is_some_and(|r| !nodes.contains(&r)) {
-        return Found { best: None, exact: true, bound: None, detail: "no usable node".to_owned() };
+        return Found { best: None, exact: true, bound: None, detail: NO_USABLE_NODE.to_owned() };
     }
     match objective {
         Objective::Latency => least_sum(cost, &nodes, required),
         Objective::Throughput => optimal_cycle(cost, &nodes, required),
     }
+}
+
+/// The whole model on each tensor-parallel group whose GPUs are all allowed (and that holds
+/// `required`): llama.cpp's `--split-mode tensor` runs every layer on one group.
+pub(crate) fn tensor_parallel(cost: &CostModel, allowed: &[bool], required: Option<usize>) -> Vec<Split> {
+    (0..cost.groups().len())
+        .map(|g| cost.node_count() + g)
+        .filter(|&node| {
+            let members = cost.members(node);
+            members.iter().all(|&k| allowed[k]) && required.is_none_or(|r| members.contains(&r))
+        })
+        .map(|node| vec![Placement::new(node, 0, cost.layers())])
+        .collect()
 }
 
 /// Would the exact subset search stay within its limits? Its work visits the canonical

@@ -1,0 +1,161 @@
+//! Stages that are tensor-parallel groups: the whole model on several GPUs of one machine,
+//! each matrix split among them, as llama.cpp's `--split-mode tensor` and vLLM's
+//! `--tensor-parallel-size` run it.
+//!
+//! **Where each tensor goes** (llama.cpp's `llama_meta_device_get_split_state`,
+//! `src/llama-model.cpp`): Q, K, V and the FFN's gate and up by output rows, the attention
+//! output and FFN down by input columns, the KV cache by KV heads, the LM head by vocabulary
+//! rows; norms and biases of the outputs mirrored on every GPU (a few KiB a layer, not
+//! counted). vLLM's column- and row-parallel layers split alike. Both split heads whole:
+//! llama.cpp cuts at whole KV-head groups (`granularity_kv`), vLLM asserts that the degree
+//! divides the attention heads and the KV heads. An even split of every layer needs the
+//! degree to divide both, so only such degrees are planned (vLLM's replication of KV heads
+//! past their count is left out); each GPU holds `1/d` of the stage.
+//!
+//! **Time of a step** on `d` GPUs: each reads and computes `1/d` of the stage, so the group
+//! runs at its slowest GPU (`d ×` its rates: the split is even, so a faster GPU waits), plus
+//! that GPU's per-layer cost, plus two all-reduces of the hidden state a layer (after the
+//! attention output and after FFN down). llama.cpp's fallback all-reduce
+//! (`ggml-backend-meta.cpp`, `allreduce_fallback`) is a butterfly: `⌈log₂ d⌉` rounds of
+//! copying an f32 hidden state between pairs and adding, with one round more on each side
+//! when `d` is not a power of two; each round a copy over the machine's GPU link (its
+//! latency and bandwidth, per the `gpu_link` preset: without peer-to-peer the copy goes
+//! through host RAM) and a launch. vLLM's custom all-reduce and NCCL's tree for small
+//! messages take as many rounds; the same rule prices them.
+
+use crate::engine::Engine;
+use crate::model::{Arch, Model};
+use crate::problem::{Link, Node};
+
+/// Per-layer all-reduces of a tensor-parallel transformer layer: after the attention output
+/// and after FFN down.
+const ALL_REDUCES_PER_LAYER: f64 = 2.0;
+
+/// A tensor-parallel group: the GPUs (indices into the problem's nodes, in the machine's
+/// order) that hold every layer together.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TensorGroup {
+    pub members: Vec<usize>,
+}
+
+/// What a group's all-reduce costs per layer: rounds of a copy over its link.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct AllReduce {
+    /// Rounds of one all-reduce.
+    pub rounds: f64,
+    pub link: Link,
+}
+
+impl AllReduce {
+    /// Seconds of one layer's all-reduces for `tokens` tokens of `activation_f32` bytes each.
+    #[inline]
+    pub(crate) fn per_layer_s(&self, tokens: f64, activation_f32: f64) -> f64 {
+        ALL_REDUCES_PER_LAYER * self.rounds * self.link.time(tokens * activation_f32)
+    }
+}
+
+/// Rounds of llama.cpp's butterfly all-reduce on `d` devices: `log₂ d` for a power of two,
+/// else the largest power of two's rounds plus folding the rest in and copying it back.
+pub(crate) fn all_reduce_rounds(d: usize) -> f64 {
+    let power = usize::BITS - 1 - d.leading_zeros();
+    f64::from(power) + if d.is_power_of_two() { 0.0 } else { 2.0 }
+}
+
+/// Why `model` cannot run as `d`-way tensor parallel on `engine`, or `None` when it can.
+pub fn degree_refused(model: &Model, engine: Engine, d: u64) -> Option<String> {
+    let arch = &model.arch;
+    let llama_cpp_lacks = matches!(
+        arch.family,
+        Arch::Gemma3n
+            | Arch::DeepseekV2
+            | Arch::DeepseekV3
+            | Arch::KimiK2
+            | Arch::Mamba
+            | Arch::Mamba2
+            | Arch::FalconH1
+            | Arch::GraniteHybrid
+            | Arch::Olmo2
+    );
+    match engine {
+        Engine::Generic => return Some("the generic engine has no tensor parallel".to_owned()),
+        // `llm_arch_supports_sm_tensor` (src/llama-arch.cpp) lists what `-sm tensor` refuses.
+        Engine::LlamaCpp if llama_cpp_lacks => {
+            return Some(format!("llama.cpp's `--split-mode tensor` does not run `{}`", arch.model_type));
+        }
+        Engine::Vllm if !arch.intermediate_size.is_multiple_of(d) => {
+            return Some(format!("{d} does not divide the FFN width {}", arch.intermediate_size));
+        }
+        _ => {}
+    }
+    if arch.mla.is_some() {
+        return Some("latent attention (MLA) is not split by heads here".to_owned());
+    }
+    if arch.num_heads == 0 || !arch.num_heads.is_multiple_of(d) {
+        return Some(format!("{d} does not divide the {} attention heads", arch.num_heads));
+    }
+    if arch.num_kv_heads == 0 || !arch.num_kv_heads.is_multiple_of(d) {
+        return Some(format!("{d} does not divide the {} KV heads", arch.num_kv_heads));
+    }
+    None
+}
+
+/// The groups of GPUs of one machine `model` may run on as tensor parallel under `engine`:
+/// every set of two or more of a machine's GPUs whose count the model's heads divide, GPUs
+/// alike taken in index order (the others are the same group renamed).
+pub(crate) fn groups(nodes: &[Node], model: &Model, engine: Engine) -> Vec<TensorGroup> {
+    let mut out = Vec::new();
+    let mut machines: Vec<&str> = Vec::new();
+    for node in nodes {
+        if let Some(g) = &node.gpu_of
+            && !machines.contains(&g.machine.as_str())
+        {
+            machines.push(&g.machine);
+        }
+    }
+    for machine in machines {
+        let gpus: Vec<usize> =
+            (0..nodes.len()).filter(|&k| nodes[k].gpu_of.as_ref().is_some_and(|g| g.machine == machine)).collect();
+        let alike = |a: &Node, b: &Node| {
+            a.memory == b.memory
+                && a.bandwidth == b.bandwidth
+                && a.compute == b.compute
+                && a.reserve == b.reserve
+                && a.efficiency == b.efficiency
+                && a.backend == b.backend
+                && a.probe == b.probe
+                && a.host.is_none()
+                && b.host.is_none()
+        };
+        // Bounded by `MAX_GPUS_PER_MACHINE` (16): at most 65,535 sets to look at.
+        for set in 1u32..(1 << gpus.len()) {
+            let d = set.count_ones();
+            if d < 2 || degree_refused(model, engine, u64::from(d)).is_some() {
+                continue;
+            }
+            let has = |i: usize| set & (1 << i) != 0;
+            // A GPU joins only after every GPU alike before it.
+            let canonical = (0..gpus.len())
+                .filter(|&i| has(i))
+                .all(|i| (0..i).all(|j| has(j) || !alike(&nodes[gpus[i]], &nodes[gpus[j]])));
+            if canonical {
+                out.push(TensorGroup { members: (0..gpus.len()).filter(|&i| has(i)).map(|i| gpus[i]).collect() });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn butterfly_rounds_follow_llama_cpp() {
+        // 2 → one exchange; 4 → two; 3 → fold one in, one exchange, copy back.
+        assert_eq!(all_reduce_rounds(2), 1.0);
+        assert_eq!(all_reduce_rounds(4), 2.0);
+        assert_eq!(all_reduce_rounds(8), 3.0);
+        assert_eq!(all_reduce_rounds(3), 3.0);
+        assert_eq!(all_reduce_rounds(6), 4.0);
+    }
+}
