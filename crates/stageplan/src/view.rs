@@ -166,7 +166,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         .enumerate()
         .map(|(i, s)| Band {
             node: s.node.clone(),
-            label: format!("{} · {}–{}", s.node, s.layers[0], s.layers[1]),
+            label: format!("{} · {}–{}", s.label(), s.layers[0], s.layers[1]),
             left_pct: s.layers[0] as f64 * 100.0 / layers,
             width_pct: (s.layers[1] - s.layers[0]) as f64 * 100.0 / layers,
             hue: hue(node_index(&s.node)),
@@ -213,7 +213,7 @@ pub fn plan_view(plan: &Plan, layers: usize, node_index: &dyn Fn(&str) -> usize)
         .stages
         .iter()
         .map(|s| StageRow {
-            node: s.node.clone(),
+            node: s.label(),
             layers: format!("{}–{}", s.layers[0], s.layers[1]),
             time: format_seconds(s.time_s),
             bound: bound_word(s.time.bound),

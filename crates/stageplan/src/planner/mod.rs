@@ -744,4 +744,6 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
 }
 
 #[cfg(test)]
+mod tensor_parallel_measured;
+#[cfg(test)]
 mod tests;
