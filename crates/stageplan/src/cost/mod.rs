@@ -182,8 +182,11 @@ pub struct CostModel {
     pub(crate) nodes: Vec<NodeCost>,
     /// The problem's nodes: the rest of `nodes` are groups.
     devices: usize,
-    /// The groups of a machine's GPUs that may hold the whole model as tensor parallel.
+    /// The groups of a machine's GPUs that may hold the whole model as tensor parallel, and
+    /// those that may be the stages of a pipeline.
     groups: Arc<Vec<TensorGroup>>,
+    /// vLLM's pipelines of groups: per degree, the nodes (groups) its stages may be.
+    pipelines: Arc<Vec<(usize, Vec<usize>)>>,
     /// Sequences the workload holds KV cache for (`workload.batch`).
     batch: u64,
     /// Sequences decoded together in one step: `batch` or a micro-batch `batch / k`.
@@ -302,7 +305,8 @@ impl CostModel {
             layers,
             nodes: nodes.iter().map(|node| NodeCost::new(node, model, rules, buffers.stage)).collect(),
             devices: nodes.len(),
-            groups: Arc::new(tensor::groups(nodes, model, workload.engine)),
+            groups: Arc::default(),
+            pipelines: Arc::default(),
             batch: workload.batch,
             step: 0.0,
             embed,
@@ -320,6 +324,21 @@ impl CostModel {
             fixed: Vec::new(),
             links: Arc::new(links.clone()),
         };
+        let mut groups = tensor::groups(nodes, model, workload.engine);
+        let mut pipelines = Vec::new();
+        for (degree, partition) in tensor::partitions(nodes, model, workload.engine) {
+            let mut stages = Vec::new();
+            for group in partition {
+                let g = groups.iter().position(|o| *o == group).unwrap_or_else(|| {
+                    groups.push(group);
+                    groups.len() - 1
+                });
+                stages.push(nodes.len() + g);
+            }
+            pipelines.push((degree, stages));
+        }
+        cost.groups = Arc::new(groups);
+        cost.pipelines = Arc::new(pipelines);
         for group in cost.groups.iter() {
             let members: Vec<&NodeCost> = group.members.iter().map(|&k| &cost.nodes[k]).collect();
             // The slowest pair's link carries each round.
@@ -422,6 +441,20 @@ impl CostModel {
         &self.groups
     }
 
+    /// vLLM's pipelines of tensor-parallel groups: per degree, the nodes its stages may be.
+    pub(crate) fn pipelines(&self) -> &[(usize, Vec<usize>)] {
+        &self.pipelines
+    }
+
+    /// The problem's node whose links a node's stage sends over: itself, or a group's first GPU.
+    #[inline]
+    fn end(&self, node: usize) -> usize {
+        match node.checked_sub(self.devices) {
+            Some(g) => self.groups[g].members[0],
+            None => node,
+        }
+    }
+
     /// The problem's nodes `node` runs on: itself, or a group's GPUs.
     pub(crate) fn members(&self, node: usize) -> Vec<usize> {
         match node.checked_sub(self.devices) {
@@ -478,6 +511,7 @@ impl CostModel {
         // The baselines that read a subset split layers; they form no groups.
         out.devices = indices.len();
         out.groups = Arc::default();
+        out.pipelines = Arc::default();
         out.links = Arc::new(self.links.subset(&indices));
         out
     }
@@ -515,13 +549,13 @@ impl CostModel {
     /// Time of sending one step's activations from `from` to `to`.
     #[inline]
     pub fn hop_s(&self, from: usize, to: usize) -> f64 {
-        self.links.get(from, to).time(self.activation_bytes)
+        self.links.get(self.end(from), self.end(to)).time(self.activation_bytes)
     }
 
     /// Time of sending the sampled tokens from the last stage `from` back to the first, `to`.
     #[inline]
     pub fn return_s(&self, from: usize, to: usize) -> f64 {
-        self.links.get(from, to).time(self.token_bytes)
+        self.links.get(self.end(from), self.end(to)).time(self.token_bytes)
     }
 
     /// The hop every stage pays when links are uniform (pair `0 → 1` stands for all).
@@ -544,7 +578,7 @@ impl CostModel {
         };
         let prefill_send = match next {
             Some(to) if !last => {
-                let link = self.links.get(node, to);
+                let link = self.links.get(self.end(node), self.end(to));
                 link.latency / self.prefill_chunk + self.token.activation_bytes / link.bandwidth
             }
             _ => 0.0,

@@ -99,33 +99,38 @@ pub fn degree_refused(model: &Model, engine: Engine, d: u64) -> Option<String> {
     None
 }
 
+/// Each machine with several GPUs: its name and its GPUs (indices into `nodes`, in order).
+fn machines(nodes: &[Node]) -> Vec<Vec<usize>> {
+    let mut out: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (k, node) in nodes.iter().enumerate() {
+        let Some(g) = &node.gpu_of else { continue };
+        match out.iter_mut().find(|(m, _)| *m == g.machine) {
+            Some((_, gpus)) => gpus.push(k),
+            None => out.push((&g.machine, vec![k])),
+        }
+    }
+    out.into_iter().map(|(_, gpus)| gpus).collect()
+}
+
+/// GPUs one may stand for the other in a group: the same figures, no RAM beside either.
+fn alike(a: &Node, b: &Node) -> bool {
+    a.memory == b.memory
+        && a.bandwidth == b.bandwidth
+        && a.compute == b.compute
+        && a.reserve == b.reserve
+        && a.efficiency == b.efficiency
+        && a.backend == b.backend
+        && a.probe == b.probe
+        && a.host.is_none()
+        && b.host.is_none()
+}
+
 /// The groups of GPUs of one machine `model` may run on as tensor parallel under `engine`:
 /// every set of two or more of a machine's GPUs whose count the model's heads divide, GPUs
 /// alike taken in index order (the others are the same group renamed).
 pub(crate) fn groups(nodes: &[Node], model: &Model, engine: Engine) -> Vec<TensorGroup> {
     let mut out = Vec::new();
-    let mut machines: Vec<&str> = Vec::new();
-    for node in nodes {
-        if let Some(g) = &node.gpu_of
-            && !machines.contains(&g.machine.as_str())
-        {
-            machines.push(&g.machine);
-        }
-    }
-    for machine in machines {
-        let gpus: Vec<usize> =
-            (0..nodes.len()).filter(|&k| nodes[k].gpu_of.as_ref().is_some_and(|g| g.machine == machine)).collect();
-        let alike = |a: &Node, b: &Node| {
-            a.memory == b.memory
-                && a.bandwidth == b.bandwidth
-                && a.compute == b.compute
-                && a.reserve == b.reserve
-                && a.efficiency == b.efficiency
-                && a.backend == b.backend
-                && a.probe == b.probe
-                && a.host.is_none()
-                && b.host.is_none()
-        };
+    for gpus in machines(nodes) {
         // Bounded by `MAX_GPUS_PER_MACHINE` (16): at most 65,535 sets to look at.
         for set in 1u32..(1 << gpus.len()) {
             let d = set.count_ones();
@@ -143,6 +148,38 @@ pub(crate) fn groups(nodes: &[Node], model: &Model, engine: Engine) -> Vec<Tenso
         }
     }
     out
+}
+
+/// vLLM's pipelines of tensor-parallel groups, one degree for every stage
+/// (`--tensor-parallel-size` is the whole server's): for each degree `t` the heads divide,
+/// each machine's GPUs from the fastest (bandwidth, then memory) cut into groups of `t`, what
+/// is left over unused. Exact for machines of alike GPUs, where every cut is the same;
+/// on a mixed machine it groups like with like, which keeps each group's slowest GPU fast.
+pub(crate) fn partitions(nodes: &[Node], model: &Model, engine: Engine) -> Vec<(usize, Vec<TensorGroup>)> {
+    if engine != Engine::Vllm {
+        return Vec::new();
+    }
+    let machines = machines(nodes);
+    let most = machines.iter().map(Vec::len).max().unwrap_or(0);
+    (2..=most)
+        .filter(|&t| degree_refused(model, engine, t as u64).is_none())
+        .map(|t| {
+            let mut groups = Vec::new();
+            for gpus in &machines {
+                let mut fastest = gpus.clone();
+                fastest.sort_by(|&a, &b| {
+                    nodes[b].bandwidth.total_cmp(&nodes[a].bandwidth).then(nodes[b].memory.cmp(&nodes[a].memory))
+                });
+                for chunk in fastest.chunks_exact(t) {
+                    let mut members = chunk.to_vec();
+                    members.sort_unstable();
+                    groups.push(TensorGroup { members });
+                }
+            }
+            (t, groups)
+        })
+        .filter(|(_, groups)| !groups.is_empty())
+        .collect()
 }
 
 #[cfg(test)]

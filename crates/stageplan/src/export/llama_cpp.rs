@@ -85,6 +85,12 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     if layout.stages.len() > MAX_DEVICES {
         return Err(ExportError::TooManyStages { target: "llama.cpp", max: MAX_DEVICES, stages: layout.stages.len() });
     }
+    if plan.stages.len() > 1 && plan.stages.iter().any(|s| !s.tensor_parallel.is_empty()) {
+        return Err(ExportError::Plan {
+            field: "stages",
+            problem: "are tensor-parallel groups in a pipeline, which llama.cpp cannot run (`--split-mode tensor` puts every layer on one group): export it with `--to vllm`, or re-plan with `\"engine\": \"llama.cpp\"`".to_owned(),
+        });
+    }
     let context = plan.workload.context.saturating_mul(plan.workload.batch);
     if context > i32::MAX as u64 {
         return Err(ExportError::Plan {

@@ -205,21 +205,27 @@ fn unsafe_text(text: &str) -> Option<String> {
     text.chars().any(crate::quote::unsafe_char).then(|| format!("`{}` {}", crate::quote::line(text), unsafe_words!()))
 }
 
-/// A tensor-parallel stage as the planner writes it: the only stage, on a machine's GPUs
-/// (`gpu_of` its first), two to 16 distinct GPU numbers.
-fn check_tensor_parallel(index: usize, stage: &crate::plan::Stage, stages: usize) -> Result<(), ExportError> {
+/// A tensor-parallel stage as the planner writes it: on a machine's GPUs (`gpu_of` its
+/// first), two to 16 distinct GPU numbers, as many as the first stage's (one degree for the
+/// whole plan, as vLLM's `--tensor-parallel-size`).
+fn check_tensor_parallel(
+    index: usize,
+    stage: &crate::plan::Stage,
+    first: &crate::plan::Stage,
+) -> Result<(), ExportError> {
     let group = &stage.tensor_parallel;
-    if group.is_empty() {
+    if group.is_empty() && first.tensor_parallel.is_empty() {
         return Ok(());
     }
+    let degree = first.tensor_parallel.len();
     let problem = |problem: String| Err(ExportError::Stage { index, field: "tensor_parallel", problem });
     let Some(gpu) = &stage.gpu_of else {
         return problem("is given for a stage without `gpu_of`; give the machine's GPU it starts on".to_owned());
     };
     let distinct = group.iter().enumerate().all(|(i, g)| !group[..i].contains(g));
-    if stages != 1 || group.len() < 2 || group.len() > MAX_GPUS_PER_MACHINE || !distinct {
+    if group.len() != degree || group.len() < 2 || group.len() > MAX_GPUS_PER_MACHINE || !distinct {
         return problem(format!(
-            "lists {} GPUs over {stages} stages; a tensor-parallel plan is one stage on 2 to {MAX_GPUS_PER_MACHINE} distinct GPUs",
+            "lists {} GPUs where the first stage lists {degree}; every stage of a tensor-parallel plan is a group of the same 2 to {MAX_GPUS_PER_MACHINE} distinct GPUs",
             group.len()
         ));
     }
@@ -436,7 +442,7 @@ impl<'p> Layout<'p> {
                     ),
                 });
             }
-            check_tensor_parallel(index, stage, plan.stages.len())?;
+            check_tensor_parallel(index, stage, &plan.stages[0])?;
             if stages.iter().any(|&(n, _, _)| n == name) {
                 return Err(ExportError::Node {
                     index,
@@ -691,8 +697,16 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
     let one_machine = plan.stages.iter().all(|s| {
         s.gpu_of.as_ref().is_some_and(|g| Some(&g.machine) == plan.stages[0].gpu_of.as_ref().map(|g| &g.machine))
     });
+    // vLLM over machines: each stage a tensor-parallel group on a machine of its own (Ray
+    // gives each pipeline rank one machine's GPUs).
+    let groups_apart = plan.stages.iter().enumerate().all(|(i, s)| {
+        !s.tensor_parallel.is_empty()
+            && s.gpu_of.as_ref().is_some_and(|g| {
+                plan.stages[..i].iter().all(|o| o.gpu_of.as_ref().is_none_or(|h| h.machine != g.machine))
+            })
+    });
     if target != Target::LlamaCpp
-        && !(target == Target::Vllm && one_machine)
+        && !(target == Target::Vllm && (one_machine || groups_apart))
         && let Some(gpu) = plan.stages.iter().find_map(|s| s.gpu_of.as_ref())
     {
         return Err(ExportError::SeveralGpus { target, machine: gpu.machine.clone() });

@@ -493,6 +493,14 @@ fn a_tensor_parallel_plan_runs_on_its_gpus_in_one_server() {
     repeated.stages[0].tensor_parallel = vec![0, 0];
     let error = export(&repeated, Target::LlamaCpp, &options).unwrap_err().to_string();
     assert!(error.starts_with("`stages[0].tensor_parallel`") && error.contains("distinct"), "{error}");
+    let mut unequal = plan.clone();
+    let mut second = unequal.stages[0].clone();
+    (second.tensor_parallel, second.gpu_of, second.node) =
+        (vec![2], Some(crate::plan::MachineGpu { machine: "box".into(), index: 2 }), "box/gpu2".into());
+    (unequal.stages[0].layers, second.layers) = ([0, 40], [40, 80]);
+    unequal.stages.push(second);
+    let error = export(&unequal, Target::Vllm, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`stages[1].tensor_parallel`") && error.contains("the first stage lists 2"), "{error}");
     let mut shifted = plan.clone();
     shifted.stages[0].tensor_parallel = vec![1, 0];
     let error = export(&shifted, Target::LlamaCpp, &options).unwrap_err().to_string();

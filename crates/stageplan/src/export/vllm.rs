@@ -47,6 +47,7 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         }
     };
     let ranks = layout.stages.len();
+    let degree = plan.stages[0].tensor_parallel.len().max(1);
     // Every rank on one machine's GPUs: one `vllm serve` with its multiprocessing executor,
     // where rank r runs on the r-th visible GPU (`initialize_model_parallel` lays ranks out
     // DP × PP × TP, so with TP 1 the PP rank is the rank, and a single node's local rank).
@@ -66,18 +67,21 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         .stages
         .iter()
         .enumerate()
-        .map(|(r, &(n, a, b))| format!("rank {r} = {n} (layers {a}–{b})"))
+        .zip(&plan.stages)
+        .map(|((r, &(_, a, b)), s)| format!("rank {r} = {} (layers {a}–{b})", s.label()))
         .collect::<Vec<_>>()
         .join(", ");
     if one_machine {
+        let gpus = if degree > 1 { format!("the r-th {degree} GPUs") } else { "the r-th GPU".to_owned() };
         let _ = writeln!(
             out,
-            "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION on the r-th GPU of CUDA_VISIBLE_DEVICES: {ranks_shown}."
+            "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION on {gpus} of CUDA_VISIBLE_DEVICES: {ranks_shown}."
         );
         out.push('\n');
     } else if ranks > 1 {
         notes.push(format!(
-            "vLLM's Ray executor gives rank 0 to the machine that runs `vllm serve` ({first}) and orders the others by IP address (as text): give the machines addresses that sort in stage order, or check the rank → machine mapping in vLLM's startup log."
+            "vLLM's Ray executor gives rank 0 to the machine that runs `vllm serve` ({}) and orders the others by IP address (as text): give the machines addresses that sort in stage order, or check the rank → machine mapping in vLLM's startup log.",
+            layout.machine(first).0
         ));
         if head != first {
             notes.push(format!(
@@ -86,11 +90,27 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         }
         let _ = writeln!(out, "# Pipeline rank r runs the r-th count of VLLM_PP_LAYER_PARTITION: {ranks_shown}.");
         out.push('\n');
-        let _ = writeln!(out, "# {step}. A Ray cluster: on {head},");
-        let _ = writeln!(out, "ray start --head --port 6379");
+        // A tensor-parallel stage's machine shows Ray only its group's GPUs.
+        let visible = |node: &str| {
+            plan.stages
+                .iter()
+                .find(|s| s.node == node && !s.tensor_parallel.is_empty())
+                .map(|s| {
+                    let gpus: Vec<String> = s.tensor_parallel.iter().map(ToString::to_string).collect();
+                    format!("CUDA_VISIBLE_DEVICES={} ", gpus.join(","))
+                })
+                .unwrap_or_default()
+        };
+        let _ = writeln!(out, "# {step}. A Ray cluster: on {},", layout.machine(head).0);
+        let _ = writeln!(out, "{}ray start --head --port 6379", visible(head));
         for &(node, _, _) in layout.stages.iter().filter(|&&(n, _, _)| n != head) {
-            let _ = writeln!(out, "#    on {node}:");
-            let _ = writeln!(out, "ray start --address {}", crate::quote::shell(&layout.host_with(head, 6379)));
+            let _ = writeln!(out, "#    on {}:", layout.machine(node).0);
+            let _ = writeln!(
+                out,
+                "{}ray start --address {}",
+                visible(node),
+                crate::quote::shell(&layout.host_with(head, 6379))
+            );
         }
         out.push('\n');
         step += 1;
@@ -99,15 +119,18 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     }
     let _ = writeln!(out, "# {step}. On {}:", layout.machine(first).0);
     let mut command = String::new();
-    // A tensor-parallel plan: one rank per GPU of its group, in the group's order.
-    let tensor_parallel = &plan.stages[0].tensor_parallel;
-    if !tensor_parallel.is_empty() {
-        let gpus: Vec<String> = tensor_parallel.iter().map(ToString::to_string).collect();
-        let _ = write!(command, "CUDA_VISIBLE_DEVICES={} ", gpus.join(","));
-    }
-    if one_machine {
-        let gpus: Vec<String> =
-            layout.stages.iter().map(|&(n, _, _)| layout.machine(n).1.unwrap_or(0).to_string()).collect();
+    // Tensor parallel: each stage a group of `degree` GPUs; rank `pp × degree + tp` runs on
+    // the rank-th visible GPU (TP innermost in `initialize_model_parallel`).
+    if one_machine || degree > 1 && ranks == 1 {
+        let gpus: Vec<String> = plan
+            .stages
+            .iter()
+            .flat_map(|s| match s.tensor_parallel.as_slice() {
+                [] => vec![s.gpu_of.as_ref().map_or(0, |g| g.index)],
+                group => group.to_vec(),
+            })
+            .map(|g| g.to_string())
+            .collect();
         let _ = write!(command, "CUDA_VISIBLE_DEVICES={} ", gpus.join(","));
     }
     if ranks > 1 {
@@ -116,9 +139,9 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
     let _ = write!(command, "vllm serve {}", crate::quote::shell(&model));
     let mut flags: Vec<(String, String)> = vec![
         ("--pipeline-parallel-size".into(), ranks.to_string()),
-        ("--tensor-parallel-size".into(), tensor_parallel.len().max(1).to_string()),
+        ("--tensor-parallel-size".into(), degree.to_string()),
     ];
-    if !tensor_parallel.is_empty() {
+    if degree > 1 && ranks == 1 {
         flags.push(("--distributed-executor-backend".into(), "mp".into()));
     }
     if ranks > 1 {

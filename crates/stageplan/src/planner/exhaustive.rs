@@ -31,43 +31,68 @@ pub fn plan_count(nodes: usize, layers: usize) -> Option<u64> {
 /// of the (many) complete plans costs O(micro-batch counts); ranges that do not fit are not
 /// extended, since a longer range on the same node holds more.
 pub(crate) fn best(cost: &CostModel, objective: Objective, required: Option<usize>) -> Option<(f64, Split)> {
+    let devices: Vec<usize> = (0..cost.node_count()).collect();
+    let mut best = walk(cost, objective, &devices, required);
+    let mut better = |found: Option<(f64, Split)>| {
+        if let Some((v, stages)) = found
+            && best.as_ref().is_none_or(|b| v < b.0)
+        {
+            best = Some((v, stages));
+        }
+    };
+    // The whole model on each tensor-parallel group.
+    let every = vec![true; cost.node_count()];
+    for stages in super::search::tensor_parallel(cost, &every, required) {
+        better(super::search::value(cost, &stages, objective).map(|v| (v, stages)));
+    }
+    // vLLM's pipelines of groups of one size: every ordered subset of them and split.
+    for (_, groups) in cost.pipelines() {
+        let required = match required {
+            None => None,
+            Some(r) => match groups.iter().find(|&&g| cost.members(g).contains(&r)) {
+                Some(&g) => Some(g),
+                None => continue,
+            },
+        };
+        better(walk(cost, objective, groups, required));
+    }
+    best
+}
+
+/// [`best`] over pipelines of `nodes` (the cost model's).
+fn walk(cost: &CostModel, objective: Objective, nodes: &[usize], required: Option<usize>) -> Option<(f64, Split)> {
     let counts = match objective {
-        Objective::Throughput => cost.batch().min(cost.node_count() as u64).max(1) as usize,
+        Objective::Throughput => cost.batch().min(nodes.len() as u64).max(1) as usize,
         Objective::Latency => 1,
     };
     let costs: Vec<CostModel> =
         (1..=counts as u64).map(|k| if k == 1 { cost.clone() } else { cost.micro_batched(k) }).collect();
-    let depth = cost.node_count() + 1;
+    let depth = nodes.len() + 1;
     let mut walk = Walk {
         costs,
         objective,
-        required,
-        used: vec![false; cost.node_count()],
+        required: required.and_then(|r| nodes.iter().position(|&k| k == r)),
+        nodes: nodes.to_vec(),
+        used: vec![false; nodes.len()],
         stages: Vec::new(),
         sums: vec![0.0; depth * counts],
         maxes: vec![0.0; depth * counts],
         best: None,
     };
-    for first in 0..cost.node_count() {
+    if required.is_some() && walk.required.is_none() {
+        return None;
+    }
+    for (first, &node) in nodes.iter().enumerate() {
         walk.used[first] = true;
         for end in 1..=cost.layers() {
-            if !cost.fits(first, 0, end) {
+            if !cost.fits(node, 0, end) {
                 break;
             }
-            walk.stages.push(Placement::new(first, 0, end));
+            walk.stages.push(Placement::new(node, 0, end));
             walk.extend();
             walk.stages.pop();
         }
         walk.used[first] = false;
-    }
-    // And the whole model on each tensor-parallel group.
-    let every = vec![true; cost.node_count()];
-    for stages in super::search::tensor_parallel(cost, &every, required) {
-        if let Some(v) = super::search::value(cost, &stages, objective)
-            && walk.best.as_ref().is_none_or(|b| v < b.0)
-        {
-            walk.best = Some((v, stages));
-        }
     }
     walk.best
 }
@@ -76,7 +101,10 @@ struct Walk {
     /// `costs[k - 1]`: stage times for steps of `batch / k` sequences.
     costs: Vec<CostModel>,
     objective: Objective,
+    /// Position in `nodes` of the node every plan must use.
     required: Option<usize>,
+    /// The nodes plans may use; `used` by position.
+    nodes: Vec<usize>,
     used: Vec<bool>,
     /// The last stage is open: its hop depends on who comes next.
     stages: Split,
@@ -117,18 +145,19 @@ impl Walk {
             if self.used[next] {
                 continue;
             }
+            let node = self.nodes[next];
             for c in 0..counts {
                 let cost = &self.costs[c];
-                let t = cost.roofline_s(k, a, b) + cost.hop_s(k, next);
+                let t = cost.roofline_s(k, a, b) + cost.hop_s(k, node);
                 self.sums[at + counts + c] = self.sums[at + c] + t;
                 self.maxes[at + counts + c] = self.maxes[at + c].max(t);
             }
             self.used[next] = true;
             for end in b + 1..=l {
-                if !self.costs[0].fits(next, b, end) {
+                if !self.costs[0].fits(node, b, end) {
                     break;
                 }
-                self.stages.push(Placement::new(next, b, end));
+                self.stages.push(Placement::new(node, b, end));
                 self.extend();
                 self.stages.pop();
             }

@@ -421,7 +421,7 @@ fn tensor_parallel_note(
     let message = if plan.stages.iter().any(|s| !s.tensor_parallel.is_empty()) {
         let found = search::pipeline(cost, objective, allowed, required);
         let other = found.best.map(|b| speed(b.0));
-        let label = plan.stages[0].label();
+        let label = plan.stages.iter().map(Stage::label).collect::<Vec<_>>().join("`, `");
         match other {
             Some(other) => format!(
                 "tensor parallel on `{label}` (llama.cpp's `--split-mode tensor`, vLLM's `--tensor-parallel-size`): {}× the best layer split ({} tok/s)",

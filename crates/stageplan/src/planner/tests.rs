@@ -765,12 +765,32 @@ mod tensor_parallel {
     use super::*;
 
     fn scenario(gpus: &[&str], link: &str, model: &str, context: u32, remote: bool) -> Problem {
-        let gpus: Vec<String> = gpus.iter().map(|d| format!(r#"{{"device": "{d}"}}"#)).collect();
+        boxes(&[gpus], link, (model, "q4_k_m"), context, remote, "llama.cpp")
+    }
+
+    /// Machines `box0`, `box1`… with these GPUs, and perhaps a remote one-GPU machine.
+    fn boxes(
+        machines: &[&[&str]],
+        link: &str,
+        (model, weights): (&str, &str),
+        context: u32,
+        remote: bool,
+        engine: &str,
+    ) -> Problem {
+        let machines: Vec<String> = machines
+            .iter()
+            .enumerate()
+            .map(|(i, gpus)| {
+                let gpus: Vec<String> = gpus.iter().map(|d| format!(r#"{{"device": "{d}"}}"#)).collect();
+                let name = if i == 0 { "box".to_owned() } else { format!("box{i}") };
+                format!(r#"{{"name": "{name}", "gpus": [{}], "gpu_link": "{link}"}}"#, gpus.join(", "))
+            })
+            .collect();
         let remote = if remote { r#", {"name": "mini", "device": "rtx-4060-ti-16gb"}"# } else { "" };
         let json = format!(
-            r#"{{"model": {{"preset": "{model}", "weights": "q4_k_m"}}, "workload": {{"context": {context}}},
-                "nodes": [{{"name": "box", "gpus": [{}], "gpu_link": "{link}"}}{remote}]}}"#,
-            gpus.join(", ")
+            r#"{{"model": {{"preset": "{model}", "weights": "{weights}"}}, "workload": {{"context": {context}}}, "engine": "{engine}",
+                "nodes": [{}{remote}]}}"#,
+            machines.join(", ")
         );
         crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
     }
@@ -795,6 +815,40 @@ mod tensor_parallel {
                 (got, want) => prop_assert_eq!(got.is_some(), want.is_some()),
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+        /// vLLM: pipelines of groups of one size over two machines, against exhaustive search.
+        #[test]
+        fn pipelines_of_groups_match_exhaustive_search(
+            first in proptest::collection::vec(prop::sample::select(vec!["rtx-3090", "rtx-4090", "rtx-3060-12gb"]), 2..=2),
+            second in proptest::collection::vec(prop::sample::select(vec!["rtx-3090", "rtx-3060-12gb"]), 1..=2),
+            link in prop::sample::select(vec!["pcie3-x4", "nvlink-bridge"]),
+            context in prop::sample::select(vec![4096u32, 65536]),
+            latency in any::<bool>(),
+        ) {
+            let mut problem = boxes(&[&first, &second], link, ("qwen3-32b", "q4_k_m"), context, false, "vllm");
+            problem.objective = if latency { Objective::Latency } else { Objective::Throughput };
+            let found = plan(&problem);
+            let exhaustive = verify(&problem, 50_000_000).expect("small enough to search every plan");
+            match (found.objective_value(), exhaustive.objective_value()) {
+                (Some(got), Some(want)) => prop_assert!(close(got, want), "optimal {got} vs exhaustive {want}"),
+                (got, want) => prop_assert_eq!(got.is_some(), want.is_some()),
+            }
+        }
+    }
+
+    /// Two machines of four GPUs over 100 GbE, a model none holds alone: vLLM's pipeline of
+    /// two 4-GPU groups (TP 4 × PP 2), every stage a group of the same size.
+    #[test]
+    fn two_machines_of_four_gpus_run_tp_4_by_pp_2() {
+        let four: &[&str] = &["rtx-4090"; 4];
+        let problem = boxes(&[four, four], "pcie4-x16", ("llama-3.1-70b", "bf16"), 8192, false, "vllm");
+        let found = plan(&problem);
+        assert!(found.feasible, "{:?}", found.diagnostics);
+        let groups: Vec<usize> = found.stages.iter().map(|s| s.tensor_parallel.len()).collect();
+        assert_eq!(groups, [4, 4], "{:?}", found.stages);
     }
 
     /// Llama 3.1 70B's 64 heads split 2 and 4 ways, never 3: three GPUs form groups of two.

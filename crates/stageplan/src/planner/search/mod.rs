@@ -118,7 +118,41 @@ pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], 
             found.best = Some((v, stages));
         }
         // The groups are searched exactly: the bound covers them.
-        found.bound = found.bound.map(|b| b.min(v));
+        found.bound = Some(found.bound.map_or(v, |b| b.min(v)));
+    }
+    // vLLM: pipelines whose every stage is a group of one size.
+    for (degree, nodes) in cost.pipelines() {
+        let nodes: Vec<usize> = nodes
+            .iter()
+            .copied()
+            .filter(|&g| cost.nodes[g].capacity >= 0 && cost.members(g).iter().all(|&k| allowed[k]))
+            .collect();
+        let required = match required {
+            None => None,
+            Some(r) => match nodes.iter().find(|&&g| cost.members(g).contains(&r)) {
+                Some(&g) => Some(g),
+                None => continue,
+            },
+        };
+        if nodes.len() < 2 {
+            continue;
+        }
+        let grouped = match objective {
+            Objective::Latency => least_sum(cost, &nodes, required),
+            Objective::Throughput => optimal_cycle(cost, &nodes, required),
+        };
+        found.detail = format!("{}; pipelines of {degree}-GPU groups ({})", found.detail, grouped.detail);
+        found.exact &= grouped.exact;
+        let floor = grouped.bound.or(grouped.best.as_ref().map(|b| b.0));
+        found.bound = match (found.bound, floor) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some((v, stages)) = grouped.best
+            && found.best.as_ref().is_none_or(|b| v < b.0)
+        {
+            found.best = Some((v, stages));
+        }
     }
     found
 }
