@@ -89,9 +89,10 @@ await check('both widgets render the plans the CLI computes', async () => {
   // #46's machines with several GPUs (their fields parsed and checked on the one road, a
   // plan's GPU of its machine): 198.7 kB measured (`.ci/run` of b5c7810, 2026-12-06),
   // 201 kB, a ratchet while #45 item 7 is open. #46's tensor-parallel groups on the same
-  // road: +4.9 kB of the page's wasm measured by hand: 206 kB, the same ratchet.
+  // road: +4.9 kB of the page's wasm measured by hand: 206 kB, the same ratchet; 204,320
+  // in the `.ci/run` of 03735cd. vLLM's pipelines of groups: +2.0 kB by hand: 208 kB.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip <= 206_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip <= 208_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   // The page's own API call shares the widgets' module: fetched once, ≤ 201 kB for both.
   await page.waitForFunction(() => document.getElementById('api-example').textContent.includes('tok/s'));
   const direct = cliPlan({
@@ -102,7 +103,7 @@ await check('both widgets render the plans the CLI computes', async () => {
   assert.equal(await page.locator('#api-example').textContent(), `desk + gamer: ${sig3(direct.stream_tokens_per_s)} tok/s for one user, ${direct.stages.length} stages`);
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
   metrics.load_with_api = fetched(from);
-  assert.ok(metrics.load_with_api.gzip <= 206_000, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
+  assert.ok(metrics.load_with_api.gzip <= 208_000, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
   assert.equal(served.slice(from).filter((r) => r.path.endsWith('.wasm')).length, 1, 'one planner module, fetched once');
   assert.ok(!metrics.load_with_api.files.some((f) => f.startsWith('/more/')), 'the model-file module loads only on use');
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
