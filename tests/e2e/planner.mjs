@@ -193,6 +193,32 @@ await check('a machine\'s system RAM beside its GPU: experts in RAM, drawn and p
   await page.close();
 });
 
+await check('a machine with several GPUs, typed as people say it ("2× RTX 3090, PCIe 4.0 x8"): planned as the CLI does, its errors at their fields (#46)', async () => {
+  const page = await open();
+  while ((await page.locator('.node-remove').count()) > 1) await page.locator('.node-remove').last().click();
+  await page.selectOption('#preset', 'llama-3.1-70b');
+  await page.selectOption('#weights', 'q4_k_m');
+  await page.fill('#context', '8192');
+  const box = page.locator('li.node').first();
+  await box.locator('.node-device').selectOption('rtx-3090');
+  await box.locator('.node-gpus').fill('2');
+  await box.locator('.node-gpu-link').selectOption('pcie4-x8');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#scenario-json').textContent).nodes[0].gpu_link === 'pcie4-x8');
+  const scenario = await text(page, '#scenario-json');
+  assert.deepEqual(JSON.parse(scenario).nodes[0].gpus, [{ device: 'rtx-3090', count: 2 }]);
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#plan-json').textContent).stages.length > 0);
+  const shown = JSON.parse(await text(page, '#plan-json'));
+  samePlan(shown, cliPlan(scenario));
+  // Both GPUs hold the model as one tensor-parallel group, named as the CLI's table names it.
+  assert.deepEqual(shown.stages[0].tensor_parallel, [0, 1]);
+  assert.ok((await text(page, '.stage-row')).includes('/gpu0+gpu1'), await text(page, '.stage-row'));
+  // More GPUs than a machine takes is marked at the field.
+  await box.locator('.node-gpus').fill('17');
+  await page.waitForSelector('.node-gpus[aria-invalid="true"]');
+  await shot(page, '03c-several-gpus');
+  await page.close();
+});
+
 await check('a draft model rides along: placed, drawn and counted as the CLI does (#35)', async () => {
   const page = await open();
   const before = await text(page, '#plan-json');

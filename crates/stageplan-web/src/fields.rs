@@ -35,8 +35,8 @@ impl InputError {
     }
 }
 
-const NODE_PARTS: [&str; 9] =
-    ["name", "device", "kind", "memory", "bandwidth", "compute", "reserve", "ram", "ram-memory"];
+const NODE_PARTS: [&str; 11] =
+    ["name", "device", "kind", "memory", "bandwidth", "compute", "reserve", "ram", "ram-memory", "gpus", "gpu-link"];
 
 /// The page's machines, in scenario order (`nodes[i]`): each one's id and name.
 pub type Machines<'a> = [(u64, &'a str)];
@@ -55,6 +55,12 @@ pub fn place(machines: &Machines<'_>, config: bool, error: &ScenarioError) -> In
         let part = match part {
             "host.memory" => "ram-memory",
             p if p.starts_with("host") => "ram",
+            // A machine's GPUs: their number and figures in one row, the link in its select.
+            "gpu_link" => "gpu-link",
+            p if p.starts_with("gpus") => {
+                let last = p.rsplit('.').next().unwrap_or(p);
+                NODE_PARTS.iter().copied().find(|q| *q == last).unwrap_or("gpus")
+            }
             p => NODE_PARTS.iter().copied().find(|q| *q == p).unwrap_or("name"),
         };
         let what = if part == "name" { String::new() } else { format!(" {part}") };

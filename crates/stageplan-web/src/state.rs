@@ -161,6 +161,13 @@ pub struct NodeDraft {
     pub ram: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub ram_memory: String,
+    /// GPUs of the device in this machine (`2` for "2× RTX 3090"), or a scenario's list of
+    /// mixed GPUs as JSON; empty for a machine of one device. With `gpu_link`, the link
+    /// between them (a preset; empty for the default).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub gpus: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub gpu_link: String,
     /// What-if: a switched-off node is kept but not planned on.
     pub enabled: bool,
     /// The node's `backend`, `efficiency` and `probe` as JSON text (an object, or empty):
@@ -329,11 +336,14 @@ impl AppState {
             .map(|n| {
                 let mut node = serde_json::Map::new();
                 node.insert("name".into(), json!(n.name));
+                // Several GPUs: the device and its figures are each GPU's.
+                let several = !n.gpus.trim().is_empty();
+                let mut device = serde_json::Map::new();
                 if !n.device.trim().is_empty() {
-                    node.insert("device".into(), json!(n.device.trim()));
+                    device.insert("device".into(), json!(n.device.trim()));
                 }
-                if !n.kind.is_empty() {
-                    node.insert("kind".into(), json!(n.kind));
+                if !n.kind.is_empty() && !several {
+                    device.insert("kind".into(), json!(n.kind));
                 }
                 for (key, text, unit) in [
                     ("memory", &n.memory, "GiB"),
@@ -343,8 +353,23 @@ impl AppState {
                 ] {
                     let value = quantity(text, unit);
                     if !value.is_null() {
-                        node.insert(key.into(), value);
+                        device.insert(key.into(), value);
                     }
+                }
+                if several {
+                    let gpus = match serde_json::from_str::<Value>(n.gpus.trim()) {
+                        Ok(list @ Value::Array(_)) => list,
+                        _ => {
+                            device.insert("count".into(), integer(&n.gpus));
+                            json!([Value::Object(std::mem::take(&mut device))])
+                        }
+                    };
+                    node.insert("gpus".into(), gpus);
+                    if !n.gpu_link.is_empty() {
+                        node.insert("gpu_link".into(), json!(n.gpu_link));
+                    }
+                } else {
+                    node.extend(device);
                 }
                 if !n.ram.is_empty() || !n.ram_memory.trim().is_empty() {
                     let mut host = serde_json::Map::new();
@@ -357,9 +382,20 @@ impl AppState {
                     }
                     node.insert("host".into(), Value::Object(host));
                 }
-                // Only the fields a fit or a probe holds, whatever a share link carries.
+                // Only the fields a fit or a probe holds, whatever a share link carries; a
+                // machine's GPUs take a fit's backend, and no probe.
                 if let Ok(Value::Object(fit)) = serde_json::from_str(&n.fit) {
-                    node.extend(fit.into_iter().filter(|(key, _)| FIT_FIELDS.contains(&key.as_str())));
+                    let fit = fit.into_iter().filter(|(key, _)| FIT_FIELDS.contains(&key.as_str()));
+                    match node.get_mut("gpus").and_then(Value::as_array_mut) {
+                        Some(gpus) => {
+                            for (key, value) in fit.filter(|(key, _)| key != "probe") {
+                                for gpu in gpus.iter_mut().filter_map(Value::as_object_mut) {
+                                    gpu.insert(key.clone(), value.clone());
+                                }
+                            }
+                        }
+                        None => node.extend(fit),
+                    }
                 }
                 Value::Object(node)
             })
@@ -534,7 +570,19 @@ impl AppState {
             .and_then(|value| share::app_state(&value))
             .map_err(|e| ShareError(format!("the share link does not hold a plan ({e}); copy it again")))?;
         let texts = std::iter::once(&state.model.config).chain(state.nodes.iter().flat_map(|n| {
-            [&n.name, &n.device, &n.memory, &n.bandwidth, &n.compute, &n.reserve, &n.fit, &n.ram, &n.ram_memory]
+            [
+                &n.name,
+                &n.device,
+                &n.memory,
+                &n.bandwidth,
+                &n.compute,
+                &n.reserve,
+                &n.fit,
+                &n.ram,
+                &n.ram_memory,
+                &n.gpus,
+                &n.gpu_link,
+            ]
         }));
         if state.nodes.len() > MAX_SHARED_NODES || texts.into_iter().any(|t| t.len() > MAX_TEXT) {
             return Err(ShareError(format!(
@@ -548,15 +596,31 @@ impl AppState {
 /// Drafts for a scenario node (`count` expanded, one draft per machine).
 fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
     let text = |q: Option<f64>, d: Dimension| q.map_or_else(String::new, |v| quantity_text(v, d));
+    // A machine of one kind of GPU: its device in the row, their number in `gpus`; mixed
+    // GPUs: the list as JSON, kept whole.
+    let alike = match spec.gpus.as_deref() {
+        Some([gpu]) => Some(gpu),
+        _ => None,
+    };
+    let device = alike.map_or((&spec.device, spec.memory, spec.bandwidth, spec.compute, spec.reserve), |g| {
+        (&g.device, g.memory, g.bandwidth, g.compute, g.reserve)
+    });
+    let gpus = match (alike, &spec.gpus) {
+        (Some(gpu), _) => gpu.count.unwrap_or(1).to_string(),
+        (None, Some(list)) => gpus_text(list),
+        (None, None) => String::new(),
+    };
     let draft = |name: String| NodeDraft {
         id: 0,
         name,
-        device: spec.device.clone().unwrap_or_default(),
+        device: device.0.clone().unwrap_or_default(),
         kind: spec.kind.map(|k| k.name().to_owned()).unwrap_or_default(),
-        memory: text(spec.memory.map(stageplan::units::Bytes::get), Dimension::Memory),
-        bandwidth: text(spec.bandwidth.map(stageplan::units::Bandwidth::get), Dimension::Bandwidth),
-        compute: text(spec.compute.map(stageplan::units::Compute::get), Dimension::Compute),
-        reserve: text(spec.reserve.map(stageplan::units::Bytes::get), Dimension::Memory),
+        memory: text(device.1.map(stageplan::units::Bytes::get), Dimension::Memory),
+        bandwidth: text(device.2.map(stageplan::units::Bandwidth::get), Dimension::Bandwidth),
+        compute: text(device.3.map(stageplan::units::Compute::get), Dimension::Compute),
+        reserve: text(device.4.map(stageplan::units::Bytes::get), Dimension::Memory),
+        gpus: gpus.clone(),
+        gpu_link: spec.gpu_link.clone().unwrap_or_default(),
         ram: spec.host.as_ref().and_then(|h| h.ram.clone()).unwrap_or_default(),
         ram_memory: text(
             spec.host.as_ref().and_then(|h| h.memory).map(stageplan::units::Bytes::get),
@@ -569,6 +633,31 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
         Some(count) => (1..=count.min(MAX_SHARED_NODES as u32)).map(|k| draft(format!("{}-{k}", spec.name))).collect(),
         None => vec![draft(spec.name.clone())],
     }
+}
+
+/// Mixed GPUs as the scenario's JSON, field by field (serialising the type would add its
+/// serde code to the page's first download).
+fn gpus_text(gpus: &[stageplan::scenario::GpuSpec]) -> String {
+    let list: Vec<Value> = gpus
+        .iter()
+        .map(|g| {
+            let mut gpu = serde_json::Map::new();
+            let mut put = |key: &str, value: Option<Value>| {
+                if let Some(value) = value {
+                    gpu.insert(key.into(), value);
+                }
+            };
+            put("device", g.device.as_ref().map(|d| json!(d)));
+            put("memory", g.memory.map(|b| json!(b.get())));
+            put("bandwidth", g.bandwidth.map(|b| json!(b.get())));
+            put("compute", g.compute.map(|c| json!(c.get())));
+            put("reserve", g.reserve.map(|b| json!(b.get())));
+            put("backend", g.backend.map(|b| json!(b.name())));
+            put("count", g.count.map(|c| json!(c)));
+            Value::Object(gpu)
+        })
+        .collect();
+    Value::Array(list).to_string()
 }
 
 /// A scenario node's `backend` and `efficiency` as a draft keeps them (see [`NodeDraft::fit`]).

@@ -68,7 +68,7 @@ fn model_draft(value: &Value) -> Result<ModelDraft, String> {
 }
 
 fn node_draft(value: &Value, i: usize) -> Result<NodeDraft, String> {
-    const KEYS: [&str; 12] = [
+    const KEYS: [&str; 14] = [
         "id",
         "name",
         "device",
@@ -79,6 +79,8 @@ fn node_draft(value: &Value, i: usize) -> Result<NodeDraft, String> {
         "reserve",
         "ram",
         "ram_memory",
+        "gpus",
+        "gpu_link",
         "enabled",
         "fit",
     ];
@@ -102,6 +104,8 @@ fn node_draft(value: &Value, i: usize) -> Result<NodeDraft, String> {
         ("reserve", &mut node.reserve),
         ("ram", &mut node.ram),
         ("ram_memory", &mut node.ram_memory),
+        ("gpus", &mut node.gpus),
+        ("gpu_link", &mut node.gpu_link),
         ("fit", &mut node.fit),
     ] {
         o.text(key, field)?;

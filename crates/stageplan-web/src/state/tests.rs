@@ -282,3 +282,40 @@ fn a_fix_applies_to_the_fields_it_names() {
     state.apply(&Change::Context(4096));
     assert_eq!(state.context, "4096");
 }
+
+/// A machine with several GPUs, typed as people say it ("2× RTX 3090, PCIe 4.0 x8"): the
+/// count and link reach the scenario's `gpus` and `gpu_link`, read back, travel in a share
+/// link, and their errors land on their fields; mixed GPUs from a scenario are kept whole.
+#[test]
+fn a_machines_gpus_travel_with_it() {
+    let mut state = AppState::default();
+    state.nodes.truncate(1);
+    state.nodes[0].choose_device("rtx-3090");
+    state.nodes[0].gpus = "2".into();
+    state.nodes[0].gpu_link = "pcie4-x8".into();
+    let scenario = state.scenario().unwrap();
+    let gpus = scenario.nodes[0].gpus.clone().unwrap();
+    assert_eq!((gpus.len(), gpus[0].device.as_deref(), gpus[0].count), (1, Some("rtx-3090"), Some(2)));
+    assert_eq!(scenario.nodes[0].device, None);
+    assert_eq!(scenario.nodes[0].gpu_link.as_deref(), Some("pcie4-x8"));
+    let edited = AppState::from_scenario(&scenario);
+    assert_eq!(edited.scenario().unwrap(), scenario);
+    let shared = AppState::from_fragment(&edited.to_fragment()).unwrap();
+    assert_eq!(shared.scenario().unwrap(), scenario);
+    // Mixed GPUs: the list kept as written, and planned as the CLI plans it.
+    let text = include_str!("../../../../tests/cli/export-gpus-vllm/scenario.json");
+    let mixed = Scenario::from_json(text).unwrap();
+    let again = AppState::from_scenario(&mixed).scenario().unwrap();
+    let checked = |s: Scenario| stageplan::check(s, stageplan::check::no_model_files).unwrap().problem;
+    assert_eq!(checked(again).nodes, checked(mixed).nodes);
+    // Errors at their fields: past 16 GPUs, and a link that is not a preset.
+    let id = state.nodes[0].id;
+    let name = state.nodes[0].name.clone();
+    let machines = [(id, name.as_str())];
+    for (gpus, link, part) in [("17", "pcie4-x8", "gpus"), ("2", "pcie9", "gpu-link")] {
+        (state.nodes[0].gpus, state.nodes[0].gpu_link) = (gpus.into(), link.into());
+        let error = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap_err();
+        let placed = crate::fields::place(&machines, false, &error);
+        assert_eq!(placed.place, Some(Place::Node(id, part)), "{placed:?}");
+    }
+}

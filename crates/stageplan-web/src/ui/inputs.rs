@@ -383,6 +383,20 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                     {field_error(format!("node-{id}-ram-error"), problem_at(problem, Place::Node(id, "ram")))}
                 </label>
                 {input("ram-memory", "RAM size", "64 GiB", get(|n| n.ram_memory.clone()), Box::new(set(|n, v| n.ram_memory = v)))}
+                {input("gpus", "GPUs", "1", get(|n| n.gpus.clone()), Box::new(set(|n, v| n.gpus = v)))}
+                <label class="field small gpu-link" title="how the machine's GPUs reach each other">
+                    <span>"GPU link"</span>
+                    <select class="node-gpu-link" on:change=move |ev| {
+                        let link = event_target_value(&ev);
+                        state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.gpu_link = link });
+                    }>
+                        <option value="" selected=move || get(|n| n.gpu_link.clone()).get().is_empty()>"PCIe 4.0 x16 (default)"</option>
+                        {stageplan::presets::GPU_LINKS.iter().map(|l| view! {
+                            <option value=l.name selected=move || get(|n| n.gpu_link.clone()).get() == l.name>{l.title}</option>
+                        }).collect_view()}
+                    </select>
+                    {field_error(format!("node-{id}-gpu-link-error"), problem_at(problem, Place::Node(id, "gpu-link")))}
+                </label>
             </div>
         </li>
     }
