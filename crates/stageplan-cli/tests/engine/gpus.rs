@@ -78,29 +78,7 @@ fn run_gpus_case(case: &GpusCase, bin: &std::path::Path, work: &std::path::Path)
         .map(|s| (s["node"].as_str().unwrap(), s["offload"]["host_ffn"].as_u64().unwrap_or(0) as usize))
         .collect();
     assert_eq!(planned, case.expect, "{name}: stages and the FFN they keep in RAM: {plan_out}");
-    let mut served: Value = serde_json::from_str(&plan_out).unwrap();
-    for stage in served["stages"].as_array_mut().unwrap() {
-        stage["kind"] = "cpu".into();
-    }
-    let plan_path = work.join("plan.json");
-    std::fs::write(&plan_path, serde_json::to_string_pretty(&served).unwrap()).unwrap();
-
-    // The machine's address; its GPUs' servers listen on its port and the next, both free:
-    // `free_port` hands ports out in a row to every test running beside this one.
-    let base = loop {
-        let base = free_port();
-        if free_port() == base + 1 {
-            break base;
-        }
-    };
-    let script = stageplan(&[
-        "export",
-        &plan_path.to_string_lossy(),
-        "--to",
-        "llama.cpp",
-        "--host",
-        &format!("box=127.0.0.1:{base}"),
-    ]);
+    let (base, script) = export_on_rpc_servers(work, &plan_out);
     let (rpc, mut server): (Vec<String>, Vec<String>) =
         commands(&script).into_iter().partition(|c| !c.contains("llama-server"));
     assert_eq!(server.len(), 1, "{name}: one llama-server:\n{script}");
@@ -153,6 +131,28 @@ fn run_gpus_case(case: &GpusCase, bin: &std::path::Path, work: &std::path::Path)
     assert_eq!(text.matches("buffer type overridden").count(), overridden, "{name}: only the planned tensors move");
 }
 
+/// The llama.cpp export of `plan_out` with `box` at 127.0.0.1 on a port whose next is free
+/// too, each stage's device an rpc-server on this CPU (the plan file names them `cpu`, the
+/// placement unchanged): the machine's port, and the script.
+fn export_on_rpc_servers(work: &std::path::Path, plan_out: &str) -> (u16, String) {
+    let mut served: Value = serde_json::from_str(plan_out).unwrap();
+    for stage in served["stages"].as_array_mut().unwrap() {
+        stage["kind"] = "cpu".into();
+    }
+    let plan_path = work.join("plan.json");
+    std::fs::write(&plan_path, serde_json::to_string_pretty(&served).unwrap()).unwrap();
+    // The machine's GPUs' servers listen on its port and the next, both free: `free_port`
+    // hands ports out in a row to every test running beside this one.
+    let base = loop {
+        let base = free_port();
+        if free_port() == base + 1 {
+            break base;
+        }
+    };
+    let host = format!("box=127.0.0.1:{base}");
+    (base, stageplan(&["export", &plan_path.to_string_lossy(), "--to", "llama.cpp", "--host", &host]))
+}
+
 /// Weights and KV within 2% of the plan's, the whole never over it.
 fn check(name: &str, what: &str, memory: &Value, held: f64, total: f64) {
     let mib = |v: &Value| v.as_u64().unwrap() as f64 / 1048576.0;
@@ -194,24 +194,7 @@ fn a_tensor_parallel_group_holds_each_gpus_share() {
     let (plan_out, plan) = plan_fitting(name, &work, &scenario);
     let stage = &plan["stages"][0];
     assert_eq!(stage["tensor_parallel"], serde_json::json!([0, 1]), "{name}: one group of both GPUs: {plan_out}");
-    let mut served: Value = serde_json::from_str(&plan_out).unwrap();
-    served["stages"][0]["kind"] = "cpu".into();
-    let plan_path = work.join("plan.json");
-    std::fs::write(&plan_path, serde_json::to_string_pretty(&served).unwrap()).unwrap();
-    let base = loop {
-        let base = free_port();
-        if free_port() == base + 1 {
-            break base;
-        }
-    };
-    let script = stageplan(&[
-        "export",
-        &plan_path.to_string_lossy(),
-        "--to",
-        "llama.cpp",
-        "--host",
-        &format!("box=127.0.0.1:{base}"),
-    ]);
+    let (_, script) = export_on_rpc_servers(&work, &plan_out);
     let (rpc, mut server): (Vec<String>, Vec<String>) =
         commands(&script).into_iter().partition(|c| !c.contains("llama-server"));
     assert_eq!((rpc.len(), server.len()), (2, 1), "{name}: two GPU servers, one llama-server:\n{script}");

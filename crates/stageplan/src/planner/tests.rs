@@ -795,6 +795,17 @@ mod tensor_parallel {
         crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
     }
 
+    /// The plan's objective value is exhaustive search's (or neither fits).
+    fn agrees_with_exhaustive_search(problem: &Problem) -> Result<(), TestCaseError> {
+        let found = plan(problem);
+        let exhaustive = verify(problem, 50_000_000).expect("small enough to search every plan");
+        match (found.objective_value(), exhaustive.objective_value()) {
+            (Some(got), Some(want)) => prop_assert!(close(got, want), "optimal {got} vs exhaustive {want}"),
+            (got, want) => prop_assert_eq!(got.is_some(), want.is_some()),
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
         #[test]
@@ -808,12 +819,7 @@ mod tensor_parallel {
         ) {
             let mut problem = scenario(&gpus, link, model, context, remote);
             problem.objective = if latency { Objective::Latency } else { Objective::Throughput };
-            let found = plan(&problem);
-            let exhaustive = verify(&problem, 50_000_000).expect("small enough to search every plan");
-            match (found.objective_value(), exhaustive.objective_value()) {
-                (Some(got), Some(want)) => prop_assert!(close(got, want), "optimal {got} vs exhaustive {want}"),
-                (got, want) => prop_assert_eq!(got.is_some(), want.is_some()),
-            }
+            agrees_with_exhaustive_search(&problem)?;
         }
     }
 
@@ -830,12 +836,7 @@ mod tensor_parallel {
         ) {
             let mut problem = boxes(&[&first, &second], link, ("qwen3-32b", "q4_k_m"), context, false, "vllm");
             problem.objective = if latency { Objective::Latency } else { Objective::Throughput };
-            let found = plan(&problem);
-            let exhaustive = verify(&problem, 50_000_000).expect("small enough to search every plan");
-            match (found.objective_value(), exhaustive.objective_value()) {
-                (Some(got), Some(want)) => prop_assert!(close(got, want), "optimal {got} vs exhaustive {want}"),
-                (got, want) => prop_assert_eq!(got.is_some(), want.is_some()),
-            }
+            agrees_with_exhaustive_search(&problem)?;
         }
     }
 
