@@ -179,6 +179,17 @@ pub struct NodeDraft {
 }
 
 impl NodeDraft {
+    /// The checked scenario's nodes this machine becomes: one per GPU of `gpus` (its count,
+    /// or the counts of its list), else one.
+    pub fn devices(&self) -> usize {
+        let count = |v: &Value| v.get("count").and_then(Value::as_u64).unwrap_or(1) as usize;
+        match serde_json::from_str::<Value>(self.gpus.trim()) {
+            _ if self.gpus.trim().is_empty() => 1,
+            Ok(Value::Array(list)) => list.iter().map(count).sum::<usize>().max(1),
+            _ => crate::fields::count(&self.gpus).map_or(1, |n| n.clamp(1, 64) as usize),
+        }
+    }
+
     /// A node from a device preset.
     pub fn preset(name: &str, device: &str) -> NodeDraft {
         NodeDraft { name: name.into(), device: device.into(), enabled: true, ..NodeDraft::default() }
@@ -475,7 +486,8 @@ impl AppState {
 
     /// Which nodes are switched on, in order.
     pub fn enabled(&self) -> Vec<bool> {
-        self.nodes.iter().map(|n| n.enabled).collect()
+        // A machine with several GPUs is a node per GPU in the checked scenario.
+        self.nodes.iter().flat_map(|n| std::iter::repeat_n(n.enabled, n.devices())).collect()
     }
 
     /// The state a scenario describes (an imported file): figures written back as text.

@@ -302,11 +302,18 @@ fn a_machines_gpus_travel_with_it() {
     assert_eq!(edited.scenario().unwrap(), scenario);
     let shared = AppState::from_fragment(&edited.to_fragment()).unwrap();
     assert_eq!(shared.scenario().unwrap(), scenario);
+    // Each GPU is a node of the checked scenario, on when its machine is: the plan uses both.
+    state.model.preset = "llama-3.1-70b".into();
+    state.model.weights = "q4_k_m".into();
+    assert_eq!(state.enabled(), [true, true]);
+    let outcome = crate::planning::compute(&state, &[]).unwrap();
+    assert!(outcome.plan.feasible && outcome.plan.stages[0].tensor_parallel == [0, 1], "{:?}", outcome.plan.stages);
     // Mixed GPUs: the list kept as written, and planned as the CLI plans it.
     let text = include_str!("../../../../tests/cli/export-gpus-vllm/scenario.json");
     let mixed = Scenario::from_json(text).unwrap();
     let again = AppState::from_scenario(&mixed).scenario().unwrap();
     let checked = |s: Scenario| stageplan::check(s, stageplan::check::no_model_files).unwrap().problem;
+    assert_eq!(AppState::from_scenario(&mixed).enabled().len(), 4);
     assert_eq!(checked(again).nodes, checked(mixed).nodes);
     // Errors at their fields: past 16 GPUs, and a link that is not a preset.
     let id = state.nodes[0].id;
