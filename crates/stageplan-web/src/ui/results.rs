@@ -117,7 +117,7 @@ pub fn StagesView(plan: Plan, view: PlanView) -> impl IntoView {
             <tbody>
                 {plan.stages.iter().zip(&view.bars).zip(&view.bands).enumerate().map(|(i, ((s, bar), band))| view! {
                     <tr class="stage-row" class:bottleneck=band.bottleneck data-node=s.node.clone()>
-                        <th scope="row">{name(s.node.clone())}{band.bottleneck.then(|| view! { <span class="bottleneck-mark">" ◀ bottleneck"</span> })}
+                        <th scope="row">{name(s.label())}{band.bottleneck.then(|| view! { <span class="bottleneck-mark">" ◀ bottleneck"</span> })}
                             <small class="figures">{view.figures.get(i).cloned()}</small></th>
                         <td class="layers">{format!("{}–{}", s.layers[0], s.layers[1])}</td>
                         <td>
