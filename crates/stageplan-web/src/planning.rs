@@ -76,7 +76,11 @@ pub fn compute(state: &AppState, dropped: &[Dropped]) -> Result<Outcome, InputEr
     let enabled = state.enabled();
     let plan = stageplan::plan_with(&problem, stageplan::planner::PlanOptions::default().enabled(&enabled));
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
-    let index = |name: &str| names.iter().position(|n| *n == name).unwrap_or(0);
+    // A GPU of a machine with several (`box/gpu1`) takes its machine's colour.
+    let index = |name: &str| {
+        let machine = name.rsplit_once("/gpu").map_or(name, |(machine, _)| machine);
+        names.iter().position(|n| *n == machine).unwrap_or(0)
+    };
     let layers = problem.model.num_layers();
     let mut view = plan_view(&plan, layers, &index);
     // The figures each stage was planned with: a preset's are otherwise not on screen.

@@ -308,6 +308,15 @@ fn a_machines_gpus_travel_with_it() {
     assert_eq!(state.enabled(), [true, true]);
     let outcome = crate::planning::compute(&state, &[]).unwrap();
     assert!(outcome.plan.feasible && outcome.plan.stages[0].tensor_parallel == [0, 1], "{:?}", outcome.plan.stages);
+    // A second such machine's stages take its colour, not the first machine's.
+    let mut two = state.clone();
+    let mut second = two.nodes[0].clone();
+    (second.id, second.name) = (two.next_id(), "rack".into());
+    two.nodes.push(second);
+    two.nodes[0].enabled = false;
+    let outcome = crate::planning::compute(&two, &[]).unwrap();
+    let hue = |node: &str| outcome.view.bands.iter().find(|b| b.node.starts_with(node)).map(|b| b.hue);
+    assert_eq!(hue("rack/"), Some(stageplan::view::hue(1)), "{:?}", outcome.view.bands);
     // Mixed GPUs: the list kept as written, and planned as the CLI plans it.
     let text = include_str!("../../../../tests/cli/export-gpus-vllm/scenario.json");
     let mixed = Scenario::from_json(text).unwrap();
