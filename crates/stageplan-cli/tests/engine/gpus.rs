@@ -3,8 +3,9 @@
 //! allocated against the plan. Each "GPU" is an rpc-server on this CPU, on the machine's
 //! port plus its number, as the export serves a machine's GPUs it cannot name as local
 //! `CUDA0`, `CUDA1` (the plan file names the stages' devices `cpu`, as the offload test does;
-//! the placement is the plan's, unchanged). With the machine's RAM, its first GPU's layers
-//! keep their experts there, on llama-server's own CPU (`--override-tensor …=CPU`).
+//! the placement is the plan's, unchanged). With the machine's RAM, each GPU's layers may
+//! keep their experts there, on llama-server's own CPU (`--override-tensor …=CPU` per GPU's
+//! stage), the RAM counted once.
 
 use serde_json::Value;
 
@@ -23,7 +24,7 @@ struct GpusCase {
     expect: &'static [(&'static str, usize)],
 }
 
-const GPUS_CASES: [GpusCase; 2] = [
+const GPUS_CASES: [GpusCase; 3] = [
     // Two GPUs are needed for the model and its cache, one is not enough.
     GpusCase {
         name: "2-gpus-layer-split",
@@ -40,6 +41,15 @@ const GPUS_CASES: [GpusCase; 2] = [
         gpu_mib: 70,
         host: Some(r#"{"memory": "2048 MiB", "reserve": 0, "bandwidth": "0.5 GB/s", "threads": 2}"#),
         expect: &[("box/gpu0", 3), ("box/gpu1", 0)],
+    },
+    // Two more layers: both GPUs' layers keep experts in the one RAM, each stage's
+    // `--override-tensor` naming its own.
+    GpusCase {
+        name: "2-gpus-experts-of-each-in-ram",
+        model: &["--layers", "8", "--experts", "8", "--experts-used", "2", "--ffn", "512"],
+        gpu_mib: 70,
+        host: Some(r#"{"memory": "2048 MiB", "reserve": 0, "bandwidth": "0.5 GB/s", "threads": 2}"#),
+        expect: &[("box/gpu0", 2), ("box/gpu1", 4)],
     },
 ];
 
@@ -100,6 +110,8 @@ fn run_gpus_case(case: &GpusCase, bin: &std::path::Path, work: &std::path::Path)
 
     let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()).into_owned();
     let mut overridden = 0;
+    // The machine's one RAM: what the stages plan there, together.
+    let mut in_ram: Option<Value> = None;
     for (s, stage) in stages.iter().enumerate() {
         let [start, end] = [stage["layers"][0].as_u64().unwrap(), stage["layers"][1].as_u64().unwrap()];
         for layer in start..end {
@@ -124,9 +136,16 @@ fn run_gpus_case(case: &GpusCase, bin: &std::path::Path, work: &std::path::Path)
         let (held, total) = buffers(&text, Some(ports[s]));
         check(name, planned[s].0, &stage["memory"], held, total);
         if o.is_object() {
-            let (held, total) = buffers(&text, None);
-            check(name, "box's RAM", &o["memory"], held, total);
+            let sum = |field: &str| {
+                o["memory"][field].as_u64().unwrap() + in_ram.as_ref().map_or(0, |m| m[field].as_u64().unwrap())
+            };
+            let fields = ["weights", "kv", "embed_head", "total", "reserve"];
+            in_ram = Some(fields.iter().map(|&f| (f.to_owned(), Value::from(sum(f)))).collect());
         }
+    }
+    if let Some(memory) = &in_ram {
+        let (held, total) = buffers(&text, None);
+        check(name, "box's RAM", memory, held, total);
     }
     assert_eq!(text.matches("buffer type overridden").count(), overridden, "{name}: only the planned tensors move");
 }

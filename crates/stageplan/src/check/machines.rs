@@ -92,11 +92,10 @@ impl Scenario {
                         spec_of.push(i);
                         let index = index as u32;
                         let gpu_of = GpuOf { machine: name.clone(), index, link: machine.link };
-                        // The machine's RAM, counted once, beside its first GPU: what llama.cpp's
-                        // `-ngl` and `--n-cpu-moe` keep there (the layers before that GPU's, and
-                        // its layers' experts). Each GPU's own `-ot` share is not planned yet.
-                        let host = if index == 0 { host.clone() } else { None };
-                        nodes.push(Node { host, ..gpu.node(format!("{name}/gpu{index}"), Some(gpu_of)) });
+                        // The machine's one RAM beside each of its GPUs: `-ot` keeps tensors of
+                        // any GPU's layers there. The cost model divides it among them
+                        // (`cost::RamShare`), so it is counted once.
+                        nodes.push(Node { host: host.clone(), ..gpu.node(format!("{name}/gpu{index}"), Some(gpu_of)) });
                     }
                 }
                 continue;
@@ -597,10 +596,10 @@ mod tests {
         assert_eq!((gpu.machine.as_str(), gpu.index), ("box-2", 2));
         assert_eq!(p.nodes[5].memory, 20 << 30);
         assert_eq!(p.nodes[0].kind, Some(DeviceKind::Gpu));
-        // The RAM once per machine, beside its first GPU.
+        // The machine's RAM beside each of its GPUs (the cost model divides it among them).
         let with_ram: Vec<&str> = p.nodes.iter().filter(|n| n.host.is_some()).map(|n| n.name.as_str()).collect();
-        assert_eq!(with_ram, ["box-1/gpu0", "box-2/gpu0"]);
-        assert_eq!(p.nodes[3].host.as_ref().unwrap().memory, 128 << 30);
+        assert_eq!(with_ram, names[..6]);
+        assert_eq!(p.nodes[5].host.as_ref().unwrap().memory, 128 << 30);
         let pcie3_x8 = GpuLinkPreset::find("pcie3-x8").unwrap().link();
         assert_eq!(pcie3_x8.bandwidth, 0.985e9 * 8.0 / 2.0, "no P2P: through host RAM, twice over the bus");
         // Within a machine its link; between machines the default, or the pair named by machine.

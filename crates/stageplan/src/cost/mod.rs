@@ -55,6 +55,7 @@ mod buffers;
 mod layers;
 mod node;
 mod offload;
+mod shares;
 mod stage;
 mod tensor;
 
@@ -64,6 +65,7 @@ use buffers::SharedKv;
 use layers::LayerTable;
 pub(crate) use node::NodeCost;
 pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, Offload, OffloadRule};
+pub use shares::RamShare;
 pub use stage::SPLIT_LATENCY_S;
 pub(crate) use tensor::TensorGroup;
 pub use tensor::degree_refused;
@@ -216,12 +218,20 @@ pub struct CostModel {
     /// Shared: the dense per-pair table may be large, and every micro-batch size and subset
     /// of the same cluster reads the same links.
     links: Arc<Links>,
+    /// How each machine with several GPUs divides its system RAM among them.
+    pub(crate) share: RamShare,
 }
 
 impl CostModel {
-    /// The cost model of a checked scenario.
+    /// The cost model of a checked scenario, a machine's RAM divided evenly among its GPUs.
     pub fn new(problem: &Problem) -> CostModel {
-        let mut cost = CostModel::build(&problem.model, &problem.workload, &problem.nodes, &problem.links);
+        CostModel::with_share(problem, RamShare::Even)
+    }
+
+    /// The cost model of a checked scenario, each machine's RAM divided among its GPUs as
+    /// `share` says.
+    pub fn with_share(problem: &Problem, share: RamShare) -> CostModel {
+        let mut cost = CostModel::build_with(&problem.model, &problem.workload, &problem.nodes, &problem.links, share);
         cost.fixed = problem
             .fixed_offloads
             .iter()
@@ -260,6 +270,10 @@ impl CostModel {
 
     /// The cost model of a model and workload on nodes joined by links.
     pub fn build(model: &Model, workload: &Workload, nodes: &[Node], links: &Links) -> CostModel {
+        CostModel::build_with(model, workload, nodes, links, RamShare::Even)
+    }
+
+    fn build_with(model: &Model, workload: &Workload, nodes: &[Node], links: &Links, share: RamShare) -> CostModel {
         let rules = workload.engine.rules();
         let arch = &model.arch;
         let chunk = workload.prefill_chunk as f64;
@@ -303,7 +317,11 @@ impl CostModel {
                 Vec::new()
             },
             layers,
-            nodes: nodes.iter().map(|node| NodeCost::new(node, model, rules, buffers.stage)).collect(),
+            nodes: nodes
+                .iter()
+                .zip(share.divide(nodes))
+                .map(|(node, host)| NodeCost::new(node, host.as_ref(), model, rules, buffers.stage))
+                .collect(),
             devices: nodes.len(),
             groups: Arc::default(),
             pipelines: Arc::default(),
@@ -323,6 +341,7 @@ impl CostModel {
             rule: OffloadRule::Fastest,
             fixed: Vec::new(),
             links: Arc::new(links.clone()),
+            share,
         };
         let mut groups = tensor::groups(nodes, model, workload.engine);
         let mut pipelines = Vec::new();

@@ -79,8 +79,15 @@ pub(crate) struct HostCost {
 }
 
 impl NodeCost {
-    /// `node` running `model` under `rules`, every stage keeping `workspace` bytes of buffers.
-    pub(super) fn new(node: &Node, model: &Model, rules: &EngineRules, workspace: u64) -> NodeCost {
+    /// `node` running `model` under `rules`, every stage keeping `workspace` bytes of buffers,
+    /// with `host` its share of the machine's system RAM ([`super::RamShare`]).
+    pub(super) fn new(
+        node: &Node,
+        host: Option<&Host>,
+        model: &Model,
+        rules: &EngineRules,
+        workspace: u64,
+    ) -> NodeCost {
         // Measured figures are what the engine reaches: no fitted terms on top.
         let measured = Measured::of_node(node);
         let (reached, per_layer_s) = match &measured {
@@ -92,7 +99,7 @@ impl NodeCost {
         let device_capacity = super::clamp_i64(
             usable_memory(node.memory, rules.usable_fraction) - i128::from(node.reserve) - i128::from(workspace),
         );
-        let host = node.host.as_ref().map(|host| HostCost::new(host, model));
+        let host = host.map(|host| HostCost::new(host, model));
         NodeCost {
             inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
             inv_compute,

@@ -185,15 +185,21 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     for (&(node, _, _), offload) in layout.stages.iter().zip(&offloads) {
         let Some(offload) = offload.filter(|o| o.host_ffn > 0) else { continue };
         let [f0, f1] = offload.ffn_layers;
-        let target = if layout.machine(node).0 == main_machine {
+        let machine = layout.machine(node).0;
+        let target = if machine == main_machine {
             "CPU".to_owned()
+        } else if let Some((_, endpoint)) = cpu_rpc.iter().find(|(n, _)| layout.machine(n).0 == machine) {
+            // The machine's CPU rpc-server serves each of its GPUs' stages.
+            format!("RPC0[{endpoint}]")
         } else {
             // A second rpc-server on that machine serves its CPU, one port above its device's
             // (above the ports of all its GPUs', on a machine with several).
             let above = if layout.machine(node).1.is_some() { MAX_GPUS_PER_MACHINE as u16 } else { 1 };
             let device = &rpc.iter().find(|(n, _)| n == node).map_or_else(String::new, |(_, e)| e.clone());
             let (host, port) = device.rsplit_once(':').unwrap_or((device.as_str(), "50052"));
-            let port = port.parse::<u16>().unwrap_or(RPC_PORT).checked_add(above).ok_or(ExportError::Option {
+            let own = port.parse::<u16>().unwrap_or(RPC_PORT);
+            // From the machine's port, whichever of its GPUs asks first.
+            let port = own.saturating_sub(layout.port_offset(node)).checked_add(above).ok_or(ExportError::Option {
                 option: "hosts",
                 value: device.clone(),
                 problem: "leaves no port above it for the machine's CPU rpc-server; give a lower port",

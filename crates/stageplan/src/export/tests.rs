@@ -437,20 +437,31 @@ fn vllm_runs_one_machines_gpus_as_its_pipeline_ranks_without_ray() {
 }
 
 #[test]
-fn a_machines_ram_serves_its_first_gpu_locally_and_remotely() {
+fn a_machines_ram_serves_each_of_its_gpus_locally_and_remotely() {
     const BOX: &str = r#"{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}], "gpu_link": "pcie4-x8",
                          "host": {"ram": "ddr4-3200-2ch", "memory": "128 GiB", "threads": 16}}"#;
     let model = r#""model": {"preset": "qwen3-235b-a22b", "weights": "q4_k_m"}, "workload": {"context": 8192}"#;
     let (plan, options) = planned(&format!(r#"{{{model}, "nodes": [{BOX}]}}"#));
-    let ram: Vec<&str> = plan.stages.iter().filter(|s| s.offload.is_some()).map(|s| s.node.as_str()).collect();
-    assert_eq!(ram, ["box/gpu0"], "the RAM serves the first GPU: {:?}", plan.stages);
+    // 132 GiB of weights past two 24 GiB GPUs: each GPU's layers keep experts in the one RAM.
+    let ram: Vec<&str> = plan
+        .stages
+        .iter()
+        .filter(|s| s.offload.as_ref().is_some_and(|o| o.host_ffn > 0))
+        .map(|s| s.node.as_str())
+        .collect();
+    assert_eq!(ram, ["box/gpu0", "box/gpu1"], "the RAM serves both GPUs: {:?}", plan.stages);
+    let in_ram: u64 = plan.stages.iter().filter_map(|s| s.offload.as_ref()).map(|o| o.memory.total).sum();
+    assert!(in_ram <= 128 << 30, "the RAM counted once: {in_ram} bytes planned in it");
     let text = export(&plan, Target::LlamaCpp, &options).unwrap().text;
-    let [f0, f1] = plan.stages.iter().find_map(|s| s.offload.as_ref()).unwrap().ffn_layers;
-    let layers: Vec<String> = (f0..f1).map(|l| l.to_string()).collect();
-    assert!(text.contains(&format!("blk\\.({})\\.", layers.join("|"))) && text.contains("=CPU'"), "{text}");
+    for offload in plan.stages.iter().filter_map(|s| s.offload.as_ref()) {
+        let [f0, f1] = offload.ffn_layers;
+        let layers: Vec<String> = (f0..f1).map(|l| l.to_string()).collect();
+        assert!(text.contains(&format!("'blk\\.({})\\.", layers.join("|"))), "{text}");
+    }
+    assert_eq!(text.matches("=CPU'").count(), 2, "{text}");
     assert!(text.contains("--threads 16") && text.contains("--load-mode none"), "{text}");
-    // On a machine that does not run llama-server, its CPU is served one port above the
-    // range of its GPUs' servers.
+    // On a machine that does not run llama-server, one rpc-server serves its CPU, one port
+    // above the range of its GPUs' servers, for each GPU's experts.
     let (plan, options) = planned(&format!(
         r#"{{{model}, "nodes": [{{"name": "desk", "device": "rtx-5090"}}, {BOX}],
             "stages": [{{"node": "desk", "layers": [0, 20]}}, {{"node": "box/gpu1", "layers": [20, 35]}}, {{"node": "box/gpu0", "layers": [35, 94]}}],
@@ -468,6 +479,9 @@ fn a_machines_ram_serves_its_first_gpu_locally_and_remotely() {
     ] {
         assert!(text.contains(line), "{line} in {text}");
     }
+    let ram = plan.stages.iter().filter(|s| s.offload.as_ref().is_some_and(|o| o.host_ffn > 0)).count();
+    assert_eq!(text.matches("=RPC0[10.0.0.9:7016]'").count(), ram, "{text}");
+    assert_eq!(text.matches("--device CPU").count(), 1, "{text}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ pub mod replan;
 mod riders;
 mod search;
 
-use crate::cost::{CostModel, Schedule};
+use crate::cost::{CostModel, RamShare, Schedule};
 use crate::plan::{
     Accuracy, AtDepth, Baseline, BaselineStage, Bound, Change, Diagnostic, LeftOut, Level, MemoryBreakdown,
     PipelineFull, Plan, PlannedModel, PlannedWorkload, Search, Stage, StageOffload, TimeBreakdown,
@@ -95,12 +95,52 @@ pub fn plan_with(problem: &Problem, options: PlanOptions<'_>) -> Plan {
     if !problem.riders.is_empty() {
         return riders::plan(problem, options);
     }
-    let cost = CostModel::new(problem);
     let allowed: Vec<bool> = (0..problem.nodes.len())
         .map(|i| options.enabled.is_none_or(|enabled| enabled.get(i).copied().unwrap_or(false)))
         .collect();
     let policy = options.policy.unwrap_or(problem.policy);
-    plan_on(problem, &cost, &allowed, policy, problem.objective, !options.bare, options.required)
+    if RamShare::candidates(&problem.nodes).len() == 1 {
+        let cost = CostModel::new(problem);
+        return plan_on(problem, &cost, &allowed, policy, problem.objective, !options.bare, options.required);
+    }
+    let (plan, cost) = best_share(problem, &allowed, policy, problem.objective, options.required);
+    if options.bare {
+        return plan;
+    }
+    plan_on(problem, &cost, &allowed, policy, problem.objective, true, options.required)
+}
+
+/// A machine with several GPUs and system RAM: the bare plan under each division of the RAM
+/// among its GPUs the planner tries ([`RamShare::candidates`]), the best kept with its cost
+/// model.
+fn best_share(
+    problem: &Problem,
+    allowed: &[bool],
+    policy: Policy,
+    objective: Objective,
+    required: Option<usize>,
+) -> (Plan, CostModel) {
+    let mut best: Option<(Plan, CostModel)> = None;
+    for share in RamShare::candidates(&problem.nodes) {
+        let cost = CostModel::with_share(problem, share);
+        let plan = plan_on(problem, &cost, allowed, policy, objective, false, required);
+        if best.as_ref().is_none_or(|(b, _)| better(&plan, b)) {
+            best = Some((plan, cost));
+        }
+    }
+    best.expect("at least one division")
+}
+
+/// Whether `a` is a better plan than `b` for their objective: feasible first, then faster.
+fn better(a: &Plan, b: &Plan) -> bool {
+    match (a.objective_value(), b.objective_value()) {
+        (Some(x), Some(y)) => match a.objective {
+            Objective::Throughput => x > y,
+            Objective::Latency => x < y,
+        },
+        (Some(_), None) => true,
+        _ => false,
+    }
 }
 
 /// The best plan found by exhaustive search over every ordered subset and split, when the
@@ -110,9 +150,17 @@ pub fn verify(problem: &Problem, limit: u64) -> Option<Plan> {
     if count > limit {
         return None;
     }
-    let cost = CostModel::new(problem);
-    let stages = exhaustive::best(&cost, problem.objective, None).map(|(_, a)| a).unwrap_or_default();
-    let mut plan = evaluate(problem, &cost, &stages, Policy::Manual, problem.objective);
+    // The best over every division of a machine's RAM the planner tries.
+    let mut plan: Option<Plan> = None;
+    for share in RamShare::candidates(&problem.nodes) {
+        let cost = CostModel::with_share(problem, share);
+        let stages = exhaustive::best(&cost, problem.objective, None).map(|(_, a)| a).unwrap_or_default();
+        let found = evaluate(problem, &cost, &stages, Policy::Manual, problem.objective);
+        if plan.as_ref().is_none_or(|b| better(&found, b)) {
+            plan = Some(found);
+        }
+    }
+    let mut plan = plan.expect("at least one division");
     plan.search = Search {
         method: "exhaustive".to_owned(),
         detail: format!("every ordered subset and split: {} plans", group_digits(count)),
@@ -188,7 +236,12 @@ pub(crate) fn plan_on(
                 && (cost.has_host_tiers() || crate::cost::OffloadRule::of(p) == Default::default())
         })
         .map(|&p| {
-            let other = plan_on(problem, base, allowed, p, objective, false, None);
+            // Each rule with its own best division of a machine's RAM among its GPUs.
+            let other = if base.share == RamShare::Even && RamShare::candidates(&problem.nodes).len() == 1 {
+                plan_on(problem, base, allowed, p, objective, false, None)
+            } else {
+                best_share(problem, allowed, p, objective, None).0
+            };
             Baseline {
                 policy: p,
                 feasible: other.feasible,
@@ -203,6 +256,7 @@ pub(crate) fn plan_on(
     if policy == Policy::Optimal && plan.feasible {
         plan.diagnostics.extend(tensor_parallel_note(problem, cost, allowed, required, &plan));
     }
+    plan.diagnostics.extend(ram_share_notes(cost.share, &plan));
     if !plan.feasible {
         plan.diagnostics.extend(fixes::fixes(problem, cost, allowed));
     }
@@ -446,6 +500,51 @@ fn tensor_parallel_note(
         )
     };
     Some(Diagnostic { level: Level::Info, message, fix: None, change: None })
+}
+
+/// Per machine with several GPUs whose stages keep tensors in its system RAM: how the RAM
+/// was divided among them ([`RamShare`]), and what each stage fills of its share.
+fn ram_share_notes(share: RamShare, plan: &Plan) -> Vec<Diagnostic> {
+    let mut machines: Vec<&str> = Vec::new();
+    for stage in &plan.stages {
+        if let Some(gpu) = &stage.gpu_of
+            && stage.offload.is_some()
+            && !machines.contains(&gpu.machine.as_str())
+        {
+            machines.push(&gpu.machine);
+        }
+    }
+    let mut out = Vec::new();
+    for machine in machines {
+        let on: Vec<&Stage> =
+            plan.stages.iter().filter(|s| s.gpu_of.as_ref().is_some_and(|g| g.machine == machine)).collect();
+        let uses = |s: &&Stage| s.offload.as_ref().is_some_and(|o| o.host_layers + o.host_ffn > 0);
+        if on.len() < 2 || !on.iter().any(uses) {
+            continue;
+        }
+        let how = match share {
+            RamShare::Even => "evenly".to_owned(),
+            RamShare::ByMemory => "by GPU memory".to_owned(),
+            RamShare::All(j) => format!("all of it to `{machine}/gpu{j}`"),
+        };
+        let parts: Vec<String> = on
+            .iter()
+            .filter_map(|s| {
+                let m = &s.offload.as_ref()?.memory;
+                Some(format!("`{}` {} of {}", s.label(), format_bytes(m.total as f64), format_bytes(m.budget as f64)))
+            })
+            .collect();
+        out.push(Diagnostic {
+            level: Level::Info,
+            message: format!(
+                "`{machine}`'s system RAM is divided among its GPUs' stages {how} (the best of an even division, one by GPU memory, and all of it to one GPU): {}",
+                parts.join(", ")
+            ),
+            fix: None,
+            change: None,
+        });
+    }
+    out
 }
 
 /// What each of `d` GPUs holds of a stage split among them: its share of the weights, cache
@@ -743,6 +842,8 @@ fn explain_plan(problem: &Problem, plan: &Plan) -> Vec<Diagnostic> {
     notes
 }
 
+#[cfg(test)]
+mod shared_ram_tests;
 #[cfg(test)]
 mod tensor_parallel_measured;
 #[cfg(test)]
