@@ -11,8 +11,9 @@
 //!   64 GiB of RAM beside every machine (target: ≤ 20 ms); `…-without-ram` are the same
 //!   scenarios without the RAM, the baseline of the same run.
 //!
-//! - `several-gpus`: machines with several GPUs (#46): `moe-94-4-gpus-1-machine` (target
-//!   ≤ 5 ms) and `70b-4-machines-8-gpus` (target ≤ 50 ms).
+//! - `several-gpus`: machines with several GPUs (#46): `moe-94-4-gpus-1-machine` and
+//!   `…-with-ram`, the same box with its system RAM (target ≤ 5 ms), and
+//!   `70b-4-machines-8-gpus` (target ≤ 50 ms).
 //!
 //! `home-70b-8/bare-throughput-8-sequences` plans the same cluster for eight sequences: the
 //! throughput search then tries every micro-batch count. `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
@@ -118,7 +119,16 @@ fn bench(c: &mut Criterion) {
         );
         s.links.default = serde_json::from_str(r#"{"bandwidth": "100 Gbit/s", "latency": "0.05 ms"}"#).expect("a link");
     });
+    // The same box with its 512 GiB of RAM, which each GPU's layers may use: the plan under
+    // each division of it the planner tries.
+    let four_ram = problem(MOE_94, |s| {
+        s.nodes = gpus(
+            r#"[{"name": "box", "gpus": [{"device": "a100-80gb", "count": 2}, {"device": "l40s", "count": 2}], "gpu_link": "pcie4-x16-p2p",
+                 "host": {"ram": "ddr5-4800-8ch", "memory": "512 GiB", "threads": 32}}]"#,
+        );
+    });
     group.bench_function("moe-94-4-gpus-1-machine", |b| b.iter(|| bare(&four)));
+    group.bench_function("moe-94-4-gpus-1-machine-with-ram", |b| b.iter(|| bare(&four_ram)));
     group.bench_function("70b-4-machines-8-gpus", |b| b.iter(|| bare(&racks)));
     group.finish();
 

@@ -262,10 +262,36 @@ impl CostModel {
     pub(crate) fn with_placements(&self, placed: impl IntoIterator<Item = (Placement, Offload)>) -> CostModel {
         let mut out = self.clone();
         out.fixed.extend(placed);
-        for node in &mut out.nodes {
-            node.memo = Default::default();
-        }
+        out.fresh_memos();
         out
+    }
+
+    /// Whether `stages` (with the placements this cost model gives them) keep no more in
+    /// each machine's system RAM than it has, its GPUs' stages together: what a plan made
+    /// under [`RamShare::Whole`] must, and any other division's does.
+    pub(crate) fn fits_shared_ram(&self, problem: &Problem, stages: &[Placement]) -> bool {
+        shares::machines(&problem.nodes).iter().all(|machine| {
+            let Some(host) = &problem.nodes[machine[0]].host else { return true };
+            let held: i128 = stages
+                .iter()
+                .filter(|p| p.node < self.devices && machine.contains(&p.node))
+                .map(|p| {
+                    let ram = self.tier_parts(p.node, p.start, p.end, self.shown(p.node, p.start, p.end)).1;
+                    i128::from(ram.total()) - i128::from(ram.reserve)
+                })
+                .sum();
+            held <= i128::from(host.memory) - i128::from(host.reserve)
+        })
+    }
+
+    /// Empties each node's memo of placements, one memo for nodes priced alike.
+    fn fresh_memos(&mut self) {
+        for k in 0..self.nodes.len() {
+            self.nodes[k].memo = match (0..k).find(|&j| self.nodes[j].priced_alike(&self.nodes[k])) {
+                Some(j) => self.nodes[j].memo.clone(),
+                None => Default::default(),
+            };
+        }
     }
 
     /// The cost model of a model and workload on nodes joined by links.
@@ -380,12 +406,12 @@ impl CostModel {
         self.layers.set_step(sequences);
         // Best placements depend on the step's times.
         for k in 0..self.nodes.len() {
-            self.nodes[k].memo = Default::default();
             let monotone = self.host_is_slower(k);
             if let Some(host) = self.nodes[k].host.as_mut() {
                 host.monotone = monotone;
             }
         }
+        self.fresh_memos();
         self.embed.read = sequences * self.token.embedding_row;
         self.head.flops = sequences * self.token.head_flops;
         self.activation_bytes = sequences * self.token.activation_bytes;
@@ -404,9 +430,7 @@ impl CostModel {
     pub fn with_rule(&self, rule: OffloadRule) -> CostModel {
         let mut out = self.clone();
         out.rule = rule;
-        for node in &mut out.nodes {
-            node.memo = Default::default();
-        }
+        out.fresh_memos();
         out
     }
 

@@ -126,6 +126,23 @@ impl NodeCost {
         if self.rereads_kv { step.read + step.kv_reread } else { step.read }
     }
 
+    /// Whether `other` is priced as this node is, so that each stage has the same best
+    /// placement and time on both (and they may share a memo).
+    pub(super) fn priced_alike(&self, other: &NodeCost) -> bool {
+        self.inv_bandwidth == other.inv_bandwidth
+            && self.inv_compute == other.inv_compute
+            && self.inv_decode_compute == other.inv_decode_compute
+            && self.per_layer_s == other.per_layer_s
+            && self.device_capacity == other.device_capacity
+            && self.capacity == other.capacity
+            && self.budget == other.budget
+            && self.reserve == other.reserve
+            && self.host == other.host
+            && self.keeps_embedding == other.keeps_embedding
+            && self.rereads_kv == other.rereads_kv
+            && self.all_reduce == other.all_reduce
+    }
+
     /// The least time per byte read on any of the node's tiers (for lower bounds).
     pub(crate) fn least_inv_bandwidth(&self) -> f64 {
         self.host.map_or(self.inv_bandwidth, |h| self.inv_bandwidth.min(h.inv_bandwidth))

@@ -28,6 +28,7 @@
 //! whole on its device.
 
 use std::cell::{Cell, OnceCell};
+use std::rc::Rc;
 
 use super::CostModel;
 use crate::engine::HostRam;
@@ -138,12 +139,16 @@ const UNKNOWN: u32 = u32::MAX;
 const NO_FIT: u32 = u32::MAX - 1;
 
 /// The memo of one tiered node: the best [`Offload`] per stage `[s, e)` and its decode
-/// step's time, filled on demand.
+/// step's time, filled on demand. Nodes priced alike share one
+/// ([`CostModel::fresh_memos`]): alike GPUs of a machine, each with its share of the RAM.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Memo(OnceCell<Vec<Cell<(u32, f64)>>>);
+pub(crate) struct Memo(Rc<OnceCell<Vec<MemoCell>>>);
+
+/// A stage's packed [`Offload`] (or [`UNKNOWN`], [`NO_FIT`]) and its decode step's time.
+type MemoCell = Cell<(u32, f64)>;
 
 impl Memo {
-    fn cell(&self, layers: usize, s: usize, e: usize) -> Option<&Cell<(u32, f64)>> {
+    fn cell(&self, layers: usize, s: usize, e: usize) -> Option<&MemoCell> {
         if layers > MEMO_LAYERS {
             return None;
         }

@@ -4,13 +4,17 @@
 //! llama.cpp runs a machine's GPUs in one server, and `-ngl`, `--n-cpu-moe` and `-ot` keep
 //! tensors of any GPU's layers in the one RAM (`-ot "blk\.(…)\.ffn_.*_exps\.=CPU"` names
 //! layers, whichever GPU holds them). The RAM is counted once: the cost model gives each GPU
-//! a share of it, and the planner searches each stage exactly within its GPU's share. The
-//! shares are themselves a choice — the best split of a model over two GPUs with their
-//! experts in RAM may use half the RAM for each, or all of it for one — so the planner
-//! tries each [`RamShare`] of [`RamShare::candidates`] and keeps the best plan: exact for
-//! each of them, not over every division of the RAM.
+//! a share of it, and the planner searches each stage exactly within its GPU's share.
+//!
+//! The planner first plans with all of the RAM beside each GPU ([`RamShare::Whole`], a
+//! relaxation no division beats); where that plan's stages together fit the RAM — the
+//! common case, RAM being the larger memory — it is the best over every division. Where
+//! they do not, the division is a choice (half the RAM for each GPU's experts, or all of it
+//! for the first stage's whole layers), and the planner tries each of
+//! [`RamShare::candidates`] and keeps the best plan: exact for each, not over every division.
 
-use crate::problem::{Host, Node};
+use crate::engine::HostRam;
+use crate::problem::{Host, Node, Problem};
 
 /// How a machine with several GPUs divides its system RAM among them.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -24,17 +28,23 @@ pub enum RamShare {
     /// All of it beside the machine's GPU with this number (llama.cpp's `-ngl` keeps the
     /// model's first layers in RAM, beside whichever GPU runs the first stage).
     All(u32),
+    /// All of it beside each GPU: a relaxation, no slower than any division. A plan made
+    /// with it is kept only where its stages together fit the RAM
+    /// (`CostModel::fits_shared_ram`); it is then the best over every division.
+    Whole,
 }
 
 impl RamShare {
-    /// The divisions worth planning with `nodes`: an even one, by memory where a machine's
-    /// GPUs differ in it, and all beside one GPU for each GPU unlike those before it on its
-    /// machine (alike GPUs are interchangeable to the search). One, [`RamShare::Even`], where
-    /// no machine has several GPUs and system RAM.
-    pub fn candidates(nodes: &[Node]) -> Vec<RamShare> {
+    /// The divisions worth planning: an even one, by memory where a machine's GPUs differ
+    /// in it, and all beside one GPU for each GPU unlike those before it on its machine
+    /// (alike GPUs are interchangeable to the search). One, [`RamShare::Even`], where no
+    /// machine has several GPUs and system RAM, or under vLLM, whose `--cpu-offload-gb`
+    /// is one amount for every GPU.
+    pub fn candidates(problem: &Problem) -> Vec<RamShare> {
+        let nodes = &problem.nodes;
         let mut out = vec![RamShare::Even];
         let machines = machines(nodes);
-        if machines.is_empty() {
+        if machines.is_empty() || problem.workload.engine.rules().host_ram == HostRam::Streamed {
             return out;
         }
         let unlike = |a: &Node, b: &Node| {
@@ -61,6 +71,9 @@ impl RamShare {
     /// [`RamShare::All`] names is divided evenly.
     pub fn divide(self, nodes: &[Node]) -> Vec<Option<Host>> {
         let mut hosts: Vec<Option<Host>> = nodes.iter().map(|n| n.host.clone()).collect();
+        if self == RamShare::Whole {
+            return hosts;
+        }
         for machine in machines(nodes) {
             let k = machine.len() as u128;
             let total: u128 = machine.iter().map(|&i| u128::from(nodes[i].memory)).sum();
@@ -85,7 +98,7 @@ impl RamShare {
 }
 
 /// The nodes of each machine with several GPUs and system RAM, in order.
-fn machines(nodes: &[Node]) -> Vec<Vec<usize>> {
+pub(super) fn machines(nodes: &[Node]) -> Vec<Vec<usize>> {
     let mut out: Vec<Vec<usize>> = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
         let (Some(gpu), Some(_)) = (&node.gpu_of, &node.host) else { continue };
@@ -114,7 +127,7 @@ mod tests {
     #[test]
     fn a_machines_ram_is_divided_once_among_its_gpus() {
         let p = problem(BOX);
-        for share in RamShare::candidates(&p.nodes) {
+        for share in RamShare::candidates(&p) {
             let hosts = share.divide(&p.nodes);
             let (memory, reserve) = hosts[..3].iter().flatten().fold((0, 0), |(m, r), h| (m + h.memory, r + h.reserve));
             assert!(memory <= 96 << 30 && memory > (96 << 30) - 3, "{share:?}: {memory}");
@@ -136,15 +149,12 @@ mod tests {
     fn each_kind_of_gpu_may_hold_all_of_it() {
         let p = problem(BOX);
         // The two 3090s are alike: all beside the second is all beside the third.
-        assert_eq!(
-            RamShare::candidates(&p.nodes),
-            [RamShare::Even, RamShare::ByMemory, RamShare::All(0), RamShare::All(1)]
-        );
+        assert_eq!(RamShare::candidates(&p), [RamShare::Even, RamShare::ByMemory, RamShare::All(0), RamShare::All(1)]);
         let one_gpu = problem(
             r#"{"model": {"preset": "qwen3-30b-a3b", "weights": "q4_k_m"}, "nodes": [
             {"name": "desk", "device": "rtx-4090", "host": {"memory": "64 GiB", "ram": "ddr5-6000-2ch"}}]}"#,
         );
-        assert_eq!(RamShare::candidates(&one_gpu.nodes), [RamShare::Even]);
+        assert_eq!(RamShare::candidates(&one_gpu), [RamShare::Even]);
         assert_eq!(RamShare::Even.divide(&one_gpu.nodes), [one_gpu.nodes[0].host.clone()]);
     }
 }

@@ -11,6 +11,7 @@ mod fixes;
 pub mod replan;
 mod riders;
 mod search;
+mod shared_ram;
 
 use crate::cost::{CostModel, RamShare, Schedule};
 use crate::plan::{
@@ -99,36 +100,12 @@ pub fn plan_with(problem: &Problem, options: PlanOptions<'_>) -> Plan {
         .map(|i| options.enabled.is_none_or(|enabled| enabled.get(i).copied().unwrap_or(false)))
         .collect();
     let policy = options.policy.unwrap_or(problem.policy);
-    if RamShare::candidates(&problem.nodes).len() == 1 {
+    if RamShare::candidates(problem).len() == 1 {
         let cost = CostModel::new(problem);
         return plan_on(problem, &cost, &allowed, policy, problem.objective, !options.bare, options.required);
     }
-    let (plan, cost) = best_share(problem, &allowed, policy, problem.objective, options.required);
-    if options.bare {
-        return plan;
-    }
-    plan_on(problem, &cost, &allowed, policy, problem.objective, true, options.required)
-}
-
-/// A machine with several GPUs and system RAM: the bare plan under each division of the RAM
-/// among its GPUs the planner tries ([`RamShare::candidates`]), the best kept with its cost
-/// model.
-fn best_share(
-    problem: &Problem,
-    allowed: &[bool],
-    policy: Policy,
-    objective: Objective,
-    required: Option<usize>,
-) -> (Plan, CostModel) {
-    let mut best: Option<(Plan, CostModel)> = None;
-    for share in RamShare::candidates(&problem.nodes) {
-        let cost = CostModel::with_share(problem, share);
-        let plan = plan_on(problem, &cost, allowed, policy, objective, false, required);
-        if best.as_ref().is_none_or(|(b, _)| better(&plan, b)) {
-            best = Some((plan, cost));
-        }
-    }
-    best.expect("at least one division")
+    let (choice, cost) = shared_ram::best_share(problem, &allowed, policy, problem.objective, options.required);
+    report(problem, &cost, choice, &allowed, policy, problem.objective, !options.bare, options.required)
 }
 
 /// Whether `a` is a better plan than `b` for their objective: feasible first, then faster.
@@ -152,7 +129,17 @@ pub fn verify(problem: &Problem, limit: u64) -> Option<Plan> {
     }
     // The best over every division of a machine's RAM the planner tries.
     let mut plan: Option<Plan> = None;
-    for share in RamShare::candidates(&problem.nodes) {
+    let mut shares = RamShare::candidates(problem);
+    if shares.len() > 1 {
+        // As the planner does: the relaxation first, kept where it fits the RAM.
+        let relaxed = CostModel::with_share(problem, RamShare::Whole);
+        let stages = exhaustive::best(&relaxed, problem.objective, None).map(|(_, a)| a).unwrap_or_default();
+        if relaxed.fits_shared_ram(problem, &stages) {
+            plan = Some(evaluate(problem, &relaxed, &stages, Policy::Manual, problem.objective));
+            shares.clear();
+        }
+    }
+    for share in shares {
         let cost = CostModel::with_share(problem, share);
         let stages = exhaustive::best(&cost, problem.objective, None).map(|(_, a)| a).unwrap_or_default();
         let found = evaluate(problem, &cost, &stages, Policy::Manual, problem.objective);
@@ -179,32 +166,75 @@ pub(crate) fn plan_on(
     explain: bool,
     required: Option<usize>,
 ) -> Plan {
-    // Under `layer-offload` and `llama-fit` machines with system RAM place tensors by
-    // that rule; the split among machines is the optimal one under it.
-    let (base, ruled);
-    base = cost;
-    let cost = match crate::cost::OffloadRule::of(policy) {
-        crate::cost::OffloadRule::Fastest => cost,
-        rule => {
-            ruled = cost.with_rule(rule);
-            &ruled
-        }
-    };
-    let (stages, search) = match policy {
-        Policy::Optimal | Policy::LayerOffload | Policy::LlamaFit => {
-            let found = search::optimal(cost, objective, allowed, required);
-            let stages = found.best.as_ref().map(|b| b.1.clone()).unwrap_or_default();
-            (stages, Some(found))
-        }
-        Policy::MemoryProportional => (baselines::memory_proportional(&restricted(cost, allowed)), None),
-        Policy::Even => (baselines::even(&restricted(cost, allowed)), None),
-        Policy::Greedy => (baselines::greedy(&restricted(cost, allowed)), None),
-        Policy::Manual => (problem.manual.clone().unwrap_or_default(), None),
-    };
-    let stages = match policy {
-        Policy::MemoryProportional | Policy::Even | Policy::Greedy => unrestrict(&stages, allowed),
-        _ => stages,
-    };
+    let choice = Choice::of(problem, cost, allowed, policy, objective, required);
+    report(problem, cost, choice, allowed, policy, objective, explain, required)
+}
+
+/// The stages a policy chooses, on the cost model its offload rule makes, with what its
+/// search found.
+struct Choice {
+    /// Under `layer-offload` and `llama-fit` machines with system RAM place tensors by that
+    /// rule: the cost model under it (`None`: the one given).
+    ruled: Option<CostModel>,
+    stages: Vec<Placement>,
+    search: Option<search::Found>,
+}
+
+impl Choice {
+    fn of(
+        problem: &Problem,
+        cost: &CostModel,
+        allowed: &[bool],
+        policy: Policy,
+        objective: Objective,
+        required: Option<usize>,
+    ) -> Choice {
+        // The split among machines is the optimal one under the rule.
+        let ruled = match crate::cost::OffloadRule::of(policy) {
+            crate::cost::OffloadRule::Fastest => None,
+            rule => Some(cost.with_rule(rule)),
+        };
+        let on = ruled.as_ref().unwrap_or(cost);
+        let (stages, search) = match policy {
+            Policy::Optimal | Policy::LayerOffload | Policy::LlamaFit => {
+                let found = search::optimal(on, objective, allowed, required);
+                let stages = found.best.as_ref().map(|b| b.1.clone()).unwrap_or_default();
+                (stages, Some(found))
+            }
+            Policy::MemoryProportional => (baselines::memory_proportional(&restricted(on, allowed)), None),
+            Policy::Even => (baselines::even(&restricted(on, allowed)), None),
+            Policy::Greedy => (baselines::greedy(&restricted(on, allowed)), None),
+            Policy::Manual => (problem.manual.clone().unwrap_or_default(), None),
+        };
+        let stages = match policy {
+            Policy::MemoryProportional | Policy::Even | Policy::Greedy => unrestrict(&stages, allowed),
+            _ => stages,
+        };
+        Choice { ruled, stages, search }
+    }
+
+    /// Its objective value in seconds (less is better), `None` when a stage does not fit.
+    fn value(&self, cost: &CostModel, objective: Objective) -> Option<f64> {
+        search::value(self.ruled.as_ref().unwrap_or(cost), &self.stages, objective)
+    }
+}
+
+/// The plan of `choice` made on `cost`: its figures, and with `explain` the baselines,
+/// left-out machines, notes and fixes.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    problem: &Problem,
+    cost: &CostModel,
+    choice: Choice,
+    allowed: &[bool],
+    policy: Policy,
+    objective: Objective,
+    explain: bool,
+    required: Option<usize>,
+) -> Plan {
+    let base = cost;
+    let cost = choice.ruled.as_ref().unwrap_or(cost);
+    let (stages, search) = (choice.stages, choice.search);
     let mut plan = evaluate(problem, cost, &stages, policy, objective);
     if let Some(found) = &search {
         let to_objective = |seconds: f64| match objective {
@@ -237,10 +267,11 @@ pub(crate) fn plan_on(
         })
         .map(|&p| {
             // Each rule with its own best division of a machine's RAM among its GPUs.
-            let other = if base.share == RamShare::Even && RamShare::candidates(&problem.nodes).len() == 1 {
+            let other = if RamShare::candidates(problem).len() == 1 {
                 plan_on(problem, base, allowed, p, objective, false, None)
             } else {
-                best_share(problem, allowed, p, objective, None).0
+                let (choice, cost) = shared_ram::best_share(problem, allowed, p, objective, None);
+                report(problem, &cost, choice, allowed, p, objective, false, None)
             };
             Baseline {
                 policy: p,
@@ -256,7 +287,7 @@ pub(crate) fn plan_on(
     if policy == Policy::Optimal && plan.feasible {
         plan.diagnostics.extend(tensor_parallel_note(problem, cost, allowed, required, &plan));
     }
-    plan.diagnostics.extend(ram_share_notes(cost.share, &plan));
+    plan.diagnostics.extend(shared_ram::notes(cost.share, &plan));
     if !plan.feasible {
         plan.diagnostics.extend(fixes::fixes(problem, cost, allowed));
     }
@@ -500,51 +531,6 @@ fn tensor_parallel_note(
         )
     };
     Some(Diagnostic { level: Level::Info, message, fix: None, change: None })
-}
-
-/// Per machine with several GPUs whose stages keep tensors in its system RAM: how the RAM
-/// was divided among them ([`RamShare`]), and what each stage fills of its share.
-fn ram_share_notes(share: RamShare, plan: &Plan) -> Vec<Diagnostic> {
-    let mut machines: Vec<&str> = Vec::new();
-    for stage in &plan.stages {
-        if let Some(gpu) = &stage.gpu_of
-            && stage.offload.is_some()
-            && !machines.contains(&gpu.machine.as_str())
-        {
-            machines.push(&gpu.machine);
-        }
-    }
-    let mut out = Vec::new();
-    for machine in machines {
-        let on: Vec<&Stage> =
-            plan.stages.iter().filter(|s| s.gpu_of.as_ref().is_some_and(|g| g.machine == machine)).collect();
-        let uses = |s: &&Stage| s.offload.as_ref().is_some_and(|o| o.host_layers + o.host_ffn > 0);
-        if on.len() < 2 || !on.iter().any(uses) {
-            continue;
-        }
-        let how = match share {
-            RamShare::Even => "evenly".to_owned(),
-            RamShare::ByMemory => "by GPU memory".to_owned(),
-            RamShare::All(j) => format!("all of it to `{machine}/gpu{j}`"),
-        };
-        let parts: Vec<String> = on
-            .iter()
-            .filter_map(|s| {
-                let m = &s.offload.as_ref()?.memory;
-                Some(format!("`{}` {} of {}", s.label(), format_bytes(m.total as f64), format_bytes(m.budget as f64)))
-            })
-            .collect();
-        out.push(Diagnostic {
-            level: Level::Info,
-            message: format!(
-                "`{machine}`'s system RAM is divided among its GPUs' stages {how} (the best of an even division, one by GPU memory, and all of it to one GPU): {}",
-                parts.join(", ")
-            ),
-            fix: None,
-            change: None,
-        });
-    }
-    out
 }
 
 /// What each of `d` GPUs holds of a stage split among them: its share of the weights, cache
