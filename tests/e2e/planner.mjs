@@ -119,10 +119,13 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // pipelines of groups (TP × PP) on the same road: +2.0 kB by hand (336,427): 349 kB;
   // 347,541 in the `.ci/run` of b2e9658. A machine row's GPUs field and GPU-link select
   // (the view code of an input and a select of 15 links, the state's reading of `gpus`):
-  // +4.2 kB by hand (340,646): 353 kB.
+  // +4.2 kB by hand (340,646): 353 kB. A machine's one RAM serving each of its GPUs (#46
+  // item 2: the relaxation, the divisions, a memo per alike GPUs, on every plan's road):
+  // 341,262 → 344,433 bytes by hand (+3.2 kB; 352,339 in the `.ci/run` of 85a290d): 357 kB,
+  // the same ratchet while #45 item 7 is open.
   // The worker (WebGPU, exports, model-file parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 353_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 357_000, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);
