@@ -451,6 +451,19 @@ impl GpuLinkPreset {
         crate::problem::Link { bandwidth: self.bandwidth, latency: self.latency }
     }
 
+    /// How GPUs on this link reach each other's memory: NVLink, PCIe peer-to-peer (`-p2p`),
+    /// or through host RAM.
+    pub fn peer(&self) -> crate::problem::Peer {
+        use crate::problem::Peer;
+        if self.name.starts_with("nvlink") {
+            Peer::NvLink
+        } else if self.name.ends_with("-p2p") {
+            Peer::Pcie
+        } else {
+            Peer::None
+        }
+    }
+
     /// Finds a GPU-link preset by name (case-insensitive); the error suggests the nearest name.
     pub fn find(name: &str) -> Result<&'static GpuLinkPreset, Option<String>> {
         GPU_LINKS

@@ -141,6 +141,22 @@ pub struct GpuOf {
     pub machine: String,
     pub index: u32,
     pub link: Link,
+    /// How the machine's GPUs reach each other's memory.
+    pub peer: Peer,
+}
+
+/// How a machine's GPUs reach each other's memory, which decides how an engine all-reduces
+/// over them ([`crate::cost`]'s tensor-parallel groups).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Peer {
+    /// Through host RAM: GeForce cards on PCIe, or a link given by its figures.
+    #[default]
+    None,
+    /// PCIe peer-to-peer.
+    Pcie,
+    /// NVLink.
+    NvLink,
 }
 
 /// A machine's host tier after checking.

@@ -9,7 +9,7 @@ use crate::limits::{
     MEASURED_RATES, MIN_RATE, READ_FACTORS,
 };
 use crate::presets::{DevicePreset, GpuLinkPreset, RamPreset};
-use crate::problem::{DEFAULT_LINK, GpuOf, Host, Link, Links, Node};
+use crate::problem::{DEFAULT_LINK, GpuOf, Host, Link, Links, Node, Peer};
 use crate::scenario::{GpuSpec, HostSpec, NodeSpec, ProbeProvenance, Scenario};
 use crate::units::{Bandwidth, Bytes, Compute, Seconds, format_bytes};
 
@@ -91,7 +91,7 @@ impl Scenario {
                     for (index, gpu) in machine.gpus.iter().enumerate() {
                         spec_of.push(i);
                         let index = index as u32;
-                        let gpu_of = GpuOf { machine: name.clone(), index, link: machine.link };
+                        let gpu_of = GpuOf { machine: name.clone(), index, link: machine.link, peer: machine.peer };
                         // The machine's one RAM beside each of its GPUs: `-ot` keeps tensors of
                         // any GPU's layers there. The cost model divides it among them
                         // (`cost::RamShare`), so it is counted once.
@@ -369,6 +369,7 @@ fn gpus_per_machine(spec: &NodeSpec, at: &dyn Fn(&str) -> String) -> Result<usiz
 struct Machine {
     gpus: Vec<Device>,
     link: Link,
+    peer: Peer,
 }
 
 /// Checks a machine's `gpus` and `gpu_link`; its own device fields must be absent.
@@ -391,8 +392,8 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
             "is given beside `gpus`; give each GPU's figures in `gpus`, or drop `gpus` for a machine with one device",
         ));
     }
-    let link = match &spec.gpu_link {
-        None => GpuLinkPreset::DEFAULT.link(),
+    let preset = match &spec.gpu_link {
+        None => GpuLinkPreset::DEFAULT,
         Some(name) => GpuLinkPreset::find(name)
             .map_err(|suggestion| {
                 ScenarioError::field(
@@ -404,8 +405,9 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
                     ),
                 )
             })?
-            .link(),
+            ,
     };
+    let (link, peer) = (preset.link(), preset.peer());
     let mut devices = Vec::with_capacity(gpus.len());
     for (j, gpu) in gpus.iter().enumerate() {
         let at_gpu = |field: &str| at(&format!("gpus[{j}].{field}"));
@@ -438,7 +440,7 @@ fn check_gpus(spec: &NodeSpec, gpus: &[GpuSpec], at: &dyn Fn(&str) -> String) ->
             devices.push(Device { preset: device.preset.clone(), ..device });
         }
     }
-    Ok(Machine { gpus: devices, link })
+    Ok(Machine { gpus: devices, link, peer })
 }
 
 pub(super) fn check_link(bandwidth: Bandwidth, latency: Seconds, at: &str) -> Result<Link, ScenarioError> {

@@ -50,6 +50,9 @@ pub(crate) struct Step {
     /// reads each KV head's cache once per query head sharing it
     /// ([`EngineRules::rereads_quantized_kv`]).
     pub kv_reread: f64,
+    /// The part of `read` that is KV cache (what a group holding copies of KV heads reads
+    /// again per copy).
+    pub kv_read: f64,
 }
 
 impl Sub for Step {
@@ -65,6 +68,7 @@ impl Sub for Step {
             prefill_read: self.prefill_read - o.prefill_read,
             prefill_flops: self.prefill_flops - o.prefill_flops,
             kv_reread: self.kv_reread - o.kv_reread,
+            kv_read: self.kv_read - o.kv_read,
         }
     }
 }
@@ -207,6 +211,7 @@ impl LayerTable {
         let reread = if sequences <= 1.0 { sequences } else { 0.0 };
         for (sums, p) in self.step.iter_mut().zip(&self.parts) {
             sums.kv_reread = reread * p.kv_reread_per_sequence;
+            sums.kv_read = sequences * p.kv_read_per_sequence;
             sums.read = p.dense_read + p.expert_read * touched + sequences * p.kv_read_per_sequence;
             sums.flops = sequences * p.flops_per_sequence;
             sums.ffn_read = p.ffn_dense_read + p.expert_read * touched;

@@ -72,7 +72,7 @@ pub use tensor::degree_refused;
 
 use crate::engine::{Buffers, Dims, EngineRules, Shape};
 use crate::model::{Model, Place};
-use crate::problem::{Link, Links, Node, Placement, Problem, Workload};
+use crate::problem::{Link, Links, Node, Peer, Placement, Problem, Workload};
 
 /// Bytes per activation element crossing a stage boundary (f16/bf16).
 pub const ACTIVATION_BYTES: f64 = 2.0;
@@ -392,7 +392,13 @@ impl CostModel {
                 Link { bandwidth: f64::INFINITY, latency: 0.0 },
                 |w, l| Link { bandwidth: w.bandwidth.min(l.bandwidth), latency: w.latency.max(l.latency) },
             );
-            let grouped = NodeCost::group(&members, link);
+            let peer = nodes[group.members[0]].gpu_of.as_ref().map_or(Peer::None, |g| g.peer);
+            let all_reduce = tensor::AllReduce::of(workload.engine, group.members.len(), link, peer);
+            let d = group.members.len() as u64;
+            // vLLM keeps each KV head on `d ÷ heads` GPUs where there are more GPUs than heads.
+            let heads = model.arch.num_kv_heads.max(1);
+            let copies = if d > heads { u32::try_from(d / heads).unwrap_or(u32::MAX) } else { 1 };
+            let grouped = NodeCost::group(&members, all_reduce, copies);
             cost.nodes.push(grouped);
         }
         cost.set_step(workload.batch as f64);

@@ -4,12 +4,12 @@
 
 use super::layers::Step;
 use super::offload::Memo;
-use super::tensor::{AllReduce, all_reduce_rounds};
+use super::tensor::AllReduce;
 use crate::calibration::{FITTED, Measured, measured};
 use crate::device::{Backend, DeviceKind};
 use crate::engine::EngineRules;
 use crate::model::Model;
-use crate::problem::{Host, Link, Node};
+use crate::problem::{Host, Node};
 
 /// The fraction of the CPU backend's fitted bandwidth a host tier reaches beside a GPU: the
 /// value that minimises the median |error| over the published runs of one GPU with its
@@ -55,6 +55,9 @@ pub(crate) struct NodeCost {
     pub rereads_kv: bool,
     /// A tensor-parallel group's all-reduces ([`super::tensor`]); `None` for one device.
     pub all_reduce: Option<AllReduce>,
+    /// Copies of the KV cache the device holds and reads: a vLLM group of more GPUs than
+    /// KV heads keeps each head on `d ÷ heads` of them; else 1.
+    pub kv_copies: u32,
     /// The best placement of each stage on a machine with system RAM, filled on demand.
     pub(super) memo: Memo,
 }
@@ -115,6 +118,7 @@ impl NodeCost {
             keeps_embedding: rules.embedding_on_device(if host.is_some() { Some(DeviceKind::Gpu) } else { node.kind }),
             rereads_kv: rules.rereads_quantized_kv(node.backend),
             all_reduce: None,
+            kv_copies: 1,
             memo: Memo::default(),
         }
     }
@@ -123,7 +127,14 @@ impl NodeCost {
     /// reads it once per query head. (Host RAM's CPU reads `step.read`.)
     #[inline(always)]
     pub(crate) fn device_read(&self, step: &Step) -> f64 {
-        if self.rereads_kv { step.read + step.kv_reread } else { step.read }
+        let copies = f64::from(self.kv_copies - 1) * step.kv_read;
+        if self.rereads_kv { step.read + copies + step.kv_reread } else { step.read + copies }
+    }
+
+    /// The device's bytes of a stage's `kv` bytes of cache: its copies of them.
+    #[inline]
+    pub(crate) fn device_kv(&self, kv: u128) -> u128 {
+        kv.saturating_mul(u128::from(self.kv_copies))
     }
 
     /// Whether `other` is priced as this node is, so that each stage has the same best
@@ -141,6 +152,7 @@ impl NodeCost {
             && self.keeps_embedding == other.keeps_embedding
             && self.rereads_kv == other.rereads_kv
             && self.all_reduce == other.all_reduce
+            && self.kv_copies == other.kv_copies
     }
 
     /// The least time per byte read on any of the node's tiers (for lower bounds).
@@ -160,10 +172,10 @@ impl NodeCost {
 }
 
 impl NodeCost {
-    /// A group of `members` joined by `link`: `d` times its slowest GPU's rates and smallest
-    /// memory, that GPU's per-layer cost, and the all-reduces over the link; no system RAM
-    /// (a group's stage is all on its GPUs).
-    pub(super) fn group(members: &[&NodeCost], link: Link) -> NodeCost {
+    /// A group of `members` reducing as `all_reduce`, holding `kv_copies` of the cache: `d`
+    /// times its slowest GPU's rates and smallest memory, that GPU's per-layer cost, and
+    /// the all-reduces; no system RAM (a group's stage is all on its GPUs).
+    pub(super) fn group(members: &[&NodeCost], all_reduce: AllReduce, kv_copies: u32) -> NodeCost {
         let d = members.len() as f64;
         let worst = |f: &dyn Fn(&NodeCost) -> f64| members.iter().map(|m| f(m)).fold(0.0, f64::max) / d;
         let smallest = members.iter().map(|m| m.device_capacity).min().unwrap_or(0);
@@ -181,7 +193,8 @@ impl NodeCost {
             host: None,
             keeps_embedding: lead.keeps_embedding,
             rereads_kv: members.iter().any(|m| m.rereads_kv),
-            all_reduce: Some(AllReduce { rounds: all_reduce_rounds(members.len()), link }),
+            all_reduce: Some(all_reduce),
+            kv_copies,
             memo: Default::default(),
         }
     }

@@ -167,7 +167,8 @@ impl CostModel {
             Some(_) => self.placed(node, start, end).map(|(o, _)| o),
             None => {
                 let held = self.layers.held(start, end);
-                self.device_holds(node, start, end, held.weights + held.kv, 0).then_some(Offload::NONE)
+                let kv = self.nodes[node].device_kv(held.kv);
+                self.device_holds(node, start, end, held.weights + kv, 0).then_some(Offload::NONE)
             }
         }
     }
@@ -242,7 +243,7 @@ impl CostModel {
         };
         let Some(host) = cost.host else {
             // One memory: the stage whole on the device, or nowhere.
-            let weights_and_kv = self.layers.held(start, end).weights + kv(start, end);
+            let weights_and_kv = self.layers.held(start, end).weights + cost.device_kv(kv(start, end));
             return self.device_holds(node, start, end, weights_and_kv, grown).then_some(Offload::NONE);
         };
         let n = end - start;

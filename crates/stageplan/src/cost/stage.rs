@@ -95,7 +95,7 @@ impl CostModel {
         let host_kv = if self.rules.host_ram == HostRam::Streamed { 0 } else { hosted.kv };
         let device = MemoryParts {
             weights: saturate(stage.weights - hosted.weights - ffn_host),
-            kv: saturate(stage.kv - host_kv),
+            kv: saturate(cost.device_kv(stage.kv - host_kv)),
             embed_head: self.embed_head(cost.keeps_embedding, start, end, !offload.head_on_host),
             workspace: self.stage_buffers(start, end, cost.host.is_some()),
             reserve: cost.reserve,

@@ -8,9 +8,10 @@
 //! rows; norms and biases of the outputs mirrored on every GPU (a few KiB a layer, not
 //! counted). vLLM's column- and row-parallel layers split alike. Both split heads whole:
 //! llama.cpp cuts at whole KV-head groups (`granularity_kv`), vLLM asserts that the degree
-//! divides the attention heads and the KV heads. An even split of every layer needs the
-//! degree to divide both, so only such degrees are planned (vLLM's replication of KV heads
-//! past their count is left out); each GPU holds `1/d` of the stage.
+//! divides the attention heads and the KV heads, or, past the KV heads' count, that they
+//! divide it: each KV head is then kept on `d ÷ heads` GPUs (`num_kv_head_replicas`). So
+//! only such degrees are planned; each GPU holds `1/d` of the stage, and under vLLM's
+//! replication its copy of a KV head's cache (read as a copy too).
 //!
 //! **Time of a step** on `d` GPUs: each reads and computes `1/d` of the stage, so the group
 //! runs at its slowest GPU (`d ×` its rates: the split is even, so a faster GPU waits), plus
@@ -20,12 +21,19 @@
 //! copying an f32 hidden state between pairs and adding, with one round more on each side
 //! when `d` is not a power of two; each round a copy over the machine's GPU link (its
 //! latency and bandwidth, per the `gpu_link` preset: without peer-to-peer the copy goes
-//! through host RAM) and a launch. vLLM's custom all-reduce and NCCL's tree for small
-//! messages take as many rounds; the same rule prices them.
+//! through host RAM) and a launch.
+//!
+//! vLLM reduces bf16 hidden states with its custom all-reduce where the GPUs reach each
+//! other's memory (`custom_all_reduce.py`: all of them over NVLink, or two over PCIe
+//! peer-to-peer): one kernel in which each GPU reads every other's buffer, measured at
+//! 8.5–11.8 µs for 4–32 KiB on 2, 4 and 8 H100s over NVLink (sglang #2904's table of vLLM's
+//! kernel, without CUDA graphs; NCCL's NVLS tree takes about 6 µs on two, NCCL #1259), so
+//! [`CUSTOM_ALL_REDUCE_S`] and the peers' bytes over the link. Elsewhere vLLM falls back
+//! to NCCL, priced as llama.cpp's rounds are.
 
 use crate::engine::Engine;
 use crate::model::{Arch, Model};
-use crate::problem::{Link, Node};
+use crate::problem::{Link, Node, Peer};
 
 /// Per-layer all-reduces of a tensor-parallel transformer layer: after the attention output
 /// and after FFN down.
@@ -38,19 +46,47 @@ pub(crate) struct TensorGroup {
     pub members: Vec<usize>,
 }
 
-/// What a group's all-reduce costs per layer: rounds of a copy over its link.
+/// vLLM's custom all-reduce of a decode step's hidden states, besides the bytes it reads
+/// (the module doc's measurements).
+pub(crate) const CUSTOM_ALL_REDUCE_S: f64 = 9e-6;
+
+/// What a group's all-reduce costs per layer.
 #[derive(Copy, Clone, Debug, PartialEq)]
-pub(crate) struct AllReduce {
-    /// Rounds of one all-reduce.
-    pub rounds: f64,
-    pub link: Link,
+pub(crate) enum AllReduce {
+    /// Rounds of copying an f32 hidden state over the link and adding (llama.cpp's
+    /// butterfly; vLLM's NCCL fallback alike).
+    Rounds { rounds: f64, link: Link },
+    /// vLLM's custom all-reduce of bf16 hidden states: one kernel reading the other `d − 1`
+    /// GPUs' buffers over the link.
+    OneShot { peers: f64, link: Link },
 }
 
 impl AllReduce {
+    /// How `engine` all-reduces over `d` GPUs on `link`, reaching each other as `peer`.
+    pub(crate) fn of(engine: Engine, d: usize, link: Link, peer: Peer) -> AllReduce {
+        let custom = match peer {
+            Peer::NvLink => true,
+            Peer::Pcie => d <= 2,
+            Peer::None => false,
+        };
+        if engine == Engine::Vllm && custom {
+            AllReduce::OneShot { peers: (d - 1) as f64, link }
+        } else {
+            AllReduce::Rounds { rounds: all_reduce_rounds(d), link }
+        }
+    }
+
     /// Seconds of one layer's all-reduces for `tokens` tokens of `activation_f32` bytes each.
     #[inline]
     pub(crate) fn per_layer_s(&self, tokens: f64, activation_f32: f64) -> f64 {
-        ALL_REDUCES_PER_LAYER * self.rounds * self.link.time(tokens * activation_f32)
+        ALL_REDUCES_PER_LAYER
+            * match *self {
+                AllReduce::Rounds { rounds, link } => rounds * link.time(tokens * activation_f32),
+                // bf16: half an f32's bytes.
+                AllReduce::OneShot { peers, link } => {
+                    CUSTOM_ALL_REDUCE_S + peers * tokens * activation_f32 / 2.0 / link.bandwidth
+                }
+            }
     }
 }
 
@@ -93,7 +129,10 @@ pub fn degree_refused(model: &Model, engine: Engine, d: u64) -> Option<String> {
     if arch.num_heads == 0 || !arch.num_heads.is_multiple_of(d) {
         return Some(format!("{d} does not divide the {} attention heads", arch.num_heads));
     }
-    if arch.num_kv_heads == 0 || !arch.num_kv_heads.is_multiple_of(d) {
+    // vLLM keeps each KV head on `d ÷ heads` GPUs where there are more GPUs than heads
+    // (`QKVParallelLinear`: `num_kv_head_replicas`), which needs the heads to divide `d`.
+    let replicated = engine == Engine::Vllm && d > arch.num_kv_heads && d.is_multiple_of(arch.num_kv_heads.max(1));
+    if arch.num_kv_heads == 0 || !(arch.num_kv_heads.is_multiple_of(d) || replicated) {
         return Some(format!("{d} does not divide the {} KV heads", arch.num_kv_heads));
     }
     None
@@ -194,5 +233,23 @@ mod tests {
         assert_eq!(all_reduce_rounds(8), 3.0);
         assert_eq!(all_reduce_rounds(3), 3.0);
         assert_eq!(all_reduce_rounds(6), 4.0);
+    }
+
+    #[test]
+    fn vllm_reduces_in_one_kernel_where_its_gpus_reach_each_other() {
+        let nvlink = crate::presets::GpuLinkPreset::find("nvlink4").unwrap();
+        let pcie = crate::presets::GpuLinkPreset::find("pcie4-x16-p2p").unwrap();
+        let consumer = crate::presets::GpuLinkPreset::DEFAULT;
+        let of = |engine, d, l: &crate::presets::GpuLinkPreset| AllReduce::of(engine, d, l.link(), l.peer());
+        // Llama 3.1 70B's hidden state, one token: 8,192 f32 values.
+        let hidden = 8192.0 * 4.0;
+        let nv8 = of(Engine::Vllm, 8, nvlink).per_layer_s(1.0, hidden);
+        // Two all-reduces a layer, each about the measured 9 µs: not 3 rounds of a 30 µs hop.
+        assert!((nv8 / 2.0 - CUSTOM_ALL_REDUCE_S) < 1e-6, "{nv8}");
+        assert!(of(Engine::LlamaCpp, 8, nvlink).per_layer_s(1.0, hidden) > 6.0 * 30e-6);
+        // Two PCIe peers take the kernel; four fall back to NCCL; no peer access, always.
+        assert!(matches!(of(Engine::Vllm, 2, pcie), AllReduce::OneShot { .. }));
+        assert!(matches!(of(Engine::Vllm, 4, pcie), AllReduce::Rounds { .. }));
+        assert!(matches!(of(Engine::Vllm, 2, consumer), AllReduce::Rounds { .. }));
     }
 }

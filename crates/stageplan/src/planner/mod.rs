@@ -833,4 +833,6 @@ mod shared_ram_tests;
 #[cfg(test)]
 mod tensor_parallel_measured;
 #[cfg(test)]
+mod tensor_parallel_tests;
+#[cfg(test)]
 mod tests;
