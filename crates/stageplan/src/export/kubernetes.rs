@@ -1,6 +1,7 @@
 //! Kubernetes: one Deployment per stage pinned to its machine (`kubernetes.io/hostname`),
-//! a GPU requested where the machine has one, the stage's layers and its neighbours in the
-//! environment, a Service per stage for the hop into it, and the plan in a ConfigMap.
+//! a GPU requested where the machine has one (a tensor-parallel stage's GPUs, a machine with
+//! several GPUs giving one to each of its stages), the stage's layers and its neighbours in
+//! the environment, a Service per stage for the hop into it, and the plan in a ConfigMap.
 //!
 //! The YAML is written by a small emitter over JSON values: block style, strings in double
 //! quotes when YAML could read them as something else (JSON's escaping is valid YAML).
@@ -65,9 +66,15 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
         }
         env.push(json!({"name": "STAGEPLAN_EMBEDDING", "value": stage.embedding.to_string()}));
         env.push(json!({"name": "STAGEPLAN_HEAD", "value": stage.head.to_string()}));
+        // The stage's GPUs, as the plan numbers them on its machine; more than one is a
+        // tensor-parallel group.
+        let gpus = stage.tensor_parallel.len().max(1);
+        if gpus > 1 {
+            env.push(json!({"name": "STAGEPLAN_TENSOR_PARALLEL", "value": gpus.to_string()}));
+        }
         let mebibytes = stage.memory.total.div_ceil(1 << 20);
         let resources = match layout.kind(node) {
-            DeviceKind::Gpu => json!({"limits": {"nvidia.com/gpu": 1}}),
+            DeviceKind::Gpu => json!({"limits": {"nvidia.com/gpu": gpus}}),
             // Unified memory and CPU boxes hold the stage in RAM: request what the plan counts.
             DeviceKind::Unified | DeviceKind::Cpu => {
                 json!({"requests": {"memory": format!("{mebibytes}Mi")}, "limits": {"memory": format!("{mebibytes}Mi")}})
@@ -107,6 +114,28 @@ pub(super) fn export(layout: &Layout<'_>) -> (String, Vec<String>) {
                 "ports": [{"name": "pipeline", "port": PORT, "targetPort": PORT}],
             },
         }));
+    }
+    // The device plugin hands a pod any free GPU of its node, whichever the plan named.
+    let mixed: Vec<&str> = plan
+        .stages
+        .iter()
+        .filter_map(|s| s.gpu_of.as_ref().map(|g| (g.machine.as_str(), s.memory.budget)))
+        .fold(Vec::new(), |mut mixed: Vec<(&str, u64, bool)>, (machine, budget)| {
+            match mixed.iter_mut().find(|(m, _, _)| *m == machine) {
+                Some(seen) => seen.2 |= seen.1 != budget,
+                None => mixed.push((machine, budget, false)),
+            }
+            mixed
+        })
+        .into_iter()
+        .filter(|&(_, _, differ)| differ)
+        .map(|(machine, _, _)| machine)
+        .collect();
+    if !mixed.is_empty() {
+        notes.push(format!(
+            "Kubernetes gives a pod any free GPU of its node: on {}, whose GPUs differ, a stage may land on another GPU than the plan's; expose each kind as its own resource (the device plugin's config) to pin them.",
+            mixed.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+        ));
     }
     let mut out = format!("# stageplan · {}\n", layout.summary());
     for document in &documents {

@@ -135,7 +135,7 @@ pub enum ExportError {
     )]
     SameAddress { first: String, second: String, address: String, server: &'static str },
     #[error(
-        "the plan runs several GPUs of `{machine}` in one server, which this version exports for llama.cpp, and for vLLM when every stage is on that machine; export it with `--to llama.cpp`, or describe `{machine}`'s GPUs as machines of their own for {target}"
+        "the plan runs several GPUs of `{machine}`, which this version exports for llama.cpp and Kubernetes, and for vLLM when every stage is on that machine or each is a tensor-parallel group on a machine of its own; export it with `--to llama.cpp`, or describe `{machine}`'s GPUs as machines of their own for {target}"
     )]
     SeveralGpus { target: Target, machine: String },
     #[error("`{option}` names `{node}`, which is not a node of the plan; use one of {nodes}")]
@@ -705,7 +705,8 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
                 plan.stages[..i].iter().all(|o| o.gpu_of.as_ref().is_none_or(|h| h.machine != g.machine))
             })
     });
-    if target != Target::LlamaCpp
+    // Kubernetes runs each stage in a pod of its own, asking its machine for its GPUs.
+    if !matches!(target, Target::LlamaCpp | Target::Kubernetes)
         && !(target == Target::Vllm && (one_machine || groups_apart))
         && let Some(gpu) = plan.stages.iter().find_map(|s| s.gpu_of.as_ref())
     {

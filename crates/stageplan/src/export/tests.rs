@@ -525,3 +525,34 @@ fn a_tensor_parallel_plan_runs_on_its_gpus_in_one_server() {
     let error = export(&lone, Target::LlamaCpp, &options).unwrap_err().to_string();
     assert!(error.contains("without `gpu_of`"), "{error}");
 }
+
+#[test]
+fn kubernetes_gives_each_stage_its_machines_gpus() {
+    // A layer split over a 4090 and a 3060 of one box: a pod per stage on `box`, a GPU each,
+    // and a note that the device plugin may swap two unlike GPUs.
+    let (plan, options) = planned(
+        r#"{"model": {"preset": "qwen3-32b", "weights": "q5_k_m"}, "workload": {"context": 8192},
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-4090"}, {"device": "rtx-3060-12gb"}], "gpu_link": "pcie3-x4"}]}"#,
+    );
+    assert!(plan.stages.len() == 2 && plan.stages.iter().all(|s| s.tensor_parallel.is_empty()), "{:?}", plan.stages);
+    let done = export(&plan, Target::Kubernetes, &options).unwrap();
+    assert_eq!(done.text.matches("kubernetes.io/hostname: box").count(), 2, "{}", done.text);
+    assert_eq!(done.text.matches("nvidia.com/gpu: 1").count(), 2, "{}", done.text);
+    assert!(done.notes.iter().any(|n| n.contains("on `box`, whose GPUs differ")), "{:?}", done.notes);
+    // A tensor-parallel stage asks for its group's GPUs and says how many share it.
+    let (plan, options) = planned(
+        r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"}, "workload": {"context": 8192},
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}], "gpu_link": "pcie4-x8"}]}"#,
+    );
+    assert_eq!(plan.stages[0].tensor_parallel, [0, 1]);
+    let done = export(&plan, Target::Kubernetes, &options).unwrap();
+    assert!(
+        done.text.contains("nvidia.com/gpu: 2") && done.text.contains("STAGEPLAN_TENSOR_PARALLEL"),
+        "{}",
+        done.text
+    );
+    assert!(!done.notes.iter().any(|n| n.contains("whose GPUs differ")), "{:?}", done.notes);
+    // Engines that take a machine as one device still say so.
+    let error = export(&plan, Target::Exo, &options).unwrap_err().to_string();
+    assert!(error.contains("several GPUs of `box`") && error.contains("Kubernetes"), "{error}");
+}
