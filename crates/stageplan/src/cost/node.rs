@@ -127,8 +127,8 @@ impl NodeCost {
     /// reads it once per query head. (Host RAM's CPU reads `step.read`.)
     #[inline(always)]
     pub(crate) fn device_read(&self, step: &Step) -> f64 {
-        let copies = f64::from(self.kv_copies - 1) * step.kv_read;
-        if self.rereads_kv { step.read + copies + step.kv_reread } else { step.read + copies }
+        let read = if self.rereads_kv { step.read + step.kv_reread } else { step.read };
+        if self.kv_copies > 1 { read + f64::from(self.kv_copies - 1) * step.kv_read } else { read }
     }
 
     /// The device's bytes of a stage's `kv` bytes of cache: its copies of them.
@@ -138,8 +138,8 @@ impl NodeCost {
     }
 
     /// Whether `other` is priced as this node is, so that each stage has the same best
-    /// placement and time on both (and they may share a memo).
-    pub(super) fn priced_alike(&self, other: &NodeCost) -> bool {
+    /// placement and time on both: they may share a memo, and the search takes them as twins.
+    pub(crate) fn priced_alike(&self, other: &NodeCost) -> bool {
         self.inv_bandwidth == other.inv_bandwidth
             && self.inv_compute == other.inv_compute
             && self.inv_decode_compute == other.inv_decode_compute

@@ -27,16 +27,7 @@ impl<'a> Space<'a> {
         let mut twin_before = vec![None; nodes.len()];
         let mut classes = 0;
         for i in 0..nodes.len() {
-            let same = |a: usize, b: usize| {
-                let (x, y) = (&cost.nodes[nodes[a]], &cost.nodes[nodes[b]]);
-                x.inv_bandwidth == y.inv_bandwidth
-                    && x.inv_compute == y.inv_compute
-                    && x.inv_decode_compute == y.inv_decode_compute
-                    && x.per_layer_s == y.per_layer_s
-                    && x.capacity == y.capacity
-                    && x.rereads_kv == y.rereads_kv
-                    && x.host == y.host
-            };
+            let same = |a: usize, b: usize| cost.nodes[nodes[a]].priced_alike(&cost.nodes[nodes[b]]);
             // With per-pair links, twins also reach every other node alike (the GPUs of one
             // machine alike, on its link): swapping them maps every plan to one of equal time.
             let same_links = |a: usize, b: usize| {
