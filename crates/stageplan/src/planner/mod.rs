@@ -413,6 +413,9 @@ pub(crate) fn evaluate(
             offload,
         });
     }
+    if cost.share == RamShare::Whole {
+        shared_ram::machine_budgets(&mut out);
+    }
     let feasible = !stages.is_empty() && stages.iter().all(|p| cost.fits(p.node, p.start, p.end));
     let bottleneck =
         out.iter().enumerate().max_by(|a, b| a.1.time_s.total_cmp(&b.1.time_s).then(b.0.cmp(&a.0))).map(|(i, _)| i);

@@ -110,3 +110,27 @@ pub(super) fn notes(share: RamShare, plan: &Plan) -> Vec<Diagnostic> {
     }
     out
 }
+
+/// Under [`RamShare::Whole`] each stage's RAM budget is its machine's less what the
+/// machine's other stages keep there, so that its headroom is what the machine has free.
+pub(super) fn machine_budgets(stages: &mut [Stage]) {
+    let kept: Vec<(Option<String>, u64)> = stages
+        .iter()
+        .map(|s| {
+            let held = s.offload.as_ref().map_or(0, |o| o.memory.total.saturating_sub(o.memory.reserve));
+            (s.gpu_of.as_ref().map(|g| g.machine.clone()), held)
+        })
+        .collect();
+    for (i, stage) in stages.iter_mut().enumerate() {
+        let (Some(machine), Some(offload)) = (&kept[i].0, stage.offload.as_mut()) else { continue };
+        let others: u64 = kept
+            .iter()
+            .enumerate()
+            .filter(|&(j, (m, _))| j != i && m.as_ref() == Some(machine))
+            .map(|(_, &(_, held))| held)
+            .sum();
+        let memory = &mut offload.memory;
+        memory.budget = memory.budget.saturating_sub(others);
+        memory.headroom = crate::cost::clamp_i64(i128::from(memory.budget) - i128::from(memory.total));
+    }
+}

@@ -43,6 +43,10 @@ fn each_gpus_layers_keep_experts_in_the_machines_one_ram() {
     let experts: Vec<usize> = found.stages.iter().map(|s| s.offload.as_ref().map_or(0, |o| o.host_ffn)).collect();
     assert!(experts.len() == 2 && experts.iter().all(|&n| n > 0), "{:?}", found.stages);
     assert!(in_ram(&found) <= (128 - 4) << 30, "{} bytes in 128 GiB less 4 for the OS", in_ram(&found));
+    // Each stage's RAM headroom is the machine's free RAM: its budget less what the other keeps.
+    let [a, b] = [0, 1].map(|s| found.stages[s].offload.as_ref().unwrap().memory.clone());
+    assert_eq!(a.headroom, b.headroom);
+    assert_eq!(a.headroom, (128 << 30) - (4 << 30) - in_ram(&found) as i64, "{a:?} {b:?}");
     let note = found.diagnostics.iter().find(|d| d.message.contains("`box`'s system RAM")).expect("a note");
     assert!(note.message.contains("`box/gpu0`") && note.message.contains("`box/gpu1`"), "{}", note.message);
     // The whole RAM beside each GPU would hold the model twice over; the plan is no faster
