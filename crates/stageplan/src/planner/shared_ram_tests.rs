@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::{plan, verify};
+use super::plan;
 use crate::cost::{CostModel, RamShare};
 use crate::plan::Plan;
 use crate::problem::Problem;
@@ -76,18 +76,12 @@ fn the_ram_of_a_machine_with_two_gpus_is_counted_once() {
     assert!(!plan(&problem).feasible, "48 GB of GPUs and 20 GiB of RAM do not hold 75 GB");
 }
 
-/// The plan's objective value is exhaustive search's over the same divisions of the RAM.
+/// The plan's objective value is exhaustive search's over the same divisions of the RAM, and
+/// the plan keeps no more in the RAM than it has.
 fn agrees_with_exhaustive_search(problem: &Problem) -> Result<(), TestCaseError> {
-    let found = plan(problem);
-    let exhaustive = verify(problem, 50_000_000).expect("small enough to search every plan");
-    match (found.objective_value(), exhaustive.objective_value()) {
-        (Some(got), Some(want)) => {
-            prop_assert!((got - want).abs() <= 1e-9 * want.abs().max(1.0), "optimal {got} vs exhaustive {want}");
-        }
-        (got, want) => prop_assert_eq!(got.is_some(), want.is_some()),
-    }
+    super::tensor_parallel_tests::agrees_with_exhaustive_search(problem)?;
     if let Some(host) = &problem.nodes[0].host {
-        let room = host.memory - host.reserve;
+        let (found, room) = (plan(problem), host.memory - host.reserve);
         prop_assert!(in_ram(&found) <= room, "{} bytes in {room}", in_ram(&found));
     }
     Ok(())

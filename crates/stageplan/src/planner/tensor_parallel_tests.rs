@@ -42,7 +42,7 @@ fn boxes(
 }
 
 /// The plan's objective value is exhaustive search's (or neither fits).
-fn agrees_with_exhaustive_search(problem: &Problem) -> Result<(), TestCaseError> {
+pub(super) fn agrees_with_exhaustive_search(problem: &Problem) -> Result<(), TestCaseError> {
     let found = plan(problem);
     let exhaustive = verify(problem, 50_000_000).expect("small enough to search every plan");
     match (found.objective_value(), exhaustive.objective_value()) {
