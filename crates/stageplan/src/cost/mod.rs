@@ -67,6 +67,8 @@ pub(crate) use node::NodeCost;
 pub use offload::{FIT_MARGIN, HOST_TIER_ERROR, Offload, OffloadRule};
 pub use shares::RamShare;
 pub use stage::SPLIT_LATENCY_S;
+#[cfg(test)]
+pub(crate) use tensor::AllReduce;
 pub(crate) use tensor::TensorGroup;
 pub use tensor::degree_refused;
 

@@ -29,7 +29,9 @@
 //! 8.5–11.8 µs for 4–32 KiB on 2, 4 and 8 H100s over NVLink (sglang #2904's table of vLLM's
 //! kernel, without CUDA graphs; NCCL's NVLS tree takes about 6 µs on two, NCCL #1259), so
 //! [`CUSTOM_ALL_REDUCE_S`] and the peers' bytes over the link. Elsewhere vLLM falls back
-//! to NCCL, priced as llama.cpp's rounds are.
+//! to NCCL, whose ring all-reduce of a small message costs a hop per peer
+//! ([`NCCL_HOP_S`], from published runs on 4 and 8 GPUs) and carries `2(d − 1)/d` of the
+//! message over the link.
 
 use crate::engine::Engine;
 use crate::model::{Arch, Model};
@@ -50,15 +52,23 @@ pub(crate) struct TensorGroup {
 /// (the module doc's measurements).
 pub(crate) const CUSTOM_ALL_REDUCE_S: f64 = 9e-6;
 
+/// NCCL's all-reduce of a decode step's hidden states, per peer besides the bytes: 19.4 µs on
+/// 4 V100s behind one PCIe switch (4 KiB in a CUDA graph, sglang-V100 PR #2), 42.1 µs on
+/// 8 RTX 4090s (8 bytes, NCCL #1530), 45 µs on 8 RTX 6000D over PCIe (4 KiB, sglang
+/// #32479): 6.0–6.5 µs for each of the `d − 1` peers (6 µs on two NVLinked H100s, NCCL #1259).
+pub(crate) const NCCL_HOP_S: f64 = 6.3e-6;
+
 /// What a group's all-reduce costs per layer.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub(crate) enum AllReduce {
     /// Rounds of copying an f32 hidden state over the link and adding (llama.cpp's
-    /// butterfly; vLLM's NCCL fallback alike).
+    /// butterfly).
     Rounds { rounds: f64, link: Link },
     /// vLLM's custom all-reduce of bf16 hidden states: one kernel reading the other `d − 1`
     /// GPUs' buffers over the link.
     OneShot { peers: f64, link: Link },
+    /// vLLM's fallback, NCCL's ring all-reduce of bf16 hidden states over `d − 1` peers.
+    Nccl { peers: f64, link: Link },
 }
 
 impl AllReduce {
@@ -69,10 +79,11 @@ impl AllReduce {
             Peer::Pcie => d <= 2,
             Peer::None => false,
         };
-        if engine == Engine::Vllm && custom {
-            AllReduce::OneShot { peers: (d - 1) as f64, link }
-        } else {
-            AllReduce::Rounds { rounds: all_reduce_rounds(d), link }
+        let peers = (d - 1) as f64;
+        match engine {
+            Engine::Vllm if custom => AllReduce::OneShot { peers, link },
+            Engine::Vllm => AllReduce::Nccl { peers, link },
+            _ => AllReduce::Rounds { rounds: all_reduce_rounds(d), link },
         }
     }
 
@@ -85,6 +96,10 @@ impl AllReduce {
                 // bf16: half an f32's bytes.
                 AllReduce::OneShot { peers, link } => {
                     CUSTOM_ALL_REDUCE_S + peers * tokens * activation_f32 / 2.0 / link.bandwidth
+                }
+                // A ring: each GPU sends and receives `2(d − 1)/d` of the bf16 message.
+                AllReduce::Nccl { peers, link } => {
+                    NCCL_HOP_S * peers + 2.0 * peers / (peers + 1.0) * tokens * activation_f32 / 2.0 / link.bandwidth
                 }
             }
     }
@@ -249,7 +264,26 @@ mod tests {
         assert!(of(Engine::LlamaCpp, 8, nvlink).per_layer_s(1.0, hidden) > 6.0 * 30e-6);
         // Two PCIe peers take the kernel; four fall back to NCCL; no peer access, always.
         assert!(matches!(of(Engine::Vllm, 2, pcie), AllReduce::OneShot { .. }));
-        assert!(matches!(of(Engine::Vllm, 4, pcie), AllReduce::Rounds { .. }));
-        assert!(matches!(of(Engine::Vllm, 2, consumer), AllReduce::Rounds { .. }));
+        assert!(matches!(of(Engine::Vllm, 4, pcie), AllReduce::Nccl { .. }));
+        assert!(matches!(of(Engine::Vllm, 2, consumer), AllReduce::Nccl { .. }));
+    }
+
+    /// The published small-message NCCL all-reduces the hop is taken from, each within 10%:
+    /// (GPUs, link, message bytes, µs).
+    #[test]
+    fn nccl_follows_published_small_all_reduces() {
+        let published = [
+            (4, "pcie3-x16-p2p", 4096.0, 19.4), // 4× V100 behind a PLX switch, sglang-V100 PR #2
+            (4, "pcie3-x16-p2p", 32768.0, 24.2),
+            (8, "pcie4-x16", 8.0, 42.14),       // 8× RTX 4090, NCCL #1530
+            (8, "pcie5-x16-p2p", 4096.0, 45.0), // 8× RTX 6000D, sglang #32479
+        ];
+        for (d, name, bytes, us) in published {
+            let link = crate::presets::GpuLinkPreset::find(name).unwrap();
+            let nccl = AllReduce::of(Engine::Vllm, d, link.link(), crate::problem::Peer::None);
+            // One all-reduce of `bytes` of bf16: per_layer_s takes f32 bytes and prices two.
+            let predicted = nccl.per_layer_s(1.0, bytes * 2.0) / 2.0 * 1e6;
+            assert!((predicted / us - 1.0).abs() < 0.10, "{d} GPUs, {bytes} bytes: {predicted:.1} µs, published {us}");
+        }
     }
 }
