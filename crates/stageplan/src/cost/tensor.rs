@@ -58,17 +58,12 @@ pub(crate) const CUSTOM_ALL_REDUCE_S: f64 = 9e-6;
 /// #32479): 6.0–6.5 µs for each of the `d − 1` peers (6 µs on two NVLinked H100s, NCCL #1259).
 pub(crate) const NCCL_HOP_S: f64 = 6.3e-6;
 
-/// What a group's all-reduce costs per layer.
+/// What one of a group's all-reduces costs: a fixed time, and a time for each byte of the
+/// f32 hidden states it reduces (whatever the engine sends them as).
 #[derive(Copy, Clone, Debug, PartialEq)]
-pub(crate) enum AllReduce {
-    /// Rounds of copying an f32 hidden state over the link and adding (llama.cpp's
-    /// butterfly).
-    Rounds { rounds: f64, link: Link },
-    /// vLLM's custom all-reduce of bf16 hidden states: one kernel reading the other `d − 1`
-    /// GPUs' buffers over the link.
-    OneShot { peers: f64, link: Link },
-    /// vLLM's fallback, NCCL's ring all-reduce of bf16 hidden states over `d − 1` peers.
-    Nccl { peers: f64, link: Link },
+pub(crate) struct AllReduce {
+    pub fixed_s: f64,
+    pub per_byte_s: f64,
 }
 
 impl AllReduce {
@@ -81,27 +76,32 @@ impl AllReduce {
         };
         let peers = (d - 1) as f64;
         match engine {
-            Engine::Vllm if custom => AllReduce::OneShot { peers, link },
-            Engine::Vllm => AllReduce::Nccl { peers, link },
-            _ => AllReduce::Rounds { rounds: all_reduce_rounds(d), link },
+            Engine::Vllm if custom => AllReduce::one_shot(peers, link),
+            Engine::Vllm => AllReduce::nccl(peers, link),
+            _ => {
+                // llama.cpp's butterfly: rounds of copying an f32 hidden state over the link.
+                let rounds = all_reduce_rounds(d);
+                AllReduce { fixed_s: rounds * link.latency, per_byte_s: rounds / link.bandwidth }
+            }
         }
+    }
+
+    /// vLLM's custom all-reduce of bf16 hidden states: one kernel reading the other `peers`
+    /// GPUs' buffers over the link.
+    pub(crate) fn one_shot(peers: f64, link: Link) -> AllReduce {
+        AllReduce { fixed_s: CUSTOM_ALL_REDUCE_S, per_byte_s: peers / 2.0 / link.bandwidth }
+    }
+
+    /// vLLM's fallback, NCCL's ring all-reduce of bf16 hidden states over `peers`: each GPU
+    /// sends and receives `2(d − 1)/d` of the message.
+    pub(crate) fn nccl(peers: f64, link: Link) -> AllReduce {
+        AllReduce { fixed_s: NCCL_HOP_S * peers, per_byte_s: peers / (peers + 1.0) / link.bandwidth }
     }
 
     /// Seconds of one layer's all-reduces for `tokens` tokens of `activation_f32` bytes each.
     #[inline]
     pub(crate) fn per_layer_s(&self, tokens: f64, activation_f32: f64) -> f64 {
-        ALL_REDUCES_PER_LAYER
-            * match *self {
-                AllReduce::Rounds { rounds, link } => rounds * link.time(tokens * activation_f32),
-                // bf16: half an f32's bytes.
-                AllReduce::OneShot { peers, link } => {
-                    CUSTOM_ALL_REDUCE_S + peers * tokens * activation_f32 / 2.0 / link.bandwidth
-                }
-                // A ring: each GPU sends and receives `2(d − 1)/d` of the bf16 message.
-                AllReduce::Nccl { peers, link } => {
-                    NCCL_HOP_S * peers + 2.0 * peers / (peers + 1.0) * tokens * activation_f32 / 2.0 / link.bandwidth
-                }
-            }
+        ALL_REDUCES_PER_LAYER * (self.fixed_s + self.per_byte_s * tokens * activation_f32)
     }
 }
 
@@ -263,9 +263,9 @@ mod tests {
         assert!((nv8 / 2.0 - CUSTOM_ALL_REDUCE_S) < 1e-6, "{nv8}");
         assert!(of(Engine::LlamaCpp, 8, nvlink).per_layer_s(1.0, hidden) > 6.0 * 30e-6);
         // Two PCIe peers take the kernel; four fall back to NCCL; no peer access, always.
-        assert!(matches!(of(Engine::Vllm, 2, pcie), AllReduce::OneShot { .. }));
-        assert!(matches!(of(Engine::Vllm, 4, pcie), AllReduce::Nccl { .. }));
-        assert!(matches!(of(Engine::Vllm, 2, consumer), AllReduce::Nccl { .. }));
+        assert_eq!(of(Engine::Vllm, 2, pcie).fixed_s, CUSTOM_ALL_REDUCE_S);
+        assert_eq!(of(Engine::Vllm, 4, pcie).fixed_s, 3.0 * NCCL_HOP_S);
+        assert_eq!(of(Engine::Vllm, 2, consumer).fixed_s, NCCL_HOP_S);
     }
 
     /// The published small-message NCCL all-reduces the hop is taken from, each within 10%:

@@ -251,8 +251,8 @@ fn vllm_predicted(device: &str, (preset, weights): (&str, &str), (gpus, link, fo
         let link = crate::presets::GpuLinkPreset::find(link).unwrap().link();
         let peers = f64::from(gpus - 1);
         let activation_f32 = problem.model.arch.hidden_size as f64 * 4.0;
-        let saved = AllReduce::Nccl { peers, link }.per_layer_s(1.0, activation_f32)
-            - AllReduce::OneShot { peers, link }.per_layer_s(1.0, activation_f32);
+        let saved = AllReduce::nccl(peers, link).per_layer_s(1.0, activation_f32)
+            - AllReduce::one_shot(peers, link).per_layer_s(1.0, activation_f32);
         step -= cost.layers() as f64 * saved;
     }
     1.0 / step
