@@ -2,14 +2,27 @@
 # DeepSpeed pipeline stages as PipelineModule boundaries. BLOCK_PARTS counts transformer
 # blocks; set BLOCK_OFFSET to the number of layer specs before the first block (1 for an
 # embedding spec). Layer specs after the last block (norm, head) join the last stage.
+# TENSOR_PARALLEL GPUs run each stage (the model's layers split as Megatron-DeepSpeed's
+# mpu splits them). Launch with a hostfile that lists the machines in this order:
+#   desk slots=1
+#   gamer slots=1
+# deepspeed --hostfile hostfile --include "desk@gamer" your_script.py
 from deepspeed.pipe import PipelineModule
+from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
 BLOCK_PARTS = [0, 44, 80]
 STAGE_NODES = ["desk", "gamer"]
+TENSOR_PARALLEL = 1
 BLOCK_OFFSET = 1
 
+
+def stageplan_topology():
+    """The plan's ranks: each stage's TENSOR_PARALLEL GPUs side by side, then the stages in order."""
+    return PipeModelDataParallelTopology(num_pp=len(STAGE_NODES), num_mp=TENSOR_PARALLEL, num_dp=1)
+
+
 class StageplanPipelineModule(PipelineModule):
-    """PipelineModule whose stages are stageplan's (pass num_stages=len(STAGE_NODES))."""
+    """PipelineModule whose stages are stageplan's (pass topology=stageplan_topology())."""
 
     def _partition_layers(self, method="uniform"):
         num_stages = self._topo.get_dim("pipe")

@@ -135,9 +135,9 @@ pub enum ExportError {
     )]
     SameAddress { first: String, second: String, address: String, server: &'static str },
     #[error(
-        "the plan runs several GPUs of `{machine}`, which this version exports for llama.cpp and Kubernetes, and for vLLM when every stage is on that machine or each is a tensor-parallel group on a machine of its own; export it with `--to llama.cpp`, or describe `{machine}`'s GPUs as machines of their own for {target}"
+        "the plan runs several GPUs of `{machine}`, which this version exports for llama.cpp, Kubernetes, DeepSpeed and Megatron-LM, and for vLLM when every stage is on that machine or each is a tensor-parallel group on a machine of its own (exo runs one device a machine); export it with `--to {instead}`, or describe `{machine}`'s GPUs as machines of their own for {target}"
     )]
-    SeveralGpus { target: Target, machine: String },
+    SeveralGpus { target: Target, machine: String, instead: Target },
     #[error("`{option}` names `{node}`, which is not a node of the plan; use one of {nodes}")]
     UnknownNode { option: &'static str, node: String, nodes: String },
     #[error("`{option}` `{value}` {problem}")]
@@ -705,20 +705,27 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
                 plan.stages[..i].iter().all(|o| o.gpu_of.as_ref().is_none_or(|h| h.machine != g.machine))
             })
     });
-    // Kubernetes runs each stage in a pod of its own, asking its machine for its GPUs.
-    if !matches!(target, Target::LlamaCpp | Target::Kubernetes)
+    // Kubernetes runs each stage in a pod of its own, asking its machine for its GPUs; the
+    // training launchers give each machine's GPUs ranks.
+    if !matches!(target, Target::LlamaCpp | Target::Kubernetes | Target::DeepSpeed | Target::Megatron)
         && !(target == Target::Vllm && (one_machine || groups_apart))
         && let Some(gpu) = plan.stages.iter().find_map(|s| s.gpu_of.as_ref())
     {
-        return Err(ExportError::SeveralGpus { target, machine: gpu.machine.clone() });
+        // llama.cpp runs any such plan but a pipeline of groups, which vLLM runs.
+        let instead = if plan.stages.len() > 1 && !plan.stages[0].tensor_parallel.is_empty() {
+            Target::Vllm
+        } else {
+            Target::LlamaCpp
+        };
+        return Err(ExportError::SeveralGpus { target, machine: gpu.machine.clone(), instead });
     }
     let (text, notes) = match target {
         Target::LlamaCpp => llama_cpp::export(&layout)?,
         Target::Vllm => vllm::export(&layout),
         Target::Exo => exo::export(&layout),
         Target::Kubernetes => kubernetes::export(&layout),
-        Target::DeepSpeed => training::deepspeed(&layout),
-        Target::Megatron => training::megatron(&layout),
+        Target::DeepSpeed => training::deepspeed(&layout)?,
+        Target::Megatron => training::megatron(&layout)?,
     };
     let mut notes: Vec<String> = layout.notes.iter().cloned().chain(notes).collect();
     // Only llama.cpp and vLLM place tensors in a machine's system RAM; elsewhere the plan's

@@ -556,3 +556,33 @@ fn kubernetes_gives_each_stage_its_machines_gpus() {
     let error = export(&plan, Target::Exo, &options).unwrap_err().to_string();
     assert!(error.contains("several GPUs of `box`") && error.contains("Kubernetes"), "{error}");
 }
+
+#[test]
+fn training_launchers_refuse_ranks_they_cannot_give() {
+    let (plan, options) = planned(include_str!("../../../../tests/export/box-and-desk-gpus/scenario.json"));
+    // The plan runs `box/gpu1`, `box/gpu0`, then `desk`: torchrun keeps that GPU order.
+    let megatron = export(&plan, Target::Megatron, &options).unwrap().text;
+    assert!(
+        megatron.contains("box: CUDA_VISIBLE_DEVICES=1,0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2"),
+        "{megatron}"
+    );
+    // A plan file that comes back to `box` after `desk` cannot be numbered machine by machine.
+    let mut back = plan.clone();
+    back.stages.swap(1, 2);
+    let [a, b] = [back.stages[1].layers, back.stages[2].layers];
+    back.stages[1].layers = [a[0].min(b[0]), a[0].min(b[0]) + (b[1] - b[0])];
+    back.stages[2].layers = [back.stages[1].layers[1], back.stages[1].layers[1] + (a[1] - a[0])];
+    for target in [Target::Megatron, Target::DeepSpeed] {
+        let error = export(&back, target, &options).unwrap_err().to_string();
+        assert!(error.starts_with("`stages[2].gpu_of` comes back to `box`"), "{target}: {error}");
+    }
+    // Two groups sharing GPUs: the launch would start two ranks on each.
+    let (plan, options) = planned(include_str!("../../../../tests/export/racks-tensor-pipeline/scenario.json"));
+    let mut shared = plan;
+    let gpu = shared.stages[1].gpu_of.as_mut().unwrap();
+    (gpu.machine, gpu.index) = ("rack1".into(), 1);
+    shared.stages[1].node = "rack1/gpu1".into();
+    shared.stages[1].tensor_parallel = vec![1, 2, 3, 0];
+    let error = export(&shared, Target::Megatron, &options).unwrap_err().to_string();
+    assert!(error.contains("runs GPU 1 of `rack1`, which a stage before runs"), "{error}");
+}
