@@ -180,6 +180,12 @@ pub(crate) mod element {
 /// `--gpu-memory-utilization` as the vLLM export passes it (vLLM's default).
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
+/// A vLLM plan's typical error in tok/s: the median |error| of the published one-user vLLM
+/// decode figures the cost model holds (`tests/calibration/tensor-parallel.csv`, planned
+/// with the nearest presets; a test recomputes it). The fit's figures are llama.cpp's, so
+/// a vLLM plan does not borrow them.
+pub const VLLM_DECODE_ERROR: f64 = 0.17;
+
 /// llama.cpp rounds the context of each sequence up to this many KV cells.
 pub const LLAMA_CPP_CONTEXT_PAD: u64 = 256;
 

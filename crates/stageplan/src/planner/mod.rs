@@ -578,6 +578,10 @@ fn accuracy(problem: &Problem, cost: &CostModel, stages: &[Placement], tokens_pe
         let node = &problem.nodes[cost.members(p.node)[0]];
         let terms = crate::calibration::FITTED.backend(node.backend);
         let (e, class) = match (crate::calibration::Measured::of_node(node), terms) {
+            // The calibration is llama.cpp's; vLLM's own published runs say how far it holds.
+            _ if problem.workload.engine == crate::engine::Engine::Vllm => {
+                (crate::engine::VLLM_DECODE_ERROR, "vLLM, published runs".to_owned())
+            }
             (Some(m), terms) => (
                 m.typical_error(terms.map_or(0.0, |t| t.typical_error)),
                 format!("measured, llama.cpp {}", node.backend.title()),

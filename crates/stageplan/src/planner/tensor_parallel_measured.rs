@@ -268,6 +268,7 @@ fn vllm_predicted(device: &str, (preset, weights): (&str, &str), (gpus, link, fo
 fn vllm_tensor_parallel_follows_published_pairs() {
     eprintln!("| GPU | model | first way | second way | tok/s (pub / pred) | ratio pub | ratio pred | signed error |");
     let mut failures = Vec::new();
+    let mut absolute = Vec::new();
     for pair in &VLLM_PUBLISHED {
         let [a, b] = pair.ways;
         let way = |(gpus, link, forced, _): (u32, &str, bool, f64)| {
@@ -289,6 +290,9 @@ fn vllm_tensor_parallel_follows_published_pairs() {
             b.3,
             error * 100.0
         );
+        if pair.gap.is_empty() {
+            absolute.extend([(first / a.3 - 1.0).abs(), (second / b.3 - 1.0).abs()]);
+        }
         if pair.gap.is_empty() && error.abs() > 0.15 {
             failures.push(format!("{} {}: ratio {ratio:.3}, published {published:.3}", pair.device, pair.model.0));
         }
@@ -303,6 +307,12 @@ fn vllm_tensor_parallel_follows_published_pairs() {
                 ));
             }
         }
+    }
+    // What a vLLM plan says of its own speed (`Plan::accuracy`).
+    let typical = crate::calibration::quantile(&absolute, 0.5);
+    eprintln!("median |error| of the held rows' tok/s: {:.1}%", typical * 100.0);
+    if (typical - crate::engine::VLLM_DECODE_ERROR).abs() > 0.02 {
+        failures.push(format!("VLLM_DECODE_ERROR is {}, the rows say {typical:.3}", crate::engine::VLLM_DECODE_ERROR));
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
