@@ -112,7 +112,7 @@ impl ClusterStatus {
                                 .collect();
                             measured.sort_by(f64::total_cmp);
                             StageStatus {
-                                node: request.node.clone().unwrap_or_default(),
+                                node: request.label(),
                                 layers: request.layers,
                                 predicted_s: predicted.step_s,
                                 measured_s: (!measured.is_empty()).then(|| measured[(measured.len() - 1) / 2]),

@@ -26,8 +26,8 @@ fn fleet() -> (Vec<Node>, Vec<Deployment>) {
     let mut nodes: Vec<Node> =
         (0..4_000).map(|i| Node { name: format!("gpu-{i:04}"), memory: 640 * GIB, gpus: 8 }).collect();
     nodes.extend((0..1_000).map(|i| Node { name: format!("cpu-{i:04}"), memory: 512 * GIB, gpus: 0 }));
-    let gpu_stage = StageRequest { layers: [0, 40], memory: 40 * GIB, gpus: 1, node: None };
-    let cpu_stage = StageRequest { layers: [0, 32], memory: 4 * GIB, gpus: 0, node: None };
+    let gpu_stage = StageRequest { layers: [0, 40], memory: 40 * GIB, gpus: 1, node: None, gpu_ids: Vec::new() };
+    let cpu_stage = StageRequest { layers: [0, 32], memory: 4 * GIB, gpus: 0, node: None, gpu_ids: Vec::new() };
     let mut deployments: Vec<Deployment> =
         (0..400).map(|i| deployment(format!("llm-{i:03}"), 40, vec![gpu_stage.clone(), gpu_stage.clone()])).collect();
     deployments.extend((0..600).map(|i| deployment(format!("small-{i:03}"), 140, vec![cpu_stage.clone()])));

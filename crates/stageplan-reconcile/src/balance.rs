@@ -303,7 +303,9 @@ fn retry(planned: &Planned, stages: &[StageView<'_>], now_ms: u64) -> Option<Dec
 pub fn with_learned(problem: &Problem, learned: &BTreeMap<String, Learned>) -> Problem {
     let mut problem = problem.clone();
     for node in &mut problem.nodes {
-        if let Some(l) = learned.get(&node.name) {
+        // What the loop learns is a cluster node's, so a machine's: each of its GPUs' too.
+        let machine = node.gpu_of.as_ref().map_or(node.name.as_str(), |g| g.machine.as_str());
+        if let Some(l) = learned.get(machine) {
             node.efficiency.bandwidth /= l.slowdown;
             node.efficiency.compute /= l.slowdown;
             node.memory = node.memory.saturating_sub(l.memory_taken);

@@ -119,10 +119,13 @@ impl Capacity {
         let (gpus, memory) = (stage.gpus, stage.memory);
         let max_gpus = crate::spec::MAX_GPUS_PER_NODE;
         let bucket = |g: u32| (g, memory, 0)..=(g, u64::MAX, usize::MAX);
+        // The plan's GPUs on its machine, when it names them: each there and free.
+        let wanted = stage.gpu_ids.iter().fold(0u128, |b, &g| if g < 128 { b | (1 << g) } else { b });
         let pinned = stage.node.as_ref().map(|name| {
             let &index = self.by_name.get(name)?;
             let n = &self.nodes[index];
-            (n.free_gpus() >= gpus && n.free_memory >= memory).then(|| n.key(index))
+            let ids_free = stage.gpu_ids.iter().all(|&g| g < n.node.gpus) && n.taken & wanted == 0;
+            (n.free_gpus() >= gpus && n.free_memory >= memory && ids_free).then(|| n.key(index))
         });
         let found = match (pinned, placement, gpus) {
             // The plan's machine, or nowhere: the stage's prediction is that machine's.
@@ -141,8 +144,8 @@ impl Capacity {
             },
         };
         let (_, _, index) = found?;
-        let mut ids = Vec::with_capacity(gpus as usize);
-        let mut bits = 0u128;
+        let mut ids = stage.gpu_ids.clone();
+        let mut bits = wanted;
         let taken = self.nodes[index].taken;
         for id in 0..self.nodes[index].node.gpus {
             if ids.len() == gpus as usize {
@@ -177,7 +180,7 @@ mod tests {
 
     #[test]
     fn bin_pack_fills_the_fullest_node_and_spread_the_emptiest() {
-        let stage = StageRequest { layers: [0, 1], memory: 10 << 30, gpus: 1, node: None };
+        let stage = StageRequest { layers: [0, 1], memory: 10 << 30, gpus: 1, node: None, gpu_ids: Vec::new() };
         let mut capacity = Capacity::new([node("big", 80, 8), node("small", 24, 2)]);
         let first = capacity.place(&stage, Placement::BinPack).unwrap();
         assert_eq!((first.node.as_str(), first.gpus.as_slice()), ("small", &[0][..]));
@@ -190,7 +193,7 @@ mod tests {
 
     #[test]
     fn release_frees_exactly_the_ids_taken() {
-        let stage = StageRequest { layers: [0, 1], memory: 1, gpus: 2, node: None };
+        let stage = StageRequest { layers: [0, 1], memory: 1, gpus: 2, node: None, gpu_ids: Vec::new() };
         let mut capacity = Capacity::new([node("n", 8, 4)]);
         let a = capacity.place(&stage, Placement::BinPack).unwrap();
         let b = capacity.place(&stage, Placement::BinPack).unwrap();

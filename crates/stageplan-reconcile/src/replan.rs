@@ -26,10 +26,7 @@ pub(crate) fn replanned(
     let current: Vec<stageplan::planner::replan::CurrentStage> = deployment
         .stages
         .iter()
-        .map(|s| stageplan::planner::replan::CurrentStage {
-            node: s.node.clone().unwrap_or_default(),
-            layers: s.layers,
-        })
+        .map(|s| stageplan::planner::replan::CurrentStage { node: s.plan_node().unwrap_or_default(), layers: s.layers })
         .collect();
     let options =
         stageplan::ReplanOptions { tolerance: planned.options.tolerance, hysteresis: planned.options.hysteresis };
@@ -45,7 +42,9 @@ pub(crate) fn replanned(
         let (stages, predicted) = crate::spec::planned_stages(&replan.plan, gpus);
         let moved = stages
             .iter()
-            .filter(|s| !deployment.stages.iter().any(|o| o.node == s.node && o.layers == s.layers))
+            .filter(|s| {
+                !deployment.stages.iter().any(|o| o.node == s.node && o.gpu_ids == s.gpu_ids && o.layers == s.layers)
+            })
             .count();
         if moved > 0 && !forced {
             let recent = planned.events.iter().filter(|e| e.counts(now_ms)).count();

@@ -216,6 +216,31 @@ pub struct StageRequest {
     /// predicted time is that machine's). Absent: any node that fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// On a machine with several GPUs, the ones the plan put the stage on (a
+    /// tensor-parallel group's, or one): it takes these ids on `node` or waits. Absent:
+    /// the lowest free ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_ids: Vec<u32>,
+}
+
+impl StageRequest {
+    /// The plan's name for the stage's node: the machine, or on a machine with several GPUs
+    /// its first GPU's (`box/gpu1`), as the planner names it.
+    pub fn plan_node(&self) -> Option<String> {
+        let node = self.node.as_deref()?;
+        Some(self.gpu_ids.first().map_or_else(|| node.to_owned(), |&gpu| stageplan::problem::gpu_node_name(node, gpu)))
+    }
+
+    /// The stage's node in words, with its GPUs there when the plan names them
+    /// (`box/gpu1+gpu2`), as a plan labels its stages.
+    pub fn label(&self) -> String {
+        let node = self.node.as_deref().unwrap_or_default();
+        if self.gpu_ids.is_empty() {
+            return node.to_owned();
+        }
+        let gpus: Vec<String> = self.gpu_ids.iter().map(|g| format!("gpu{g}")).collect();
+        format!("{node}/{}", gpus.join("+"))
+    }
 }
 
 /// How to choose among nodes that fit.
@@ -295,7 +320,8 @@ pub enum Status {
 }
 
 /// A plan's stages as requests pinned to their machines, with what each is predicted to
-/// take; `gpus` says how many GPUs a stage takes.
+/// take; `gpus` says how many GPUs a stage takes, but on a machine with several, where the
+/// stage takes the plan's GPUs there (and a group's memory is each GPU's share times its GPUs).
 pub fn planned_stages(
     plan: &Plan,
     gpus: impl Fn(&stageplan::plan::Stage) -> u32,
@@ -303,11 +329,25 @@ pub fn planned_stages(
     plan.stages
         .iter()
         .map(|s| {
-            let request = StageRequest {
-                layers: s.layers,
-                memory: s.memory.total.saturating_sub(s.memory.reserve),
-                gpus: gpus(s),
-                node: Some(s.node.clone()),
+            let memory = s.memory.total.saturating_sub(s.memory.reserve);
+            let request = match &s.gpu_of {
+                Some(g) => {
+                    let gpu_ids = if s.tensor_parallel.is_empty() { vec![g.index] } else { s.tensor_parallel.clone() };
+                    StageRequest {
+                        layers: s.layers,
+                        memory: memory.saturating_mul(gpu_ids.len() as u64),
+                        gpus: gpu_ids.len() as u32,
+                        node: Some(g.machine.clone()),
+                        gpu_ids,
+                    }
+                }
+                None => StageRequest {
+                    layers: s.layers,
+                    memory,
+                    gpus: gpus(s),
+                    node: Some(s.node.clone()),
+                    gpu_ids: Vec::new(),
+                },
             };
             (request, Predicted { step_s: s.time_s, hop_s: s.time.send_s.min(s.time_s * 0.5) })
         })
@@ -378,8 +418,6 @@ fn machines_are_nodes(scenario: &Scenario) -> Result<(), SpecError> {
                 "cannot be a cluster node's name, and the loop places this machine's stages on the node of its name; rename the machine with {}, as its node is registered",
                 name_rule!()
             )
-        } else if spec.gpus.is_some() {
-            "has several GPUs (`gpus`), whose stages the loop does not place yet; give each GPU a machine of its own in the deployment's scenario".to_owned()
         } else if let Some(count) = spec.count.filter(|&count| !is_name(&spec.machine_name(count))) {
             format!(
                 "with `count` {count} names machines up to `{name}-{count}`, past the 200 characters of a cluster node's name; shorten it"
@@ -420,6 +458,7 @@ impl Deployment {
                 memory: s.memory.total.saturating_sub(s.memory.reserve),
                 gpus: gpus_per_stage,
                 node: None,
+                gpu_ids: Vec::new(),
             })
             .collect();
         let model = format!("{} {}", plan.model.name, plan.model.weights).trim().to_owned();
@@ -469,6 +508,27 @@ impl Deployment {
             }
             if let Some(node) = &stage.node {
                 valid_name("stages[].node", node)?;
+            }
+            if !stage.gpu_ids.is_empty() {
+                let ids = format!("{:?}", stage.gpu_ids);
+                let distinct = stage.gpu_ids.iter().enumerate().all(|(i, g)| !stage.gpu_ids[..i].contains(g));
+                if stage.node.is_none() {
+                    return invalid(
+                        "stages[].gpu_ids",
+                        ids,
+                        "names GPUs of no node; give the stage's `node`, or leave them out",
+                    );
+                }
+                if stage.gpu_ids.len() != stage.gpus as usize
+                    || !distinct
+                    || stage.gpu_ids.iter().any(|&g| g >= MAX_GPUS_PER_NODE)
+                {
+                    return invalid(
+                        "stages[].gpu_ids",
+                        ids,
+                        "must be `gpus` distinct GPU ids below 128, the ones the plan put the stage on",
+                    );
+                }
             }
         }
         let (min, max) = (self.min_replicas.unwrap_or(0), self.max_replicas.unwrap_or(u32::MAX));

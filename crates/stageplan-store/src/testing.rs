@@ -23,10 +23,19 @@ pub fn fill_sample(store: &mut impl Store) -> Result<(), StoreError> {
         let node = Node { name: name.into(), memory: gib * GIB, gpus };
         controller.handle(store, Event::NodeJoined(node), &NoMetrics)?;
     }
-    let stage = |layers: [usize; 2], gib: u64, gpus: u32| StageRequest { layers, memory: gib * GIB, gpus, node: None };
+    let stage = |layers: [usize; 2], gib: u64, gpus: u32| StageRequest {
+        layers,
+        memory: gib * GIB,
+        gpus,
+        node: None,
+        gpu_ids: Vec::new(),
+    };
+    // A stage pinned to two GPUs of a machine, as a tensor-parallel group's is.
+    let pinned = StageRequest { node: Some("gpu-b".into()), gpu_ids: vec![2, 3], ..stage([0, 32], 16, 2) };
     let deployments = [
         ("llama-70b", 3, vec![stage([0, 40], 40, 1), stage([40, 80], 40, 1)]),
         ("embed", 2, vec![stage([0, 24], 8, 0)]),
+        ("group", 1, vec![pinned]),
     ];
     for (name, replicas, stages) in deployments {
         let deployment = Deployment::new(name, replicas, stages);

@@ -64,8 +64,8 @@ fn deployment(name: &str, replicas: u32) -> Deployment {
         max_replicas: None,
         placement: Placement::BinPack,
         stages: vec![
-            StageRequest { layers: [0, 40], memory: 20 * GIB, gpus: 1, node: None },
-            StageRequest { layers: [40, 80], memory: 20 * GIB, gpus: 1, node: None },
+            StageRequest { layers: [0, 40], memory: 20 * GIB, gpus: 1, node: None, gpu_ids: Vec::new() },
+            StageRequest { layers: [40, 80], memory: 20 * GIB, gpus: 1, node: None, gpu_ids: Vec::new() },
         ],
         autoscale: None,
         last_scaled_ms: None,

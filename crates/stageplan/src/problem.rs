@@ -134,6 +134,12 @@ pub struct Node {
     pub gpu_of: Option<GpuOf>,
 }
 
+/// The node name of GPU `index` of `machine`, as plans, exports and the reconcile loop name
+/// it: `box/gpu1`.
+pub fn gpu_node_name(machine: &str, index: u32) -> String {
+    format!("{machine}/gpu{index}")
+}
+
 /// A GPU's place in a machine with several: the machine's name, the engine's number for
 /// the GPU there (`CUDA{index}`), and the link between the machine's GPUs.
 #[derive(Clone, Debug, PartialEq, Serialize)]

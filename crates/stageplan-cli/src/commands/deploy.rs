@@ -87,7 +87,7 @@ fn read_deployment(path: &Path, text: &str) -> Result<Deployment, Failure> {
             object.insert("planned".into(), serde_json::to_value(&planned).map_err(|e| at(e.to_string()))?);
         } else {
             // Without re-balancing, a stage may run on any node that fits.
-            stages.iter_mut().for_each(|s| s.node = None);
+            stages.iter_mut().for_each(|s| (s.node, s.gpu_ids) = (None, Vec::new()));
         }
         object.insert("stages".into(), serde_json::to_value(&stages).map_err(|e| at(e.to_string()))?);
         object.entry("model").or_insert(serde_json::Value::String(template.model));

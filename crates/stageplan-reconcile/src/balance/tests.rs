@@ -20,7 +20,13 @@ fn planned(steps: &[f64]) -> Planned {
 fn requests(nodes: &[&str]) -> Vec<StageRequest> {
     nodes
         .iter()
-        .map(|n| StageRequest { layers: [0, 1], memory: 4 << 30, gpus: 0, node: Some((*n).to_owned()) })
+        .map(|n| StageRequest {
+            layers: [0, 1],
+            memory: 4 << 30,
+            gpus: 0,
+            node: Some((*n).to_owned()),
+            gpu_ids: Vec::new(),
+        })
         .collect()
 }
 

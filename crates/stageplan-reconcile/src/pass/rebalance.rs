@@ -63,20 +63,20 @@ impl Rebalancing {
                 }
             };
             let views = stage_views(name, deployment, problem, &snapshot.assignments, metrics);
-            let nodes: BTreeMap<String, NodeView> = problem
-                .nodes
-                .iter()
-                .map(|n| {
-                    let view = NodeView {
-                        up: metrics.node_up(&n.name),
-                        memory_free: metrics.memory_free(&n.name),
-                        reserve: n.reserve,
-                        memory: n.memory,
-                        bound: bound.get(n.name.as_str()).copied().unwrap_or(0),
-                    };
-                    (n.name.clone(), view)
-                })
-                .collect();
+            // A cluster node is a machine: one with several GPUs reports once, for all of them.
+            let mut nodes: BTreeMap<String, NodeView> = BTreeMap::new();
+            for n in &problem.nodes {
+                let machine = n.gpu_of.as_ref().map_or(n.name.as_str(), |g| g.machine.as_str());
+                let view = nodes.entry(machine.to_owned()).or_insert_with(|| NodeView {
+                    up: metrics.node_up(machine),
+                    memory_free: metrics.memory_free(machine),
+                    reserve: 0,
+                    memory: 0,
+                    bound: bound.get(machine).copied().unwrap_or(0),
+                });
+                view.reserve = view.reserve.saturating_add(n.reserve);
+                view.memory = view.memory.saturating_add(n.memory);
+            }
             let decision = watches.entry(name.clone()).or_default().observe(plan, &views, &nodes, now_ms);
             let Decision::Replan { learned, why, forced } = decision else { continue };
             match replanned(deployment, plan, problem, learned, &why, forced, now_ms) {
@@ -112,7 +112,9 @@ fn stage_views<'a>(
         .enumerate()
         .map(|(s, request)| {
             let node = request.node.as_deref().unwrap_or_default();
-            let machine = problem.nodes.iter().find(|n| n.name == node);
+            // On a machine with several GPUs, the stage's GPU as the plan names it.
+            let plan_node = request.plan_node().unwrap_or_default();
+            let machine = problem.nodes.iter().find(|n| n.name == plan_node);
             let mut measured: Vec<f64> = (0..deployment.replicas)
                 .filter(|&r| {
                     assignments.get(&assignment_key(name, r, s)).is_some_and(|(a, _)| {

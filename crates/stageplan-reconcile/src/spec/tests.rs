@@ -17,7 +17,7 @@ fn bad_specs_name_the_field() {
         min_replicas: None,
         max_replicas: None,
         placement: Placement::BinPack,
-        stages: vec![StageRequest { layers: [0, 1], memory: 1, gpus: 1, node: None }],
+        stages: vec![StageRequest { layers: [0, 1], memory: 1, gpus: 1, node: None, gpu_ids: Vec::new() }],
         autoscale: None,
         last_scaled_ms: None,
         planned: None,

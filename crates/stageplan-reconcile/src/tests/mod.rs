@@ -18,7 +18,13 @@ fn deployment(name: &str, replicas: u32, stages: &[(u64, u32)]) -> Deployment {
     let stages = stages
         .iter()
         .enumerate()
-        .map(|(i, &(gib, gpus))| StageRequest { layers: [i, i + 1], memory: gib * GIB, gpus, node: None })
+        .map(|(i, &(gib, gpus))| StageRequest {
+            layers: [i, i + 1],
+            memory: gib * GIB,
+            gpus,
+            node: None,
+            gpu_ids: Vec::new(),
+        })
         .collect();
     Deployment::new(name, replicas, stages)
 }

@@ -252,14 +252,75 @@ fn machine_names_are_checked_as_the_planner_makes_them() {
     assert!(error.contains("with `count` 10"), "{error}");
 }
 
-/// A machine with several GPUs plans as `box/gpu0`, `box/gpu1`…, which the loop cannot
-/// place on a node yet: refused at the machine, with what to write instead.
+/// A machine with several GPUs (issue #46): its stages are pinned to it and to the plan's
+/// GPUs there, a tensor-parallel group's memory is its GPUs' together, and the machine down
+/// takes all its GPUs out of the re-plan.
 #[test]
-fn a_machine_with_several_gpus_is_refused_until_the_loop_places_them() {
-    let scenario = r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"},
-        "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}]}]}"#;
+fn a_machines_gpus_run_the_stages_the_plan_put_on_each() {
+    // Llama 3.1 70B needs both of `box`'s GPUs; `desk` alone cannot hold it.
+    let scenario = r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"}, "workload": {"context": 4096},
+        "nodes": [{"name": "box", "gpus": [{"device": "rtx-3060-12gb"}, {"device": "rtx-4090"}, {"device": "rtx-3090"}], "gpu_link": "pcie4-x8"},
+                  {"name": "desk", "device": "rtx-3060-12gb"}],
+        "objective": "latency"}"#;
+    let problem = stageplan::check(scenario, stageplan::check::no_model_files).unwrap().problem;
+    let plan = stageplan::plan(&problem);
+    let on_box: Vec<u32> = plan
+        .stages
+        .iter()
+        .filter(|s| s.gpu_of.as_ref().is_some_and(|g| g.machine == "box"))
+        .flat_map(|s| {
+            if s.tensor_parallel.is_empty() {
+                vec![s.gpu_of.as_ref().unwrap().index]
+            } else {
+                s.tensor_parallel.clone()
+            }
+        })
+        .collect();
+    assert!(
+        on_box.len() >= 2 && on_box != [0, 1],
+        "{:?}",
+        plan.stages.iter().map(stageplan::plan::Stage::label).collect::<Vec<_>>()
+    );
     let (deployment, _) = planned_deployment(scenario, BalanceOptions::default());
-    let error = deployment.check().unwrap_err().to_string();
-    assert!(error.starts_with("`planned.scenario.nodes[0].name` `box`"), "{error}");
-    assert!(error.contains("several GPUs") && error.contains("machine of its own"), "{error}");
+    deployment.check().expect("a machine with several GPUs is a node");
+    let mut memory: BTreeMap<&str, u64> = BTreeMap::new();
+    for n in &problem.nodes {
+        *memory.entry(n.gpu_of.as_ref().map_or(n.name.as_str(), |g| g.machine.as_str())).or_default() += n.memory;
+    }
+    let nodes = [
+        Node { name: "box".into(), memory: memory["box"], gpus: 3 },
+        Node { name: "desk".into(), memory: memory["desk"], gpus: 1 },
+    ];
+    let mut world = World::new(&nodes, &[deployment]);
+    world.pass(0);
+    // Each stage on `box` holds the GPU the plan gave it there, not the lowest free one.
+    let bound = world.bound();
+    let taken: Vec<u32> = (0..plan.stages.len())
+        .filter_map(|k| bound.get(&spec::assignment_key("chat", 0, k)))
+        .filter(|a| a.node == "box")
+        .flat_map(|a| a.gpus.clone())
+        .collect();
+    assert_eq!(taken, on_box);
+    // `box` down: none of its GPUs is planned on; what is left cannot hold the model.
+    for pass in 1..=u64::from(BalanceOptions::default().passes) {
+        let reports = Reports { up: [("box".to_owned(), false)].into(), free: world.free_with(&BTreeMap::new()) };
+        world.pass_with(pass * 10_000, &reports);
+    }
+    let event = world.planned().events.last().cloned().expect("a re-balance");
+    assert!(event.reason.contains("no split fits what is left"), "{event:?}");
+
+    // Under vLLM the plan is one tensor-parallel group: it asks for both GPUs, by id, and
+    // for their memory together.
+    let group = r#"{"model": {"preset": "llama-3.1-8b", "weights": "bf16"}, "workload": {"context": 4096}, "engine": "vllm",
+        "nodes": [{"name": "box", "gpus": [{"device": "rtx-4090", "count": 2}], "gpu_link": "nvlink-bridge"}]}"#;
+    let plan = stageplan::plan(&stageplan::check(group, stageplan::check::no_model_files).unwrap().problem);
+    assert_eq!(plan.stages[0].tensor_parallel, [0, 1]);
+    let (stages, _) = planned_stages(&plan, |_| 1);
+    let share = plan.stages[0].memory.total - plan.stages[0].memory.reserve;
+    assert_eq!(
+        (stages[0].node.as_deref(), stages[0].gpus, stages[0].gpu_ids.as_slice()),
+        (Some("box"), 2, &[0, 1][..])
+    );
+    assert_eq!(stages[0].memory, 2 * share);
+    assert_eq!(stages[0].plan_node().as_deref(), Some("box/gpu0"));
 }

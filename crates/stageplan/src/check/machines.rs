@@ -95,7 +95,10 @@ impl Scenario {
                         // The machine's one RAM beside each of its GPUs: `-ot` keeps tensors of
                         // any GPU's layers there. The cost model divides it among them
                         // (`cost::RamShare`), so it is counted once.
-                        nodes.push(Node { host: host.clone(), ..gpu.node(format!("{name}/gpu{index}"), Some(gpu_of)) });
+                        nodes.push(Node {
+                            host: host.clone(),
+                            ..gpu.node(crate::problem::gpu_node_name(&name, index), Some(gpu_of))
+                        });
                     }
                 }
                 continue;

@@ -136,7 +136,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             match gpu {
                 Some(lead) if !tensor_parallel.is_empty() => tensor_parallel
                     .iter()
-                    .map(|&i| (node, Some(i), offset + (i - lead) as u16, format!("{machine}/gpu{i}")))
+                    .map(|&i| (node, Some(i), offset + (i - lead) as u16, crate::problem::gpu_node_name(machine, i)))
                     .collect::<Vec<_>>(),
                 _ => vec![(node, gpu, offset, node.to_owned())],
             }

@@ -421,7 +421,7 @@ impl<'p> Layout<'p> {
                         ),
                     });
                 }
-                if name != format!("{}/gpu{}", gpu.machine, gpu.index) {
+                if name != crate::problem::gpu_node_name(&gpu.machine, gpu.index) {
                     return Err(ExportError::Node {
                         index,
                         problem: format!(
