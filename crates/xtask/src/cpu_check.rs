@@ -147,7 +147,7 @@ fn probe(cli: &Path, bench: &Path, model: &Path, threads: usize) -> Result<Probe
 
 /// The models, written once per machine (a few minutes on two cores): an F16 file by gguf-py,
 /// quantized by llama-quantize, then deleted.
-fn models(python: &Path, llama_cpp: &Path) -> Result<PathBuf, String> {
+pub(crate) fn models(python: &Path, llama_cpp: &Path) -> Result<PathBuf, String> {
     let dir = cache().join("cpu-models");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for (size, shape) in SIZES {

@@ -10,6 +10,9 @@
 //! - `cargo xtask fuzz [SECONDS]`: only the fuzz targets, each for SECONDS (default 60).
 //! - `cargo xtask cpu-check`: only the check of a probed CPU's plans against llama-bench on
 //!   this machine (a step of `test`); prints the table BENCHMARKS.md quotes.
+//! - `cargo xtask serve-check`: a real llama-server on this machine's CPU under 1, 2, 4 and
+//!   8 concurrent users: time to first token, time per output token and aggregate tok/s
+//!   (issue #47's ground truth; a measurement, not a step of `test`).
 //! - `cargo xtask gpu`: on a machine with a GPU, in one run: build, check the kernels on
 //!   every adapter, probe them, time the kernels against the CPU, and run a plan sharded
 //!   across the local devices with predicted against measured stage times.
@@ -29,6 +32,7 @@ mod bench;
 mod calibrate;
 mod checks;
 mod cpu_check;
+mod serve_check;
 mod setup;
 mod test;
 mod web;
@@ -58,6 +62,10 @@ fn main() -> ExitCode {
         Some("quality") => quality().map(|table| println!("{table}")),
         Some("gpu") => gpu(),
         Some("cpu-check") => test::cpu_check_alone(),
+        Some("serve-check") => setup().and_then(|python| {
+            let llama_cpp = setup::llama_cpp(&python)?;
+            serve_check::serve_check(&python, &llama_cpp)
+        }),
         Some("embed") => {
             web_tools().and_then(|()| build_embed()).map(|out| println!("embed package: {}", out.display()))
         }
@@ -67,7 +75,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test | checks | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | cpu-check | fuzz [SECONDS] | gpu | embed"
+                "usage: cargo xtask test | checks | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | cpu-check | serve-check | fuzz [SECONDS] | gpu | embed"
             );
             return ExitCode::from(2);
         }

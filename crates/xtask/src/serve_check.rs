@@ -1,0 +1,233 @@
+//! `cargo xtask serve-check`: what several users see from a real llama-server on this
+//! machine (issue #47), the ground truth a serving plan is to be checked against.
+//!
+//! The model is the CPU check's Llama 3.2 1B shape in Q8_0 (1.32 GB of random weights, past
+//! any cache). For each count of concurrent users, a llama-server with that many slots
+//! (`--parallel`, each slot [`CONTEXT_PER_SLOT`] tokens, continuous batching as it runs by
+//! default) serves users who each send a request, read its tokens as they stream, and send
+//! the next the moment it ends: a fixed concurrency, as vLLM's `benchmark_serving
+//! --max-concurrency` and most published concurrency tables measure. Every request is
+//! [`PROMPT`] prompt tokens (ids, so the count is exact; the prompt cache off, so each is
+//! prefilled whole) and [`RESPONSE`] generated tokens (end of sequence ignored).
+//!
+//! Per request: the time to first token (sent to first streamed token) and the time per
+//! output token after it. Per count: their 50th and 95th percentiles, and the aggregate
+//! tok/s (tokens generated over the time from the first request to the last token). The
+//! table goes to standard output and `~/.cache/stageplan/serve-check.md`. Nothing is
+//! asserted: it is a measurement of a shared machine, recorded with the command.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Concurrent users, one server each.
+const USERS: [usize; 4] = [1, 2, 4, 8];
+/// Prompt tokens of every request.
+const PROMPT: usize = 128;
+/// Tokens generated for every request.
+const RESPONSE: usize = 64;
+/// Requests each user sends, one after another.
+const REQUESTS_PER_USER: usize = 3;
+/// Each slot's context: the prompt and the response with room to spare.
+const CONTEXT_PER_SLOT: usize = 512;
+
+/// One request as its user saw it.
+struct Request {
+    sent: Instant,
+    first: Instant,
+    last: Instant,
+    tokens: usize,
+}
+
+impl Request {
+    fn ttft_s(&self) -> f64 {
+        (self.first - self.sent).as_secs_f64()
+    }
+
+    fn tpot_s(&self) -> f64 {
+        (self.last - self.first).as_secs_f64() / (self.tokens.saturating_sub(1).max(1)) as f64
+    }
+}
+
+/// A count of users' figures.
+struct Row {
+    users: usize,
+    requests: usize,
+    ttft: [f64; 2],
+    tpot: [f64; 2],
+    aggregate: f64,
+    wall_s: f64,
+}
+
+pub(crate) fn serve_check(python: &Path, llama_cpp: &Path) -> Result<(), String> {
+    let model = crate::cpu_check::models(python, llama_cpp)?.join("llama-1b-Q8_0.gguf");
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let mut rows = Vec::new();
+    for users in USERS {
+        let server = Server::start(&llama_cpp.join("llama-server"), &model, users, threads)?;
+        // One request first: the weights paged in and the server's first graphs built.
+        request(server.port, 0)?;
+        let started = Instant::now();
+        let handles: Vec<_> = (0..users)
+            .map(|user| {
+                let port = server.port;
+                std::thread::spawn(move || -> Result<Vec<Request>, String> {
+                    (0..REQUESTS_PER_USER).map(|k| request(port, user * REQUESTS_PER_USER + k + 1)).collect()
+                })
+            })
+            .collect();
+        let mut done = Vec::new();
+        for handle in handles {
+            done.extend(handle.join().map_err(|_| "a user's thread panicked".to_owned())??);
+        }
+        let end = done.iter().map(|r| r.last).max().unwrap_or(started);
+        let wall_s = (end - started).as_secs_f64();
+        let tokens: usize = done.iter().map(|r| r.tokens).sum();
+        let ttft: Vec<f64> = done.iter().map(Request::ttft_s).collect();
+        let tpot: Vec<f64> = done.iter().map(Request::tpot_s).collect();
+        let quantiles = |v: &[f64]| [quantile(v, 0.5), quantile(v, 0.95)];
+        rows.push(Row {
+            users,
+            requests: done.len(),
+            ttft: quantiles(&ttft),
+            tpot: quantiles(&tpot),
+            aggregate: tokens as f64 / wall_s,
+            wall_s,
+        });
+        eprintln!("    {users} users: {} requests in {wall_s:.1} s", done.len());
+    }
+    let table = table(&rows, threads);
+    println!("{table}");
+    let out = crate::cache().join("serve-check.md");
+    std::fs::write(&out, &table).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(())
+}
+
+fn table(rows: &[Row], threads: usize) -> String {
+    let ms = |s: f64| format!("{:.0}", s * 1e3);
+    let mut out = format!(
+        "llama-server, llama-1b Q8_0 (1.32 GB), {threads} threads, {PROMPT}-token prompts, {RESPONSE} tokens each, \
+         {REQUESTS_PER_USER} requests a user\n\n\
+         | users | requests | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | aggregate tok/s | wall s |\n\
+         |---|---|---|---|---|---|---|---|\n"
+    );
+    for r in rows {
+        out += &format!(
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+            r.users,
+            r.requests,
+            ms(r.ttft[0]),
+            ms(r.ttft[1]),
+            r.tpot[0] * 1e3,
+            r.tpot[1] * 1e3,
+            r.aggregate,
+            r.wall_s
+        );
+    }
+    out
+}
+
+/// The `q`-quantile of `values`, nearest rank.
+fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
+    v.get(rank - 1).copied().unwrap_or(f64::NAN)
+}
+
+/// A llama-server on 127.0.0.1, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(binary: &Path, model: &Path, slots: usize, threads: usize) -> Result<Server, String> {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+        let child = Command::new(binary)
+            .env("LD_LIBRARY_PATH", binary.parent().unwrap_or(binary))
+            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
+            .arg(model)
+            .args(["--parallel", &slots.to_string(), "--ctx-size", &(slots * CONTEXT_PER_SLOT).to_string()])
+            .args(["--threads", &threads.to_string(), "--threads-batch", &threads.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", binary.display()))?;
+        let mut server = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!("llama-server exited ({status}) before it served"));
+            }
+            if get(port, "/health").is_ok_and(|status| status == 200) {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err("llama-server did not report healthy within 120 s".to_owned())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The status code of `GET path`.
+fn get(port: u16, path: &str) -> Result<u16, String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).map_err(|e| e.to_string())?;
+    line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("no status in {line:?}"))
+}
+
+/// One streamed completion of [`PROMPT`] token ids (offset by `seed`, so no two prompts
+/// are alike) and [`RESPONSE`] tokens.
+fn request(port: u16, seed: usize) -> Result<Request, String> {
+    let prompt: Vec<usize> = (0..PROMPT).map(|i| 1000 + (seed * 7919 + i * 104_729) % 100_000).collect();
+    let body = serde_json::json!({
+        "prompt": prompt,
+        "n_predict": RESPONSE,
+        "ignore_eos": true,
+        "cache_prompt": false,
+        "stream": true,
+        "temperature": 0.0,
+    })
+    .to_string();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let sent = Instant::now();
+    write!(
+        stream,
+        "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| e.to_string())?;
+    // An event a token, but a token that ends inside a UTF-8 character waits for the next
+    // (random weights make many): the count is the server's own, in its last event.
+    let (mut first, mut last, mut tokens) = (None, sent, None);
+    for line in BufReader::new(stream).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        // Server-sent events; chunked framing's size lines are not `data:` lines.
+        let Some(data) = line.strip_prefix("data: ") else { continue };
+        let event: serde_json::Value = serde_json::from_str(data).map_err(|e| format!("{e}: {data}"))?;
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = now;
+        if event["stop"].as_bool() == Some(true) {
+            tokens = event["timings"]["predicted_n"].as_u64();
+            break;
+        }
+    }
+    let first = first.ok_or("the server streamed no token")?;
+    let tokens = tokens.ok_or("the stream ended without the server's last event")? as usize;
+    if tokens != RESPONSE {
+        return Err(format!("the server generated {tokens} tokens, not {RESPONSE}"));
+    }
+    Ok(Request { sent, first, last, tokens })
+}
