@@ -122,12 +122,12 @@ pub(crate) fn cpu_check(python: &Path, llama_cpp: &Path, cli: &Path) -> Result<(
 }
 
 /// One `stageplan probe --cpu --engine` of one model: the node, and llama-bench's rate.
-struct Probed {
-    node: serde_json::Value,
+pub(crate) struct Probed {
+    pub(crate) node: serde_json::Value,
     measured: f64,
 }
 
-fn probe(cli: &Path, bench: &Path, model: &Path, threads: usize) -> Result<Probed, String> {
+pub(crate) fn probe(cli: &Path, bench: &Path, model: &Path, threads: usize) -> Result<Probed, String> {
     println!("==> probe --cpu --threads {threads} --engine llama-bench --model {}", model.display());
     let mut probe = Command::new(cli);
     probe
@@ -190,7 +190,7 @@ fn predict(cli: &Path, file: &Path, node: &serde_json::Value) -> Result<f64, Str
     plan.get("stream_tokens_per_s").and_then(serde_json::Value::as_f64).ok_or_else(|| "the plan has no rate".to_owned())
 }
 
-fn json_of(command: &mut Command) -> Result<serde_json::Value, String> {
+pub(crate) fn json_of(command: &mut Command) -> Result<serde_json::Value, String> {
     let out = command.output().map_err(|e| format!("{}: {e}", crate::describe(command)))?;
     if !out.status.success() {
         return Err(format!(

@@ -62,10 +62,7 @@ fn main() -> ExitCode {
         Some("quality") => quality().map(|table| println!("{table}")),
         Some("gpu") => gpu(),
         Some("cpu-check") => test::cpu_check_alone(),
-        Some("serve-check") => setup().and_then(|python| {
-            let llama_cpp = setup::llama_cpp(&python)?;
-            serve_check::serve_check(&python, &llama_cpp)
-        }),
+        Some("serve-check") => test::serve_check_alone(),
         Some("embed") => {
             web_tools().and_then(|()| build_embed()).map(|out| println!("embed package: {}", out.display()))
         }

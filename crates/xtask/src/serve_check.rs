@@ -12,9 +12,12 @@
 //!
 //! Per request: the time to first token (sent to first streamed token) and the time per
 //! output token after it. Per count: their 50th and 95th percentiles, and the aggregate
-//! tok/s (tokens generated over the time from the first request to the last token). The
-//! table goes to standard output and `~/.cache/stageplan/serve-check.md`. Nothing is
-//! asserted: it is a measurement of a shared machine, recorded with the command.
+//! tok/s (tokens generated over the time from the first request to the last token). Beside
+//! each, what `stageplan plan` predicts for the machine as `stageplan probe --cpu --engine`
+//! measures it on the same file (the node's one stage decoding that many sequences, its
+//! time to first token for one prompt). The table goes to standard output and
+//! `~/.cache/stageplan/serve-check.md`. Nothing is asserted yet: the serving model of #47
+//! is not built, and the table is how far today's model is.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -51,7 +54,7 @@ impl Request {
     }
 }
 
-/// A count of users' figures.
+/// A count of users' figures, and the plan's.
 struct Row {
     users: usize,
     requests: usize,
@@ -59,13 +62,17 @@ struct Row {
     tpot: [f64; 2],
     aggregate: f64,
     wall_s: f64,
+    /// The plan's time to first token, step time and tok/s for this many sequences.
+    planned: [f64; 3],
 }
 
-pub(crate) fn serve_check(python: &Path, llama_cpp: &Path) -> Result<(), String> {
+pub(crate) fn serve_check(python: &Path, llama_cpp: &Path, cli: &Path) -> Result<(), String> {
     let model = crate::cpu_check::models(python, llama_cpp)?.join("llama-1b-Q8_0.gguf");
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let node = crate::cpu_check::probe(cli, &llama_cpp.join("llama-bench"), &model, threads)?.node;
     let mut rows = Vec::new();
     for users in USERS {
+        let planned = planned(cli, &model, &node, users)?;
         let server = Server::start(&llama_cpp.join("llama-server"), &model, users, threads)?;
         // One request first: the weights paged in and the server's first graphs built.
         request(server.port, 0)?;
@@ -95,6 +102,7 @@ pub(crate) fn serve_check(python: &Path, llama_cpp: &Path) -> Result<(), String>
             tpot: quantiles(&tpot),
             aggregate: tokens as f64 / wall_s,
             wall_s,
+            planned,
         });
         eprintln!("    {users} users: {} requests in {wall_s:.1} s", done.len());
     }
@@ -105,17 +113,36 @@ pub(crate) fn serve_check(python: &Path, llama_cpp: &Path) -> Result<(), String>
     Ok(())
 }
 
+/// The plan's time to first token, decode step and tok/s for `sequences` on the probed node.
+fn planned(cli: &Path, model: &Path, node: &serde_json::Value, sequences: usize) -> Result<[f64; 3], String> {
+    let scenario = serde_json::json!({
+        "model": {"file": model},
+        "workload": {"context": CONTEXT_PER_SLOT, "batch": sequences, "prompt": PROMPT, "response": RESPONSE},
+        "nodes": [node],
+        "objective": "throughput",
+    });
+    let file = crate::cache().join("serve-check-scenario.json");
+    std::fs::write(&file, scenario.to_string()).map_err(|e| format!("{}: {e}", file.display()))?;
+    let plan = crate::cpu_check::json_of(Command::new(cli).args(["plan", "--format", "json"]).arg(&file))?;
+    let number = |pointer: &str| plan.pointer(pointer).and_then(serde_json::Value::as_f64);
+    let tokens_per_s = number("/tokens_per_s").ok_or("the plan has no tok/s")?;
+    let ttft = number("/time_to_first_token_s").ok_or("the plan has no time to first token")?;
+    Ok([ttft, sequences as f64 / tokens_per_s, tokens_per_s])
+}
+
 fn table(rows: &[Row], threads: usize) -> String {
     let ms = |s: f64| format!("{:.0}", s * 1e3);
+    let off = |planned: f64, measured: f64| format!("{:+.0}%", (planned / measured - 1.0) * 100.0);
     let mut out = format!(
         "llama-server, llama-1b Q8_0 (1.32 GB), {threads} threads, {PROMPT}-token prompts, {RESPONSE} tokens each, \
-         {REQUESTS_PER_USER} requests a user\n\n\
-         | users | requests | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | aggregate tok/s | wall s |\n\
-         |---|---|---|---|---|---|---|---|\n"
+         {REQUESTS_PER_USER} requests a user; planned: `stageplan plan` on the probed node\n\n\
+         | users | requests | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | aggregate tok/s | wall s | planned TTFT ms (1 prompt) | planned step ms | planned tok/s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in rows {
+        let [ttft, step, tokens_per_s] = r.planned;
         out += &format!(
-            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} ({}) | {:.1} ({}) | {:.1} ({}) |\n",
             r.users,
             r.requests,
             ms(r.ttft[0]),
@@ -123,7 +150,13 @@ fn table(rows: &[Row], threads: usize) -> String {
             r.tpot[0] * 1e3,
             r.tpot[1] * 1e3,
             r.aggregate,
-            r.wall_s
+            r.wall_s,
+            ms(ttft),
+            off(ttft, r.ttft[0]),
+            step * 1e3,
+            off(step, r.tpot[0]),
+            tokens_per_s,
+            off(tokens_per_s, r.aggregate)
         );
     }
     out

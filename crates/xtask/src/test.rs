@@ -150,6 +150,15 @@ pub(crate) fn cpu_check_alone() -> Result<(), String> {
     crate::cpu_check::cpu_check(&python, &llama_cpp, &target_dir().join("debug/stageplan"))
 }
 
+pub(crate) fn serve_check_alone() -> Result<(), String> {
+    let python = setup()?;
+    let llama_cpp = llama_cpp(&python)?;
+    let mut cli = cargo();
+    cli.args(["build", "--package", "stageplan-cli", "--locked"]);
+    step("the CLI", cli)?;
+    crate::serve_check::serve_check(&python, &llama_cpp, &target_dir().join("debug/stageplan"))
+}
+
 /// Runs each fuzz target for `seconds`, seeded with files from the reference writers and
 /// the scenarios under `tests/scenarios`; prints how many inputs each ran.
 pub(crate) fn fuzz(python: &Path, seconds: u64) -> Result<(), String> {
