@@ -99,10 +99,10 @@ pub(super) fn usable(cost: &CostModel, allowed: &[bool]) -> Vec<usize> {
 /// The best plan using only `allowed` nodes and, if given, certainly using `required`: the
 /// best pipeline, or the whole model on one tensor-parallel group of a machine's GPUs.
 pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], required: Option<usize>) -> Found {
-    let mut found = pipeline(cost, objective, allowed, required);
-    if found.detail == NO_USABLE_NODE {
-        return found;
+    if searchable(cost, allowed, required).is_none() {
+        return Found::nothing();
     }
+    let mut found = pipeline(cost, objective, allowed, required);
     let groups = tensor_parallel(cost, allowed, required);
     if !groups.is_empty() {
         found.detail = format!(
@@ -157,14 +157,24 @@ pub(crate) fn optimal(cost: &CostModel, objective: Objective, allowed: &[bool], 
     found
 }
 
-const NO_USABLE_NODE: &str = "no usable node";
+impl Found {
+    /// Nothing to search: no allowed node has room, the model has no layers, or `required`
+    /// is not a node that could hold any.
+    fn nothing() -> Found {
+        Found { best: None, exact: true, bound: None, detail: "no usable node".to_owned() }
+    }
+}
+
+/// The usable nodes, when there is something to search over them (see [`Found::nothing`]).
+fn searchable(cost: &CostModel, allowed: &[bool], required: Option<usize>) -> Option<Vec<usize>> {
+    let nodes = usable(cost, allowed);
+    let nothing = nodes.is_empty() || cost.layers() == 0 || required.is_some_and(|r| !nodes.contains(&r));
+    (!nothing).then_some(nodes)
+}
 
 /// The best pipeline of single devices (every layer of a stage on one device).
 pub(crate) fn pipeline(cost: &CostModel, objective: Objective, allowed: &[bool], required: Option<usize>) -> Found {
-    let nodes = usable(cost, allowed);
-    if nodes.is_empty() || cost.layers() == 0 || required.is_some_and(|r| !nodes.contains(&r)) {
-        return Found { best: None, exact: true, bound: None, detail: NO_USABLE_NODE.to_owned() };
-    }
+    let Some(nodes) = searchable(cost, allowed, required) else { return Found::nothing() };
     match objective {
         Objective::Latency => least_sum(cost, &nodes, required),
         Objective::Throughput => optimal_cycle(cost, &nodes, required),
