@@ -391,6 +391,11 @@ pub struct EngineFit {
     /// a run can show it. Omitted: 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read: Option<f64>,
+    /// FLOP/s of llama.cpp's products over a prompt (llama-bench's `pp`, all threads): its
+    /// quantized kernels for many tokens run well past the probe's f32 matmul, which a
+    /// prompt would otherwise be priced at. Omitted: the node's `compute`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<f64>,
     /// The llama-bench runs fitted, in words (engine build, models, threads).
     pub method: String,
 }

@@ -129,7 +129,7 @@ fn probe_cpu(
         runs = engine_runs(bench, models, &node, threads)?;
         let mut fit = stageplan::fit::fit_engine(&runs).map_err(Failure)?;
         fit.method = format!(
-            "{} -p 0 -n {BENCH_TOKENS} -r {BENCH_REPETITIONS} -ngl 0 -t {threads} on {}",
+            "{} -p {BENCH_PROMPT} -n {BENCH_TOKENS} -r {BENCH_REPETITIONS} -ngl 0 -t {threads} on {}",
             bench.display(),
             runs.iter()
                 .map(|r| format!("{} ({})", r.problem.model.name, class_of(&r.problem.model).name()))
@@ -183,6 +183,10 @@ fn probe_cpu(
 /// Tokens each llama-bench decode run generates, and its repetitions: a few seconds a model.
 const BENCH_TOKENS: u32 = 32;
 const BENCH_REPETITIONS: u32 = 3;
+/// The prompt each llama-bench run also processes (`-p`), for the rate of the engine's
+/// products over many tokens: past 32 tokens llama.cpp's CPU kernels work as matrix
+/// products, and a short prompt keeps the probe to a few seconds more.
+const BENCH_PROMPT: u32 = 32;
 
 /// llama-bench on each model with the probe's threads, on the CPU (`-ngl 0`): each run as
 /// the one-node problem it was (the model read from its file) and its decode rate.
@@ -199,7 +203,8 @@ fn engine_runs(
         let output = std::process::Command::new(bench)
             .arg("-m")
             .arg(model)
-            .args(["-p", "0", "-n", &BENCH_TOKENS.to_string(), "-r", &BENCH_REPETITIONS.to_string()])
+            .args(["-p", &BENCH_PROMPT.to_string(), "-n", &BENCH_TOKENS.to_string()])
+            .args(["-r", &BENCH_REPETITIONS.to_string()])
             .args(["-ngl", "0", "-o", "jsonl", "-t", &threads.to_string()])
             .output()
             .map_err(|e| Failure(format!("`--engine` {}: {e}; give the path of llama-bench", shown(bench))))?;
@@ -222,12 +227,14 @@ fn engine_runs(
         let file = model.to_string_lossy();
         let scenario = serde_json::json!({
             "model": {"file": file},
-            // llama-bench's context is its generated tokens (`-p 0`).
+            // The decode test's context is its generated tokens (llama-bench runs `-p` and
+            // `-n` as separate tests).
             "workload": {"context": test.n_gen.max(1), "batch": 1, "prompt": 1},
             "nodes": [node],
         });
         let problem = load::problem(Path::new("."), stageplan::Scenario::from_json(&scenario.to_string())?)?;
-        runs.push(EngineRun { problem, tokens_per_s: test.avg_ts });
+        let prompt = bench::prompt_tests(&tests).first().map(|t| (t.n_prompt, t.avg_ts));
+        runs.push(EngineRun { problem, tokens_per_s: test.avg_ts, prompt });
     }
     Ok(runs)
 }

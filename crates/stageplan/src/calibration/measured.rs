@@ -18,7 +18,10 @@
 //! threads, scaled by its class's fit to llama-bench on this machine (`stageplan probe --cpu
 //! --engine`); a class not fitted scales as the fitted ones do, on average. A probed GPU keeps
 //! its `compute` bound and its backend's `τ` (kernel launches, which the probe cannot see).
-//! Prefill keeps the node's `compute`.
+//! Prefill runs at the engine's own rate over a prompt where `probe --engine` measured it
+//! (llama-bench's `pp`: llama.cpp's quantized kernels for many tokens reached four times the
+//! probe's f32 matmul on the 2-vCPU EPYC of BENCHMARKS.md's serve check), else at the
+//! node's `compute`.
 //!
 //! The constants come from llama-bench on random-weight Llama models of real sizes on the
 //! 2-core CI machine; `cargo xtask cpu-check` (`crates/xtask/src/cpu_check.rs`) holds the
@@ -127,6 +130,11 @@ pub struct Measured {
     /// The read bandwidth llama.cpp reaches as a multiple of the probe's (≥ 1), from the
     /// engine's memory-bound runs ([`EngineFit::read`](crate::scenario::EngineFit)).
     pub read: f64,
+    /// FLOP/s of the engine's products over a prompt ([`EngineFit::prefill`]); `None`: the
+    /// node's `compute`.
+    ///
+    /// [`EngineFit::prefill`]: crate::scenario::EngineFit::prefill
+    pub prefill: Option<f64>,
 }
 
 impl Measured {
@@ -135,7 +143,14 @@ impl Measured {
         let spread = if probe.bandwidth_spread.is_finite() { probe.bandwidth_spread.max(0.0) } else { 1.0 };
         if backend != Backend::Cpu {
             let per_layer_s = super::FITTED.backend(backend).map_or(0.0, |t| t.per_layer_s);
-            return Measured { decode_rates: None, per_layer_s, spread, engine_fitted: false, read: 1.0 };
+            return Measured {
+                decode_rates: None,
+                per_layer_s,
+                spread,
+                engine_fitted: false,
+                read: 1.0,
+                prefill: None,
+            };
         }
         let threads = f64::from(threads.unwrap_or(1).max(1));
         let fit = probe.engine.as_ref();
@@ -153,6 +168,7 @@ impl Measured {
             spread,
             engine_fitted: WeightClass::ALL.iter().any(|&class| fitted(class).is_some()),
             read: fit.and_then(|f| f.read).filter(|r| r.is_finite() && *r >= 1.0).unwrap_or(1.0),
+            prefill: fit.and_then(|f| f.prefill).filter(|r| r.is_finite() && *r > 0.0),
         }
     }
 
@@ -235,6 +251,22 @@ mod tests {
     const PROBE: &str = r#", "probe": {"adapter": "EPYC", "backend": "cpu", "bandwidth_spread": 0.04}"#;
 
     #[test]
+    fn a_probed_cpus_prompts_run_at_the_engines_measured_rate() {
+        let with = |engine: &str| {
+            let mut problem = problem("q8_0", &PROBE.replace("0.04", &format!("0.04{engine}")));
+            problem.workload.prompt = 16;
+            crate::plan(&problem)
+        };
+        let compute = with("");
+        let measured = with(r#", "engine": {"prefill": 2e11}"#);
+        // 50 GFLOPS of f32 matmul against 200 of the engine's prompt kernels: the prompt is
+        // compute-bound, so it runs 4× as fast; decode is the products' and the read's.
+        let ratio = measured.prefill_tokens_per_s / compute.prefill_tokens_per_s;
+        assert!((ratio - 4.0).abs() < 0.05, "{ratio}");
+        assert_eq!(measured.stream_tokens_per_s, compute.stream_tokens_per_s);
+    }
+
+    #[test]
     fn a_probed_node_reads_at_its_measured_bandwidth_and_a_spec_node_does_not() {
         let probed = crate::plan(&problem("q4_k_m", PROBE));
         let spec = crate::plan(&problem("q4_k_m", ""));
@@ -299,6 +331,8 @@ mod tests {
         assert!(e.starts_with("`nodes[0].probe.engine.q8` is 0.00100; give weights per second"), "{e}");
         let e = error(r#"{"engine": {"kquant": 1e300}}"#);
         assert!(e.starts_with("`nodes[0].probe.engine.kquant` is over 1e15"), "{e}");
+        let e = error(r#"{"engine": {"prefill": 0}}"#);
+        assert!(e.starts_with("`nodes[0].probe.engine.prefill` is 0; give FLOP/s"), "{e}");
         let e = error(r#"{"bandwidth_spread": -1}"#);
         assert!(e.starts_with("`nodes[0].probe.bandwidth_spread` is -1"), "{e}");
     }

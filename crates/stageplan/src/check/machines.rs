@@ -562,6 +562,17 @@ fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(
                 ));
             }
         }
+        if let Some(prefill) = engine.prefill
+            && !MEASURED_RATES.contains(&prefill)
+        {
+            return Err(ScenarioError::field(
+                at("probe.engine.prefill"),
+                format!(
+                    "is {}; give FLOP/s, 1e3 to 1e15, as `stageplan probe --engine` writes it",
+                    if prefill > *MEASURED_RATES.end() { "over 1e15".to_owned() } else { crate::units::sig3(prefill) }
+                ),
+            ));
+        }
         if let Some(read) = engine.read
             && !READ_FACTORS.contains(&read)
         {

@@ -97,7 +97,9 @@ impl NodeCost {
             Some(m) => (m.read, m.per_layer_s),
             None => FITTED.speed(node.backend, measured::class_of(model), node.bandwidth, node.threads),
         };
-        let inv_compute = 1.0 / (node.compute * node.efficiency.compute);
+        // A prompt at the engine's measured rate where the probe ran it, else the node's.
+        let prompt_compute = measured.as_ref().and_then(|m| m.prefill).unwrap_or(node.compute);
+        let inv_compute = 1.0 / (prompt_compute * node.efficiency.compute);
         let decode_rate = measured.as_ref().and_then(|m| m.decode_rate(model));
         let device_capacity = super::clamp_i64(
             usable_memory(node.memory, rules.usable_fraction) - i128::from(node.reserve) - i128::from(workspace),

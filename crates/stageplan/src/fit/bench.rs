@@ -113,6 +113,11 @@ pub fn decode_tests(tests: &[BenchTest]) -> Vec<&BenchTest> {
     tests.iter().filter(|t| t.n_gen > 0 && t.n_prompt == 0).collect()
 }
 
+/// The prompt-processing tests: a prompt's token rate with nothing generated in the test.
+pub fn prompt_tests(tests: &[BenchTest]) -> Vec<&BenchTest> {
+    tests.iter().filter(|t| t.n_prompt > 0 && t.n_gen == 0).collect()
+}
+
 /// The backend a test ran on, from llama-bench's `backends` field (`CUDA`, `Metal`,
 /// `ROCm`/`HIP`, `Vulkan`, `CPU`, or several joined by commas: the first GPU one wins), and
 /// the CPU when it offloaded no layer (`n_gpu_layers` 0, as `llama-bench -ngl 0` writes it

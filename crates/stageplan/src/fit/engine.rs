@@ -11,6 +11,9 @@ use crate::scenario::EngineFit;
 pub struct EngineRun {
     pub problem: crate::Problem,
     pub tokens_per_s: f64,
+    /// The same model's prompt processing, when the run measured it (llama-bench's `pp`):
+    /// the prompt's tokens and their rate.
+    pub prompt: Option<(u64, f64)>,
 }
 
 /// The rates that make the node's plan of each run predict it, per weight class: the median
@@ -75,7 +78,34 @@ pub fn fit_engine(runs: &[EngineRun]) -> Result<EngineFit, String> {
         }
     }
     fit.read = (!reads.is_empty()).then(|| quantile(&reads, 0.5));
+    let prefills: Vec<f64> = runs.iter().filter_map(prefill_rate).collect();
+    fit.prefill = (!prefills.is_empty()).then(|| quantile(&prefills, 0.5));
     Ok(fit)
+}
+
+/// The FLOP/s over a prompt that makes `run`'s plan predict its prompt's rate: a prompt on
+/// a CPU is compute-bound, so the plan's rate is nearly proportional to it; scaled by
+/// measured ÷ planned from the node's `compute`, and again until the per-layer terms no
+/// longer move it. `None` without a prompt, or with a rate past what a CPU reaches.
+fn prefill_rate(run: &EngineRun) -> Option<f64> {
+    let (tokens, measured) = run.prompt?;
+    if !(measured.is_finite() && measured > 0.0) {
+        return None;
+    }
+    let mut problem = run.problem.clone();
+    problem.workload.prompt = tokens.max(1);
+    problem.workload.context = problem.workload.context.max(tokens);
+    let mut rate = problem.nodes.first()?.compute;
+    for _ in 0..4 {
+        let engine = problem.nodes.first_mut()?.probe.as_mut()?.engine.get_or_insert_default();
+        engine.prefill = Some(rate);
+        let planned = crate::plan(&problem).prefill_tokens_per_s;
+        if !(planned.is_finite() && planned > 0.0) {
+            return None;
+        }
+        rate *= measured / planned;
+    }
+    crate::limits::MEASURED_RATES.contains(&rate).then_some(rate)
 }
 
 #[cfg(test)]
@@ -103,7 +133,8 @@ mod tests {
             let made = problem(weights, &PROBE.replace("0.04", &format!("0.04, \"engine\": {engine}")));
             let tokens_per_s = crate::plan(&made).stream_tokens_per_s;
             // Fitted from a node at the defaults.
-            let fit = fit_engine(&[EngineRun { problem: problem(weights, PROBE), tokens_per_s }]).unwrap();
+            let fit =
+                fit_engine(&[EngineRun { problem: problem(weights, PROBE), tokens_per_s, prompt: None }]).unwrap();
             let got = fit.rate(class).unwrap();
             // Compute-bound runs give the rate back; a memory-bound one the least rate that
             // keeps it memory-bound, which predicts the same.
@@ -113,14 +144,32 @@ mod tests {
             assert!((again / tokens_per_s - 1.0).abs() < 1e-9, "{weights}: {again} vs {tokens_per_s}");
             assert!(got <= rate * (1.0 + 1e-9), "{weights}: {got} > {rate}");
         }
-        let bad = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: f64::NAN }]);
+        let bad = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: f64::NAN, prompt: None }]);
         assert!(bad.unwrap_err().contains("not a measured rate"));
-        let spec = fit_engine(&[EngineRun { problem: problem("f16", ""), tokens_per_s: 5.0 }]);
+        let spec = fit_engine(&[EngineRun { problem: problem("f16", ""), tokens_per_s: 5.0, prompt: None }]);
         assert!(spec.unwrap_err().contains("not a probed CPU node"));
         // A run so slow its rate is under any CPU's: refused, not printed in a node that
         // `plan` would refuse (#45).
-        let absurd = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: 1e-12 }]);
+        let absurd = fit_engine(&[EngineRun { problem: problem("f16", PROBE), tokens_per_s: 1e-12, prompt: None }]);
         assert!(absurd.unwrap_err().contains("outside what a CPU reaches"));
+    }
+
+    #[test]
+    fn the_fit_recovers_the_prompt_rate_that_made_a_run() {
+        // A node whose prompts run at 2.4e11 FLOP/s (the EPYC of BENCHMARKS.md's serve check,
+        // 4.6× its f32 matmul), measured over a 32-token prompt, fitted from a node without it.
+        let made = problem("q8_0", &PROBE.replace("0.04", "0.04, \"engine\": {\"prefill\": 2.4e11}"));
+        let mut prompted = made.clone();
+        prompted.workload.prompt = 32;
+        prompted.workload.context = 32;
+        let measured = crate::plan(&prompted).prefill_tokens_per_s;
+        let run = EngineRun { problem: problem("q8_0", PROBE), tokens_per_s: 20.0, prompt: Some((32, measured)) };
+        let fit = fit_engine(&[run]).unwrap();
+        let got = fit.prefill.expect("a prompt rate");
+        assert!((got / 2.4e11 - 1.0).abs() < 1e-6, "{got}");
+        // Without a prompt in the run, no rate: the node's `compute` prices its prompts.
+        let run = EngineRun { problem: problem("q8_0", PROBE), tokens_per_s: 20.0, prompt: None };
+        assert_eq!(fit_engine(&[run]).unwrap().prefill, None);
     }
 
     #[test]
@@ -132,7 +181,7 @@ mod tests {
         let bound = crate::plan(&problem("q8_0", &fast));
         assert_eq!(bound.stages[0].time.bound, crate::plan::Bound::Memory);
         let tokens_per_s = bound.stream_tokens_per_s * 1.15;
-        let fit = fit_engine(&[EngineRun { problem: problem("q8_0", PROBE), tokens_per_s }]).unwrap();
+        let fit = fit_engine(&[EngineRun { problem: problem("q8_0", PROBE), tokens_per_s, prompt: None }]).unwrap();
         let read = fit.read.expect("a read factor");
         assert!(read > 1.15 && read < 1.2, "{read}");
         let engine = serde_json::to_string(&fit).unwrap();
@@ -140,7 +189,11 @@ mod tests {
         let again = crate::plan(&refit).stream_tokens_per_s;
         assert!((again / tokens_per_s - 1.0).abs() < 1e-9, "{again} vs {tokens_per_s}");
         // A run the probe's read explains proves nothing more.
-        let slow = fit_engine(&[EngineRun { problem: problem("q8_0", PROBE), tokens_per_s: tokens_per_s / 2.0 }]);
+        let slow = fit_engine(&[EngineRun {
+            problem: problem("q8_0", PROBE),
+            tokens_per_s: tokens_per_s / 2.0,
+            prompt: None,
+        }]);
         assert_eq!(slow.unwrap().read, None);
     }
 }
