@@ -155,8 +155,9 @@ export interface ProbeProvenance {
   compute_spread?: number;
   method?: string;
   /** llama.cpp's decode products on a probed CPU, weights/s per class (`probe --cpu --engine`),
-   *  and how much faster than the probe it read the weights (`read`, 1 to 2). */
-  engine?: { float?: number; q8?: number; legacy?: number; kquant?: number; read?: number; method?: string };
+   *  how much faster than the probe it read the weights (`read`, 1 to 2), and its products
+   *  over a prompt (`prefill`, FLOP/s). */
+  engine?: { float?: number; q8?: number; legacy?: number; kquant?: number; read?: number; prefill?: number; method?: string };
 }
 
 export interface LinksSpec {
