@@ -142,21 +142,25 @@ pub(crate) fn test() -> Result<(), String> {
 
 /// `cargo xtask cpu-check`: the CLI built, then the check.
 pub(crate) fn cpu_check_alone() -> Result<(), String> {
-    let python = setup()?;
-    let llama_cpp = llama_cpp(&python)?;
-    let mut cli = cargo();
-    cli.args(["build", "--package", "stageplan-cli", "--locked"]);
-    step("the CLI", cli)?;
-    crate::cpu_check::cpu_check(&python, &llama_cpp, &target_dir().join("debug/stageplan"))
+    let (python, llama_cpp, cli) = with_llama_cpp_and_cli()?;
+    crate::cpu_check::cpu_check(&python, &llama_cpp, &cli)
 }
 
+/// `cargo xtask serve-check`: the CLI built, then the measurement.
 pub(crate) fn serve_check_alone() -> Result<(), String> {
+    let (python, llama_cpp, cli) = with_llama_cpp_and_cli()?;
+    crate::serve_check::serve_check(&python, &llama_cpp, &cli)
+}
+
+/// What the checks against llama.cpp on this machine need: the Python with gguf-py, the
+/// llama.cpp build's binaries, and the CLI built.
+fn with_llama_cpp_and_cli() -> Result<(PathBuf, PathBuf, PathBuf), String> {
     let python = setup()?;
     let llama_cpp = llama_cpp(&python)?;
     let mut cli = cargo();
     cli.args(["build", "--package", "stageplan-cli", "--locked"]);
     step("the CLI", cli)?;
-    crate::serve_check::serve_check(&python, &llama_cpp, &target_dir().join("debug/stageplan"))
+    Ok((python, llama_cpp, target_dir().join("debug/stageplan")))
 }
 
 /// Runs each fuzz target for `seconds`, seeded with files from the reference writers and
