@@ -45,7 +45,9 @@ pub(crate) fn release(
                 if request.memory != assignment.memory
                     || request.gpus as usize != assignment.gpus.len()
                     || request.layers != assignment.layers
-                    || request.node.as_ref().is_some_and(|n| *n != assignment.node) =>
+                    || request.node.as_ref().is_some_and(|n| *n != assignment.node)
+                    // A re-plan may move a stage to other GPUs of its machine.
+                    || (!request.gpu_ids.is_empty() && request.gpu_ids != assignment.gpus) =>
             {
                 Some(Release::Changed)
             }

@@ -301,6 +301,16 @@ fn a_machines_gpus_run_the_stages_the_plan_put_on_each() {
         .flat_map(|a| a.gpus.clone())
         .collect();
     assert_eq!(taken, on_box);
+    // A re-plan that moves a stage to other GPUs of the same machine, same layers: it moves.
+    let mut moved = world.snapshot().deployments["chat"].0.clone();
+    let stage = moved.stages.iter().position(|s| s.node.as_deref() == Some("box")).unwrap();
+    let free: Vec<u32> = (0..3).filter(|g| !on_box.contains(g)).collect();
+    let mut ids = moved.stages[stage].gpu_ids.clone();
+    ids[0] = free[0];
+    moved.stages[stage].gpu_ids = ids.clone();
+    world.event(Event::DeploymentChanged(moved));
+    world.pass(1);
+    assert_eq!(world.bound()[&spec::assignment_key("chat", 0, stage)].gpus, ids);
     // `box` down: none of its GPUs is planned on; what is left cannot hold the model.
     for pass in 1..=u64::from(BalanceOptions::default().passes) {
         let reports = Reports { up: [("box".to_owned(), false)].into(), free: world.free_with(&BTreeMap::new()) };
