@@ -549,29 +549,20 @@ fn check_probe(probe: &ProbeProvenance, at: &dyn Fn(&str) -> String) -> Result<(
         ));
     }
     if let Some(engine) = &probe.engine {
-        for (class, rate) in engine.rates() {
+        // Each class's products in weights per second, and a prompt's in FLOP/s: one range.
+        let rates = engine.rates().map(|(class, rate)| (class, rate, "weights per second"));
+        for (field, rate, unit) in rates.into_iter().chain([("prefill", engine.prefill, "FLOP/s")]) {
             if let Some(rate) = rate
                 && !MEASURED_RATES.contains(&rate)
             {
                 return Err(ScenarioError::field(
-                    at(&format!("probe.engine.{class}")),
+                    at(&format!("probe.engine.{field}")),
                     format!(
-                        "is {}; give weights per second, 1e3 to 1e15, as `stageplan probe --engine` writes it",
+                        "is {}; give {unit}, 1e3 to 1e15, as `stageplan probe --engine` writes it",
                         if rate > *MEASURED_RATES.end() { "over 1e15".to_owned() } else { crate::units::sig3(rate) }
                     ),
                 ));
             }
-        }
-        if let Some(prefill) = engine.prefill
-            && !MEASURED_RATES.contains(&prefill)
-        {
-            return Err(ScenarioError::field(
-                at("probe.engine.prefill"),
-                format!(
-                    "is {}; give FLOP/s, 1e3 to 1e15, as `stageplan probe --engine` writes it",
-                    if prefill > *MEASURED_RATES.end() { "over 1e15".to_owned() } else { crate::units::sig3(prefill) }
-                ),
-            ));
         }
         if let Some(read) = engine.read
             && !READ_FACTORS.contains(&read)
