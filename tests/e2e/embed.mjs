@@ -98,9 +98,12 @@ await check('both widgets render the plans the CLI computes', async () => {
   // heads kept on several GPUs: 202,117 by hand (+0.6 kB): 212 kB. vLLM's NCCL priced as
   // NCCL, its plans' own error band, a probed CPU's prompt rate: 202,969 by hand (+0.9 kB),
   // yet 211,483 in the `.ci/run` of 20d6117 (211,164 in that of ffb5cea): within 212 kB, kept.
+  // #45 item 7, loading on demand what the first plan does not use: presets planned from
+  // their shapes (constant data, not config.json text read at each plan) and an inline
+  // config's reader moved to `more`, loaded for such a scenario: 202,610 measured: 203.1 kB.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip <= 212_000, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
-  // The page's own API call shares the widgets' module: fetched once, ≤ 212 kB for both.
+  assert.ok(metrics.load_to_plan.gzip <= 203_100, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  // The page's own API call shares the widgets' module: fetched once, within the same bound.
   await page.waitForFunction(() => document.getElementById('api-example').textContent.includes('tok/s'));
   const direct = cliPlan({
     model: { preset: 'llama-3.1-70b', weights: 'q4_k_m' },
@@ -110,7 +113,7 @@ await check('both widgets render the plans the CLI computes', async () => {
   assert.equal(await page.locator('#api-example').textContent(), `desk + gamer: ${sig3(direct.stream_tokens_per_s)} tok/s for one user, ${direct.stages.length} stages`);
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
   metrics.load_with_api = fetched(from);
-  assert.ok(metrics.load_with_api.gzip <= 212_000, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
+  assert.ok(metrics.load_with_api.gzip <= 203_100, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
   assert.equal(served.slice(from).filter((r) => r.path.endsWith('.wasm')).length, 1, 'one planner module, fetched once');
   assert.ok(!metrics.load_with_api.files.some((f) => f.startsWith('/more/')), 'the model-file module loads only on use');
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
@@ -219,6 +222,32 @@ await check('a widget whose scenario has a null machine says why instead of load
   const status = page.locator('#null-machine .sp-status');
   await status.filter({ hasText: 'No plan' }).waitFor({ timeout: 30_000 });
   assert.match(await status.textContent(), /^No plan: `nodes\[0\]`/);
+  await page.close();
+});
+
+await check('a widget whose model is an inline config.json loads `more` for it and plans as the preset does (#45)', async () => {
+  const { page, errors } = await open();
+  await page.locator('#home-70b .sp-headline').waitFor({ timeout: 60_000 });
+  const from = served.length;
+  const config = JSON.parse(fs.readFileSync('crates/stageplan/presets/models/llama-3.2-1b.json', 'utf8'));
+  const nodes = [{ name: 'a', device: 'rtx-4090' }, { name: 'b', device: 'rtx-3090' }];
+  const scenario = { model: { config, name: 'llama-3.2-1b', weights: 'q8_0' }, workload: { context: 8192 }, nodes };
+  await page.evaluate((text) => {
+    const widget = document.createElement('stage-plan');
+    widget.id = 'from-config';
+    const script = document.createElement('script');
+    script.type = 'application/json';
+    script.textContent = text;
+    widget.append(script);
+    document.body.append(widget);
+  }, JSON.stringify(scenario));
+  await page.locator('#from-config .sp-headline').waitFor({ timeout: 60_000 });
+  const expected = cliPlan({ ...scenario, model: { preset: 'llama-3.2-1b', weights: 'q8_0' } });
+  assert.equal(tokens(await headline(page, 'from-config')), sig3(expected.stream_tokens_per_s));
+  assert.deepEqual(await stageRows(page, 'from-config'), expected.stages.map((s) => `${s.node} ${s.layers[0]}–${s.layers[1]}`));
+  const more = served.slice(from).filter((r) => r.status === 200).map((r) => r.path);
+  assert.ok(more.includes('/more/stageplan_bg.wasm'), `the config's reader loads on demand: ${more}`);
+  assert.deepEqual(errors, []);
   await page.close();
 });
 

@@ -25,6 +25,27 @@ export function ready() {
   return loading;
 }
 
+/** The `planView` that reads `scenario`: this module's, or for a model (or draft) given as
+ *  an inline `config.json`, whose reader is not in it, that of `stageplan/more`, loaded the
+ *  first time a widget needs it. */
+let more;
+async function viewerFor(scenario) {
+  try {
+    planView(scenario);
+    return planView;
+  } catch (error) {
+    const config = error.path === 'model.config' || error.path === 'model.draft.config';
+    if (!config || !String(error.message).includes('stageplan/more')) throw error;
+    more ??= import('./more/stageplan.js').then(async (module) => {
+      await module.default({ module_or_path: new URL('more/stageplan_bg.wasm', here) });
+      return module;
+    });
+    const { planView: fromMore } = await more;
+    fromMore(scenario);
+    return fromMore;
+  }
+}
+
 /** An element with attributes and children (strings become text: nothing is parsed as HTML). */
 function el(tag, attributes = {}, ...children) {
   const node = document.createElement(tag);
@@ -112,8 +133,9 @@ function stages(view) {
 
 /** One widget: the scenario as edited, and which machines are on. */
 class Widget {
-  constructor(root, scenario, catalog) {
+  constructor(root, scenario, catalog, viewer) {
     this.root = root;
+    this.planView = viewer;
     this.scenario = scenario;
     this.enabled = scenario.nodes.map(() => true);
     this.catalog = catalog;
@@ -127,7 +149,7 @@ class Widget {
     let view;
     let error;
     try {
-      view = planView(this.scenario, { enabled: this.enabled });
+      view = this.planView(this.scenario, { enabled: this.enabled });
     } catch (e) {
       error = e.message ?? String(e);
     }
@@ -226,11 +248,11 @@ class StagePlan extends HTMLElement {
       await ready();
       loaded = true;
       // A scenario that does not plan keeps the fallback and says why.
-      planView(scenario);
+      const viewer = await viewerFor(scenario);
       const catalog = presets();
       fallback.remove();
       status.remove();
-      new Widget(root, scenario, catalog);
+      new Widget(root, scenario, catalog, viewer);
     } catch (error) {
       status.textContent = loaded
         ? `No plan: ${error.message ?? error}`

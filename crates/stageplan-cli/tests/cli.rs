@@ -163,7 +163,7 @@ fn model_files_are_read_by_their_headers() {
 /// inline `config.json` or a model file (relative to the scenario's folder): plan, export,
 /// replan, deploy and run-sharded.
 fn every_command_reads_every_model_input(dir: &Path) {
-    let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json;
+    let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json();
     let nodes = r#"[{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-3090"}]"#;
     let inputs = [
         ("preset", r#"{"preset": "llama-3.2-1b"}"#.to_owned(), nodes.to_owned()),

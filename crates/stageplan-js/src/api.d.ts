@@ -3,7 +3,8 @@
 
 /** Plans a scenario: the same plan as `stageplan plan --format json`. Throws an `Error`
  *  with the CLI's message when the scenario is invalid. A scenario whose `model.file`
- *  names a model file is planned by `plan` from `stageplan/more`, with the file's header. */
+ *  names a model file, or gives an inline `config.json`, is planned by `plan` from
+ *  `stageplan/more`. */
 export function plan(scenario: Scenario | string): Plan;
 
 /** Every model preset, device preset, weight format and KV-cache format. */

@@ -20,7 +20,6 @@ use stageplan::planner::replan::{self, ReplanOptions};
 use stageplan::presets::ModelPreset;
 #[cfg(feature = "more")]
 use stageplan::problem::Workload;
-#[cfg(feature = "api")]
 use stageplan::view::PlanView;
 use stageplan::{Checked, Model, Plan, ScenarioError};
 #[cfg(feature = "more")]
@@ -59,8 +58,30 @@ impl From<ScenarioError> for Failure {
 /// A scenario given as JSON text, checked; a file it names is refused at its field, naming
 /// the call that reads the model's.
 fn check(scenario: &str) -> Result<Checked, Failure> {
-    stageplan::check(scenario, |field, name: &str| Err::<Model, _>(Failure::from(refused_file(field, name))))
+    stageplan::check(scenario, NoFiles)
 }
+
+/// What the JS API reads of the files a scenario names: nothing. Without `more`, not an
+/// inline `config.json` either: its reader is in `stageplan/more` (which the widget loads for
+/// such a scenario), so the module of a page's first plan does not carry it (issue #45).
+struct NoFiles;
+
+impl stageplan::check::Files for NoFiles {
+    type Error = Failure;
+
+    fn model(&mut self, field: FileField, name: &str) -> Result<Model, Failure> {
+        Err(refused_file(field, name).into())
+    }
+
+    #[cfg(not(feature = "more"))]
+    fn config(&mut self, _: &str) -> Result<stageplan::model::Transformer, stageplan::ModelError> {
+        Err(stageplan::check::refused_config(CONFIG_IN_MORE))
+    }
+}
+
+/// Where an inline config is read, as a refusal says it; the widget's cue to load `more`.
+#[cfg(not(feature = "more"))]
+const CONFIG_IN_MORE: &str = "an inline config.json is read by `plan` and `planView` from `stageplan/more`";
 
 /// Why the JS API does not read the file `name` at `field`: the model's is given to `plan`
 /// from `stageplan/more`; a draft's is named by `preset` or `config`.
@@ -110,7 +131,6 @@ pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, Failu
 ///
 /// # Errors
 /// The scenario's first problem, or an `enabled` of the wrong length.
-#[cfg(feature = "api")]
 pub fn plan_view(scenario: &str, enabled: Option<&[bool]>) -> Result<PlanView, Failure> {
     let Checked { scenario: parsed, problem } = check(scenario)?;
     let per_node = match enabled {
@@ -329,7 +349,7 @@ mod tests {
     fn models_from_presets_and_configs() {
         let preset = model("llama-3.1-8b", Some("q4_k_m"), Caches::default()).unwrap();
         assert_eq!(preset.layers.len(), 32);
-        let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json;
+        let config = stageplan::presets::ModelPreset::find("llama-3.2-1b").unwrap().config_json();
         let from_config = model(config, None, Caches { kv: Some("q8_0"), kv_v: None }).unwrap();
         assert_eq!(from_config.layers.len(), 16);
         assert!(model("llama-9", None, Caches::default()).unwrap_err().contains("llama"));

@@ -67,7 +67,6 @@ pub fn plan(
 /// # Errors
 /// A JS `Error` with the CLI's message, the field's `path` and its `value` when the scenario
 /// is invalid.
-#[cfg(feature = "api")]
 #[wasm_bindgen(js_name = planView, skip_typescript)]
 pub fn plan_view(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsValue> {
     #[derive(Default, serde::Deserialize)]

@@ -4,6 +4,10 @@
 /** Plans a scenario, with the header of the model file its `model.file` names. */
 export function plan(scenario: Scenario | string, modelFile?: ModelFile): Plan;
 
+/** `planView` for a scenario whose model (or draft) is an inline `config.json`, which the
+ *  first module does not read: what `<stage-plan>` loads this module for. */
+export function planView(scenario: Scenario | string, options?: { enabled?: boolean[] }): PlanView;
+
 /** Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,
  *  `config.json`): `{ model }` when they hold the whole header, else `{ needMore }`, the
  *  number of bytes to read from the start of the file before calling again. */

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 
-use crate::planning::{Computed, Outcome, compute, now_ms};
+use crate::planning::{CONFIGS_KEPT, Computed, Outcome, compute, inline_configs, now_ms};
 use crate::state::AppState;
 use crate::ui::{ClusterPanel, DevicePanel, ExportPanel, ModelPanel, PlanPanel, SharePanel, SweepsPanel};
-use crate::worker::{Dropped, PageWorker};
+use crate::worker::{ConfigRead, Dropped, PageWorker, Reply, Request};
 
 /// Where the last session is kept between visits.
 const SESSION_KEY: &str = "stageplan.session";
@@ -58,6 +58,41 @@ fn follow_edits(state: RwSignal<AppState>) {
     });
 }
 
+/// Asks the worker to read each inline config the scenario holds that it has not read (its
+/// reader is not in the page's download), keeping what it answers in `configs`.
+fn read_configs(
+    state: RwSignal<AppState>,
+    configs: RwSignal<Vec<ConfigRead>>,
+    worker: StoredValue<PageWorker, LocalStorage>,
+) {
+    worker.with_value(|w| {
+        w.listen(move |_, reply| {
+            if let Reply::ConfigRead(read) = reply {
+                configs.update(|kept| {
+                    kept.push((**read).clone());
+                    let over = kept.len().saturating_sub(CONFIGS_KEPT);
+                    kept.drain(..over);
+                });
+            }
+        });
+    });
+    let asked: StoredValue<Vec<String>, LocalStorage> = StoredValue::new_local(Vec::new());
+    Effect::new(move |_| {
+        let texts = state.with(|s| s.scenario().map(|scenario| inline_configs(&scenario)).unwrap_or_default());
+        for text in texts {
+            if asked.with_value(|a| a.contains(&text)) || configs.with_untracked(|c| c.iter().any(|r| r.text == text)) {
+                continue;
+            }
+            asked.update_value(|a| {
+                a.push(text.clone());
+                let over = a.len().saturating_sub(CONFIGS_KEPT);
+                a.drain(..over);
+            });
+            worker.with_value(|w| w.send(Request::ReadConfig { text }));
+        }
+    });
+}
+
 /// The page.
 #[component]
 pub fn App() -> impl IntoView {
@@ -69,12 +104,15 @@ pub fn App() -> impl IntoView {
     let notice: RwSignal<Option<String>> = RwSignal::new(problem);
     // Device measurements and exports: started on first use (see `worker`).
     let worker = StoredValue::new_local(PageWorker::default());
+    // Inline configs the worker read (see `read_configs`).
+    let configs: RwSignal<Vec<ConfigRead>> = RwSignal::new(Vec::new());
+    read_configs(state, configs, worker);
     // Each edit plans anew, and each planning is news (its time differs, if nothing else): no
     // comparison of plans, whose code weighed about 1 KB gzip of the page's download.
     let computed = Memo::new_with_compare(
         move |_| {
             let started = now_ms();
-            let result = state.with(|s| dropped.with(|d| compute(s, d))).map(Arc::new);
+            let result = state.with(|s| dropped.with(|d| configs.with(|c| compute(s, d, c)))).map(Arc::new);
             Computed { result, millis: now_ms() - started }
         },
         |_, _| true,

@@ -6,12 +6,13 @@ use stageplan::Plan;
 
 use crate::fields::InputError;
 use crate::state::AppState;
-use crate::worker::Dropped;
+use crate::worker::{ConfigRead, Dropped};
 use std::sync::Arc;
 
-use stageplan::check::FileField;
+use stageplan::check::{FileField, Files};
+use stageplan::model::Transformer;
 use stageplan::view::{PlanView, plan_view};
-use stageplan::{Model, ScenarioError};
+use stageplan::{Model, ModelError, Scenario, ScenarioError};
 
 /// The model dropped on the page as the file `file` that `field` names, or what to drop.
 ///
@@ -37,6 +38,40 @@ pub fn dropped_model(dropped: &[Dropped], field: FileField, file: &str) -> Resul
         ),
     })
 }
+
+/// What the page has of the models a scenario names: files dropped on it, and inline
+/// configs its worker read (the configs' reader is not in the page's download: the first
+/// plan, a preset's, does not use it).
+struct PageModels<'a> {
+    dropped: &'a [Dropped],
+    configs: &'a [ConfigRead],
+}
+
+impl Files for PageModels<'_> {
+    type Error = ScenarioError;
+
+    fn model(&mut self, field: FileField, file: &str) -> Result<Model, ScenarioError> {
+        dropped_model(self.dropped, field, file)
+    }
+
+    fn config(&mut self, text: &str) -> Result<Transformer, ModelError> {
+        match self.configs.iter().rev().find(|read| read.text == text) {
+            Some(read) => read.result(),
+            // `read_configs` has asked the worker; its answer plans again.
+            None => Err(ModelError::Invalid { field: String::new(), problem: "is being read…".to_owned() }),
+        }
+    }
+}
+
+/// The inline configs (`model.config`, `model.draft.config`) of `scenario`, as the core
+/// gives them to [`Files::config`]: what the page asks its worker to read.
+pub fn inline_configs(scenario: &Scenario) -> Vec<String> {
+    let draft = scenario.model.draft.as_ref().and_then(|d| d.config.as_ref());
+    scenario.model.config.iter().chain(draft).map(|c| c.text().to_owned()).collect()
+}
+
+/// How many configs the page keeps read: the model's and a draft's, with room for edits.
+pub const CONFIGS_KEPT: usize = 8;
 
 /// A planned state, or why it cannot be planned.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,15 +99,14 @@ pub struct Computed {
 }
 
 /// Plans `state`, with the models read from files dropped on the page (the model's, and a
-/// draft's): each field that names a file is answered with the dropped file of that name.
+/// draft's) and the inline configs the worker read: each field that names a file is answered
+/// with the dropped file of that name, each config with what it read as.
 ///
 /// # Errors
 /// The scenario's first problem, worded as the CLI words it, placed on its field.
-pub fn compute(state: &AppState, dropped: &[Dropped]) -> Result<Outcome, InputError> {
+pub fn compute(state: &AppState, dropped: &[Dropped], configs: &[ConfigRead]) -> Result<Outcome, InputError> {
     let scenario = state.scenario()?;
-    let problem = stageplan::check(scenario, |field, file: &str| dropped_model(dropped, field, file))
-        .map_err(|e| state.place(&e))?
-        .problem;
+    let problem = stageplan::check(scenario, PageModels { dropped, configs }).map_err(|e| state.place(&e))?.problem;
     let enabled = state.enabled();
     let plan = stageplan::plan_with(&problem, stageplan::planner::PlanOptions::default().enabled(&enabled));
     let names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();

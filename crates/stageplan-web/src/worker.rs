@@ -28,7 +28,8 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 use stageplan::export::{Export, ExportOptions, Target};
-use stageplan::{Model, Plan};
+use stageplan::model::Transformer;
+use stageplan::{Model, ModelError, Plan};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
@@ -85,6 +86,47 @@ pub enum Request {
     /// fitted to a machine, as `stageplan calibrate` fits them: `node` is its scenario
     /// node's JSON (`device`, or its figures).
     Calibrate { node: String },
+    /// An inline `config.json` (a scenario's `model.config` or `model.draft.config`, its
+    /// JSON text) read into its transformer: the reader is not in the page's download.
+    ReadConfig { text: String },
+}
+
+/// An inline `config.json` and what it reads as: its transformer, or what it gets wrong.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConfigRead {
+    /// The config's JSON text, as the scenario holds it.
+    pub text: String,
+    pub transformer: Option<Transformer>,
+    /// [`ModelError`]'s variant (`config`, `invalid`, `unsupported`) and its two texts.
+    pub error: Option<(String, String, String)>,
+}
+
+impl ConfigRead {
+    /// What reading `text` gave.
+    pub fn of(text: String, read: Result<Transformer, ModelError>) -> ConfigRead {
+        let (transformer, error) = match read {
+            Ok(transformer) => (Some(transformer), None),
+            Err(ModelError::Config { field, message }) => (None, Some(("config".into(), field, message))),
+            Err(ModelError::Invalid { field, problem }) => (None, Some(("invalid".into(), field, problem))),
+            Err(ModelError::Unsupported { what, fix }) => (None, Some(("unsupported".into(), what, fix))),
+            // A config names no preset and no weight format.
+            Err(other) => (None, Some(("invalid".into(), String::new(), other.to_string()))),
+        };
+        ConfigRead { text, transformer, error }
+    }
+
+    /// The transformer, or the error the core's reader gave.
+    pub fn result(&self) -> Result<Transformer, ModelError> {
+        match (&self.transformer, &self.error) {
+            (Some(transformer), _) => Ok(transformer.clone()),
+            (None, Some((kind, a, b))) => Err(match kind.as_str() {
+                "config" => ModelError::Config { field: a.clone(), message: b.clone() },
+                "unsupported" => ModelError::Unsupported { what: a.clone(), fix: b.clone() },
+                _ => ModelError::Invalid { field: a.clone(), problem: b.clone() },
+            }),
+            (None, None) => Err(ModelError::Invalid { field: String::new(), problem: "could not be read".into() }),
+        }
+    }
 }
 
 /// A machine fitted to its own llama-bench results.
@@ -190,6 +232,7 @@ pub enum Reply {
     Sharded(ShardedRun),
     Exported(Export),
     ModelRead(Box<Dropped>),
+    ConfigRead(Box<ConfigRead>),
     Calibrated(Calibrated),
     /// The sweeps' markup, escaped, to set in place.
     Swept(String),

@@ -39,7 +39,11 @@ impl ModelError {
 }
 
 fn join(prefix: &str, field: &str) -> String {
-    if field.is_empty() || field == "." { prefix.to_owned() } else { format!("{prefix}.{field}") }
+    match field {
+        "" | "." => prefix.to_owned(),
+        index if index.starts_with('[') => format!("{prefix}{index}"),
+        _ => format!("{prefix}.{field}"),
+    }
 }
 
 pub(crate) fn suggest(suggestion: Option<&str>) -> String {

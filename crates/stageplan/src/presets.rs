@@ -14,12 +14,14 @@ use crate::device::{Backend, DeviceKind};
 use crate::error::{ModelError, closest};
 use crate::model::{HfConfig, Model, WeightFormat};
 
+mod shape;
+mod shapes;
+
 /// A model preset: a config and the parameter count its model card publishes.
 #[derive(Copy, Clone, Debug)]
 pub struct ModelPreset {
     pub name: &'static str,
     pub title: &'static str,
-    pub config_json: &'static str,
     /// Published total parameters.
     pub published_params: f64,
 }
@@ -27,12 +29,11 @@ pub struct ModelPreset {
 macro_rules! model_presets {
     ($($name:literal, $title:literal, $params:expr;)*) => {
         /// Every model preset.
-        pub const MODELS: &[ModelPreset] = &[$(ModelPreset {
-            name: $name,
-            title: $title,
-            config_json: include_str!(concat!("../presets/models/", $name, ".json")),
-            published_params: $params,
-        }),*];
+        pub const MODELS: &[ModelPreset] = &[$(ModelPreset { name: $name, title: $title, published_params: $params }),*];
+
+        /// Each preset's `config.json`, apart from [`MODELS`]: planning a preset reads its
+        /// shape (`shapes.rs`), so a build that never asks for the text does not carry it.
+        const CONFIGS: &[(&str, &str)] = &[$(($name, include_str!(concat!("../presets/models/", $name, ".json")))),*];
     };
 }
 
@@ -129,18 +130,30 @@ impl ModelPreset {
         })
     }
 
+    /// The preset's `config.json` text.
+    pub fn config_json(&self) -> &'static str {
+        // Every preset has one: the macro writes both tables from one list.
+        CONFIGS.iter().find(|(name, _)| *name == self.name).map_or("", |(_, text)| text)
+    }
+
     /// The preset's config.
     pub fn config(&self) -> HfConfig {
         // The preset files are ours and tested to parse (`every_model_preset_parses`).
-        HfConfig::from_json(self.config_json).expect("built-in preset config parses")
+        HfConfig::from_json(self.config_json()).expect("built-in preset config parses")
     }
 
-    /// The model in a weight format.
+    /// The model in a weight format, from the preset's shape: what its config reads as
+    /// (`shapes_are_generated_from_the_configs`), without reading it.
     ///
     /// # Errors
-    /// Never for the built-in configs (tested); the `Result` keeps the signature honest.
+    /// Never for the built-in presets (tested); the `Result` keeps the signature honest.
     pub fn model(&self, weights: WeightFormat) -> Result<Model, ModelError> {
-        Ok(Model::from_transformer(self.name, self.config().transformer()?, weights))
+        // Every preset has a shape (tested), so a preset never falls back on its config.
+        let (_, shape) = shapes::SHAPES
+            .iter()
+            .find(|(name, _)| *name == self.name)
+            .ok_or_else(|| ModelError::UnknownPreset { name: self.name.to_owned(), suggestion: None })?;
+        Ok(Model::from_transformer(self.name, shape.transformer(), weights))
     }
 }
 
@@ -498,6 +511,25 @@ mod tests {
     }
 
     #[test]
+    fn every_shape_is_its_config_as_read() {
+        for preset in MODELS {
+            let (_, shape) = shapes::SHAPES.iter().find(|(n, _)| *n == preset.name).expect("a shape per preset");
+            let read = preset.config().transformer().unwrap();
+            assert_eq!(
+                shape.transformer(),
+                read,
+                "{}: UPDATE_EXPECT=1 cargo test -p stageplan --test shapes",
+                preset.name
+            );
+        }
+        assert_eq!(shapes::SHAPES.len(), MODELS.len());
+        assert!(
+            shapes_source() == include_str!("presets/shapes.rs"),
+            "shapes.rs is stale: UPDATE_EXPECT=1 cargo test -p stageplan --test shapes"
+        );
+    }
+
+    #[test]
     fn the_default_gpu_link_is_pcie_4_x16() {
         assert_eq!(GpuLinkPreset::DEFAULT.name, "pcie4-x16");
         assert_eq!(GpuLinkPreset::DEFAULT.bandwidth, 1.969e9 * 16.0 / 2.0);
@@ -547,6 +579,14 @@ mod tests {
         assert!(err.to_string().contains("did you mean `llama-3.1-8b`"), "{err}");
         assert_eq!(DevicePreset::find("rtx4090").unwrap_err(), Some("rtx-4090".to_owned()));
     }
+}
+
+/// The text of `presets/shapes.rs`, generated from every preset's `config.json`.
+#[cfg(any(test, feature = "testing"))]
+pub fn shapes_source() -> String {
+    let entries: Vec<_> =
+        MODELS.iter().map(|p| (p.name, p.config().transformer().expect("built-in preset config reads"))).collect();
+    shape::render::file(&entries)
 }
 
 /// Every preset and format name: what `stageplan presets --format json` prints and the JS

@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
 use crate::error::ScenarioError;
-use crate::model::HfConfig;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
 /// A scenario exactly as written in the file.
@@ -58,7 +57,7 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<HfConfig>,
+    pub config: Option<InlineConfig>,
     /// A model file's path; read by the CLI, which replaces it with what it found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
@@ -78,6 +77,34 @@ pub struct ModelSpec {
     pub mmproj: Option<ProjectorSpec>,
 }
 
+/// A `config.json` object as the scenario wrote it, read when the scenario is checked
+/// ([`crate::check::Files::config`]), so a surface that plans presets only carries no
+/// reader of configs (issue #45).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct InlineConfig(Box<serde_json::value::RawValue>);
+
+impl InlineConfig {
+    /// The config's JSON text, as written.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// A config from JSON text.
+    ///
+    /// # Errors
+    /// When the text is not JSON.
+    pub fn from_text(text: &str) -> Result<InlineConfig, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text.to_owned()).map(InlineConfig)
+    }
+}
+
+impl PartialEq for InlineConfig {
+    fn eq(&self, other: &InlineConfig) -> bool {
+        self.text() == other.text()
+    }
+}
+
 /// A draft model: named as the model is (a preset, an inline `config.json`, or in the CLI a
 /// file), with the KV-cache format it runs.
 ///
@@ -90,7 +117,7 @@ pub struct DraftSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<HfConfig>,
+    pub config: Option<InlineConfig>,
     /// A model file's path; read by the CLI, which replaces it with what it found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,

@@ -17,6 +17,8 @@
 //!   every adapter, probe them, time the kernels against the CPU, and run a plan sharded
 //!   across the local devices with predicted against measured stage times.
 //! - `cargo xtask serve`: builds the web planner and serves it on 127.0.0.1, printing its URL.
+//! - `cargo xtask web`: builds the web planner into `dist/` (what `serve` serves), for the
+//!   browser tests run alone.
 //! - `cargo xtask embed`: builds the JS package and `<stage-plan>` widget into `dist/embed/`.
 //! - `cargo xtask plan [SCENARIO]`: plans a scenario with the CLI (the example by default).
 //! - `cargo xtask bench`: the criterion benchmarks, then plan quality — the `optimal`
@@ -44,7 +46,7 @@ use std::time::Instant;
 use bench::{bench, plan, quality};
 use setup::{setup, web_tools};
 use test::{fuzz, gpu, test};
-use web::{build_embed, serve};
+use web::{build_embed, build_web, serve};
 
 const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Some("gpu") => gpu(),
         Some("cpu-check") => test::cpu_check_alone(),
         Some("serve-check") => test::serve_check_alone(),
+        Some("web") => web_tools().and_then(|()| build_web()).map(|out| println!("web planner: {}", out.display())),
         Some("embed") => {
             web_tools().and_then(|()| build_embed()).map(|out| println!("embed package: {}", out.display()))
         }
@@ -72,7 +75,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test | checks | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | cpu-check | serve-check | fuzz [SECONDS] | gpu | embed"
+                "usage: cargo xtask test | checks | serve [PORT] | plan [SCENARIO] | bench | quality | calibrate | cpu-check | serve-check | fuzz [SECONDS] | gpu | web | embed"
             );
             return ExitCode::from(2);
         }

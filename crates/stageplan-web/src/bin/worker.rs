@@ -8,7 +8,9 @@ use std::rc::Rc;
 use stageplan_gpu::router::RoundRobin;
 use stageplan_gpu::sharded::{self, MlpSpec, StageSpec};
 use stageplan_gpu::{Gpu, Probe, ProbeOptions};
-use stageplan_web::worker::{Answer, Asked, Calibrated, Dropped, Measured, Reply, Request, ShardedRun, StageRun};
+use stageplan_web::worker::{
+    Answer, Asked, Calibrated, ConfigRead, Dropped, Measured, Reply, Request, ShardedRun, StageRun,
+};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
@@ -89,6 +91,10 @@ async fn serve(
             Ok(fitted) => Reply::Calibrated(fitted),
             Err(message) => Reply::Failed(message),
         }),
+        Request::ReadConfig { text } => {
+            let read = stageplan::check::read_config(&text);
+            reply(Reply::ConfigRead(Box::new(ConfigRead::of(text, read))));
+        }
         Request::ReadModel => reply(match stageplan_web::files::read_model(files).await {
             Ok(read) => {
                 Dropped::keep(&mut last_model.borrow_mut(), read.clone());

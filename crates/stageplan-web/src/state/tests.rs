@@ -254,7 +254,7 @@ fn a_v_cache_apart_reaches_the_scenario_and_its_refusal_its_select() {
     assert_eq!(AppState::from_scenario(&scenario).kv_v, "f16", "an imported V format fills the select");
     // Latent attention keeps V in K's cache: the core's refusal lands on the V select.
     state.model.preset = "deepseek-v3".into();
-    let error = crate::planning::compute(&state, &[]).unwrap_err();
+    let error = crate::planning::compute(&state, &[], &[]).unwrap_err();
     assert_eq!(error.place, Some(Place::Field("kv-v")), "{error:?}");
     // The fix "one format for both" leaves no V apart.
     state.apply(&Change::Kv("q4_0".into()));
@@ -306,7 +306,7 @@ fn a_machines_gpus_travel_with_it() {
     state.model.preset = "llama-3.1-70b".into();
     state.model.weights = "q4_k_m".into();
     assert_eq!(state.enabled(), [true, true]);
-    let outcome = crate::planning::compute(&state, &[]).unwrap();
+    let outcome = crate::planning::compute(&state, &[], &[]).unwrap();
     assert!(outcome.plan.feasible && outcome.plan.stages[0].tensor_parallel == [0, 1], "{:?}", outcome.plan.stages);
     // A second such machine's stages take its colour, not the first machine's.
     let mut two = state.clone();
@@ -314,7 +314,7 @@ fn a_machines_gpus_travel_with_it() {
     (second.id, second.name) = (two.next_id(), "rack".into());
     two.nodes.push(second);
     two.nodes[0].enabled = false;
-    let outcome = crate::planning::compute(&two, &[]).unwrap();
+    let outcome = crate::planning::compute(&two, &[], &[]).unwrap();
     let hue = |node: &str| outcome.view.bands.iter().find(|b| b.node.starts_with(node)).map(|b| b.hue);
     assert_eq!(hue("rack/"), Some(stageplan::view::hue(1)), "{:?}", outcome.view.bands);
     // Mixed GPUs: the list kept as written, and planned as the CLI plans it.

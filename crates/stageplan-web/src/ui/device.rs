@@ -51,7 +51,12 @@ pub fn DevicePanel(
                 }
                 Reply::Failed(message) if kind == Task::Sharded => sharded_note.set(message.clone()),
                 Reply::Failed(message) => status.set(message.clone()),
-                Reply::Ready | Reply::Exported(_) | Reply::ModelRead(_) | Reply::Calibrated(_) | Reply::Swept(_) => {
+                Reply::Ready
+                | Reply::Exported(_)
+                | Reply::ModelRead(_)
+                | Reply::ConfigRead(_)
+                | Reply::Calibrated(_)
+                | Reply::Swept(_) => {
                     return;
                 }
             }

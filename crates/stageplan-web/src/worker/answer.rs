@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use stageplan::model::{Arch, Mla, Moe, Place, Tensor, Transformer};
 use stageplan::{Model, export::Export};
 
-use super::{Answer, Calibrated, Dropped, Measured, Reply, ShardedRun, StageRun};
+use super::{Answer, Calibrated, ConfigRead, Dropped, Measured, Reply, ShardedRun, StageRun};
 
 /// What reading an answer says when a field is not what the worker writes: its path.
 type Read<T> = Result<T, String>;
@@ -46,6 +46,7 @@ fn reply(value: &Value) -> Read<Reply> {
         "exported" => Reply::Exported(export(&Obj::of(body, "exported")?)?),
         "model_read" => Reply::ModelRead(Box::new(dropped(&Obj::of(body, "model_read")?)?)),
         "calibrated" => Reply::Calibrated(calibrated(&Obj::of(body, "calibrated")?)?),
+        "config_read" => Reply::ConfigRead(Box::new(config_read(&Obj::of(body, "config_read")?)?)),
         other => return Err(format!("`reply.{other}` is no reply the page knows")),
     })
 }
@@ -104,6 +105,22 @@ fn dropped(o: &Obj) -> Read<Dropped> {
         bytes_read: o.u64("bytes_read")?,
         file_bytes: o.u64("file_bytes")?,
     })
+}
+
+fn config_read(o: &Obj) -> Read<ConfigRead> {
+    let transformer = match o.map.get("transformer") {
+        None | Some(Value::Null) => None,
+        Some(t) => Some(transformer(&Obj::of(t, "config_read.transformer")?)?),
+    };
+    let error = match o.map.get("error") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(parts)) if parts.len() == 3 => {
+            let text = |i: usize| parts[i].as_str().map(str::to_owned).ok_or_else(|| o.wrong("error"));
+            Some((text(0)?, text(1)?, text(2)?))
+        }
+        Some(_) => return Err(o.wrong("error")),
+    };
+    Ok(ConfigRead { text: o.string("text")?, transformer, error })
 }
 
 fn model(o: &Obj) -> Read<Model> {
@@ -336,6 +353,21 @@ mod tests {
             let model = preset.model("q4_k_m".parse::<WeightFormat>().unwrap()).unwrap();
             let read = Dropped { model, names: vec!["a.gguf".into()], bytes_read: 1 << 20, file_bytes: 1 << 34 };
             round_trip(Reply::ModelRead(Box::new(read)));
+            let text = preset.config_json().to_owned();
+            let read = ConfigRead::of(text.clone(), stageplan::check::read_config(&text));
+            assert!(read.transformer.is_some(), "{}", preset.name);
+            round_trip(Reply::ConfigRead(Box::new(read)));
+        }
+        for text in [
+            r#"{"hidden_size": 0}"#,
+            r#"{"hidden_size": "x"}"#,
+            "[1]",
+            r#"{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 8, "kv_lora_rank": 4}"#,
+        ] {
+            let read = stageplan::check::read_config(text);
+            let sent = ConfigRead::of(text.to_owned(), read.clone());
+            assert_eq!(sent.result(), read, "{text}: the page gives the core's error back");
+            round_trip(Reply::ConfigRead(Box::new(sent)));
         }
     }
 

@@ -4,6 +4,7 @@
 //! names the field by its JSON path and says what to write. Reached only through
 //! [`crate::check()`].
 
+use crate::check::ReadConfig;
 use crate::engine::Engine;
 use crate::error::{ModelError, ScenarioError, suggest};
 use crate::limits::{MAX_BATCH, MAX_BYTES, MAX_CONTEXT, MAX_NODE_LAYERS, MAX_PREFILL_CHUNK};
@@ -41,8 +42,10 @@ impl Scenario {
     ///
     /// # Errors
     /// The first problem found, naming its field.
+    #[cfg(test)]
     pub(crate) fn problem(&self) -> Result<Problem, ScenarioError> {
-        self.problem_with_models(self.model.resolve()?, None)
+        let configs = &mut crate::check::read_config;
+        self.problem_with_models(self.model.resolve(configs)?, None, configs)
     }
 
     /// Checks every field but `model`, planning `model` instead: how a caller that read a
@@ -51,9 +54,14 @@ impl Scenario {
     ///
     /// # Errors
     /// The first problem found, naming its field.
-    pub(crate) fn problem_with_models(&self, model: Model, draft: Option<Model>) -> Result<Problem, ScenarioError> {
+    pub(crate) fn problem_with_models(
+        &self,
+        model: Model,
+        draft: Option<Model>,
+        configs: ReadConfig<'_>,
+    ) -> Result<Problem, ScenarioError> {
         let file = self.model.file()?.map(str::to_owned);
-        let riders = self.check_riders(draft)?;
+        let riders = self.check_riders(draft, configs)?;
         let workload = Workload { engine: self.engine, ..self.workload.check()? };
         model.cache_formats(workload.kv, workload.kv_v).map_err(|e| ScenarioError::field("workload.kv_v", e))?;
         let nodes = self.check_nodes()?;
@@ -87,14 +95,14 @@ impl Scenario {
     }
 
     /// The draft model (resolved, or as its file was read) and the vision projector.
-    fn check_riders(&self, read_draft: Option<Model>) -> Result<Riders, ScenarioError> {
+    fn check_riders(&self, read_draft: Option<Model>, configs: ReadConfig<'_>) -> Result<Riders, ScenarioError> {
         let draft = match &self.model.draft {
             None => None,
             Some(spec) => {
                 let file = spec.file()?.map(str::to_owned);
                 let model = match read_draft {
                     Some(model) if file.is_some() => model,
-                    _ => spec.resolve()?,
+                    _ => spec.resolve(configs)?,
                 };
                 let kv = match &spec.kv {
                     Some(name) => crate::tensor_type::kv_format(name)
@@ -300,8 +308,8 @@ impl ModelSpec {
     ///
     /// # Errors
     /// Unknown preset or weight format, a bad config, or none/several of `preset`, `config`, `file`.
-    pub fn resolve(&self) -> Result<Model, ScenarioError> {
-        self.source().resolve()
+    pub fn resolve(&self, configs: ReadConfig<'_>) -> Result<Model, ScenarioError> {
+        self.source().resolve(configs)
     }
 
     fn source(&self) -> Source<'_> {
@@ -323,8 +331,8 @@ impl DraftSpec {
     ///
     /// # Errors
     /// As [`ModelSpec::resolve`], at `model.draft`.
-    pub fn resolve(&self) -> Result<Model, ScenarioError> {
-        self.source().resolve()
+    pub fn resolve(&self, configs: ReadConfig<'_>) -> Result<Model, ScenarioError> {
+        self.source().resolve(configs)
     }
 
     fn source(&self) -> Source<'_> {
@@ -338,7 +346,7 @@ impl DraftSpec {
 struct Source<'a> {
     at: &'static str,
     preset: &'a Option<String>,
-    config: &'a Option<crate::model::HfConfig>,
+    config: &'a Option<crate::scenario::InlineConfig>,
     file: &'a Option<String>,
     name: &'a Option<String>,
     weights: &'a Option<String>,
@@ -360,7 +368,7 @@ impl<'a> Source<'a> {
         Ok(Some(file))
     }
 
-    fn resolve(&self) -> Result<Model, ScenarioError> {
+    fn resolve(&self, configs: ReadConfig<'_>) -> Result<Model, ScenarioError> {
         let at = self.at;
         let weights: WeightFormat = match self.weights {
             Some(w) => w.parse().map_err(|e: ModelError| match e {
@@ -390,7 +398,7 @@ impl<'a> Source<'a> {
                 Ok(preset.model(weights)?)
             }
             (None, Some(config), None) => {
-                let arch = config.transformer().map_err(|e| e.within(&format!("{at}.config")))?;
+                let arch = configs(config.text()).map_err(|e| e.within(&format!("{at}.config")))?;
                 let name = self.name.clone().unwrap_or_else(|| arch.model_type.clone());
                 Ok(Model::from_transformer(&name, arch, weights))
             }

@@ -13,9 +13,10 @@
 mod fields;
 mod machines;
 
+use crate::error::ModelError;
 use crate::error::ScenarioError;
 use crate::import::ProjectorSize;
-use crate::model::Model;
+use crate::model::{HfConfig, Model, Transformer};
 use crate::problem::Problem;
 use crate::scenario::Scenario;
 
@@ -88,6 +89,34 @@ pub trait Files {
         let _ = name;
         Ok(None)
     }
+
+    /// The transformer an inline `config.json` (`model.config`, `model.draft.config`)
+    /// describes. A surface that plans presets only may refuse it ([`refused_config`]) and
+    /// then does not carry the reader: the widget's module, whose first plan is a preset's
+    /// (issue #45).
+    ///
+    /// # Errors
+    /// What the config gets wrong, at its field within the config.
+    fn config(&mut self, config: &str) -> Result<Transformer, ModelError> {
+        read_config(config)
+    }
+}
+
+/// How the model's and the draft's inline configs are read while a scenario is checked.
+pub type ReadConfig<'a> = &'a mut dyn FnMut(&str) -> Result<Transformer, ModelError>;
+
+/// Reads an inline `config.json` (its JSON text) into its transformer: [`Files::config`]
+/// unless a surface says otherwise.
+///
+/// # Errors
+/// What the config gets wrong, at its field within the config.
+pub fn read_config(config: &str) -> Result<Transformer, ModelError> {
+    HfConfig::from_inline(config)?.transformer()
+}
+
+/// A surface's refusal of inline configs, naming where they are read instead.
+pub fn refused_config(instead: &str) -> ModelError {
+    ModelError::Invalid { field: String::new(), problem: format!("is not read here; {instead}") }
 }
 
 impl<E: From<ScenarioError>, F: FnMut(FileField, &str) -> Result<Model, E>> Files for F {
@@ -124,10 +153,13 @@ pub fn check<'a, F: Files>(input: impl Into<ScenarioInput<'a>>, mut files: F) ->
             let model = file.map(|f| files.model(FileField::Model, f)).transpose()?;
             let draft = draft_file.flatten().map(|f| files.model(FileField::Draft, f)).transpose()?;
             read_projector(&mut scenario, &mut files)?;
-            match (model, draft) {
-                (None, None) => scenario.problem(),
-                (Some(model), draft) => scenario.problem_with_models(model, draft),
-                (None, draft) => scenario.model.resolve().and_then(|model| scenario.problem_with_models(model, draft)),
+            let configs = &mut |config: &str| files.config(config);
+            match model {
+                Some(model) => scenario.problem_with_models(model, draft, configs),
+                None => scenario
+                    .model
+                    .resolve(configs)
+                    .and_then(|model| scenario.problem_with_models(model, draft, configs)),
             }
         }
         (Err(e), _) | (_, Err(e)) => Err(e),

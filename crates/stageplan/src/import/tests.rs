@@ -200,7 +200,7 @@ fn huge_gguf_hyperparameters_cost_no_overflow() {
         r#"{"model": {"preset": "llama-3.2-1b"}, "nodes": [{"name": "a", "device": "rtx-4090"}]}"#,
     )
     .unwrap();
-    let problem = scenario.problem_with_models(model, None).unwrap();
+    let problem = scenario.problem_with_models(model, None, &mut crate::check::read_config).unwrap();
     let plan = crate::plan(&problem);
     assert!(!plan.feasible, "a KV cache of 2^64 bytes per token fits nowhere");
 }

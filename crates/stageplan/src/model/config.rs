@@ -180,6 +180,23 @@ impl HfConfig {
         })
     }
 
+    /// Reads a `config.json` written inside a scenario (`model.config`). An error names the
+    /// field and no line: a line would count from the config's start, not the scenario's.
+    ///
+    /// # Errors
+    /// When the text is not JSON or a field has the wrong type.
+    pub fn from_inline(text: &str) -> Result<HfConfig, ModelError> {
+        Self::from_json(text).map_err(|e| match e {
+            ModelError::Config { field, mut message } => {
+                if let Some(at) = message.rfind(" at line ") {
+                    message.truncate(at);
+                }
+                ModelError::Config { field, message }
+            }
+            other => other,
+        })
+    }
+
     /// Whether q, k and v carry a bias: stated by `attention_bias`, implied by Qwen2.
     pub fn qkv_bias(&self) -> bool {
         self.attention_bias.unwrap_or(self.family().qkv_bias_by_default())
