@@ -171,7 +171,7 @@ impl LayerTable {
             let rereads = if vector_kernel && kv_elements > 0 {
                 // K and V of one KV head: 2 × head_dim elements.
                 let query_heads_per_kv_head = (2 * arch.num_heads).saturating_mul(arch.head_dim) / kv_elements;
-                query_heads_per_kv_head.saturating_sub(1) as f64
+                query_heads_per_kv_head.saturating_sub(1) as f64 * crate::engine::QUANTIZED_KV_REREADS_FROM_MEMORY
             } else {
                 0.0
             };

@@ -177,6 +177,16 @@ pub(crate) mod element {
     pub(crate) const I64: f64 = 8.0;
 }
 
+/// The share of a quantized KV cache's reads beyond the first per KV head (a backend that
+/// reads it once per query head: [`EngineRules::rereads_quantized_kv`]) that reach the
+/// device's memory; the rest hit its L2 cache, as the blocks of one KV head's query heads run
+/// side by side over the same rows. Fitted to the one published run with depths (Qwen3-235B-
+/// A22B, 16 query heads a KV head, q8_0 cache on an RTX A6000: 10.21, 8.09 and 6.41 tok/s at
+/// 0, 16k and 32k tokens, ik_llama.cpp PR #370): every reread at DRAM put the two depths at
+/// −14.0% and −14.7% against −5.2% at depth 0; 0.7 puts them at −6.6% and −2.8%
+/// (`cargo test -p stageplan --test offload_published -- --nocapture`).
+pub const QUANTIZED_KV_REREADS_FROM_MEMORY: f64 = 0.7;
+
 /// `--gpu-memory-utilization` as the vLLM export passes it (vLLM's default).
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
