@@ -267,6 +267,25 @@ mod tests {
     }
 
     #[test]
+    fn a_probed_cpus_other_sequences_of_a_step_run_at_its_prompt_rate() {
+        // One sequence's products at the engine's decode rate, the three others' as one
+        // matrix product at its prompt's rate (#47): 1e10 weights/s decoding, 2e11 FLOP/s
+        // over a prompt, so each other sequence costs a tenth of the first.
+        let engine = r#", "engine": {"q8": 1e10, "prefill": 2e11}"#;
+        let step = |batch: u64, engine: &str| {
+            let mut problem = problem("q8_0", &PROBE.replace("0.04", &format!("0.04{engine}")));
+            problem.workload.batch = batch;
+            let cost = crate::CostModel::new(&problem);
+            cost.time(0, 0, 16, None).compute_s
+        };
+        let (one, four) = (step(1, engine), step(4, engine));
+        assert!((four / one - 1.3).abs() < 1e-9, "{one} {four}");
+        // A node whose prompt is no faster than its decode prices every sequence alike.
+        let slow_prompt = r#", "engine": {"q8": 1e10, "prefill": 1e9}"#;
+        assert!((step(4, slow_prompt) / step(1, slow_prompt) - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn a_probed_node_reads_at_its_measured_bandwidth_and_a_spec_node_does_not() {
         let probed = crate::plan(&problem("q4_k_m", PROBE));
         let spec = crate::plan(&problem("q4_k_m", ""));

@@ -412,6 +412,9 @@ impl CostModel {
     fn set_step(&mut self, sequences: f64) {
         self.step = sequences;
         self.layers.set_step(sequences);
+        for node in &mut self.nodes {
+            node.set_step(sequences);
+        }
         // Best placements depend on the step's times.
         for k in 0..self.nodes.len() {
             let monotone = self.host_is_slower(k);

@@ -32,9 +32,13 @@ pub(crate) struct NodeCost {
     pub inv_bandwidth: f64,
     /// Prefill's compute: per FLOP of the node's `compute`.
     pub inv_compute: f64,
-    /// A decode step's: per FLOP, `1 ÷ (2 × weights/s)` of a measured CPU's products, else
-    /// `inv_compute`.
+    /// A decode step's, at this cost model's step ([`NodeCost::set_step`]): per FLOP, one
+    /// sequence's at [`NodeCost::inv_one_decode`], the others' at the prompt's rate where that
+    /// is faster.
     pub inv_decode_compute: f64,
+    /// One sequence's decode: per FLOP, `1 ÷ (2 × weights/s)` of a measured CPU's products,
+    /// else `inv_compute`.
+    pub inv_one_decode: f64,
     /// Seconds every layer adds to a decode step (the backend's fitted `τ`).
     pub per_layer_s: f64,
     /// The device's memory left for layers, embedding and head after reserve and the
@@ -105,11 +109,13 @@ impl NodeCost {
             usable_memory(node.memory, rules.usable_fraction) - i128::from(node.reserve) - i128::from(workspace),
         );
         let host = host.map(|host| HostCost::new(host, model));
+        let inv_one_decode =
+            decode_rate.map_or(inv_compute, |r| 1.0 / (FLOPS_PER_WEIGHT * r * node.efficiency.compute));
         NodeCost {
             inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
             inv_compute,
-            inv_decode_compute: decode_rate
-                .map_or(inv_compute, |r| 1.0 / (FLOPS_PER_WEIGHT * r * node.efficiency.compute)),
+            inv_decode_compute: inv_one_decode,
+            inv_one_decode,
             per_layer_s,
             device_capacity,
             capacity: host.map_or(device_capacity, |h| h.capacity.max(0).saturating_add(device_capacity)),
@@ -139,12 +145,29 @@ impl NodeCost {
         kv.saturating_mul(u128::from(self.kv_copies))
     }
 
+    /// Prices decode steps of `sequences` sequences. A measured CPU decodes one sequence at
+    /// its probed rate, its weights read for it; llama.cpp multiplies the other sequences'
+    /// rows as one matrix product over the same weights, which runs at about its prompt's
+    /// rate (`probe.engine.prefill`): a 4-user step of the 1B model on the serve check's
+    /// machine took 102.6 ms, not the 4 × 55.2 of four single steps (BENCHMARKS.md). Where
+    /// the prompt is no faster (every unmeasured device: `inv_compute` is its decode rate),
+    /// each sequence costs the same.
+    pub(super) fn set_step(&mut self, sequences: f64) {
+        let others = self.inv_compute.min(self.inv_one_decode);
+        self.inv_decode_compute = if sequences > 1.0 && others < self.inv_one_decode {
+            (self.inv_one_decode + (sequences - 1.0) * others) / sequences
+        } else {
+            self.inv_one_decode
+        };
+    }
+
     /// Whether `other` is priced as this node is, so that each stage has the same best
     /// placement and time on both: they may share a memo, and the search takes them as twins.
     pub(crate) fn priced_alike(&self, other: &NodeCost) -> bool {
         self.inv_bandwidth == other.inv_bandwidth
             && self.inv_compute == other.inv_compute
             && self.inv_decode_compute == other.inv_decode_compute
+            && self.inv_one_decode == other.inv_one_decode
             && self.per_layer_s == other.per_layer_s
             && self.device_capacity == other.device_capacity
             && self.capacity == other.capacity
@@ -187,6 +210,7 @@ impl NodeCost {
             inv_bandwidth: worst(&|m| m.inv_bandwidth),
             inv_compute: worst(&|m| m.inv_compute),
             inv_decode_compute: worst(&|m| m.inv_decode_compute),
+            inv_one_decode: worst(&|m| m.inv_one_decode),
             per_layer_s: members.iter().map(|m| m.per_layer_s).fold(0.0, f64::max),
             device_capacity: capacity,
             capacity,
