@@ -40,6 +40,7 @@ pub mod presets;
 pub mod problem;
 pub mod quote;
 pub mod scenario;
+pub mod serving;
 pub mod sweep;
 pub mod tensor_type;
 pub mod units;
