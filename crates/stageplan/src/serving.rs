@@ -218,6 +218,36 @@ mod tests {
         assert!(two.tokens_per_s > one.tokens_per_s, "two users are served faster in all");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// Any load ends, every request counted: its first token after one step at least,
+        /// no gap between tokens shorter than one sequence's step, no more tokens a second
+        /// than every user stepping alone in parallel would get, and the percentiles in order.
+        #[test]
+        fn every_load_ends_and_its_figures_hold_together(
+            users in 1u32..=12,
+            prompt in 1u32..=3000,
+            response in 1u32..=40,
+            requests_per_user in 1u32..=3,
+            n_batch in 1u32..=4096,
+            n_ubatch in 1u32..=1024,
+            step_s in 1e-3..1.0f64,
+            token_s in 1e-5..1e-1f64,
+        ) {
+            let load = Load { users, prompt, response, requests_per_user, n_batch, n_ubatch };
+            let served = simulate(load, ServingCost { step_s, token_s }).unwrap();
+            proptest::prop_assert!(served.ttft_s[0] >= step_s * (1.0 - 1e-12));
+            proptest::prop_assert!(served.ttft_s[0] <= served.ttft_s[1] && served.tpot_s[0] <= served.tpot_s[1]);
+            if response > 1 {
+                proptest::prop_assert!(served.tpot_s[0] >= step_s * (1.0 - 1e-12));
+            }
+            let tokens = f64::from(users) * f64::from(requests_per_user) * f64::from(response);
+            proptest::prop_assert!((served.tokens_per_s * served.wall_s - tokens).abs() <= 1e-6 * tokens);
+            proptest::prop_assert!(served.tokens_per_s <= f64::from(users) / step_s * (1.0 + 1e-9));
+        }
+    }
+
     #[test]
     fn a_load_that_cannot_run_says_which_field() {
         assert_eq!(simulate(Load { users: 0, ..load(1) }, COST), Err(ServingError::Zero { field: "users" }));
