@@ -37,6 +37,12 @@ pub(crate) enum Command {
         /// confirm the plan is optimal.
         #[arg(long)]
         verify: bool,
+        /// Plan for this many users of one llama-server (`--parallel`, a slot and its
+        /// context each) and simulate its scheduler: their times to first token and per
+        /// token at p50/p95, and tok/s in all. The workload's `prompt` and `response` are
+        /// each request's; every user sends three, one after another.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        users: Option<u32>,
     },
     /// Re-plan a cluster that changed: the new plan and the fewest moves that reach it.
     Replan {

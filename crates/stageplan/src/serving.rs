@@ -7,23 +7,56 @@
 //! token, then pending prompts join in slot order up to `n_batch` tokens (continuous
 //! batching); the step is one `llama_decode`, after which each slot whose prompt is done has
 //! its first token and each generating slot one more. A request that arrives while a step
-//! runs joins the next. `llama_decode` runs a step in micro-batches of `n_ubatch` tokens;
-//! each costs one sequence's decode step and [`ServingCost::token_s`] for each further
-//! token: the weights are read once for all, and llama.cpp multiplies the other rows as one
-//! matrix product at about its prompt's rate (the serve check's machine: a 4-user step
-//! 102.6 ms against 55.2 for one).
+//! runs joins the next. `llama_decode` runs a step in graphs of `n_ubatch` tokens; each
+//! reads the weights ([`ServingCost::step_s`], one sequence's whole step, for the first
+//! token), and each further token adds its own: a decoding sequence its KV cache and its
+//! products ([`ServingCost::sequence_s`], as the cost model prices a step of many: on a
+//! probed CPU at about its prompt's rate, the serve check's machine taking 102.6 ms for a
+//! 4-user step against 55.2 for one), a prompt token its products at the prompt's rate
+//! ([`ServingCost::token_s`]).
 //!
 //! The load is the serve check's and most published concurrency tables': `users` each send a
 //! request, read it to its end and send the next at once (a fixed concurrency, as vLLM's
 //! `benchmark_serving --max-concurrency`), all starting together.
 
-/// What a step of the engine costs, from a one-user plan of the stage.
+/// What a step of the engine costs: a whole step for its first token, then each further
+/// sequence decoding and each prompt token.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct ServingCost {
-    /// One sequence's decode step: the plan's `1 ÷ stream_tokens_per_s`.
+    /// One sequence's decode step (a one-user plan's `1 ÷ stream_tokens_per_s`).
     pub step_s: f64,
-    /// Each further token of a step: the plan's `1 ÷ prefill_tokens_per_s`.
+    /// Each further sequence a step decodes: its share of a step of many (its KV cache read
+    /// and its products, as the cost model prices a step of `batch` sequences).
+    pub sequence_s: f64,
+    /// Each further prompt token of a step: the plan's `1 ÷ prefill_tokens_per_s`.
     pub token_s: f64,
+}
+
+impl ServingCost {
+    /// The steps of `plan`, made for `problem`, as one llama-server runs them: one
+    /// sequence's decode step on the plan's stage with the memory of all the problem's
+    /// sequences (their KV cache placed, a step reading one), and the plan's prompt rate.
+    ///
+    /// # Errors
+    /// A plan that does not fit, or that is not one stage on one device (a pipeline or a
+    /// tensor-parallel group is not simulated yet).
+    pub fn of(problem: &crate::Problem, plan: &crate::Plan) -> Result<ServingCost, ServingError> {
+        let (Some(stage), true) = (plan.stages.first(), plan.feasible) else { return Err(ServingError::NoPlan) };
+        let node = problem.nodes.iter().position(|n| n.name == stage.node);
+        let (1, true, Some(node)) = (plan.stages.len(), stage.tensor_parallel.is_empty(), node) else {
+            return Err(ServingError::Stages { stages: plan.stages.len() });
+        };
+        let all = crate::CostModel::new(problem);
+        let batch = problem.workload.batch;
+        let [start, end] = stage.layers;
+        let step_s = all.micro_batched(batch).time(node, start, end, None).total();
+        let token_s = 1.0 / plan.prefill_tokens_per_s;
+        let sequence_s = match batch {
+            0 | 1 => token_s,
+            _ => ((all.time(node, start, end, None).total() - step_s) / (batch - 1) as f64).max(0.0),
+        };
+        Ok(ServingCost { step_s, sequence_s, token_s })
+    }
 }
 
 /// A fixed number of users, each sending requests one after another.
@@ -42,12 +75,16 @@ pub struct Load {
     pub n_ubatch: u32,
 }
 
+/// Requests each user sends, one after another, in `stageplan plan --users` and the serve
+/// check that holds it to a real llama-server.
+pub const REQUESTS_PER_USER: u32 = 3;
+
 /// The most requests a simulation runs: `users × requests_per_user` past it is refused
 /// before anything is allocated.
 pub const MAX_REQUESTS: u64 = 1 << 20;
 
 /// What the users saw.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Served {
     /// Time to first token, sent to first token: 50th and 95th percentiles, seconds.
     pub ttft_s: [f64; 2],
@@ -68,8 +105,16 @@ pub enum ServingError {
         "{requests} requests (users × requests per user) is past the {MAX_REQUESTS} a simulation runs; simulate fewer"
     )]
     TooMany { requests: u64 },
-    #[error("the step costs {step_s} s and each further token {token_s} s; both must be finite and above 0")]
+    #[error(
+        "the step costs {step_s} s and each further prompt token {token_s} s; both must be finite and above 0, and a further sequence's cost finite"
+    )]
     Cost { step_s: f64, token_s: f64 },
+    #[error("nothing fits, so no users are served; see the plan's fixes")]
+    NoPlan,
+    #[error(
+        "the plan has {stages} stages or a tensor-parallel group; serving is simulated for one llama-server on one device: plan the users on one machine"
+    )]
+    Stages { stages: usize },
 }
 
 /// One slot's request.
@@ -108,7 +153,7 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
         return Err(ServingError::TooMany { requests });
     }
     let positive = |s: f64| s.is_finite() && s > 0.0;
-    if !(positive(cost.step_s) && positive(cost.token_s)) {
+    if !(positive(cost.step_s) && positive(cost.token_s) && cost.sequence_s.is_finite() && cost.sequence_s >= 0.0) {
         return Err(ServingError::Cost { step_s: cost.step_s, token_s: cost.token_s });
     }
     let fresh = |sent: f64, after: u32| Slot { sent, prompt_left: load.prompt, generated: 0, first: 0.0, after };
@@ -117,7 +162,8 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
     let (mut now, mut tokens) = (0.0_f64, 0_u64);
     while slots.iter().any(Option::is_some) {
         // The step: each generating slot's token, then prompts in slot order up to n_batch.
-        let mut batch: u64 = slots.iter().flatten().filter(|s| s.generated > 0).count() as u64;
+        let decoding: u64 = slots.iter().flatten().filter(|s| s.generated > 0).count() as u64;
+        let mut batch = decoding;
         let mut fed = vec![0_u32; slots.len()];
         for (slot, fed) in slots.iter().zip(&mut fed) {
             if let Some(s) = slot.filter(|s| s.prompt_left > 0) {
@@ -127,7 +173,10 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
             }
         }
         let graphs = batch.div_ceil(u64::from(load.n_ubatch)).max(1);
-        now += graphs as f64 * cost.step_s + batch.saturating_sub(graphs) as f64 * cost.token_s;
+        // The first graph's whole step carries one token: a decoding sequence's if any.
+        let (decoding, prompt) = (decoding as f64, (batch - decoding) as f64);
+        let (decoding, prompt) = if decoding > 0.0 { (decoding - 1.0, prompt) } else { (0.0, prompt - 1.0) };
+        now += graphs as f64 * cost.step_s + decoding * cost.sequence_s + prompt.max(0.0) * cost.token_s;
         for (slot, fed) in slots.iter_mut().zip(fed) {
             let Some(s) = slot else { continue };
             if s.generated > 0 {
@@ -168,7 +217,7 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 mod tests {
     use super::*;
 
-    const COST: ServingCost = ServingCost { step_s: 0.05, token_s: 0.01 };
+    const COST: ServingCost = ServingCost { step_s: 0.05, sequence_s: 0.02, token_s: 0.01 };
 
     fn load(users: u32) -> Load {
         Load { users, prompt: 128, response: 64, requests_per_user: 3, n_batch: 2048, n_ubatch: 512 }
@@ -191,18 +240,18 @@ mod tests {
 
     #[test]
     fn users_who_start_together_share_their_prompts_step_and_every_decode_step() {
-        // Four prompts in one step (one graph) of 512 tokens, then steps of four tokens.
+        // Four prompts in one step (one graph) of 512 tokens, then steps of four sequences.
         let served = simulate(load(4), COST).unwrap();
         assert!(close(served.ttft_s[0], 0.05 + 511.0 * 0.01), "{served:?}");
-        assert!(close(served.tpot_s[0], 0.05 + 3.0 * 0.01), "{served:?}");
-        assert!(close(served.tpot_s[1], 0.05 + 3.0 * 0.01), "{served:?}");
+        assert!(close(served.tpot_s[0], 0.05 + 3.0 * 0.02), "{served:?}");
+        assert!(close(served.tpot_s[1], 0.05 + 3.0 * 0.02), "{served:?}");
     }
 
     #[test]
     fn a_prompt_past_n_batch_takes_several_steps() {
         let served = simulate(Load { prompt: 5000, n_batch: 2048, ..load(1) }, COST).unwrap();
         // 2048 + 2048 + 904 tokens in three steps, of four, four and two graphs of 512.
-        let ttft = 10.0 * 0.05 + (5000.0 - 10.0) * 0.01;
+        let ttft = 10.0 * 0.05 + (5000.0 - 3.0) * 0.01;
         assert!(close(served.ttft_s[0], ttft), "{served:?}");
     }
 
@@ -233,10 +282,11 @@ mod tests {
             n_batch in 1u32..=4096,
             n_ubatch in 1u32..=1024,
             step_s in 1e-3..1.0f64,
+            sequence_s in 0.0..1e-1f64,
             token_s in 1e-5..1e-1f64,
         ) {
             let load = Load { users, prompt, response, requests_per_user, n_batch, n_ubatch };
-            let served = simulate(load, ServingCost { step_s, token_s }).unwrap();
+            let served = simulate(load, ServingCost { step_s, sequence_s, token_s }).unwrap();
             proptest::prop_assert!(served.ttft_s[0] >= step_s * (1.0 - 1e-12));
             proptest::prop_assert!(served.ttft_s[0] <= served.ttft_s[1] && served.tpot_s[0] <= served.tpot_s[1]);
             if response > 1 {

@@ -244,6 +244,26 @@ pub(crate) fn verification(plan: &Plan, exhaustive: &Plan) -> String {
     format!("\nverified by {}: {verdict}\n", exhaustive.search.detail)
 }
 
+/// `--users`: what the simulated users of one llama-server saw.
+pub(crate) fn served(load: &stageplan::serving::Load, served: &stageplan::serving::Served) -> String {
+    let ms = |s: f64| format!("{:.0} ms", s * 1e3);
+    format!(
+        "\n{} {} of one llama-server (--parallel {}, continuous batching), {}-token prompts, {} tokens each, {} requests a user, simulated:\n  \
+         first token  p50 {}  p95 {}\n  per token    p50 {}  p95 {}\n  in all       {:.1} tok/s\n",
+        load.users,
+        if load.users == 1 { "user" } else { "users" },
+        load.users,
+        load.prompt,
+        load.response,
+        load.requests_per_user,
+        ms(served.ttft_s[0]),
+        ms(served.ttft_s[1]),
+        ms(served.tpot_s[0]),
+        ms(served.tpot_s[1]),
+        served.tokens_per_s
+    )
+}
+
 fn bar(weights: u64, kv: u64, embed_head: u64, other: u64, budget: u64) -> String {
     let budget = budget.max(1) as f64;
     let total = weights as f64 + kv as f64 + embed_head as f64 + other as f64;
