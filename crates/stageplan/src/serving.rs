@@ -19,6 +19,8 @@
 //! request, read it to its end and send the next at once (a fixed concurrency, as vLLM's
 //! `benchmark_serving --max-concurrency`), all starting together.
 
+use crate::calibration::quantile;
+
 /// What a step of the engine costs: a whole step for its first token, then each further
 /// sequence decoding and each prompt token.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -197,20 +199,12 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
             }
         }
     }
-    ttft.sort_by(f64::total_cmp);
-    tpot.sort_by(f64::total_cmp);
     Ok(Served {
         ttft_s: [quantile(&ttft, 0.5), quantile(&ttft, 0.95)],
         tpot_s: [quantile(&tpot, 0.5), quantile(&tpot, 0.95)],
         tokens_per_s: tokens as f64 / now,
         wall_s: now,
     })
-}
-
-/// The `q` quantile of sorted values by the nearest rank, as the serve check reads its own.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied().unwrap_or(0.0)
 }
 
 #[cfg(test)]
