@@ -43,6 +43,17 @@ pub(crate) enum Command {
         /// each request's; every user sends three, one after another.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
         users: Option<u32>,
+        /// A time to first token every user must see (`2s`, `800ms`), at `--percentile`:
+        /// without `--users`, how many users of one llama-server meet it (and `--tpot`),
+        /// the plan remade for each count; with `--users`, whether they do.
+        #[arg(long, value_name = "TIME")]
+        ttft: Option<String>,
+        /// A time per output token every user must see (`80ms`), as `--ttft`.
+        #[arg(long, value_name = "TIME")]
+        tpot: Option<String>,
+        /// The percentile of requests `--ttft` and `--tpot` hold at.
+        #[arg(long, value_enum, default_value_t = PercentileArg::P95)]
+        percentile: PercentileArg,
     },
     /// Re-plan a cluster that changed: the new plan and the fewest moves that reach it.
     Replan {
@@ -289,6 +300,12 @@ pub(crate) enum NodesAction {
 pub(crate) enum ExportFormat {
     Text,
     Json,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub(crate) enum PercentileArg {
+    P50,
+    P95,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]

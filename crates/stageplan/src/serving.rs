@@ -113,6 +113,10 @@ pub enum ServingError {
     Cost { step_s: f64, token_s: f64 },
     #[error("nothing fits, so no users are served; see the plan's fixes")]
     NoPlan,
+    #[error("no target: give a time to first token, a time per token, or both")]
+    NoTarget,
+    #[error("the `{field}` target must be a time above 0")]
+    Target { field: &'static str },
     #[error(
         "the plan has {stages} stages or a tensor-parallel group; serving is simulated for one llama-server on one device: plan the users on one machine"
     )]
@@ -207,6 +211,184 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
     })
 }
 
+/// The most users [`capacity`] tries, as `stageplan plan --users` takes.
+pub const MAX_USERS: u32 = 4096;
+
+/// What users must see, at one percentile of their requests: their first token within
+/// `ttft_s` of sending, and each token after it within `tpot_s` of the one before.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Targets {
+    pub ttft_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+    pub percentile: Percentile,
+}
+
+/// Which of [`Served`]'s percentiles a target holds.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Percentile {
+    P50,
+    /// The tail most teams set targets on.
+    #[default]
+    P95,
+}
+
+impl Percentile {
+    /// `p50` or `p95`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Percentile::P50 => "p50",
+            Percentile::P95 => "p95",
+        }
+    }
+
+    fn of(self, figures: [f64; 2]) -> f64 {
+        figures[self as usize]
+    }
+}
+
+/// A target a load missed: which, what the users saw and what was asked.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Missed {
+    /// `ttft` or `tpot`.
+    pub target: &'static str,
+    pub seen_s: f64,
+    pub asked_s: f64,
+}
+
+impl Targets {
+    /// The first target `served` misses (the first token's before the others').
+    pub fn missed(&self, served: &Served) -> Option<Missed> {
+        [("ttft", self.ttft_s, served.ttft_s), ("tpot", self.tpot_s, served.tpot_s)].into_iter().find_map(
+            |(target, asked, seen)| {
+                let (asked_s, seen_s) = (asked?, self.percentile.of(seen));
+                (seen_s > asked_s).then_some(Missed { target, seen_s, asked_s })
+            },
+        )
+    }
+
+    fn check(&self) -> Result<(), ServingError> {
+        if self.ttft_s.is_none() && self.tpot_s.is_none() {
+            return Err(ServingError::NoTarget);
+        }
+        for (field, value) in [("ttft", self.ttft_s), ("tpot", self.tpot_s)] {
+            if value.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+                return Err(ServingError::Target { field });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How many users one llama-server serves within [`Targets`], and what they see.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Capacity {
+    /// The most users that meet the targets; 0 when one user alone misses them.
+    pub users: u32,
+    /// The plan for `users` (for one user when none meets the targets: the nearest), its
+    /// load and what its users saw.
+    pub plan: crate::Plan,
+    pub load: Load,
+    pub served: Served,
+    /// Why one more user is not served so.
+    pub limit: Limit,
+}
+
+/// What stops one more user.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Limit {
+    /// With `users` users a target is missed.
+    Target { users: u32, missed: Missed },
+    /// `users` users' slots and KV cache do not fit one machine.
+    Memory { users: u32 },
+    /// `users` users' plan is not one stage on one device, which is all that is simulated
+    /// yet ([`ServingError::Stages`]).
+    Stages { users: u32, stages: usize },
+    /// [`MAX_USERS`] users meet the targets; more are not tried.
+    Most,
+}
+
+/// A count of users run: its plan, load and what they saw.
+type Ran = Box<(crate::Plan, Load, Served)>;
+
+/// One count of users tried: it met the targets, or why not.
+enum Trial {
+    Met(Ran),
+    /// A target missed ([`Limit::Target`]), with the run that missed it.
+    Missed(Limit, Ran),
+    Failed(Limit),
+}
+
+/// The most users of one llama-server that see `targets`, each sending requests as `load`
+/// says (its `users` is what is searched), the plan remade for each count: a slot and its
+/// context each, as `stageplan plan --users` plans them.
+///
+/// The search doubles the users until a count fails, then halves the gap: it takes what
+/// users see to grow with their number (memory with every slot, the queue for the first
+/// token, the step with every sequence), which the property test below holds against
+/// trying every count.
+///
+/// # Errors
+/// No target, a target that is not a positive time, a zero in `load`, or a problem where
+/// one user's plan does not fit or is not one stage on one device.
+pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Result<Capacity, ServingError> {
+    targets.check()?;
+    let trial = |users: u32| -> Result<Trial, ServingError> {
+        let problem = with_batch(problem, users);
+        let plan = crate::plan_with(&problem, crate::planner::PlanOptions::bare());
+        if !plan.feasible {
+            return Ok(Trial::Failed(Limit::Memory { users }));
+        }
+        let cost = match ServingCost::of(&problem, &plan) {
+            Err(ServingError::Stages { stages }) => return Ok(Trial::Failed(Limit::Stages { users, stages })),
+            cost => cost?,
+        };
+        let load = Load { users, ..load };
+        let served = simulate(load, cost)?;
+        Ok(match targets.missed(&served) {
+            None => Trial::Met(Box::new((plan, load, served))),
+            Some(missed) => Trial::Missed(Limit::Target { users, missed }, Box::new((plan, load, served))),
+        })
+    };
+    let mut met = match trial(1)? {
+        Trial::Met(ran) => (1, ran),
+        Trial::Failed(Limit::Stages { stages, .. }) => return Err(ServingError::Stages { stages }),
+        Trial::Failed(_) => return Err(ServingError::NoPlan),
+        Trial::Missed(limit, ran) => {
+            // None meets them: the nearest is one user, with the plan's explanations.
+            let (_, load, served) = *ran;
+            let plan = crate::plan(&with_batch(problem, 1));
+            return Ok(Capacity { users: 0, plan, load, served, limit });
+        }
+    };
+    // Double until a count fails (or the most is met), then halve the gap.
+    let mut failed = None;
+    while failed.is_none() && met.0 < MAX_USERS {
+        let next = met.0.saturating_mul(2).min(MAX_USERS);
+        match trial(next)? {
+            Trial::Met(ran) => met = (next, ran),
+            Trial::Missed(limit, _) | Trial::Failed(limit) => failed = Some((next, limit)),
+        }
+    }
+    while let Some(hi) = failed.as_ref().map(|(hi, _)| *hi).filter(|hi| hi - met.0 > 1) {
+        let mid = met.0 + (hi - met.0) / 2;
+        match trial(mid)? {
+            Trial::Met(ran) => met = (mid, ran),
+            Trial::Missed(limit, _) | Trial::Failed(limit) => failed = Some((mid, limit)),
+        }
+    }
+    let (users, ran) = met;
+    let (_, load, served) = *ran;
+    let plan = crate::plan(&with_batch(problem, users));
+    Ok(Capacity { users, plan, load, served, limit: failed.map_or(Limit::Most, |(_, limit)| limit) })
+}
+
+/// `problem` planned for `users` sequences: a slot and its context each.
+fn with_batch(problem: &crate::Problem, users: u32) -> crate::Problem {
+    let mut problem = problem.clone();
+    problem.workload.batch = u64::from(users);
+    problem
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +472,98 @@ mod tests {
             proptest::prop_assert!((served.tokens_per_s * served.wall_s - tokens).abs() <= 1e-6 * tokens);
             proptest::prop_assert!(served.tokens_per_s <= f64::from(users) / step_s * (1.0 + 1e-9));
         }
+    }
+
+    /// One GPU of 12 GB and a 1B model: about 80 users' slots of 4,096 tokens fit.
+    fn one_gpu(memory: &str, extra_nodes: &str) -> crate::Problem {
+        let json = format!(
+            r#"{{"model": {{"preset": "llama-3.2-1b", "weights": "q8_0"}},
+                "workload": {{"context": 4096, "prompt": 128, "response": 64}},
+                "nodes": [{{"name": "gpu", "device": "rtx-3060-12gb", "memory": "{memory}"}}{extra_nodes}]}}"#
+        );
+        crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
+    }
+
+    fn targets(ttft_s: Option<f64>, tpot_s: Option<f64>) -> Targets {
+        Targets { ttft_s, tpot_s, percentile: Percentile::P95 }
+    }
+
+    /// What `users` users of `problem` see, planned and simulated as [`capacity`] does.
+    fn served_by(problem: &crate::Problem, users: u32) -> Option<Served> {
+        let problem = with_batch(problem, users);
+        let plan = crate::plan_with(&problem, crate::planner::PlanOptions::bare());
+        let cost = ServingCost::of(&problem, &plan).ok()?;
+        simulate(Load { users, ..load(1) }, cost).ok()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, ..Default::default() })]
+
+        /// The search's answer is what trying every count gives: each count up to it meets
+        /// the targets and the next does not.
+        #[test]
+        fn capacity_is_what_trying_every_count_gives(
+            tpot_steps in 1.0..2.5f64,
+            ttft_prompts in proptest::option::of(1.0..12.0f64),
+            p50 in proptest::bool::ANY,
+        ) {
+            let problem = one_gpu("12 GB", "");
+            let one = served_by(&problem, 1).unwrap();
+            let targets = Targets {
+                ttft_s: ttft_prompts.map(|n| one.ttft_s[0] * n),
+                tpot_s: Some(one.tpot_s[0] * tpot_steps),
+                percentile: if p50 { Percentile::P50 } else { Percentile::P95 },
+            };
+            let found = capacity(&problem, load(1), targets).unwrap();
+            for users in 1..=found.users + 1 {
+                let meets = served_by(&problem, users).is_some_and(|s| targets.missed(&s).is_none());
+                proptest::prop_assert_eq!(meets, users <= found.users, "{} users; found {}", users, found.users);
+            }
+            proptest::prop_assert_eq!(found.load.users, found.users.max(1));
+        }
+    }
+
+    #[test]
+    fn capacity_names_what_stops_one_more_user() {
+        let problem = one_gpu("12 GB", "");
+        let one = served_by(&problem, 1).unwrap();
+        // Per token: a user more than the target allows.
+        let found = capacity(&problem, load(1), targets(None, Some(one.tpot_s[1] * 1.5))).unwrap();
+        assert!(found.users > 1, "{found:?}");
+        let Limit::Target { users, missed } = found.limit else { panic!("{:?}", found.limit) };
+        assert_eq!((users, missed.target), (found.users + 1, "tpot"));
+        assert!(missed.seen_s > missed.asked_s && found.served.tpot_s[1] <= missed.asked_s);
+        assert_eq!(found.plan.stages.len(), 1);
+        // Memory: no time target binds, the slots' KV caches fill the GPU.
+        let found = capacity(&problem, load(1), targets(Some(1e6), None)).unwrap();
+        assert_eq!(found.limit, Limit::Memory { users: found.users + 1 }, "{found:?}");
+        assert!((40..=200).contains(&found.users), "{found:?}");
+        // None: one user misses the first-token target; the nearest is one user.
+        let found = capacity(&problem, load(1), targets(Some(one.ttft_s[0] / 2.0), None)).unwrap();
+        assert_eq!(found.users, 0);
+        assert!(matches!(found.limit, Limit::Target { users: 1, missed: Missed { target: "ttft", .. } }));
+        assert_eq!(found.load.users, 1);
+    }
+
+    #[test]
+    fn capacity_refuses_what_it_cannot_answer() {
+        let problem = one_gpu("12 GB", "");
+        assert_eq!(capacity(&problem, load(1), targets(None, None)), Err(ServingError::NoTarget));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                capacity(&problem, load(1), targets(Some(1.0), Some(bad))),
+                Err(ServingError::Target { field: "tpot" })
+            );
+        }
+        assert_eq!(
+            capacity(&problem, Load { prompt: 0, ..load(1) }, targets(Some(1.0), None)),
+            Err(ServingError::Zero { field: "prompt" })
+        );
+        assert_eq!(capacity(&one_gpu("1 GB", ""), load(1), targets(Some(1.0), None)), Err(ServingError::NoPlan));
+        // Two GPUs of 2 GB: one user's plan is a pipeline, which is not simulated.
+        let pipeline = one_gpu("2 GB", r#", {"name": "other", "device": "rtx-3060-12gb", "memory": "2 GB"}"#);
+        let refused = capacity(&pipeline, load(1), targets(Some(1.0), None));
+        assert!(matches!(refused, Err(ServingError::Stages { .. })), "{refused:?}");
     }
 
     #[test]

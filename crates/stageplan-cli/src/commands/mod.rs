@@ -23,8 +23,9 @@ use crate::outcome::{Failure, Outcome};
 /// Bad input: unreadable files, malformed scenarios, unknown names.
 pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
     match cli.command {
-        Command::Plan { scenario, format, objective, policy, verify, users } => {
-            plan::plan(&scenario, format, plan::Overrides { objective, policy, users }, verify)
+        Command::Plan { scenario, format, objective, policy, verify, users, ttft, tpot, percentile } => {
+            let targets = plan::targets(ttft.as_deref(), tpot.as_deref(), percentile)?;
+            plan::plan(&scenario, format, plan::Overrides { objective, policy, users, targets }, verify)
         }
         Command::Replan { current, scenario, tolerance, hysteresis, format } => {
             replan::replan(&current, &scenario, stageplan::ReplanOptions { tolerance, hysteresis }, format)

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use stageplan::plan::{Level, Plan};
+use stageplan::serving::{Capacity, Limit, MAX_USERS, Missed, Percentile, Served, Targets};
 use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem};
 
@@ -262,6 +263,58 @@ pub(crate) fn served(load: &stageplan::serving::Load, served: &stageplan::servin
         ms(served.tpot_s[1]),
         served.tokens_per_s
     )
+}
+
+/// The targets as asked: `p95 first token ≤ 2000 ms, per token ≤ 80 ms`.
+fn asked(targets: &Targets) -> String {
+    let p = targets.percentile.name();
+    let parts: Vec<String> = [("first token", targets.ttft_s), ("per token", targets.tpot_s)]
+        .into_iter()
+        .filter_map(|(what, s)| s.map(|s| format!("{p} {what} ≤ {}", format_seconds(s))))
+        .collect();
+    parts.join(", ")
+}
+
+/// The target a load missed, in words: `p95 per token 85 ms > 80 ms`.
+fn missed(percentile: Percentile, missed: &Missed) -> String {
+    let what = if missed.target == "ttft" { "first token" } else { "per token" };
+    format!("{} {what} {} > {}", percentile.name(), format_seconds(missed.seen_s), format_seconds(missed.asked_s))
+}
+
+/// `--users` with `--ttft`/`--tpot`: whether those users see the targets.
+pub(crate) fn targets_held(targets: &Targets, served: &Served) -> String {
+    match targets.missed(served) {
+        None => format!("  meets {}\n", asked(targets)),
+        Some(m) => format!("  misses {}: {}\n", asked(targets), missed(targets.percentile, &m)),
+    }
+}
+
+/// `--ttft`/`--tpot` alone: the most users that meet them, and what stops one more.
+pub(crate) fn capacity(targets: &Targets, found: &Capacity) -> String {
+    let p = targets.percentile;
+    match (&found.limit, found.users) {
+        (Limit::Target { missed: m, .. }, 0) => format!(
+            "\nno number of users meets {}: one user alone sees {}; the plan above is for one user, the nearest\n",
+            asked(targets),
+            missed(p, m)
+        ),
+        (limit, users) => {
+            let why = match limit {
+                Limit::Target { users, missed: m } => format!("at {users}, {}", missed(p, m)),
+                Limit::Memory { users } => format!("at {users}, their slots' KV caches do not fit"),
+                Limit::Stages { users, stages } => {
+                    format!("at {users}, the plan needs {stages} stages or a tensor-parallel group, not simulated yet")
+                }
+                Limit::Most => format!("{MAX_USERS} users are the most tried"),
+            };
+            format!(
+                "\n{users} {} of one llama-server {} {} (simulated, --parallel {users}); {why}\n",
+                if users == 1 { "user" } else { "users" },
+                if users == 1 { "meets" } else { "meet" },
+                asked(targets),
+            )
+        }
+    }
 }
 
 fn bar(weights: u64, kv: u64, embed_head: u64, other: u64, budget: u64) -> String {
