@@ -182,6 +182,24 @@ test('replan() matches stageplan replan', () => {
   assert.throws(() => stageplan.replan(read(`${dir}/current.json`), read(`${dir}/scenario.json`), { tolerance: 3 }), /`tolerance` is 3/);
 });
 
+test('serve() answers as stageplan plan --users/--ttft/--tpot', () => {
+  const scenario = read('tests/cli/plan-users/scenario.json');
+  // How many users fit at a p50 time per token, and what four users see against targets.
+  const found = stageplan.serve(JSON.parse(scenario), { tpot: '30ms', percentile: 'p50' });
+  assert.deepStrictEqual(found, runCli('plan', 'tests/cli/plan-users/scenario.json', '--tpot', '30ms', '--percentile', 'p50', '--format', 'json'));
+  assert.equal(found.capacity.limit.reason, 'target');
+  assert.equal(found.served.users, found.capacity.users);
+  const four = stageplan.serve(scenario, { users: 4, ttft: 1, tpot: '5 ms' });
+  assert.deepStrictEqual(four, runCli('plan', 'tests/cli/plan-users/scenario.json', '--users', '4', '--ttft', '1s', '--tpot', '5ms', '--format', 'json'));
+  assert.equal(four.targets.missed.target, 'tpot');
+  conforms(found, 'Answer');
+  conforms(found.served, 'Served');
+  conforms(found.targets, 'TargetsHeld');
+  conforms(found.capacity, 'Found');
+  assert.throws(() => stageplan.serve(scenario, {}), /no target/);
+  assert.throws(() => stageplan.serve(scenario, { users: 0 }), /`users` is 0/);
+});
+
 test('results have the shapes stageplan.d.ts declares', () => {
   const plan = stageplan.plan(read('tests/scenarios/home-70b-8.json'));
   conforms(plan, 'Plan');

@@ -1,7 +1,7 @@
 // Type-checks the declarations against the way a docs site uses the API
 // (`tsc -p tests/node`, strict). It is compiled, never run.
 import init, { plan, planView, presets, type Plan, type PlanView, type Scenario, type ScenarioError } from '../../dist/embed/stageplan.js';
-import initMore, { importHeader, model, replan } from '../../dist/embed/more/stageplan.js';
+import initMore, { importHeader, model, replan, serve, type Answer } from '../../dist/embed/more/stageplan.js';
 
 export async function example(bytes: Uint8Array): Promise<string> {
   await init();
@@ -34,6 +34,9 @@ export async function example(bytes: Uint8Array): Promise<string> {
     const error = e as ScenarioError;
     if (error.path !== undefined) lines.push(`${error.path}: ${error.value ?? ''} ${error.message}`);
   }
+  const served: Answer = serve(scenario, { ttft: '2 s', tpot: 0.08, percentile: 'p95' });
+  if (served.capacity) lines.push(`${served.capacity.users} users fit; then ${served.capacity.limit.reason}`);
+  if (served.served) lines.push(`p95 first token ${served.served.ttft_s[1]} s`);
   const view: PlanView = planView(scenario, { enabled: [true, false] });
   lines.push(view.headline, ...view.rows.map((r) => `${r.node} ${r.layers} ${r.time} ${r.bound}`));
   lines.push(...view.bars.flatMap((b) => b.segments.map((s) => `${s.part} ${s.pct.toFixed(1)}% ${s.bytes}`)));

@@ -310,6 +310,36 @@ pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Re
     Ok(stageplan::replan(&problem, &stages, options).map_err(|e| e.to_string())?)
 }
 
+/// How many users of one llama-server meet `ttft`/`tpot`, or with `users` what that many see
+/// (options as JSON text: `{"users": 8}`, `{"ttft": "2 s", "tpot": "80 ms", "percentile":
+/// "p95"}`): `stageplan plan --users`/`--ttft`/`--tpot --format json`.
+///
+/// # Errors
+/// A scenario or options that do not parse, or a load that cannot be answered.
+#[cfg(feature = "more")]
+pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer, Failure> {
+    use stageplan::serving::{self, Percentile, Targets};
+    use stageplan::units::Seconds;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ServeOptions {
+        users: Option<u32>,
+        ttft: Option<Seconds>,
+        tpot: Option<Seconds>,
+        #[serde(default)]
+        percentile: Percentile,
+    }
+    let options: ServeOptions = serde_json::from_str(options).map_err(|e| format!("serve options: {e}"))?;
+    let targets = (options.ttft.is_some() || options.tpot.is_some()).then_some(Targets {
+        ttft_s: options.ttft.map(Seconds::get),
+        tpot_s: options.tpot.map(Seconds::get),
+        percentile: options.percentile,
+    });
+    let problem = check(scenario)?.problem;
+    let field = if options.users.is_some() { "users" } else { "ttft`/`tpot" };
+    Ok(serving::answer(&problem, options.users, targets).map_err(|e| format!("`{field}`: {e}"))?)
+}
+
 #[cfg(all(test, feature = "api", feature = "more"))]
 mod tests {
     use super::*;
@@ -428,6 +458,29 @@ mod tests {
         let error = replan(&running, HOME, Some(r#"{"tolerance": 2}"#)).unwrap_err();
         assert!(error.message.starts_with("`tolerance` is 2"), "{error}");
         assert!(replan(&running, HOME, Some(r#"{"tolerence": 0.1}"#)).unwrap_err().message.contains("unknown field"));
+    }
+
+    /// The CLI's answers, word for word: how many users fit, and what a count of them sees.
+    #[test]
+    fn serves_what_the_cli_serves() {
+        let scenario = include_str!("../../../tests/cli/plan-users/scenario.json");
+        for (case, options) in [
+            ("plan-users-capacity-json", r#"{"tpot": "30ms", "percentile": "p50"}"#),
+            ("plan-users-targets-json", r#"{"users": 4, "ttft": 1, "tpot": "5 ms"}"#),
+        ] {
+            let expected = std::fs::read_to_string(format!("../../tests/cli/{case}/expected")).unwrap();
+            let json = &expected[expected.find('{').unwrap()..=expected.rfind('}').unwrap()];
+            assert_eq!(serde_json::to_string_pretty(&serve(scenario, options).unwrap()).unwrap(), json, "{case}");
+        }
+        assert_eq!(
+            serve(scenario, "{}").unwrap_err().message,
+            "`ttft`/`tpot`: no target: give a time to first token, a time per token, or both"
+        );
+        assert!(serve(scenario, r#"{"users": 0}"#).unwrap_err().message.starts_with("`users`: `users` is 0"));
+        assert!(
+            serve(scenario, r#"{"ttft": "0 s"}"#).unwrap_err().message.contains("`ttft` target must be a time above 0")
+        );
+        assert!(serve(scenario, r#"{"tftt": "2 s"}"#).unwrap_err().message.contains("unknown field `tftt`"));
     }
 
     #[test]

@@ -125,6 +125,21 @@ pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> 
     Ok(output(&api::replan(&current, &scenario, options.as_deref()).map_err(js_failure)?)?)
 }
 
+/// How many users of one llama-server meet `options.ttft`/`options.tpot` (at
+/// `options.percentile`, `p95` by default), or with `options.users` what that many see: the
+/// plan for them, what they saw, the targets held and how many meet them, as `stageplan plan
+/// --users`/`--ttft`/`--tpot --format json` prints.
+///
+/// # Errors
+/// A JS `Error` with the CLI's message (and the field's `path` for the scenario's).
+#[cfg(feature = "more")]
+#[wasm_bindgen(skip_typescript)]
+pub fn serve(scenario: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+    let scenario = text(&scenario, "scenario")?;
+    let options = text(&options, "options")?;
+    Ok(output(&api::serve(&scenario, &options).map_err(js_failure)?)?)
+}
+
 /// Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,
 /// `config.json`): `{ model }` when they hold the whole header, else `{ needMore: n }`, the
 /// number of bytes to read from the start of the file before calling again.

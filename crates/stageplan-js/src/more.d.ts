@@ -24,3 +24,8 @@ export function replan(
   scenario: Scenario | string,
   options?: ReplanOptions,
 ): Replan;
+
+/** How many users of one llama-server meet `ttft`/`tpot` (at `percentile`, `p95` by
+ *  default), or with `users` what that many see: the plan for them, what they saw, the
+ *  targets held and how many meet them, as `stageplan plan --ttft … --format json`. */
+export function serve(scenario: Scenario | string, options: ServeOptions): Answer;

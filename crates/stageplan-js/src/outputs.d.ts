@@ -636,3 +636,45 @@ from: string | null, to: string, bytes: number,
  * Time to send them over the link between the two nodes.
  */
 time_s: number, };
+
+export type Answer = { 
+/**
+ * For the users of `served` (a count given that does not fit: for those, infeasible).
+ */
+plan: Plan, served?: Served, targets?: TargetsHeld, capacity?: Found, };
+
+export type Served = { users: number, 
+/**
+ * Prompt tokens of every request.
+ */
+prompt: number, 
+/**
+ * Tokens generated for every request.
+ */
+response: number, requests_per_user: number, 
+/**
+ * Time to first token, sent to first token: 50th and 95th percentiles, seconds.
+ */
+ttft_s: [number, number], 
+/**
+ * Time per output token after the first: 50th and 95th percentiles, seconds.
+ */
+tpot_s: [number, number], 
+/**
+ * Tokens generated over the time from the first request to the last token.
+ */
+tokens_per_s: number, };
+
+export type TargetsHeld = { percentile: Percentile, ttft_s: number | null, tpot_s: number | null, missed: Missed | null, };
+
+export type Found = { users: number, limit: Limit, };
+
+export type Limit = { "reason": "target", users: number, missed: Missed, } | { "reason": "memory", users: number, } | { "reason": "stages", users: number, stages: number, } | { "reason": "most" };
+
+export type Missed = { 
+/**
+ * `ttft` or `tpot`.
+ */
+target: string, seen_s: number, asked_s: number, };
+
+export type Percentile = "p50" | "p95";

@@ -205,3 +205,15 @@ export interface ReplanOptions {
   /** Keep the running plan unless the best is this much faster (default 0.05). */
   hysteresis?: number;
 }
+
+/** What `serve` is asked: a count of users, or targets (a time as text with its unit,
+ *  `"2 s"`, `"80 ms"`, or seconds as a number), or both. */
+export interface ServeOptions {
+  /** Users of one llama-server, a slot and the scenario's context each (1–4096). */
+  users?: number;
+  /** Time to first token every user must see, at `percentile`. */
+  ttft?: string | number;
+  /** Time per output token every user must see, at `percentile`. */
+  tpot?: string | number;
+  percentile?: 'p50' | 'p95';
+}

@@ -59,6 +59,13 @@ fn declarations() -> String {
         stageplan::presets::GpuLinkPreset::decl(&cfg),
         Replan::decl(&cfg),
         Move::decl(&cfg),
+        stageplan::serving::Answer::decl(&cfg),
+        stageplan::serving::Served::decl(&cfg),
+        stageplan::serving::TargetsHeld::decl(&cfg),
+        stageplan::serving::Found::decl(&cfg),
+        stageplan::serving::Limit::decl(&cfg),
+        stageplan::serving::Missed::decl(&cfg),
+        stageplan::serving::Percentile::decl(&cfg),
     ];
     let mut out = String::from(
         "\n// ---- what the API returns: generated from the Rust types by crates/stageplan-js/tests/typescript.rs ----\n",

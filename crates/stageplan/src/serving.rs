@@ -81,13 +81,36 @@ pub struct Load {
 /// check that holds it to a real llama-server.
 pub const REQUESTS_PER_USER: u32 = 3;
 
+impl Load {
+    /// `users` users of a llama-server run with its defaults (`-b 2048 -ub 512`), each sending
+    /// [`REQUESTS_PER_USER`] requests of the workload's prompt and response.
+    pub fn llama_server(problem: &crate::Problem, users: u32) -> Load {
+        let tokens = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Load {
+            users,
+            prompt: tokens(problem.workload.prompt),
+            response: tokens(problem.workload.response),
+            requests_per_user: REQUESTS_PER_USER,
+            n_batch: 2048,
+            n_ubatch: 512,
+        }
+    }
+}
+
 /// The most requests a simulation runs: `users × requests_per_user` past it is refused
 /// before anything is allocated.
 pub const MAX_REQUESTS: u64 = 1 << 20;
 
-/// What the users saw.
+/// What the users saw, with the load that they were.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Served {
+    pub users: u32,
+    /// Prompt tokens of every request.
+    pub prompt: u32,
+    /// Tokens generated for every request.
+    pub response: u32,
+    pub requests_per_user: u32,
     /// Time to first token, sent to first token: 50th and 95th percentiles, seconds.
     pub ttft_s: [f64; 2],
     /// Time per output token after the first: 50th and 95th percentiles, seconds.
@@ -95,6 +118,8 @@ pub struct Served {
     /// Tokens generated over the time from the first request to the last token.
     pub tokens_per_s: f64,
     /// That time, seconds.
+    #[serde(skip)]
+    #[cfg_attr(feature = "typescript", ts(skip))]
     pub wall_s: f64,
 }
 
@@ -113,6 +138,10 @@ pub enum ServingError {
     Cost { step_s: f64, token_s: f64 },
     #[error("nothing fits, so no users are served; see the plan's fixes")]
     NoPlan,
+    #[error(
+        "one llama-server's scheduler is what is simulated; this scenario's `engine` is another: plan it with `\"engine\": \"llama.cpp\"`"
+    )]
+    Engine,
     #[error("no target: give a time to first token, a time per token, or both")]
     NoTarget,
     #[error("the `{field}` target must be a time above 0")]
@@ -204,6 +233,10 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
         }
     }
     Ok(Served {
+        users: load.users,
+        prompt: load.prompt,
+        response: load.response,
+        requests_per_user: load.requests_per_user,
         ttft_s: [quantile(&ttft, 0.5), quantile(&ttft, 0.95)],
         tpot_s: [quantile(&tpot, 0.5), quantile(&tpot, 0.95)],
         tokens_per_s: tokens as f64 / now,
@@ -224,7 +257,9 @@ pub struct Targets {
 }
 
 /// Which of [`Served`]'s percentiles a target holds.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Percentile {
     P50,
     /// The tail most teams set targets on.
@@ -247,7 +282,8 @@ impl Percentile {
 }
 
 /// A target a load missed: which, what the users saw and what was asked.
-#[derive(Copy, Clone, Debug, PartialEq)]
+#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Missed {
     /// `ttft` or `tpot`.
     pub target: &'static str,
@@ -294,7 +330,9 @@ pub struct Capacity {
 }
 
 /// What stops one more user.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "reason", rename_all = "lowercase")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Limit {
     /// With `users` users a target is missed.
     Target { users: u32, missed: Missed },
@@ -328,9 +366,11 @@ enum Trial {
 /// trying every count.
 ///
 /// # Errors
-/// No target, a target that is not a positive time, a zero in `load`, or a problem where
-/// one user's plan does not fit or is not one stage on one device.
+/// An engine other than llama.cpp, no target, a target that is not a positive time, a zero
+/// in `load`, or a problem where one user's plan does not fit or is not one stage on one
+/// device.
 pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Result<Capacity, ServingError> {
+    llama_server(problem)?;
     targets.check()?;
     let trial = |users: u32| -> Result<Trial, ServingError> {
         let problem = with_batch(problem, users);
@@ -380,6 +420,90 @@ pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Resul
     let (_, load, served) = *ran;
     let plan = crate::plan(&with_batch(problem, users));
     Ok(Capacity { users, plan, load, served, limit: failed.map_or(Limit::Most, |(_, limit)| limit) })
+}
+
+/// What `stageplan plan --users`/`--ttft`/`--tpot` and the JS API's `serve` answer: the plan,
+/// what its users saw, the targets held and, without a count of users, how many meet them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct Answer {
+    /// For the users of `served` (a count given that does not fit: for those, infeasible).
+    pub plan: crate::Plan,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "typescript", ts(optional))]
+    pub served: Option<Served>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "typescript", ts(optional))]
+    pub targets: Option<TargetsHeld>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "typescript", ts(optional))]
+    pub capacity: Option<Found>,
+}
+
+/// The targets asked, and the one the served users missed.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct TargetsHeld {
+    pub percentile: Percentile,
+    pub ttft_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+    pub missed: Option<Missed>,
+}
+
+/// The most users that meet the targets, and what stops one more.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct Found {
+    pub users: u32,
+    pub limit: Limit,
+}
+
+/// `users` users of one llama-server planned and simulated (their targets checked), or
+/// without `users` the most that meet `targets` ([`capacity`]).
+///
+/// # Errors
+/// An engine other than llama.cpp; neither `users` nor a target; as [`capacity`] and
+/// [`simulate`] do otherwise.
+pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targets>) -> Result<Answer, ServingError> {
+    llama_server(problem)?;
+    let held = |served: &Served| {
+        targets.map(|t| TargetsHeld {
+            percentile: t.percentile,
+            ttft_s: t.ttft_s,
+            tpot_s: t.tpot_s,
+            missed: t.missed(served),
+        })
+    };
+    let Some(users) = users else {
+        let found = capacity(problem, Load::llama_server(problem, 1), targets.ok_or(ServingError::NoTarget)?)?;
+        return Ok(Answer {
+            targets: held(&found.served),
+            capacity: Some(Found { users: found.users, limit: found.limit }),
+            plan: found.plan,
+            served: Some(found.served),
+        });
+    };
+    if users == 0 {
+        return Err(ServingError::Zero { field: "users" });
+    }
+    if let Some(targets) = targets {
+        targets.check()?;
+    }
+    let problem = with_batch(problem, users);
+    let plan = crate::plan(&problem);
+    if !plan.feasible {
+        return Ok(Answer { plan, served: None, targets: None, capacity: None });
+    }
+    let served = simulate(Load::llama_server(&problem, users), ServingCost::of(&problem, &plan)?)?;
+    Ok(Answer { targets: held(&served), plan, served: Some(served), capacity: None })
+}
+
+/// Whether `problem` runs on llama.cpp, whose server's scheduler is the one simulated.
+fn llama_server(problem: &crate::Problem) -> Result<(), ServingError> {
+    match problem.workload.engine {
+        crate::engine::Engine::LlamaCpp => Ok(()),
+        _ => Err(ServingError::Engine),
+    }
 }
 
 /// `problem` planned for `users` sequences: a slot and its context each.

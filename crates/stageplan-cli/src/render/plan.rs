@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use stageplan::plan::{Level, Plan};
-use stageplan::serving::{Capacity, Limit, MAX_USERS, Missed, Percentile, Served, Targets};
+use stageplan::serving::{Answer, Found, Limit, MAX_USERS, Missed, Percentile, Served, TargetsHeld};
 use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem};
 
@@ -245,18 +245,32 @@ pub(crate) fn verification(plan: &Plan, exhaustive: &Plan) -> String {
     format!("\nverified by {}: {verdict}\n", exhaustive.search.detail)
 }
 
-/// `--users`: what the simulated users of one llama-server saw.
-pub(crate) fn served(load: &stageplan::serving::Load, served: &stageplan::serving::Served) -> String {
+/// `--users`, `--ttft`, `--tpot`: what the simulated users of one llama-server saw, the
+/// targets held, and how many users meet them.
+pub(crate) fn answer(answer: &Answer) -> String {
+    let mut text = answer.served.as_ref().map(served).unwrap_or_default();
+    match (&answer.targets, &answer.capacity) {
+        (Some(targets), Some(found)) => text.push_str(&capacity(targets, found)),
+        (Some(targets), None) => text.push_str(&match &targets.missed {
+            None => format!("  meets {}\n", asked(targets)),
+            Some(m) => format!("  misses {}: {}\n", asked(targets), missed(targets.percentile, m)),
+        }),
+        _ => {}
+    }
+    text
+}
+
+fn served(served: &Served) -> String {
     let ms = |s: f64| format!("{:.0} ms", s * 1e3);
     format!(
         "\n{} {} of one llama-server (--parallel {}, continuous batching), {}-token prompts, {} tokens each, {} requests a user, simulated:\n  \
          first token  p50 {}  p95 {}\n  per token    p50 {}  p95 {}\n  in all       {:.1} tok/s\n",
-        load.users,
-        if load.users == 1 { "user" } else { "users" },
-        load.users,
-        load.prompt,
-        load.response,
-        load.requests_per_user,
+        served.users,
+        if served.users == 1 { "user" } else { "users" },
+        served.users,
+        served.prompt,
+        served.response,
+        served.requests_per_user,
         ms(served.ttft_s[0]),
         ms(served.ttft_s[1]),
         ms(served.tpot_s[0]),
@@ -265,8 +279,8 @@ pub(crate) fn served(load: &stageplan::serving::Load, served: &stageplan::servin
     )
 }
 
-/// The targets as asked: `p95 first token ≤ 2000 ms, per token ≤ 80 ms`.
-fn asked(targets: &Targets) -> String {
+/// The targets as asked: `p95 first token ≤ 2.00 s, p95 per token ≤ 80.00 ms`.
+fn asked(targets: &TargetsHeld) -> String {
     let p = targets.percentile.name();
     let parts: Vec<String> = [("first token", targets.ttft_s), ("per token", targets.tpot_s)]
         .into_iter()
@@ -275,22 +289,14 @@ fn asked(targets: &Targets) -> String {
     parts.join(", ")
 }
 
-/// The target a load missed, in words: `p95 per token 85 ms > 80 ms`.
+/// The target a load missed, in words: `p95 per token 85.00 ms > 80.00 ms`.
 fn missed(percentile: Percentile, missed: &Missed) -> String {
     let what = if missed.target == "ttft" { "first token" } else { "per token" };
     format!("{} {what} {} > {}", percentile.name(), format_seconds(missed.seen_s), format_seconds(missed.asked_s))
 }
 
-/// `--users` with `--ttft`/`--tpot`: whether those users see the targets.
-pub(crate) fn targets_held(targets: &Targets, served: &Served) -> String {
-    match targets.missed(served) {
-        None => format!("  meets {}\n", asked(targets)),
-        Some(m) => format!("  misses {}: {}\n", asked(targets), missed(targets.percentile, &m)),
-    }
-}
-
-/// `--ttft`/`--tpot` alone: the most users that meet them, and what stops one more.
-pub(crate) fn capacity(targets: &Targets, found: &Capacity) -> String {
+/// The most users that meet the targets, and what stops one more.
+fn capacity(targets: &TargetsHeld, found: &Found) -> String {
     let p = targets.percentile;
     match (&found.limit, found.users) {
         (Limit::Target { missed: m, .. }, 0) => format!(
