@@ -101,8 +101,10 @@ await check('both widgets render the plans the CLI computes', async () => {
   // #45 item 7, loading on demand what the first plan does not use: presets planned from
   // their shapes (constant data, not config.json text read at each plan) and an inline
   // config's reader moved to `more`, loaded for such a scenario: 202,610 measured: 203.1 kB.
+  // The scenario read by hand from a JSON tree, not by serde's derived readers: 193,181
+  // measured: 193.6 kB.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip <= 203_100, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip <= 193_600, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   // The page's own API call shares the widgets' module: fetched once, within the same bound.
   await page.waitForFunction(() => document.getElementById('api-example').textContent.includes('tok/s'));
   const direct = cliPlan({
@@ -113,7 +115,7 @@ await check('both widgets render the plans the CLI computes', async () => {
   assert.equal(await page.locator('#api-example').textContent(), `desk + gamer: ${sig3(direct.stream_tokens_per_s)} tok/s for one user, ${direct.stages.length} stages`);
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
   metrics.load_with_api = fetched(from);
-  assert.ok(metrics.load_with_api.gzip <= 203_100, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
+  assert.ok(metrics.load_with_api.gzip <= 193_600, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
   assert.equal(served.slice(from).filter((r) => r.path.endsWith('.wasm')).length, 1, 'one planner module, fetched once');
   assert.ok(!metrics.load_with_api.files.some((f) => f.startsWith('/more/')), 'the model-file module loads only on use');
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });

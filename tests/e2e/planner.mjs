@@ -128,10 +128,11 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // `.ci/run` of 20d6117 (356,369 in that of ffb5cea): within 357 kB, kept. #45 item 7,
   // loading on demand what the first plan does not use: presets planned from their shapes
   // (constant data, not config.json text read at each plan) and a pasted config read by the
-  // worker: 352,599 measured: 353.1 kB.
+  // worker: 352,599 measured: 353.1 kB. The scenario read by hand from a JSON tree, not by
+  // serde's derived readers: 345,095 measured: 345.5 kB.
   // The worker (WebGPU, exports, model-file and config parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 353_100, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 345_500, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);

@@ -24,6 +24,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use stageplan::planner::PlanOptions;
+use stageplan::units::{Bandwidth, Seconds};
 use stageplan::{Objective, Policy, Problem, Scenario};
 
 const HOME: &str = include_str!("../../../tests/scenarios/home-70b-8.json");
@@ -46,11 +47,13 @@ fn bench(c: &mut Criterion) {
     let throughput = problem(HOME, |_| {});
     let latency = problem(HOME, |s| s.objective = Objective::Latency);
     let pairwise = problem(HOME, |s| {
-        s.links.pairs = serde_json::from_str(
-            r#"[{"between": ["desk", "gamer"], "bandwidth": "10 Gbit/s", "latency": "0.1 ms"},
-                {"between": ["studio", "mbp"], "bandwidth": "40 Gbit/s", "latency": "0.05 ms"}]"#,
-        )
-        .expect("pairs parse");
+        let pair = |a: &str, b: &str, bandwidth: &str, latency: &str| stageplan::scenario::PairLinkSpec {
+            between: [a.to_owned(), b.to_owned()],
+            bandwidth: Bandwidth::parse(bandwidth).expect("a bandwidth"),
+            latency: Seconds::parse(latency).expect("a latency"),
+        };
+        s.links.pairs =
+            vec![pair("desk", "gamer", "10 Gbit/s", "0.1 ms"), pair("studio", "mbp", "40 Gbit/s", "0.05 ms")];
     });
     // Eight sequences: every micro-batch count from 1 to 8, each a bisection of capped searches.
     let eight = problem(HOME, |s| s.workload.batch = 8);
@@ -117,7 +120,10 @@ fn bench(c: &mut Criterion) {
         s.nodes = gpus(
             r#"[{"name": "rack", "count": 4, "gpus": [{"device": "rtx-3090", "count": 8}], "gpu_link": "pcie4-x16"}]"#,
         );
-        s.links.default = serde_json::from_str(r#"{"bandwidth": "100 Gbit/s", "latency": "0.05 ms"}"#).expect("a link");
+        s.links.default = Some(stageplan::scenario::LinkSpec {
+            bandwidth: Bandwidth::parse("100 Gbit/s").expect("a bandwidth"),
+            latency: Seconds::parse("0.05 ms").expect("a latency"),
+        });
     });
     // The same box with its 512 GiB of RAM, which each GPU's layers may use: the plan under
     // each division of it the planner tries.

@@ -21,6 +21,9 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// Every kind.
+    pub const ALL: [DeviceKind; 3] = [DeviceKind::Gpu, DeviceKind::Unified, DeviceKind::Cpu];
+
     /// The name scenarios use.
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +51,10 @@ pub enum Backend {
 impl Backend {
     /// Every backend with fitted terms.
     pub const FITTED: [Backend; 5] = [Backend::Cuda, Backend::Metal, Backend::Rocm, Backend::Vulkan, Backend::Cpu];
+
+    /// Every backend: the fitted ones and `peak`.
+    pub const ALL: [Backend; 6] =
+        [Backend::Cuda, Backend::Metal, Backend::Rocm, Backend::Vulkan, Backend::Cpu, Backend::Peak];
 
     /// The name scenarios use.
     pub fn name(self) -> &'static str {

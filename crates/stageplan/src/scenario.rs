@@ -20,7 +20,10 @@
 //!
 //! Checking a scenario into a [`Problem`](crate::problem::Problem) is [`crate::problem`]'s.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+mod read;
+pub(crate) use read::Json;
 
 use crate::device::{Backend, DeviceKind, Efficiency};
 use crate::engine::Engine;
@@ -28,7 +31,7 @@ use crate::error::ScenarioError;
 use crate::units::{Bandwidth, Bytes, Compute, Seconds};
 
 /// A scenario exactly as written in the file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     pub model: ModelSpec,
@@ -51,7 +54,7 @@ pub struct Scenario {
 }
 
 /// The model: a preset, an inline `config.json`, or (in the CLI) a file.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,7 +83,7 @@ pub struct ModelSpec {
 /// A `config.json` object as the scenario wrote it, read when the scenario is checked
 /// ([`crate::check::Files::config`]), so a surface that plans presets only carries no
 /// reader of configs (issue #45).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(transparent)]
 pub struct InlineConfig(Box<serde_json::value::RawValue>);
 
@@ -111,7 +114,7 @@ impl PartialEq for InlineConfig {
 /// ```json
 /// {"preset": "qwen3-0.6b", "weights": "q8_0"}
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DraftSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,7 +140,7 @@ pub struct DraftSpec {
 /// {"file": "mmproj-F16.gguf"}
 /// {"weights": "851 MiB", "compute": "1.1 GiB"}
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectorSpec {
     /// The `mmproj` GGUF file, for the export to load; the CLI fills `weights` and
@@ -153,7 +156,7 @@ pub struct ProjectorSpec {
 }
 
 /// What runs: context length, concurrent sequences, KV-cache format, workspace.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkloadSpec {
     /// Tokens of context per sequence.
@@ -198,45 +201,15 @@ pub enum Workspace {
     Auto(AutoWord),
 }
 
-impl<'de> Deserialize<'de> for Workspace {
-    /// `"auto"`, else a size read as [`Bytes`] reads one, with its errors: an untagged
-    /// enum's would say only that no variant matched, at the enclosing object.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Auto;
-        impl<'de> serde::de::Visitor<'de> for Auto {
-            type Value = Workspace;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a size like `2 GiB`, or \"auto\"")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Workspace, E> {
-                if v == "auto" {
-                    return Ok(Workspace::Auto(AutoWord::Auto));
-                }
-                Bytes::parse(v).map(Workspace::Size).map_err(|e| E::custom(format!("{e}, or write \"auto\"")))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Workspace, E> {
-                self.visit_f64(v as f64)
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Workspace, E> {
-                self.visit_f64(v as f64)
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Workspace, E> {
-                Bytes::new(v).map(Workspace::Size).map_err(E::custom)
-            }
-        }
-        deserializer.deserialize_any(Auto)
-    }
-}
-
 /// The word `auto`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AutoWord {
     Auto,
 }
 
 /// One machine (or, with `count`, several alike).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     pub name: String,
@@ -302,7 +275,7 @@ pub struct NodeSpec {
 /// ```json
 /// {"device": "rtx-3090", "count": 2}
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSpec {
     /// A device preset; the fields below override its figures.
@@ -328,7 +301,7 @@ pub struct GpuSpec {
 /// ```json
 /// {"ram": "ddr5-6000-2ch", "memory": "64 GiB", "threads": 8}
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
     /// A host-RAM preset (`ddr5-6000-2ch`: DDR5-6000, two channels) giving `bandwidth`;
@@ -373,7 +346,7 @@ impl EngineFit {
 }
 
 /// How a node's figures were measured.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeProvenance {
     pub adapter: String,
@@ -398,7 +371,7 @@ pub struct ProbeProvenance {
 /// matrix-vector products per weight class (weights per second, all threads together),
 /// fitted from llama-bench runs on models of that class. A class without a figure uses the
 /// default of [`crate::calibration::measured`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineFit {
     /// F32, F16 and BF16 weights.
@@ -428,7 +401,7 @@ pub struct EngineFit {
 }
 
 /// Network links between nodes: a default, and overrides per pair (both directions).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinksSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -438,7 +411,7 @@ pub struct LinksSpec {
 }
 
 /// A link's bandwidth and one-way latency.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkSpec {
     pub bandwidth: Bandwidth,
@@ -446,7 +419,7 @@ pub struct LinkSpec {
 }
 
 /// A link between two named nodes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PairLinkSpec {
     pub between: [String; 2],
@@ -455,7 +428,7 @@ pub struct PairLinkSpec {
 }
 
 /// A stage of a manual plan.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageSpec {
     pub node: String,
@@ -470,7 +443,7 @@ pub struct StageSpec {
 }
 
 /// A manual stage's placement on a machine with system RAM.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OffloadSpec {
     pub host_layers: u64,
@@ -481,7 +454,7 @@ pub struct OffloadSpec {
 }
 
 /// What the planner optimises.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Objective {
@@ -494,7 +467,7 @@ pub enum Objective {
 }
 
 /// How layers are split among nodes.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub enum Policy {
@@ -545,6 +518,9 @@ impl Policy {
 }
 
 impl Objective {
+    /// Every objective.
+    pub const ALL: [Objective; 2] = [Objective::Throughput, Objective::Latency];
+
     /// The kebab-case name.
     pub fn name(self) -> &'static str {
         match self {
@@ -566,7 +542,7 @@ impl Scenario {
                 "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`",
             ));
         }
-        crate::json::from_str(text).map_err(|(path, inner)| {
+        let json: Json = crate::json::from_str(text).map_err(|(path, inner)| {
             // serde_json appends " at line L column C"; keep it, it helps find the spot.
             let message = inner.to_string();
             let error = if path.is_empty() {
@@ -578,6 +554,19 @@ impl Scenario {
                 ScenarioError::field("", format!("{message}{hint}"))
             } else {
                 ScenarioError::syntax(path, message)
+            };
+            error.with_value_from(text)
+        })?;
+        read::scenario(&json).map_err(|wrong| {
+            let error = if wrong.path.is_empty() {
+                let hint = if wrong.message.starts_with("missing field") {
+                    "; a scenario needs at least `model` and `nodes`"
+                } else {
+                    ""
+                };
+                ScenarioError::field("", format!("{}{hint}", wrong.message))
+            } else {
+                ScenarioError::syntax(wrong.path, wrong.message)
             };
             error.with_value_from(text)
         })

@@ -24,6 +24,11 @@ pub enum Dimension {
 }
 
 impl Dimension {
+    /// What a field of this dimension takes, as a wrong type's message says it.
+    pub(crate) fn expecting(self) -> String {
+        format!("{} as a number or a string like {}", self.noun(), self.example())
+    }
+
     fn noun(self) -> &'static str {
         match self {
             Dimension::Memory => "a memory size",
@@ -228,7 +233,7 @@ impl Visitor<'_> for QuantityVisitor {
     type Value = f64;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} as a number or a string like {}", self.0.noun(), self.0.example())
+        f.write_str(&self.0.expecting())
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<f64, E> {
