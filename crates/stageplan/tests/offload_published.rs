@@ -28,7 +28,11 @@
 // A test harness reads its fixtures; the core it tests does not.
 #![allow(clippy::disallowed_methods, clippy::print_stderr)]
 
+mod common;
+
 use std::collections::BTreeMap;
+
+use common::split_csv;
 
 const MEDIAN_ERROR: f64 = 0.08;
 const P90_ERROR: f64 = 0.21;
@@ -170,25 +174,6 @@ fn gpu_with_ram_predictions_hold_against_published_runs() {
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// One CSV line's fields: commas inside double quotes are data, `""` is a quote.
-fn split_csv(line: &str) -> Vec<String> {
-    let mut fields = vec![String::new()];
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                chars.next();
-                fields.last_mut().unwrap().push('"');
-            }
-            '"' => quoted = !quoted,
-            ',' if !quoted => fields.push(String::new()),
-            c => fields.last_mut().unwrap().push(c),
-        }
-    }
-    fields
 }
 
 /// The model of a header in `tests/calibration/models/` (`write_headers.py`: the shape, each
