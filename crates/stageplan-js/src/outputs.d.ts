@@ -269,6 +269,10 @@ compute_s: number,
  */
 overhead_s: number, 
 /**
+ * A step's further sequences' products, beyond the roofline of its first.
+ */
+batch_s?: number, 
+/**
  * Sending activations to the next stage (or tokens back to the first).
  */
 send_s: number, 

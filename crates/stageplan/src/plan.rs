@@ -324,6 +324,9 @@ pub struct TimeBreakdown {
     /// The backend's fixed cost per layer, for this stage's layers.
     #[serde(default)]
     pub overhead_s: f64,
+    /// A step's further sequences' products, beyond the roofline of its first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub batch_s: f64,
     /// Sending activations to the next stage (or tokens back to the first).
     pub send_s: f64,
     /// Which roofline term decides the stage.

@@ -1,4 +1,4 @@
-# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/17/17/17/8/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/15/15/15/14/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
 # DeepSpeed pipeline stages as PipelineModule boundaries. BLOCK_PARTS counts transformer
 # blocks; set BLOCK_OFFSET to the number of layer specs before the first block (1 for an
 # embedding spec). Layer specs after the last block (norm, head) join the last stage.
@@ -14,7 +14,7 @@
 from deepspeed.pipe import PipelineModule
 from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 
-BLOCK_PARTS = [0, 34, 51, 68, 85, 93, 126]
+BLOCK_PARTS = [0, 34, 49, 64, 79, 93, 126]
 STAGE_NODES = ["h200-1", "a100-1", "a100-2", "a100-3", "a100-4", "h200-2"]
 TENSOR_PARALLEL = 1
 BLOCK_OFFSET = 1

@@ -1,4 +1,4 @@
-# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/17/17/17/8/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/15/15/15/14/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
 # --tensor-split gives each device its blocks (+1 on the last for the output layer) of the 127 slots;
 # llama.cpp then places exactly the plan's layers on each device, in --device order.
 
@@ -22,7 +22,7 @@ llama-server \
   --device CUDA0,RPC0,RPC1,RPC2,RPC3,RPC4 \
   --n-gpu-layers 127 \
   --fit off \
-  --tensor-split 34,17,17,17,8,34 \
+  --tensor-split 34,15,15,15,14,34 \
   --ctx-size 524288 \
   --parallel 16 \
   --cache-type-k f16 \

@@ -1,4 +1,4 @@
-# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/17/17/17/8/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
+# stageplan · llama-3.1-405b fp8 · 6 stages · layers 34/15/15/15/14/33 on h200-1, a100-1, a100-2, a100-3, a100-4, h200-2
 # Megatron-LM arguments: pipeline stages in this order: h200-1, a100-1, a100-2, a100-3, a100-4, h200-2.
 # Start torchrun on each machine with these node ranks and GPUs, adding the arguments:
 #   h200-1: torchrun --nnodes 6 --node-rank 0 --nproc-per-node 1 … pretrain_gpt.py "${STAGEPLAN_PIPELINE_ARGS[@]}" …
@@ -10,5 +10,5 @@
 STAGEPLAN_PIPELINE_ARGS=(
   --num-layers 126
   --pipeline-model-parallel-size 6
-  --pipeline-model-parallel-layout "Et*34|t*17|t*17|t*17|t*8|t*33L"
+  --pipeline-model-parallel-layout "Et*34|t*15|t*15|t*15|t*14|t*33L"
 )

@@ -219,6 +219,21 @@ impl LayerTable {
         }
     }
 
+    /// The fewest weight bytes one sequence's step reads per FLOP of its products, over the
+    /// layers: a step's further sequence never costs more than reading its layers' weights
+    /// again ([`NodeCost::set_step`](super::node::NodeCost::set_step)).
+    pub(super) fn least_read_per_flop(&self) -> f64 {
+        let touched = self.active_fraction.unwrap_or(1.0);
+        self.parts
+            .windows(2)
+            .map(|w| {
+                let read = (w[1].dense_read - w[0].dense_read) + (w[1].expert_read - w[0].expert_read) * touched;
+                read / (w[1].flops_per_sequence - w[0].flops_per_sequence)
+            })
+            .filter(|r| r.is_finite())
+            .fold(f64::INFINITY, f64::min)
+    }
+
     /// Whether the model routes tokens to experts.
     pub(super) fn is_moe(&self) -> bool {
         self.active_fraction.is_some()

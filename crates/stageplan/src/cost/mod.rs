@@ -125,6 +125,9 @@ pub struct TimeParts {
     pub compute_s: f64,
     /// The backend's fixed cost per layer per step (kernel launches, small ops).
     pub overhead_s: f64,
+    /// A step's further sequences' products, beyond the roofline of its first
+    /// (`NodeCost::set_step`).
+    pub batch_s: f64,
     /// The hop to the next stage (or back to the first).
     pub send_s: f64,
     /// On a machine with a host tier, the CPU's part: its roofline and per-layer cost
@@ -142,6 +145,7 @@ impl TimeParts {
     /// The stage's time per decode step: roofline, per-layer cost, the host's part and send.
     pub fn total(&self) -> f64 {
         self.memory_s.max(self.compute_s)
+            + self.batch_s
             + self.overhead_s
             + self.host_s
             + self.split_s
@@ -402,6 +406,13 @@ impl CostModel {
             let copies = if d > heads { u32::try_from(d / heads).unwrap_or(u32::MAX) } else { 1 };
             let grouped = NodeCost::group(&members, all_reduce, copies);
             cost.nodes.push(grouped);
+        }
+        // A further sequence costs at most a re-read of its layers' weights: so a step of
+        // many never costs more than its sequences one at a time, which the search's
+        // micro-batches take for granted.
+        let read_per_flop = cost.layers.least_read_per_flop();
+        for node in &mut cost.nodes {
+            node.inv_batched = node.inv_batched.min(read_per_flop * node.inv_bandwidth);
         }
         cost.set_step(workload.batch as f64);
         cost
@@ -694,6 +705,7 @@ impl CostModel {
         let rates = &self.nodes[node];
         let sums = self.layers.step_prefix(at);
         at as f64 * rates.per_layer_s
+            + sums.flops * rates.inv_further
             + match regime {
                 Regime::Memory => rates.device_read(sums) * rates.inv_bandwidth,
                 Regime::Compute => sums.flops * rates.inv_decode_compute,

@@ -25,6 +25,14 @@ pub(crate) const HOST_TIER_BANDWIDTH: f64 = 0.685;
 /// FLOPs per weight of a matrix-vector product (a multiply and an add).
 pub(super) const FLOPS_PER_WEIGHT: f64 = 2.0;
 
+/// The fraction of a device's compute at which llama.cpp multiplies the further sequences
+/// of a decode step (its kernels for a few columns, `mul_mv_ext` on Metal, MMVQ on CUDA),
+/// each sequence's products added to the step: from llama-batched-bench's published tables
+/// (`tests/calibration/batched.csv`), Qwen2.5 7B Q8_0 adds 2.7 ms a sequence at B = 8 on an
+/// M2 Ultra (~20% of its 27.2 TFLOPS) and 0.96 ms on a DGX Spark (~25% of its 62.5), 15–45%
+/// over B = 2–32 on both. A probed CPU's further sequences run at its measured prompt rate.
+pub(crate) const BATCHED_PRODUCTS: f64 = 0.25;
+
 /// One machine of the cost model.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeCost {
@@ -32,10 +40,15 @@ pub(crate) struct NodeCost {
     pub inv_bandwidth: f64,
     /// Prefill's compute: per FLOP of the node's `compute`.
     pub inv_compute: f64,
-    /// A decode step's, at this cost model's step ([`NodeCost::set_step`]): per FLOP, one
-    /// sequence's at [`NodeCost::inv_one_decode`], the others' at the prompt's rate where that
-    /// is faster.
+    /// A decode step's roofline compute, at this cost model's step ([`NodeCost::set_step`]):
+    /// per FLOP of the step, its first sequence's at [`NodeCost::inv_one_decode`].
     pub inv_decode_compute: f64,
+    /// Per FLOP of the step, its further sequences' products, added to the roofline
+    /// ([`NodeCost::inv_batched`] of their share).
+    pub inv_further: f64,
+    /// Per FLOP of a further sequence's products: a probed CPU's prompt rate, else
+    /// [`BATCHED_PRODUCTS`] of the node's compute.
+    pub inv_batched: f64,
     /// One sequence's decode: per FLOP, `1 ÷ (2 × weights/s)` of a measured CPU's products,
     /// else `inv_compute`.
     pub inv_one_decode: f64,
@@ -111,10 +124,16 @@ impl NodeCost {
         let host = host.map(|host| HostCost::new(host, model));
         let inv_one_decode =
             decode_rate.map_or(inv_compute, |r| 1.0 / (FLOPS_PER_WEIGHT * r * node.efficiency.compute));
+        let inv_batched = match measured.as_ref().and_then(|m| m.prefill) {
+            Some(_) => inv_compute.min(inv_one_decode),
+            None => inv_compute / BATCHED_PRODUCTS,
+        };
         NodeCost {
             inv_bandwidth: 1.0 / (node.bandwidth * node.efficiency.bandwidth * reached),
             inv_compute,
             inv_decode_compute: inv_one_decode,
+            inv_further: 0.0,
+            inv_batched,
             inv_one_decode,
             per_layer_s,
             device_capacity,
@@ -145,20 +164,17 @@ impl NodeCost {
         kv.saturating_mul(u128::from(self.kv_copies))
     }
 
-    /// Prices decode steps of `sequences` sequences. A measured CPU decodes one sequence at
-    /// its probed rate, its weights read for it; llama.cpp multiplies the other sequences'
-    /// rows as one matrix product over the same weights, which runs at about its prompt's
-    /// rate (`probe.engine.prefill`): a 4-user step of the 1B model on the serve check's
-    /// machine took 102.6 ms, not the 4 × 55.2 of four single steps (BENCHMARKS.md). Where
-    /// the prompt is no faster (every unmeasured device: `inv_compute` is its decode rate),
-    /// each sequence costs the same.
+    /// Prices decode steps of `sequences` sequences: the first sequence's products under the
+    /// roofline with the weights' read, each further sequence's added at
+    /// [`NodeCost::inv_batched`]. llama.cpp multiplies the further rows as a product over the
+    /// same weights, which on a probed CPU runs at about its prompt's rate (a 4-user step of
+    /// the 1B model on the serve check's machine took 102.6 ms, not 4 × 55.2), and on a GPU
+    /// at [`BATCHED_PRODUCTS`] of its compute, above the weights' read long before the
+    /// roofline would say so (BENCHMARKS.md, "Several sequences at once").
     pub(super) fn set_step(&mut self, sequences: f64) {
-        let others = self.inv_compute.min(self.inv_one_decode);
-        self.inv_decode_compute = if sequences > 1.0 && others < self.inv_one_decode {
-            (self.inv_one_decode + (sequences - 1.0) * others) / sequences
-        } else {
-            self.inv_one_decode
-        };
+        let sequences = sequences.max(1.0);
+        self.inv_decode_compute = self.inv_one_decode / sequences;
+        self.inv_further = (sequences - 1.0) / sequences * self.inv_batched;
     }
 
     /// Whether `other` is priced as this node is, so that each stage has the same best
@@ -167,6 +183,8 @@ impl NodeCost {
         self.inv_bandwidth == other.inv_bandwidth
             && self.inv_compute == other.inv_compute
             && self.inv_decode_compute == other.inv_decode_compute
+            && self.inv_further == other.inv_further
+            && self.inv_batched == other.inv_batched
             && self.inv_one_decode == other.inv_one_decode
             && self.per_layer_s == other.per_layer_s
             && self.device_capacity == other.device_capacity
@@ -185,9 +203,12 @@ impl NodeCost {
         self.host.map_or(self.inv_bandwidth, |h| self.inv_bandwidth.min(h.inv_bandwidth))
     }
 
-    /// The least time per FLOP on any tier (for lower bounds).
+    /// The least time per FLOP on any tier (for lower bounds): a decode step's products are
+    /// its first sequence's under the roofline and the others' added, which on few-column
+    /// kernels capped at a re-read of the weights can be under the node's compute.
     pub(crate) fn least_inv_compute(&self) -> f64 {
-        self.host.map_or(self.inv_compute, |h| self.inv_compute.min(h.inv_decode_compute))
+        let device = self.inv_compute.min(self.inv_decode_compute + self.inv_further);
+        self.host.map_or(device, |h| device.min(h.inv_decode_compute))
     }
 
     /// The least per-layer cost on any tier (for lower bounds).
@@ -210,6 +231,8 @@ impl NodeCost {
             inv_bandwidth: worst(&|m| m.inv_bandwidth),
             inv_compute: worst(&|m| m.inv_compute),
             inv_decode_compute: worst(&|m| m.inv_decode_compute),
+            inv_further: worst(&|m| m.inv_further),
+            inv_batched: worst(&|m| m.inv_batched),
             inv_one_decode: worst(&|m| m.inv_one_decode),
             per_layer_s: members.iter().map(|m| m.per_layer_s).fold(0.0, f64::max),
             device_capacity: capacity,

@@ -359,7 +359,9 @@ impl CostModel {
         let rates = &self.nodes[node];
         let Some(host) = rates.host.as_ref() else { return false };
         let slower = |gpu_read: f64, cpu_read: f64, flops: f64| {
-            let gpu = (gpu_read * rates.inv_bandwidth).max(flops * rates.inv_decode_compute) + rates.per_layer_s;
+            let gpu = (gpu_read * rates.inv_bandwidth).max(flops * rates.inv_decode_compute)
+                + flops * rates.inv_further
+                + rates.per_layer_s;
             let cpu = (cpu_read * host.inv_bandwidth).min(flops * host.inv_decode_compute) + host.per_layer_s;
             cpu >= gpu
         };
@@ -480,6 +482,7 @@ mod tests {
         let on_gpu = gpu_layers > 0 || head_gpu;
         let gpu_s = if on_gpu {
             (gpu_read * rates.inv_bandwidth).max(gpu_flops * rates.inv_decode_compute)
+                + gpu_flops * rates.inv_further
                 + gpu_layers as f64 * rates.per_layer_s
         } else {
             0.0

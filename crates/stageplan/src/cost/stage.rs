@@ -237,6 +237,7 @@ impl CostModel {
             return TimeParts {
                 memory_s: work.device_read * cost.inv_bandwidth,
                 compute_s: work.device_flops * cost.inv_decode_compute,
+                batch_s: work.device_flops * cost.inv_further,
                 overhead_s: device_layers,
                 all_reduce_s: cost
                     .all_reduce
@@ -248,6 +249,7 @@ impl CostModel {
             return TimeParts {
                 memory_s: work.device_read * cost.inv_bandwidth,
                 compute_s: work.device_flops * cost.inv_decode_compute,
+                batch_s: work.device_flops * cost.inv_further,
                 overhead_s: device_layers,
                 host_s: work.streamed * host.inv_link,
                 ..TimeParts::default()
@@ -256,6 +258,7 @@ impl CostModel {
         TimeParts {
             memory_s: work.device_read * cost.inv_bandwidth,
             compute_s: work.device_flops * cost.inv_decode_compute,
+            batch_s: work.device_flops * cost.inv_further,
             overhead_s: if work.on_device { device_layers } else { 0.0 },
             host_s: (work.host_read * host.inv_bandwidth).max(work.host_flops * host.inv_decode_compute)
                 + work.host_parts as f64 * host.per_layer_s,

@@ -212,6 +212,7 @@ mod without_system_ram {
         TimeParts {
             memory_s: read * rates.inv_bandwidth,
             compute_s: flops * rates.inv_decode_compute,
+            batch_s: flops * rates.inv_further,
             overhead_s: per_layer,
             prefill_s: (prefill_read * rates.inv_bandwidth).max(prefill_flops * rates.inv_compute)
                 + per_layer / c.prefill_chunk,
@@ -452,4 +453,26 @@ fn a_v_cache_format_is_checked_at_its_field() {
     // Latent attention keeps V inside K's cache: one format (llama.cpp refuses two).
     assert_eq!(path(r#""kv": "q8_0", "kv_v": "f16""#, "deepseek-v3"), "workload.kv_v");
     problem(r#""kv": "q8_0", "kv_v": "q8_0""#, "deepseek-v3").unwrap();
+}
+
+#[test]
+fn a_gpus_further_sequences_add_their_products_at_the_batched_rate() {
+    let at = |batch: u64| {
+        let c = cost(&format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q8_0"}}, "workload": {{"context": 1024, "batch": {batch}}},
+                "nodes": [{{"name": "gpu", "memory": "80 GiB", "bandwidth": "800 GB/s", "compute": "27.2 TFLOPS", "backend": "peak"}}]}}"#
+        ));
+        (c.time(0, 0, c.layers(), None), c.step_work(0, c.layers()).1)
+    };
+    let (one, flops_one) = at(1);
+    let (eight, flops_eight) = at(8);
+    assert_eq!(one.batch_s, 0.0, "one sequence is the roofline alone");
+    assert!((flops_eight / flops_one - 8.0).abs() < 1e-9);
+    // The first sequence under the roofline; the seven others at a quarter of the compute.
+    assert!((eight.compute_s - one.compute_s).abs() < 1e-12 * one.compute_s);
+    let further = 7.0 * flops_one / (node::BATCHED_PRODUCTS * 27.2e12);
+    assert!((eight.batch_s - further).abs() < 1e-9 * further, "{eight:?}");
+    // Past the weights' read long before the roofline would be (M2 Ultra figures: a 7B step
+    // of 12.8 ms alone, 31.4 at B = 8 in llama.cpp's published table).
+    assert!(eight.total() > 2.0 * one.total(), "{one:?} {eight:?}");
 }
