@@ -326,23 +326,45 @@ pub(crate) fn moves(
 }
 
 /// The least-moving plan search.
-/// For one node under a stage-time bound: how far a middle stage starting at each layer can
-/// reach, and from which start a last stage fits.
-struct ReachTable {
-    /// `reach[j]`: the largest `e < L` with `[j, e)` within the bound and memory; `j` if none.
-    reach: Vec<u32>,
-    /// Smallest start `j ≥ 1` from which `[j, L)` is within the bound as a last stage.
-    final_from: usize,
-    /// The whole model alone on this node is within the bound.
-    single_ok: bool,
+/// For one node under a stage-time bound: which stages it can run, as windows where the
+/// stage's time and memory grow with its range, else stage by stage.
+enum ReachTable {
+    /// A node without system RAM: a stage that fits stays fitting, and no slower, when its start
+    /// moves up or its end down (from start 1 on: a first stage holds the embedding).
+    Windows {
+        /// `reach[j]`: the largest `e < L` with `[j, e)` within the bound and memory; `j` if none.
+        reach: Vec<u32>,
+        /// Smallest start `j ≥ 1` from which `[j, L)` is within the bound as a last stage.
+        final_from: usize,
+        /// The whole model alone on this node is within the bound.
+        single_ok: bool,
+    },
+    /// A node with system RAM runs a stage as its best placement does, which need not shrink
+    /// with the range (a CPU or RAM faster than a small GPU takes more of a longer stage):
+    /// every stage, checked.
+    Every {
+        /// `middle[j * (L + 1) + e]`: `[j, e)` is within the bound as a stage that passes on.
+        middle: Vec<bool>,
+        /// `last[j]`: `[j, L)` is within the bound as a last stage (`j = 0`: the only stage).
+        last: Vec<bool>,
+    },
 }
 
 impl ReachTable {
     fn new(cost: &CostModel, k: usize, tau: f64, hop: f64, ret: f64) -> ReachTable {
         let l = cost.layers();
         let within = |j: usize, e: usize, send: f64| cost.fits(k, j, e) && cost.roofline_s(k, j, e) + send <= tau;
-        // Two pointers: a stage that fits stays fitting when its start moves up, from 1 on
-        // (a first stage may reach farther, with whole layers in a machine's RAM).
+        if cost.host_budget(k) > 0 {
+            let mut middle = vec![false; l * (l + 1)];
+            for j in 0..l {
+                for e in j + 1..l {
+                    middle[j * (l + 1) + e] = within(j, e, hop);
+                }
+            }
+            let last = (0..l).map(|j| within(j, l, if j == 0 { 0.0 } else { ret })).collect();
+            return ReachTable::Every { middle, last };
+        }
+        // Two pointers over the windows.
         let mut p = 0usize;
         let reach = (0..l)
             .map(|j| {
@@ -358,7 +380,31 @@ impl ReachTable {
             .collect();
         // Last stages shrink as the start grows: the first start within the bound.
         let final_from = (1..l).find(|&j| within(j, l, ret)).unwrap_or(usize::MAX);
-        ReachTable { reach, final_from, single_ok: within(0, l, 0.0) }
+        ReachTable::Windows { reach, final_from, single_ok: within(0, l, 0.0) }
+    }
+
+    /// Can this node run `[j, e)` as a stage that passes on (`e < L`)?
+    fn middle(&self, j: usize, e: usize, l: usize) -> bool {
+        match self {
+            ReachTable::Windows { reach, .. } => e <= reach[j] as usize,
+            ReachTable::Every { middle, .. } => middle[j * (l + 1) + e],
+        }
+    }
+
+    /// The starts `j` from which this node can run `[j, L)` as the last stage (or, for `j = 0`,
+    /// the only one).
+    fn last_starts(&self, first: bool, l: usize) -> impl Iterator<Item = usize> + '_ {
+        let range = if first { 0..1 } else { 1..l };
+        range.filter(move |&j| match self {
+            ReachTable::Windows { final_from, single_ok, .. } => {
+                if j == 0 {
+                    *single_ok
+                } else {
+                    j >= *final_from
+                }
+            }
+            ReachTable::Every { last, .. } => last[j],
+        })
     }
 }
 
@@ -429,8 +475,7 @@ impl Mover<'_> {
                 let head_move = if self.old_last == Some(k) { 0 } else { head };
                 let done = mask | (1 << i);
                 // Finish on node i.
-                let starts = if mask == 0 { 0..usize::from(table.single_ok) } else { table.final_from.min(l)..l };
-                for j in starts {
+                for j in table.last_starts(mask == 0, l) {
                     let before = best[mask * width + j];
                     if before == NONE {
                         continue;
@@ -442,9 +487,9 @@ impl Mover<'_> {
                 }
                 // Or close a stage [j, e) and pass on; valid starts for end e form a window.
                 if mask == 0 {
-                    for (e, &moved_before) in prefix.iter().enumerate().take(table.reach[0] as usize + 1).skip(1) {
+                    for e in (1..l).filter(|&e| table.middle(0, e, l)) {
                         let cell = done * width + e;
-                        let v = moved_before + embed_move;
+                        let v = prefix[e] + embed_move;
                         if v < best[cell] {
                             best[cell] = v;
                             from[cell] = (0, i as u8);
@@ -452,6 +497,24 @@ impl Mover<'_> {
                     }
                     continue;
                 }
+                let ReachTable::Windows { reach, .. } = table else {
+                    // Stage by stage: every start before every end.
+                    for e in 2..l {
+                        for j in 1..e {
+                            let before = best[mask * width + j];
+                            if before == NONE || !table.middle(j, e, l) {
+                                continue;
+                            }
+                            let cell = done * width + e;
+                            let v = before + prefix[e] - prefix[j];
+                            if v < best[cell] {
+                                best[cell] = v;
+                                from[cell] = (j as u32, i as u8);
+                            }
+                        }
+                    }
+                    continue;
+                };
                 let mut window: VecDeque<(usize, i128)> = VecDeque::new();
                 let mut next_j = 1usize;
                 let mut lo = 1usize;
@@ -468,7 +531,7 @@ impl Mover<'_> {
                         next_j += 1;
                     }
                     // Starts whose reach falls short of e can never reach it again.
-                    while lo < e && (table.reach[lo] as usize) < e {
+                    while lo < e && (reach[lo] as usize) < e {
                         lo += 1;
                     }
                     while window.front().is_some_and(|&(j, _)| j < lo) {

@@ -531,6 +531,55 @@ proptest! {
     }
 }
 
+/// A GPU slower than its own RAM (the fourth node: 1 GB/s beside 43 GB/s) runs a longer stage
+/// faster, with more of it in RAM, so its stages are not windows: the fewest-moves search
+/// must still find the plan within the bound (it found none, and re-planning moved everything).
+#[test]
+fn least_moves_is_exact_beside_a_gpu_slower_than_its_ram() {
+    let gpu = |memory| (memory, 1e11, 1e14, 0);
+    let instance = Instance {
+        layers: vec![(88_701_462, MB), (16_454_595, MB), (3_925_215, MB), (1, MB), (1, MB), (1, MB)],
+        embed: 165_563_396,
+        head: 1,
+        tied: false,
+        window: None,
+        context: 1,
+        batch: 2,
+        nodes: vec![gpu(0), gpu(20_041_241), gpu(0), (89_766_998, 1e9, 1e14, 0)],
+        hosts: vec![None, None, None, Some((217_814_297, 42_974_715_444.8))],
+        ffn_share: 0.577_790_939_2,
+        moe: false,
+        shared_kv: false,
+        link: (1e7, 0.0),
+        pairs: Vec::new(),
+    };
+    let problem = instance.problem(Objective::Throughput);
+    let cost = CostModel::new(&problem);
+    let current = current_stages(&problem, &[1], 0, false);
+    let (_, best) = search::optimal(&cost, Objective::Throughput, &[true; 4], None).best.unwrap();
+    let owner: Vec<Option<usize>> = (0..6)
+        .map(|l| {
+            current
+                .iter()
+                .find(|s| s.layers[0] <= l && l < s.layers[1])
+                .and_then(|s| problem.nodes.iter().position(|n| n.name == s.node))
+        })
+        .collect();
+    let index = |name: &str| problem.nodes.iter().position(|n| n.name == name);
+    let (first, last) = (index(&current[0].node), index(&current[current.len() - 1].node));
+    let bytes =
+        |a: &[Placement]| replan::moves(&problem, &cost, &owner, first, last, a).iter().map(|m| m.bytes).sum::<u64>();
+    let slowest = |a: &[Placement]| cost.stage_times(a).into_iter().fold(0.0, f64::max);
+    let mover = replan::Mover { cost: &cost, owner: &owner, old_first: first, old_last: last, model: &problem };
+    let found = mover.least_moves(slowest(&best)).expect("the best plan is within the bound");
+    let cheapest = every_assignment(4, 6)
+        .into_iter()
+        .filter(|a| a.iter().all(|p| cost.fits(p.node, p.start, p.end)) && slowest(a) <= slowest(&best))
+        .map(|a| bytes(&a))
+        .min();
+    assert_eq!(Some(bytes(&found)), cheapest);
+}
+
 fn scenario(json: &str) -> Problem {
     Scenario::from_json(json).unwrap().problem().unwrap()
 }
