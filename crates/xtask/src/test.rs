@@ -57,6 +57,8 @@ pub(crate) fn test() -> Result<(), String> {
         "stageplan-cpu",
         "-p",
         "stageplan-reconcile",
+        "-p",
+        "stageplan-agent",
     ])
     .env("RUSTDOCFLAGS", "-D warnings");
     step("API docs (rustdoc, broken links denied)", docs)?;

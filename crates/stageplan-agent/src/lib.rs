@@ -1,0 +1,17 @@
+//! The agent: what runs on each machine of a fleet and starts the engines the reconcile loop
+//! bound to it.
+//!
+//! - [`Supervisor`] runs a set of named processes ([`Spec`]: a program and its arguments,
+//!   started without a shell), each in a process group of its own, with its output in a log
+//!   file; it tells when each serves ([`Ready`]), restarts one that exits with a doubling
+//!   backoff, gives up on one that keeps failing to start (reported with its last log lines,
+//!   not retried in a tight loop), and stops what is no longer wanted — the whole group, with
+//!   a grace period.
+//! - [`guard`] is what [`Supervisor`] starts each engine under when given one (the
+//!   `stageplan-guard` binary): it leads the engine's process group and kills it when the
+//!   agent is gone, so nothing outlives an agent that was killed outright.
+
+pub mod guard;
+mod supervisor;
+
+pub use supervisor::{Failure, Policy, Ready, Spec, State, Supervisor};
