@@ -569,3 +569,40 @@ proptest::proptest! {
         }
     }
 }
+
+/// The processes an agent starts are the commands the text prints: each command line of the
+/// llama.cpp export, read as a shell reads it, is a launch's environment, program and
+/// arguments, in order (`"$(nproc)"` where the machine's cores go).
+#[test]
+fn llama_cpp_launches_are_the_commands_its_text_prints() {
+    let hostile = "my models/it's \"q4\" $(reboot) `id` *.gguf".to_owned();
+    let cases = cases().into_iter().flat_map(|dir| {
+        let (plan, options) = load(&dir);
+        let given = ExportOptions { model: Some(hostile.clone()), ..options.clone() };
+        [(dir.clone(), plan.clone(), options), (dir, plan, given)]
+    });
+    for (dir, plan, options) in cases {
+        let Ok(export) = export(&plan, Target::LlamaCpp, &options) else { continue };
+        let launches = stageplan::export::llama_cpp_launches(&plan, &options).expect("exported above");
+        let printed: Vec<Vec<String>> = export
+            .text
+            .replace("\\\n", " ")
+            .lines()
+            .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
+            .map(|line| shlex::split(line).expect("a shell command"))
+            .collect();
+        let launched: Vec<Vec<String>> = launches
+            .iter()
+            .map(|launch| {
+                let env = launch.env.iter().map(|(name, value)| format!("{name}={value}"));
+                let args = launch.args.iter().map(|word| match word {
+                    stageplan::export::Word::Cores => "$(nproc)".to_owned(),
+                    word => word.arg(0),
+                });
+                env.chain(std::iter::once(launch.program.to_owned())).chain(args).collect()
+            })
+            .collect();
+        assert_eq!(printed, launched, "{}", dir.display());
+        assert_eq!(launches.last().map(|l| l.program), Some("llama-server"), "{}", dir.display());
+    }
+}

@@ -31,6 +31,63 @@ const RPC_SERVER: &str = "ggml-rpc-server";
 const UBATCH: u64 = 512;
 const BATCH: u64 = 2048;
 
+/// One process of a llama.cpp export: the machine it runs on and its command, word by word
+/// — what the export's text prints for a shell, and what an agent starts without one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// The plan's machine (a GPU's stage: its machine, not `box/gpu1`).
+    pub machine: String,
+    /// Set for this process only (`CUDA_VISIBLE_DEVICES`).
+    pub env: Vec<(&'static str, String)>,
+    /// `llama-server`, or the RPC server.
+    pub program: &'static str,
+    pub args: Vec<Word>,
+}
+
+/// A word of a [`Launch`]'s command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// A flag the export writes (`--port`), never from input.
+    Flag(&'static str),
+    /// A value, possibly from input: quoted for a shell where it needs to be.
+    Text(String),
+    /// The machine's CPU cores, which only the machine knows (`"$(nproc)"` in a shell).
+    Cores,
+}
+
+impl Word {
+    fn text(text: &str) -> Word {
+        Word::Text(text.to_owned())
+    }
+
+    /// The word as the export's text writes it.
+    pub fn shell(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Word::Flag(flag) => (*flag).into(),
+            Word::Text(text) => shell(text),
+            Word::Cores => "\"$(nproc)\"".into(),
+        }
+    }
+
+    /// The argument itself, for a process started without a shell on a machine of `cores`.
+    pub fn arg(&self, cores: usize) -> String {
+        match self {
+            Word::Flag(flag) => (*flag).to_owned(),
+            Word::Text(text) => text.clone(),
+            Word::Cores => cores.to_string(),
+        }
+    }
+}
+
+impl Launch {
+    /// The command on one line, for a shell.
+    fn shell_line(&self) -> String {
+        let env = self.env.iter().map(|(name, value)| format!("{name}={} ", shell(value)));
+        let words = std::iter::once(self.program.into()).chain(self.args.iter().map(Word::shell));
+        env.collect::<String>() + &words.collect::<Vec<_>>().join(" ")
+    }
+}
+
 /// `--tensor-split` shares for blocks `counts` (in device order): each device's block count,
 /// and one more on the last device for the output layer.
 pub fn tensor_split(counts: &[usize]) -> Vec<usize> {
@@ -80,7 +137,7 @@ const KV_TYPES: [&str; 9] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_
 /// llama.cpp refuses a `--tensor-split` with as many entries as `llama_max_devices()` (16).
 const MAX_DEVICES: usize = 15;
 
-pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), ExportError> {
+pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<Launch>), ExportError> {
     let plan = layout.plan;
     if layout.stages.len() > MAX_DEVICES {
         return Err(ExportError::TooManyStages { target: "llama.cpp", max: MAX_DEVICES, stages: layout.stages.len() });
@@ -302,6 +359,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
     }
 
     let mut out = String::new();
+    let mut launches = Vec::new();
     let _ = writeln!(out, "# stageplan · {}", layout.summary());
     if tensor_parallel.is_empty() {
         let _ = writeln!(
@@ -329,18 +387,21 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             let host = if endpoint.starts_with("127.0.0.1:") { "127.0.0.1" } else { "0.0.0.0" };
             let machine = layout.machine(node).0;
             let only_one = if layout.kind(node) == DeviceKind::Gpu {
-                format!("CUDA_VISIBLE_DEVICES={} ", gpu.unwrap_or(0))
+                vec![("CUDA_VISIBLE_DEVICES", gpu.unwrap_or(0).to_string())]
             } else {
-                String::new()
+                Vec::new()
             };
+            let mut args = vec![Word::Flag("--host"), Word::text(host), Word::Flag("--port"), Word::text(port)];
             // A CPU's rpc-server uses half the cores unless told; the plan counts them all.
-            let threads = match (layout.kind(node), layout.threads(node)) {
-                (DeviceKind::Cpu, Some(n)) => format!(" --threads {n}"),
-                (DeviceKind::Cpu, None) => " --threads \"$(nproc)\"".to_owned(),
-                _ => String::new(),
-            };
+            match (layout.kind(node), layout.threads(node)) {
+                (DeviceKind::Cpu, Some(n)) => args.extend([Word::Flag("--threads"), Word::Text(n.to_string())]),
+                (DeviceKind::Cpu, None) => args.extend([Word::Flag("--threads"), Word::Cores]),
+                _ => {}
+            }
+            let rpc_server = Launch { machine: machine.to_owned(), env: only_one, program: RPC_SERVER, args };
             let _ = writeln!(out, "#    on {machine}:");
-            let _ = writeln!(out, "{only_one}{RPC_SERVER} --host {host} --port {port}{threads}");
+            let _ = writeln!(out, "{}", rpc_server.shell_line());
+            launches.push(rpc_server);
             if let Some((_, cpu)) = cpu_rpc.iter().find(|(n, _)| n == node) {
                 let cpu_port = cpu.rsplit_once(':').map_or("50053", |(_, p)| p);
                 let threads = offloads
@@ -349,29 +410,41 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
                     .find(|(_, (n, _, _))| *n == node)
                     .and_then(|(o, _)| *o)
                     .map_or(1, |o| o.threads);
+                let args = vec![
+                    Word::Flag("--host"),
+                    Word::text(host),
+                    Word::Flag("--port"),
+                    Word::text(cpu_port),
+                    Word::Flag("--device"),
+                    Word::text("CPU"),
+                    Word::Flag("--threads"),
+                    Word::Text(threads.to_string()),
+                ];
+                let cpu_server = Launch { machine: machine.to_owned(), env: Vec::new(), program: RPC_SERVER, args };
                 let _ = writeln!(out, "#    and its CPU, for the layers' {what} the plan keeps in its RAM:");
-                let _ = writeln!(out, "{RPC_SERVER} --host {host} --port {cpu_port} --device CPU --threads {threads}");
+                let _ = writeln!(out, "{}", cpu_server.shell_line());
+                launches.push(cpu_server);
             }
         }
         out.push('\n');
         step += 1;
     }
     let _ = writeln!(out, "# {step}. On {main_machine}:");
-    let mut args: Vec<String> = vec!["llama-server".into(), "--model".into(), shell(&model).into_owned()];
+    let mut args: Vec<Word> = vec![Word::Flag("--model"), Word::Text(model.clone())];
     if !rpc.is_empty() {
-        args.push("--rpc".into());
+        args.push(Word::Flag("--rpc"));
         let endpoints: Vec<&str> = rpc.iter().chain(&cpu_rpc).map(|(_, e)| e.as_str()).collect();
-        args.push(shell(&endpoints.join(",")).into_owned());
+        args.push(Word::Text(endpoints.join(",")));
     }
-    args.extend(["--device".into(), shell(&devices.join(",")).into_owned()]);
+    args.extend([Word::Flag("--device"), Word::Text(devices.join(","))]);
     // Every block and the output layer, N + 1 slots, but the first layers in host RAM.
     let gpu_layers = layout.layers + plan.model.nextn_layers + 1 - host_layers - usize::from(head_on_host);
-    args.extend(["--n-gpu-layers".into(), gpu_layers.to_string()]);
+    args.extend([Word::Flag("--n-gpu-layers"), Word::Text(gpu_layers.to_string())]);
     // After `--rpc`, which registers the devices these name.
     for (target, f0, f1) in &ffn_overrides {
         let layers: Vec<String> = (*f0..*f1).map(|l| l.to_string()).collect();
         let rule = format!("blk\\.({})\\.{FFN_PATTERN}={target}", layers.join("|"));
-        args.extend(["--override-tensor".into(), shell(&rule).into_owned()]);
+        args.extend([Word::Flag("--override-tensor"), Word::Text(rule)]);
     }
     // The CPU threads of the main machine's RAM (its first GPU's stage holds them).
     let main_threads = layout
@@ -382,29 +455,42 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
         .find_map(|(_, o)| o.filter(|o| o.host_layers + o.host_ffn > 0))
         .map(|o| o.threads);
     if let Some(threads) = main_threads {
-        args.extend(["--threads".into(), threads.to_string()]);
+        args.extend([Word::Flag("--threads"), Word::Text(threads.to_string())]);
         // Read the host's weights into RAM, as planned, rather than map the file: mapped
         // pages are the page cache's to drop, and a mapped buffer spans every tensor between
         // its first and last, the GPU's too.
-        args.extend(["--load-mode".into(), "none".into()]);
+        args.extend([Word::Flag("--load-mode"), Word::text("none")]);
     }
     // Newer builds fit layers to free memory by themselves; the plan has done that.
-    args.extend(["--fit".into(), "off".into()]);
-    args.extend(["--tensor-split".into(), shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
+    args.extend([Word::Flag("--fit"), Word::text("off")]);
+    args.extend([
+        Word::Flag("--tensor-split"),
+        Word::Text(shares.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")),
+    ]);
     if !tensor_parallel.is_empty() {
-        args.extend(["--split-mode".into(), "tensor".into()]);
+        args.extend([Word::Flag("--split-mode"), Word::text("tensor")]);
     }
-    args.extend(["--ctx-size".into(), context.to_string(), "--parallel".into(), workload.batch.max(1).to_string()]);
+    args.extend([
+        Word::Flag("--ctx-size"),
+        Word::Text(context.to_string()),
+        Word::Flag("--parallel"),
+        Word::Text(workload.batch.max(1).to_string()),
+    ]);
     // Explicit: `auto` may resolve either way, and the compute buffers differ; a quantized V
     // cache needs it (a quantized K does not).
     // `--split-mode tensor` requires it (`llama_init_from_model` refuses it off).
     let flash =
         workload.flash_attention || kv_v.starts_with('q') || kv_v.starts_with("iq") || !tensor_parallel.is_empty();
-    args.extend(["--cache-type-k".into(), kv.clone(), "--cache-type-v".into(), kv_v]);
-    args.extend(["--flash-attn".into(), if flash { "on" } else { "off" }.into()]);
+    args.extend([Word::Flag("--cache-type-k"), Word::Text(kv.clone()), Word::Flag("--cache-type-v"), Word::Text(kv_v)]);
+    args.extend([Word::Flag("--flash-attn"), Word::text(if flash { "on" } else { "off" })]);
     if workload.prefill_chunk != UBATCH {
         let chunk = workload.prefill_chunk.min(i32::MAX as u64);
-        args.extend(["--ubatch-size".into(), chunk.to_string(), "--batch-size".into(), chunk.max(BATCH).to_string()]);
+        args.extend([
+            Word::Flag("--ubatch-size"),
+            Word::Text(chunk.to_string()),
+            Word::Flag("--batch-size"),
+            Word::Text(chunk.max(BATCH).to_string()),
+        ]);
     }
     // What rides along, each on its stage's device: the draft whole (`--device-draft`, every
     // layer), the projector (`--mmproj-device`).
@@ -431,13 +517,18 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
                     notes.push(format!("llama.cpp has no `{}` KV cache for the draft; the command uses f16, which needs more memory than planned.", rider.kv));
                     "f16".to_owned()
                 };
-                args.extend(["--model-draft".into(), shell(&file).into_owned()]);
+                args.extend([Word::Flag("--model-draft"), Word::Text(file)]);
                 // Without a type, llama.cpp loads the draft and then frees it.
-                args.extend(["--spec-type".into(), "draft-simple".into()]);
-                args.extend(["--device-draft".into(), shell(device).into_owned()]);
+                args.extend([Word::Flag("--spec-type"), Word::text("draft-simple")]);
+                args.extend([Word::Flag("--device-draft"), Word::Text(device.clone())]);
                 // Every block and the output layer (`Layout::new` bounds the blocks).
-                args.extend(["--gpu-layers-draft".into(), rider.layers.saturating_add(1).to_string()]);
-                args.extend(["--cache-type-k-draft".into(), kv.clone(), "--cache-type-v-draft".into(), kv]);
+                args.extend([Word::Flag("--gpu-layers-draft"), Word::Text(rider.layers.saturating_add(1).to_string())]);
+                args.extend([
+                    Word::Flag("--cache-type-k-draft"),
+                    Word::Text(kv.clone()),
+                    Word::Flag("--cache-type-v-draft"),
+                    Word::Text(kv),
+                ]);
                 notes.push(format!(
                     "The draft model runs whole on {} ({device}) with its own KV cache at the same context; builds before 2026 have no `--spec-type`: drop it there.",
                     rider.node
@@ -451,8 +542,8 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
                     );
                     "mmproj.gguf".to_owned()
                 });
-                args.extend(["--mmproj".into(), shell(&file).into_owned()]);
-                args.extend(["--mmproj-device".into(), shell(device).into_owned()]);
+                args.extend([Word::Flag("--mmproj"), Word::Text(file)]);
+                args.extend([Word::Flag("--mmproj-device"), Word::Text(device.clone())]);
                 notes.push(format!(
                     "The vision projector encodes images on {} ({device}); builds without `--mmproj-device` put it on the first GPU.",
                     rider.node
@@ -460,21 +551,23 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>), Expor
             }
         }
     }
+    let server = Launch { machine: main_machine.to_owned(), env: Vec::new(), program: "llama-server", args };
     // One flag and its value per line, for reading.
-    let mut line = args[0].clone();
-    let mut rest = args[1..].iter();
-    while let Some(flag) = rest.next() {
-        let _ = write!(line, " \\\n  {flag}");
-        if flag.starts_with("--")
-            && let Some(value) = rest.clone().next().filter(|v| !v.starts_with("--"))
+    let mut line = server.program.to_owned();
+    let mut rest = server.args.iter();
+    while let Some(word) = rest.next() {
+        let _ = write!(line, " \\\n  {}", word.shell());
+        if let Word::Flag(_) = word
+            && let Some(value) = rest.clone().next().filter(|v| !matches!(v, Word::Flag(_)))
         {
-            let _ = write!(line, " {value}");
+            let _ = write!(line, " {}", value.shell());
             rest.next();
         }
     }
     out.push_str(&line);
     out.push('\n');
-    Ok((out, notes))
+    launches.push(server);
+    Ok((out, notes, launches))
 }
 
 #[cfg(test)]

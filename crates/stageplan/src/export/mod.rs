@@ -36,7 +36,7 @@ use crate::plan::Plan;
 use crate::presets::ModelPreset;
 use crate::problem::Problem;
 
-pub use llama_cpp::{llama_cpp_layers, tensor_split};
+pub use llama_cpp::{Launch, Word, llama_cpp_layers, tensor_split};
 
 /// An engine a plan can be exported to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -720,7 +720,10 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
         return Err(ExportError::SeveralGpus { target, machine: gpu.machine.clone(), instead });
     }
     let (text, notes) = match target {
-        Target::LlamaCpp => llama_cpp::export(&layout)?,
+        Target::LlamaCpp => {
+            let (text, notes, _) = llama_cpp::export(&layout)?;
+            (text, notes)
+        }
         Target::Vllm => vllm::export(&layout),
         Target::Exo => exo::export(&layout),
         Target::Kubernetes => kubernetes::export(&layout),
@@ -758,6 +761,16 @@ pub fn export(plan: &Plan, target: Target, options: &ExportOptions) -> Result<Ex
         );
     }
     Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
+}
+
+/// The processes a llama.cpp export of `plan` starts, machine by machine, each command
+/// word by word: what its text prints, for a program that starts them without a shell.
+///
+/// # Errors
+/// As [`export`] to [`Target::LlamaCpp`].
+pub fn llama_cpp_launches(plan: &Plan, options: &ExportOptions) -> Result<Vec<Launch>, ExportError> {
+    let layout = Layout::new(plan, options)?;
+    Ok(llama_cpp::export(&layout)?.2)
 }
 
 /// Node names become host names, Kubernetes label values and shell words unquoted: ASCII
