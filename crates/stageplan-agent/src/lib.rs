@@ -10,8 +10,13 @@
 //! - [`guard`] is what [`Supervisor`] starts each engine under when given one (the
 //!   `stageplan-guard` binary): it leads the engine's process group and kills it when the
 //!   agent is gone, so nothing outlives an agent that was killed outright.
+//! - [`llama`] reads what llama.cpp measured: a completion's timings from llama-server, the
+//!   buffers each device allocated from its log; [`Receipt`] sets them beside the plan.
 
 pub mod guard;
+pub mod llama;
+mod receipt;
 mod supervisor;
 
+pub use receipt::{HELD_BAND, MachineReceipt, Receipt, SPEED_BAND, SpeedReceipt};
 pub use supervisor::{Failure, Policy, Ready, Spec, State, Supervisor};

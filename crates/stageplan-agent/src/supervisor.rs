@@ -18,6 +18,8 @@ use nix::unistd::Pid;
 pub struct Spec {
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// Set for this process only, over the agent's own environment.
+    pub env: Vec<(String, String)>,
     pub ready: Ready,
 }
 
@@ -280,6 +282,7 @@ fn start(process: &mut Process, policy: &Policy) {
         };
         command
             .args(&process.spec.args)
+            .envs(process.spec.env.iter().map(|(k, v)| (k, v)))
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -33,7 +33,7 @@ fn policy(test: &str) -> Policy {
 }
 
 fn spec(program: &str, args: &[&str], ready: Ready) -> Spec {
-    Spec { program: program.into(), args: args.iter().map(|&a| a.to_owned()).collect(), ready }
+    Spec { program: program.into(), args: args.iter().map(|&a| a.to_owned()).collect(), env: Vec::new(), ready }
 }
 
 fn shell(script: &str) -> Spec {
@@ -104,13 +104,15 @@ fn a_process_that_serves_is_stopped_with_its_whole_group() {
 fn a_crash_at_start_is_retried_with_backoff_then_left_failed() {
     let mut supervisor = Supervisor::new(policy("crash")).unwrap();
     let began = Instant::now();
-    supervisor.apply(&wanted(&[("stage", shell("echo \"boom $$\" >&2; printf 'bell\\007\\n'; exit 3"))]));
+    let mut crash = shell("echo \"boom $$ $STAGE\" >&2; printf 'bell\\007\\n'; exit 3");
+    crash.env.push(("STAGE".to_owned(), "two".to_owned()));
+    supervisor.apply(&wanted(&[("stage", crash)]));
     let state = wait_until(&mut supervisor, "stage", |s| matches!(s, State::Failed { .. }));
     let State::Failed { failures, last } = state else { unreachable!() };
     assert_eq!(failures, 3);
     assert_eq!(supervisor.starts("stage"), 3, "three starts, then left failed");
     assert_eq!(last.why, "exited with status 3 before serving");
-    assert!(last.log_tail.iter().any(|l| l.starts_with("boom ")), "{:?}", last.log_tail);
+    assert!(last.log_tail.iter().any(|l| l.starts_with("boom ") && l.ends_with(" two")), "{:?}", last.log_tail);
     assert_eq!(last.log_tail.last().map(String::as_str), Some("bell?"), "a control character reaches no terminal");
     // Restarts after 100 ms, then 200 ms.
     assert!(began.elapsed() >= Duration::from_millis(300), "{:?}", began.elapsed());

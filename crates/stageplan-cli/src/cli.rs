@@ -163,6 +163,24 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1)]
         replicas: usize,
     },
+    /// Run a scenario's plan with llama.cpp on this machine, every machine's rpc-server on
+    /// 127.0.0.1, and write a receipt: memory per machine and decode and prompt speed, planned
+    /// beside measured. Exit 1 when something is outside its band.
+    Verify {
+        /// The scenario file (JSON).
+        scenario: PathBuf,
+        /// The folder holding llama.cpp's `llama-server` and `ggml-rpc-server`.
+        #[arg(long, value_name = "DIR")]
+        engine: PathBuf,
+        /// The model file (`.gguf`); the scenario's `model.file` when not given.
+        #[arg(long, value_name = "FILE")]
+        model: Option<PathBuf>,
+        /// Also write the receipt, as JSON, to this file.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Turn a plan into what an engine takes: llama.cpp flags, vLLM, exo, Kubernetes, DeepSpeed,
     /// Megatron.
     Export {

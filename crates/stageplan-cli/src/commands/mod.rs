@@ -13,6 +13,7 @@ mod reconcile;
 mod replan;
 mod run_sharded;
 mod status;
+mod verify;
 
 use crate::cli::{Cli, Command, NodesAction};
 use crate::outcome::{Failure, Outcome};
@@ -55,6 +56,9 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
             probe::ProbeRequest { adapter, cpu, gpu, threads, quick, engine, models: model, memory_cap },
             format,
         ),
+        Command::Verify { scenario, engine, model, out, format } => {
+            verify::verify(&scenario, &engine, model.as_deref(), out.as_deref(), format)
+        }
         Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
             run_sharded::run_sharded(&scenario, &run_sharded::ShardedOptions { width, tokens, micro_batches, replicas })
         }

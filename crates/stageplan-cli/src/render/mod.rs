@@ -6,6 +6,7 @@ pub(crate) mod cluster;
 pub(crate) mod gpu;
 pub(crate) mod model;
 pub(crate) mod plan;
+pub(crate) mod receipt;
 
 /// Longest name a table cell shows; longer ones end in `…`.
 const NAME_CELL: usize = 40;

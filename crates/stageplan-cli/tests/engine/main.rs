@@ -18,6 +18,7 @@ mod arch;
 mod fit;
 mod gpus;
 mod riders;
+mod verify;
 
 /// One end-to-end case: a model, a workload, and machines whose memory forces a split.
 struct Case {

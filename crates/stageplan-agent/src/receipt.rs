@@ -1,0 +1,150 @@
+//! A receipt: what a plan predicted beside what llama.cpp measured running it — memory per
+//! machine from its log, decode and prompt speed from a completion's timings — and what is
+//! far from the plan.
+
+use serde::Serialize;
+use stageplan::Plan;
+use stageplan::export::{Launch, Word};
+
+use crate::llama::{Buffer, Timings};
+
+/// Memory a machine holds for the model's life (weights, caches) may differ from the plan's
+/// by this fraction: the engine tests hold llama.cpp to it on every architecture family.
+pub const HELD_BAND: f64 = 0.02;
+/// A speed's band when the plan states none (a spec-sheet node).
+pub const SPEED_BAND: f64 = 0.25;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Receipt {
+    pub machines: Vec<MachineReceipt>,
+    /// One sequence's decode after the prompt.
+    pub decode: SpeedReceipt,
+    /// The prompt's processing.
+    pub prefill: SpeedReceipt,
+    /// What is outside its band, in words; empty when the plan held.
+    pub far: Vec<String>,
+}
+
+/// One machine's memory: planned and allocated.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MachineReceipt {
+    pub machine: String,
+    /// Weights, KV cache and embedding the plan puts there.
+    pub planned_held_bytes: u64,
+    /// llama.cpp's model, KV and recurrent-state buffers there.
+    pub allocated_held_bytes: u64,
+    /// Everything the plan counts there but its reserve.
+    pub planned_total_bytes: u64,
+    /// Every buffer llama.cpp allocated there.
+    pub allocated_total_bytes: u64,
+}
+
+/// A speed, planned and measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SpeedReceipt {
+    pub planned_per_s: f64,
+    pub measured_per_s: f64,
+    /// Tokens the measurement covered.
+    pub tokens: u64,
+    /// `planned ÷ measured − 1`: above 0, the plan was optimistic.
+    pub error: f64,
+    /// The plan's stated typical error, the band `error` should fall in.
+    pub band: f64,
+}
+
+impl Receipt {
+    /// The receipt of `plan` run as `launches` (their rpc-servers' ports name the devices
+    /// in llama.cpp's log), with the `buffers` its log reports and one completion's `timings`.
+    pub fn new(plan: &Plan, launches: &[Launch], buffers: &[Buffer], timings: &Timings) -> Receipt {
+        let main = launches.iter().find(|l| l.program == "llama-server").map(|l| l.machine.clone()).unwrap_or_default();
+        let machine_of_port = |port: u16| {
+            launches.iter().find(|l| port_of(l) == Some(port)).map_or_else(|| main.clone(), |l| l.machine.clone())
+        };
+        let mut machines: Vec<MachineReceipt> = Vec::new();
+        for stage in &plan.stages {
+            let machine = stage.gpu_of.as_ref().map_or_else(|| stage.node.clone(), |g| g.machine.clone());
+            let i = entry(&mut machines, machine);
+            let m = &stage.memory;
+            machines[i].planned_held_bytes += m.weights.saturating_add(m.kv).saturating_add(m.embed_head);
+            machines[i].planned_total_bytes += m.total.saturating_sub(m.reserve);
+        }
+        for buffer in buffers {
+            let machine = buffer.rpc_port().map_or_else(|| main.clone(), machine_of_port);
+            let i = entry(&mut machines, machine);
+            let bytes = buffer.bytes.max(0.0) as u64;
+            machines[i].allocated_total_bytes += bytes;
+            if buffer.held() {
+                machines[i].allocated_held_bytes += bytes;
+            }
+        }
+        let band = plan.accuracy.as_ref().map_or(SPEED_BAND, |a| a.typical_error);
+        let speed = |planned: f64, measured: f64, tokens: u64| SpeedReceipt {
+            planned_per_s: planned,
+            measured_per_s: measured,
+            tokens,
+            error: if measured > 0.0 { planned / measured - 1.0 } else { f64::INFINITY },
+            band,
+        };
+        let planned_decode = plan.at_depth.as_ref().map_or(plan.stream_tokens_per_s, |d| d.stream_tokens_per_s);
+        let decode = speed(planned_decode, timings.predicted_per_second, timings.predicted_tokens);
+        let prefill = speed(plan.prefill_tokens_per_s, timings.prompt_per_second, timings.prompt_tokens);
+        let mut far = Vec::new();
+        for m in &machines {
+            let error = m.allocated_held_bytes as f64 / m.planned_held_bytes.max(1) as f64 - 1.0;
+            if error.abs() > HELD_BAND {
+                far.push(format!(
+                    "`{}` holds {} of weights and caches where the plan says {} ({:+.1}%, beyond ±{:.0}%)",
+                    m.machine,
+                    stageplan::units::format_bytes(m.allocated_held_bytes as f64),
+                    stageplan::units::format_bytes(m.planned_held_bytes as f64),
+                    error * 100.0,
+                    HELD_BAND * 100.0
+                ));
+            }
+            if m.allocated_total_bytes > m.planned_total_bytes {
+                far.push(format!(
+                    "`{}` allocated {} in all, more than the plan's {}",
+                    m.machine,
+                    stageplan::units::format_bytes(m.allocated_total_bytes as f64),
+                    stageplan::units::format_bytes(m.planned_total_bytes as f64)
+                ));
+            }
+        }
+        for (what, s) in [("decode", &decode), ("prompt processing", &prefill)] {
+            if s.error.abs() > s.band {
+                far.push(format!(
+                    "{what}: planned {:.1} tok/s, measured {:.1} ({:+.0}%, beyond the plan's ±{:.0}%)",
+                    s.planned_per_s,
+                    s.measured_per_s,
+                    s.error * 100.0,
+                    s.band * 100.0
+                ));
+            }
+        }
+        Receipt { machines, decode, prefill, far }
+    }
+}
+
+/// The index of `machine`'s receipt, added when new.
+fn entry(machines: &mut Vec<MachineReceipt>, machine: String) -> usize {
+    if let Some(i) = machines.iter().position(|m| m.machine == machine) {
+        return i;
+    }
+    machines.push(MachineReceipt {
+        machine,
+        planned_held_bytes: 0,
+        allocated_held_bytes: 0,
+        planned_total_bytes: 0,
+        allocated_total_bytes: 0,
+    });
+    machines.len() - 1
+}
+
+/// The `--port` of an rpc-server launch.
+fn port_of(launch: &Launch) -> Option<u16> {
+    let at = launch.args.iter().position(|w| *w == Word::Flag("--port"))?;
+    match launch.args.get(at + 1)? {
+        Word::Text(port) => port.parse().ok(),
+        _ => None,
+    }
+}

@@ -1,0 +1,168 @@
+//! `stageplan verify`: a scenario's plan run by llama.cpp on this machine, exactly as the
+//! export prints it (every machine's rpc-server on 127.0.0.1), and a receipt of what it
+//! measured beside what the plan says.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use stageplan::export::{ExportOptions, Launch};
+use stageplan_agent::{Policy, Ready, Receipt, Spec, State, Supervisor};
+
+use crate::cli::Format;
+use crate::outcome::{Failure, Outcome};
+use crate::{input, load, render};
+
+/// How long the engines may take to load and serve.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+/// Tokens of the warm-up completion, which loads what the measured one should not pay for.
+const WARM_UP_TOKENS: u32 = 4;
+/// The most tokens one measurement generates.
+const MAX_TOKENS: u64 = 4096;
+
+pub(super) fn verify(
+    path: &Path,
+    engine: &Path,
+    model: Option<&Path>,
+    out: Option<&Path>,
+    format: Format,
+) -> Result<Outcome, Failure> {
+    let text = input::read_text(path)?;
+    let problem = load::problem(path, text.as_str())?;
+    let plan = stageplan::plan(&problem);
+    if !plan.feasible {
+        return Ok(Outcome {
+            stdout: String::new(),
+            stderr: "the plan does not fit, so there is nothing to run: `stageplan plan` says what is missing\n".into(),
+            code: ExitCode::from(1),
+        });
+    }
+    let model = match model {
+        Some(model) => model.to_string_lossy().into_owned(),
+        None => plan.model.file.clone().ok_or_else(|| {
+            Failure("`--model`: the scenario names no model file; give the `.gguf` llama.cpp should load".into())
+        })?,
+    };
+    // Every machine on this one, each at a port of its own.
+    let mut options = ExportOptions::for_problem(&problem);
+    options.model = Some(model);
+    for stage in &plan.stages {
+        let machine = stage.gpu_of.as_ref().map_or(&stage.node, |g| &g.machine);
+        if !options.hosts.contains_key(machine) {
+            options.hosts.insert(machine.clone(), format!("127.0.0.1:{}", free_port()?));
+        }
+    }
+    let launches = stageplan::export::llama_cpp_launches(&plan, &options)?;
+    let server_address = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let specs = specs(&launches, engine, server_address)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    // Without it, Ctrl-C would end the command and leave the engines running.
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
+    let logs = std::env::temp_dir().join(format!("stageplan-verify-{}", std::process::id()));
+    let policy = Policy { start_timeout: START_TIMEOUT, attempts: 1, ..Policy::new(logs.clone()) };
+    let mut supervisor = Supervisor::new(policy).map_err(|e| Failure(format!("{}: {e}", logs.display())))?;
+    // The rpc-servers first: llama-server connects to each as it starts.
+    let (servers, rpc): (BTreeMap<String, Spec>, BTreeMap<String, Spec>) =
+        specs.clone().into_iter().partition(|(name, _)| name == SERVER);
+    supervisor.apply(&rpc);
+    serving(&mut supervisor, &stop)?;
+    supervisor.apply(&rpc.into_iter().chain(servers).collect());
+    serving(&mut supervisor, &stop)?;
+
+    let prompt = stageplan_agent::llama::prompt(plan.workload.prompt.clamp(1, MAX_TOKENS) as usize);
+    let tokens = u32::try_from(plan.workload.response.clamp(1, MAX_TOKENS)).unwrap_or(128);
+    stageplan_agent::llama::complete(server_address, &prompt[..1], WARM_UP_TOKENS).map_err(Failure)?;
+    let timings = stageplan_agent::llama::complete(server_address, &prompt, tokens).map_err(Failure)?;
+    let log_path = supervisor.log(SERVER).map(Path::to_path_buf).unwrap_or_default();
+    let log = std::fs::read_to_string(&log_path).map_err(|e| Failure(format!("{}: {e}", log_path.display())))?;
+    supervisor.shutdown();
+    let receipt = Receipt::new(&plan, &launches, &stageplan_agent::llama::buffers(&log), &timings);
+    let json = serde_json::to_string_pretty(&receipt).expect("a receipt serializes") + "\n";
+    if let Some(out) = out {
+        std::fs::write(out, &json).map_err(|e| Failure(format!("`--out` {}: {e}", out.display())))?;
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+    let stdout = match format {
+        Format::Json => json,
+        Format::Table => render::receipt::receipt(&plan, &receipt),
+    };
+    let code = if receipt.far.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
+    Ok(Outcome { stdout, stderr: String::new(), code })
+}
+
+/// The supervisor's name for llama-server.
+const SERVER: &str = "llama-server";
+
+/// Each launch as a process: its program from `engine`, its words as arguments (the cores
+/// this machine has), llama-server listening at `server`.
+fn specs(launches: &[Launch], engine: &Path, server: SocketAddr) -> Result<BTreeMap<String, Spec>, Failure> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let mut out = BTreeMap::new();
+    for (i, launch) in launches.iter().enumerate() {
+        let program: PathBuf = engine.join(launch.program);
+        if !program.is_file() {
+            return Err(Failure(format!(
+                "`--engine`: {} has no `{}`; give the folder of llama.cpp's binaries (its build's `bin`)",
+                engine.display(),
+                launch.program
+            )));
+        }
+        let args: Vec<String> = launch.args.iter().map(|w| w.arg(cores)).collect();
+        let mut env: Vec<(String, String)> = launch.env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        let (name, ready) = if launch.program == SERVER {
+            env.extend([
+                ("LLAMA_ARG_HOST".to_owned(), server.ip().to_string()),
+                ("LLAMA_ARG_PORT".to_owned(), server.port().to_string()),
+                // The buffers it allocates are logged at this verbosity.
+                ("LLAMA_ARG_LOG_VERBOSITY".to_owned(), "5".to_owned()),
+            ]);
+            (SERVER.to_owned(), Ready::Http { address: server, path: "/health".to_owned() })
+        } else {
+            let port =
+                port(&args).ok_or_else(|| Failure(format!("the export's `{}` has no `--port`", launch.program)))?;
+            (format!("rpc-{i}-{}", launch.machine), Ready::Tcp(SocketAddr::from((Ipv4Addr::LOCALHOST, port))))
+        };
+        out.insert(name, Spec { program, args, env, ready });
+    }
+    Ok(out)
+}
+
+fn port(args: &[String]) -> Option<u16> {
+    args.iter().position(|a| a == "--port").and_then(|i| args.get(i + 1)?.parse().ok())
+}
+
+/// Polls until every process serves; the first failure, with its log's last lines, ends it.
+fn serving(supervisor: &mut Supervisor, stop: &AtomicBool) -> Result<(), Failure> {
+    let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(5);
+    loop {
+        supervisor.poll();
+        if let Some((name, failure)) = supervisor.states().find_map(|(name, state)| match state {
+            State::Failed { last, .. } | State::Restarting { last, .. } => Some((name, last)),
+            _ => None,
+        }) {
+            return Err(Failure(format!("{name} {}: {}", failure.why, failure.log_tail.join(" / "))));
+        }
+        if supervisor.states().all(|(_, state)| *state == State::Serving) {
+            return Ok(());
+        }
+        if stop.load(Ordering::SeqCst) {
+            return Err(Failure("stopped before the engines served".into()));
+        }
+        if Instant::now() > deadline {
+            return Err(Failure("the engines did not serve in time".into()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A port of 127.0.0.1 free now (the OS's pick; another process could take it before use).
+fn free_port() -> Result<u16, Failure> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| Failure(format!("no free port: {e}")))?;
+    Ok(listener.local_addr().map_err(|e| Failure(format!("no free port: {e}")))?.port())
+}
