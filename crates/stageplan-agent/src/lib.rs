@@ -19,4 +19,4 @@ mod receipt;
 mod supervisor;
 
 pub use receipt::{HELD_BAND, MachineReceipt, Receipt, SPEED_BAND, SpeedReceipt};
-pub use supervisor::{Failure, Policy, Ready, Spec, State, Supervisor};
+pub use supervisor::{Failure, Guard, Policy, Ready, Spec, State, Supervisor};

@@ -35,14 +35,22 @@ pub enum Ready {
     Http { address: SocketAddr, path: String },
 }
 
+/// How to start the guard: a program and its first arguments, to which the supervisor adds
+/// `--parent PID -- PROGRAM ARGS…` (`stageplan-guard`, or `stageplan guard`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Guard {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
 /// How the supervisor starts, waits, retries and stops.
 #[derive(Clone, Debug)]
 pub struct Policy {
     /// Where each process's output goes, a file each, appended across restarts.
     pub log_dir: PathBuf,
-    /// The guard to start each process under (`stageplan-guard`), so that nothing outlives
+    /// The guard to start each process under ([`crate::guard`]), so that nothing outlives
     /// an agent killed outright; `None` starts the process itself.
-    pub guard: Option<PathBuf>,
+    pub guard: Option<Guard>,
     /// Not serving this long after its start: a failed start (its group is stopped).
     pub start_timeout: Duration,
     /// How long [`Ready::Running`] waits.
@@ -274,8 +282,12 @@ fn start(process: &mut Process, policy: &Policy) {
         );
         let mut command = match &policy.guard {
             Some(guard) => {
-                let mut c = Command::new(guard);
-                c.arg("--parent").arg(std::process::id().to_string()).arg("--").arg(&process.spec.program);
+                let mut c = Command::new(&guard.program);
+                c.args(&guard.args)
+                    .arg("--parent")
+                    .arg(std::process::id().to_string())
+                    .arg("--")
+                    .arg(&process.spec.program);
                 c
             }
             None => Command::new(&process.spec.program),

@@ -8,9 +8,13 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use stageplan_agent::{Policy, Ready, Spec, State, Supervisor};
+use stageplan_agent::{Guard, Policy, Ready, Spec, State, Supervisor};
 
 const GUARD: &str = env!("CARGO_BIN_EXE_stageplan-guard");
+
+fn guard() -> Guard {
+    Guard { program: GUARD.into(), args: Vec::new() }
+}
 
 /// A log folder of the test's own, emptied first.
 fn folder(test: &str) -> PathBuf {
@@ -88,7 +92,7 @@ fn emptied(group: u32) -> Vec<u32> {
 
 #[test]
 fn a_process_that_serves_is_stopped_with_its_whole_group() {
-    for guard in [None, Some(PathBuf::from(GUARD))] {
+    for guard in [None, Some(guard())] {
         let mut supervisor = Supervisor::new(Policy { guard: guard.clone(), ..policy("serves") }).unwrap();
         supervisor.apply(&wanted(&[("stage", shell("sleep 60 & sleep 60 & wait"))]));
         assert_eq!(wait_until(&mut supervisor, "stage", |s| *s != State::Starting), State::Serving, "{guard:?}");
@@ -136,7 +140,7 @@ fn a_missing_binary_is_reported_not_retried_in_a_tight_loop() {
     let state = wait_until(&mut supervisor, "stage", |s| matches!(s, State::Failed { .. }));
     assert!(matches!(state, State::Failed { failures: 3, .. }));
     // Under the guard, the guard says why, in the log.
-    let mut supervisor = Supervisor::new(Policy { guard: Some(GUARD.into()), ..policy("missing-guarded") }).unwrap();
+    let mut supervisor = Supervisor::new(Policy { guard: Some(guard()), ..policy("missing-guarded") }).unwrap();
     supervisor.apply(&wanted(&[("stage", spec(missing, &[], Ready::Running))]));
     let State::Failed { last, .. } = wait_until(&mut supervisor, "stage", |s| matches!(s, State::Failed { .. })) else {
         unreachable!()
@@ -206,7 +210,7 @@ fn a_changed_spec_replaces_the_process() {
 
 #[test]
 fn dropping_the_supervisor_stops_everything() {
-    let mut supervisor = Supervisor::new(Policy { guard: Some(GUARD.into()), ..policy("drop") }).unwrap();
+    let mut supervisor = Supervisor::new(Policy { guard: Some(guard()), ..policy("drop") }).unwrap();
     supervisor.apply(&wanted(&[("a", spec("sleep", &["60"], Ready::Running)), ("b", shell("sleep 60 & wait"))]));
     let groups = [supervisor.group("a").unwrap(), supervisor.group("b").unwrap()];
     drop(supervisor);

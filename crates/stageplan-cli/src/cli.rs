@@ -163,6 +163,16 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1)]
         replicas: usize,
     },
+    /// Run a program in this process's group and kill the group when process PARENT is gone:
+    /// what `verify` starts each engine under, so none outlives it.
+    #[command(hide = true)]
+    Guard {
+        #[arg(long)]
+        parent: u32,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, value_parser = clap::value_parser!(std::ffi::OsString))]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run a scenario's plan with llama.cpp on this machine, every machine's rpc-server on
     /// 127.0.0.1, and write a receipt: memory per machine and decode and prompt speed, planned
     /// beside measured. Exit 1 when something is outside its band.

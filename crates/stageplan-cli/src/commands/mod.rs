@@ -56,6 +56,12 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
             probe::ProbeRequest { adapter, cpu, gpu, threads, quick, engine, models: model, memory_cap },
             format,
         ),
+        Command::Guard { parent, command } => {
+            let mut command = command.into_iter();
+            let program = command.next().unwrap_or_default();
+            let code = stageplan_agent::guard::run(parent, &program, command);
+            Ok(Outcome { stdout: String::new(), stderr: String::new(), code })
+        }
         Command::Verify { scenario, engine, model, out, format } => {
             verify::verify(&scenario, &engine, model.as_deref(), out.as_deref(), format)
         }

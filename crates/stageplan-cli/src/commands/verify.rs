@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use stageplan::export::{ExportOptions, Launch};
-use stageplan_agent::{Policy, Ready, Receipt, Spec, State, Supervisor};
+use stageplan_agent::{Guard, Policy, Ready, Receipt, Spec, State, Supervisor};
 
 use crate::cli::Format;
 use crate::outcome::{Failure, Outcome};
@@ -65,7 +65,9 @@ pub(super) fn verify(
     // Without it, Ctrl-C would end the command and leave the engines running.
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
     let logs = std::env::temp_dir().join(format!("stageplan-verify-{}", std::process::id()));
-    let policy = Policy { start_timeout: START_TIMEOUT, attempts: 1, ..Policy::new(logs.clone()) };
+    // Each engine under `stageplan guard`: killed with this command, even by SIGKILL.
+    let guard = std::env::current_exe().ok().map(|program| Guard { program, args: vec!["guard".to_owned()] });
+    let policy = Policy { start_timeout: START_TIMEOUT, attempts: 1, guard, ..Policy::new(logs.clone()) };
     let mut supervisor = Supervisor::new(policy).map_err(|e| Failure(format!("{}: {e}", logs.display())))?;
     // The rpc-servers first: llama-server connects to each as it starts.
     let (servers, rpc): (BTreeMap<String, Spec>, BTreeMap<String, Spec>) =

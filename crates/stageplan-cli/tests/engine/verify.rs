@@ -66,6 +66,32 @@ fn verify_runs_the_export_and_receipts_what_llama_cpp_allocated() {
     });
     assert!(!left, "a process with the model's path outlived `stageplan verify`");
 
+    // Killed outright while its engines run, it leaves none behind: each runs under
+    // `stageplan guard`, which kills its engine's group when `verify` is gone.
+    let mut verify = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+        .args(["verify", &scenario_path.to_string_lossy(), "--engine", &bin.to_string_lossy()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stageplan runs");
+    let guards = format!("guard\0--parent\0{}\0", verify.id());
+    let running = |needle: &str| {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+            })
+            .count()
+    };
+    wait_for(|| running(&model_arg) > 0, "verify's llama-server");
+    assert!(running(&guards) >= 3, "two rpc-servers and llama-server, each under a guard");
+    verify.kill().unwrap();
+    verify.wait().unwrap();
+    let killed = Instant::now();
+    wait_for(|| running(&guards) == 0 && running(&model_arg) == 0, "the guards to kill their engines");
+    eprintln!("verify killed outright: its engines gone {:.2} s later", killed.elapsed().as_secs_f64());
+
     // An engine that fails to start is reported with its log's last lines, not retried.
     let out = Command::new(env!("CARGO_BIN_EXE_stageplan"))
         .args(["verify", &scenario_path.to_string_lossy(), "--engine", &bin.to_string_lossy()])
