@@ -14,6 +14,7 @@
 //!   buffers each device allocated from its log; [`Receipt`] sets them beside the plan.
 
 pub mod guard;
+pub mod launch;
 pub mod llama;
 mod receipt;
 mod supervisor;

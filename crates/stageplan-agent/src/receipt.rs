@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 use stageplan::Plan;
-use stageplan::export::{Launch, Word};
+use stageplan::export::Launch;
 
 use crate::llama::{Buffer, Timings};
 
@@ -58,7 +58,7 @@ impl Receipt {
     pub fn new(plan: &Plan, launches: &[Launch], buffers: &[Buffer], timings: &Timings) -> Receipt {
         let main = launches.iter().find(|l| l.program == "llama-server").map(|l| l.machine.clone()).unwrap_or_default();
         let machine_of_port = |port: u16| {
-            launches.iter().find(|l| port_of(l) == Some(port)).map_or_else(|| main.clone(), |l| l.machine.clone())
+            launches.iter().find(|l| l.port() == Some(port)).map_or_else(|| main.clone(), |l| l.machine.clone())
         };
         let mut machines: Vec<MachineReceipt> = Vec::new();
         for stage in &plan.stages {
@@ -138,13 +138,4 @@ fn entry(machines: &mut Vec<MachineReceipt>, machine: String) -> usize {
         allocated_total_bytes: 0,
     });
     machines.len() - 1
-}
-
-/// The `--port` of an rpc-server launch.
-fn port_of(launch: &Launch) -> Option<u16> {
-    let at = launch.args.iter().position(|w| *w == Word::Flag("--port"))?;
-    match launch.args.get(at + 1)? {
-        Word::Text(port) => port.parse().ok(),
-        _ => None,
-    }
 }

@@ -4,14 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use stageplan::export::{ExportOptions, Launch};
-use stageplan_agent::{Guard, Policy, Ready, Receipt, Spec, State, Supervisor};
+use stageplan_agent::launch::SERVER;
+use stageplan_agent::{Guard, Policy, Receipt, Spec, State, Supervisor};
 
 use crate::cli::Format;
 use crate::outcome::{Failure, Outcome};
@@ -98,45 +99,17 @@ pub(super) fn verify(
     Ok(Outcome { stdout, stderr: String::new(), code })
 }
 
-/// The supervisor's name for llama-server.
-const SERVER: &str = "llama-server";
-
-/// Each launch as a process: its program from `engine`, its words as arguments (the cores
-/// this machine has), llama-server listening at `server`.
+/// Each launch as a process, named for the supervisor; llama-server listening at `server`.
 fn specs(launches: &[Launch], engine: &Path, server: SocketAddr) -> Result<BTreeMap<String, Spec>, Failure> {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let mut out = BTreeMap::new();
     for (i, launch) in launches.iter().enumerate() {
-        let program: PathBuf = engine.join(launch.program);
-        if !program.is_file() {
-            return Err(Failure(format!(
-                "`--engine`: {} has no `{}`; give the folder of llama.cpp's binaries (its build's `bin`)",
-                engine.display(),
-                launch.program
-            )));
-        }
-        let args: Vec<String> = launch.args.iter().map(|w| w.arg(cores)).collect();
-        let mut env: Vec<(String, String)> = launch.env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
-        let (name, ready) = if launch.program == SERVER {
-            env.extend([
-                ("LLAMA_ARG_HOST".to_owned(), server.ip().to_string()),
-                ("LLAMA_ARG_PORT".to_owned(), server.port().to_string()),
-                // The buffers it allocates are logged at this verbosity.
-                ("LLAMA_ARG_LOG_VERBOSITY".to_owned(), "5".to_owned()),
-            ]);
-            (SERVER.to_owned(), Ready::Http { address: server, path: "/health".to_owned() })
-        } else {
-            let port =
-                port(&args).ok_or_else(|| Failure(format!("the export's `{}` has no `--port`", launch.program)))?;
-            (format!("rpc-{i}-{}", launch.machine), Ready::Tcp(SocketAddr::from((Ipv4Addr::LOCALHOST, port))))
-        };
-        out.insert(name, Spec { program, args, env, ready });
+        let spec = stageplan_agent::launch::spec(launch, engine, cores, server)
+            .map_err(|e| Failure(format!("`--engine`: {e}")))?;
+        let name = if launch.program == SERVER { SERVER.to_owned() } else { format!("rpc-{i}-{}", launch.machine) };
+        out.insert(name, spec);
     }
     Ok(out)
-}
-
-fn port(args: &[String]) -> Option<u16> {
-    args.iter().position(|a| a == "--port").and_then(|i| args.get(i + 1)?.parse().ok())
 }
 
 /// Polls until every process serves; the first failure, with its log's last lines, ends it.

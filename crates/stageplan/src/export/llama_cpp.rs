@@ -80,6 +80,15 @@ impl Word {
 }
 
 impl Launch {
+    /// The value of its `--port`: an rpc-server's (llama-server's comes from its environment).
+    pub fn port(&self) -> Option<u16> {
+        let at = self.args.iter().position(|w| *w == Word::Flag("--port"))?;
+        match self.args.get(at + 1)? {
+            Word::Text(port) => port.parse().ok(),
+            _ => None,
+        }
+    }
+
     /// The command on one line, for a shell.
     fn shell_line(&self) -> String {
         let env = self.env.iter().map(|(name, value)| format!("{name}={} ", shell(value)));
