@@ -35,6 +35,12 @@ pub(super) fn verify(
     let text = input::read_text(path)?;
     let problem = load::problem(path, text.as_str())?;
     let plan = stageplan::plan(&problem);
+    if plan.engine != stageplan::engine::Engine::LlamaCpp {
+        return Err(Failure(format!(
+            "`engine`: the scenario plans for {}, and verify runs llama.cpp, whose memory differs: set `\"engine\": \"llama.cpp\"`",
+            plan.engine.name()
+        )));
+    }
     if !plan.feasible {
         return Ok(Outcome {
             stdout: String::new(),
