@@ -13,10 +13,12 @@
 //! - [`llama`] reads what llama.cpp measured: a completion's timings from llama-server, the
 //!   buffers each device allocated from its log; [`Receipt`] sets them beside the plan.
 
+pub mod fleet;
 pub mod guard;
 pub mod launch;
 pub mod llama;
 mod receipt;
+pub mod report;
 mod supervisor;
 
 pub use receipt::{HELD_BAND, MachineReceipt, Receipt, SPEED_BAND, SpeedReceipt};

@@ -2,7 +2,7 @@
 //! machine from its log, decode and prompt speed from a completion's timings — and what is
 //! far from the plan.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stageplan::Plan;
 use stageplan::export::Launch;
 
@@ -13,8 +13,12 @@ use crate::llama::{Buffer, Timings};
 pub const HELD_BAND: f64 = 0.02;
 /// A speed's band when the plan states none (a spec-sheet node).
 pub const SPEED_BAND: f64 = 0.25;
+/// Tokens of the warm-up completion, which loads what the measured one should not pay for.
+const WARM_UP_TOKENS: u32 = 4;
+/// The most tokens a measurement prompts with or generates.
+const MAX_TOKENS: u64 = 4096;
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Receipt {
     pub machines: Vec<MachineReceipt>,
     /// One sequence's decode after the prompt.
@@ -26,7 +30,7 @@ pub struct Receipt {
 }
 
 /// One machine's memory: planned and allocated.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MachineReceipt {
     pub machine: String,
     /// Weights, KV cache and embedding the plan puts there.
@@ -40,19 +44,39 @@ pub struct MachineReceipt {
 }
 
 /// A speed, planned and measured.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SpeedReceipt {
     pub planned_per_s: f64,
     pub measured_per_s: f64,
     /// Tokens the measurement covered.
     pub tokens: u64,
-    /// `planned ÷ measured − 1`: above 0, the plan was optimistic.
-    pub error: f64,
+    /// `planned ÷ measured − 1`: above 0, the plan was optimistic; `None` when nothing was
+    /// measured.
+    pub error: Option<f64>,
     /// The plan's stated typical error, the band `error` should fall in.
     pub band: f64,
 }
 
 impl Receipt {
+    /// Measures `plan` served by llama-server at `address` as `launches`: a warm-up, then a
+    /// completion of the workload's prompt and response, then the buffers its `log` reports.
+    ///
+    /// # Errors
+    /// llama-server does not answer, or its log cannot be read.
+    pub fn measure(
+        plan: &Plan,
+        launches: &[Launch],
+        address: std::net::SocketAddr,
+        log: &std::path::Path,
+    ) -> Result<Receipt, String> {
+        let prompt = crate::llama::prompt(plan.workload.prompt.clamp(1, MAX_TOKENS) as usize);
+        let tokens = u32::try_from(plan.workload.response.clamp(1, MAX_TOKENS)).unwrap_or(128);
+        crate::llama::complete(address, &prompt[..1], WARM_UP_TOKENS)?;
+        let timings = crate::llama::complete(address, &prompt, tokens)?;
+        let log = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        Ok(Receipt::new(plan, launches, &crate::llama::buffers(&log), &timings))
+    }
+
     /// The receipt of `plan` run as `launches` (their rpc-servers' ports name the devices
     /// in llama.cpp's log), with the `buffers` its log reports and one completion's `timings`.
     pub fn new(plan: &Plan, launches: &[Launch], buffers: &[Buffer], timings: &Timings) -> Receipt {
@@ -82,7 +106,7 @@ impl Receipt {
             planned_per_s: planned,
             measured_per_s: measured,
             tokens,
-            error: if measured > 0.0 { planned / measured - 1.0 } else { f64::INFINITY },
+            error: (measured > 0.0).then(|| planned / measured - 1.0),
             band,
         };
         let planned_decode = plan.at_depth.as_ref().map_or(plan.stream_tokens_per_s, |d| d.stream_tokens_per_s);
@@ -111,12 +135,12 @@ impl Receipt {
             }
         }
         for (what, s) in [("decode", &decode), ("prompt processing", &prefill)] {
-            if s.error.abs() > s.band {
+            if s.error.is_none_or(|e| e.abs() > s.band) {
                 far.push(format!(
                     "{what}: planned {:.1} tok/s, measured {:.1} ({:+.0}%, beyond the plan's ±{:.0}%)",
                     s.planned_per_s,
                     s.measured_per_s,
-                    s.error * 100.0,
+                    s.error.unwrap_or(f64::INFINITY) * 100.0,
                     s.band * 100.0
                 ));
             }

@@ -191,6 +191,43 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Run, on this machine, the engines the control loop bound to it: llama.cpp's rpc-servers
+    /// for its stages and llama-server where it serves a pipeline, restarted with backoff,
+    /// their states and receipts written to the store (`stageplan status` shows them).
+    Agent {
+        /// The state the loop keeps: a redb file or `etcd://host:port[/prefix]`.
+        #[arg(long, default_value = STORE_DEFAULT)]
+        store: String,
+        /// This machine's node, as `nodes add` and the deployments' scenarios name it.
+        #[arg(long)]
+        node: String,
+        /// The folder holding llama.cpp's `llama-server` and `ggml-rpc-server`.
+        #[arg(long, value_name = "DIR")]
+        engine: PathBuf,
+        /// How the other machines reach this one (a host name or an IP address).
+        #[arg(long, default_value = "127.0.0.1")]
+        address: String,
+        /// Where the engines listen (an IP address; default: `--address` when it is one).
+        /// llama.cpp's RPC server has no authentication: `0.0.0.0` only if every network that
+        /// reaches this machine is trusted.
+        #[arg(long, value_name = "IP")]
+        bind: Option<String>,
+        /// The first port of the engines' ports.
+        #[arg(long, default_value_t = 50052)]
+        port: u16,
+        /// Time between passes.
+        #[arg(long, default_value = "1s")]
+        interval: String,
+        /// The loop takes this machine for down when its report is this old.
+        #[arg(long, default_value = "10s")]
+        lease: String,
+        /// Where each engine's log goes (default: a folder under the system's temporary one).
+        #[arg(long, value_name = "DIR")]
+        log_dir: Option<PathBuf>,
+        /// Stop after this many passes (default: run until stopped).
+        #[arg(long)]
+        passes: Option<u64>,
+    },
     /// Turn a plan into what an engine takes: llama.cpp flags, vLLM, exo, Kubernetes, DeepSpeed,
     /// Megatron.
     Export {

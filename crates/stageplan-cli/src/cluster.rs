@@ -18,6 +18,10 @@ pub(crate) struct ClusterStatus {
     pub invariants: String,
     /// Records this version cannot use: left as they are, with what they keep bound.
     pub quarantined: Vec<QuarantinedStatus>,
+    /// What each machine's `stageplan agent` last reported: its engines' states, what it
+    /// cannot run and why, and receipts of what it serves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<stageplan_agent::report::AgentReport>,
 }
 
 /// A record the loop leaves alone, and the stage bindings it holds in place: a deployment's
@@ -172,6 +176,13 @@ impl ClusterStatus {
                 QuarantinedStatus { key: key.clone(), why: why.clone(), bindings }
             })
             .collect();
-        ClusterStatus { deployments, nodes, assignments: snapshot.assignments.len(), invariants, quarantined }
+        ClusterStatus {
+            deployments,
+            nodes,
+            assignments: snapshot.assignments.len(),
+            invariants,
+            quarantined,
+            agents: Vec::new(),
+        }
     }
 }

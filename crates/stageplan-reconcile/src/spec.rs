@@ -386,7 +386,7 @@ macro_rules! name_rule {
 }
 
 /// Whether `name` may be part of a store key: as `name_rule!()` says.
-fn is_name(name: &str) -> bool {
+pub fn is_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 200
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))

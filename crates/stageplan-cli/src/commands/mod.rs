@@ -1,6 +1,7 @@
 //! The subcommands: [`run`] hands each its arguments; each module is one command's body,
 //! from arguments to output text and an exit code.
 
+mod agent;
 mod calibrate;
 mod deploy;
 mod export;
@@ -64,6 +65,20 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         }
         Command::Verify { scenario, engine, model, out, format } => {
             verify::verify(&scenario, &engine, model.as_deref(), out.as_deref(), format)
+        }
+        Command::Agent { store, node, engine, address, bind, port, interval, lease, log_dir, passes } => {
+            agent::agent(agent::AgentRequest {
+                store,
+                node,
+                engine,
+                address,
+                bind,
+                port,
+                interval,
+                lease,
+                log_dir,
+                passes,
+            })
         }
         Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
             run_sharded::run_sharded(&scenario, &run_sharded::ShardedOptions { width, tokens, micro_batches, replicas })

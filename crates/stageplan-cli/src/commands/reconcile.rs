@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use stageplan::Scenario;
 use stageplan::quote::line;
 use stageplan::units::Seconds;
-use stageplan_reconcile::{Controller, StoreError};
+use stageplan_agent::report::{AGENTS, AgentReport, Liveness};
+use stageplan_reconcile::{Controller, Store, StoreError};
 use stageplan_store::AnyStore;
 use tracing::{info, warn};
 
@@ -53,7 +54,7 @@ pub(super) fn reconcile(
 }
 
 /// Logs for the long-running loop: to standard error, colored only on a terminal.
-fn init_logging() {
+pub(super) fn init_logging() {
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(ansi).with_target(false).try_init();
@@ -70,7 +71,7 @@ struct LoopOptions {
 
 /// How the loop turns a planned deployment's scenario into a problem: like `plan`, model
 /// files included (their paths were made absolute by `deploy`).
-fn resolve(scenario: &Scenario) -> Result<stageplan::Problem, String> {
+pub(super) fn resolve(scenario: &Scenario) -> Result<stageplan::Problem, String> {
     load::check(Path::new("."), scenario.clone()).map(|c| c.problem).map_err(|e| e.0)
 }
 
@@ -88,22 +89,24 @@ fn run_loop(target: &str, mut etcd: Option<AnyStore>, options: &LoopOptions) -> 
     }
     let mut passes = 0u64;
     let mut failure = None;
+    let mut liveness = Liveness::default();
     loop {
         let started = Instant::now();
-        let metrics = options.sources.measure();
+        let mut metrics = options.sources.measure();
+        let mut pass = |mut store: &mut dyn Store| {
+            agents_up(store, &mut liveness, &mut metrics)?;
+            controller.pass(&mut store, now_ms(), &metrics)
+        };
         let result = match &mut etcd {
             Some(AnyStore::Etcd(store)) => match store.try_lead(&options.id, lease_s) {
-                Ok(true) => Some(controller.pass(store, now_ms(), &metrics)),
+                Ok(true) => Some(pass(store)),
                 Ok(false) => {
                     info!(id = %options.id, leader = ?store.leader_id().ok().flatten(), "following");
                     None
                 }
                 Err(e) => Some(Err(e)),
             },
-            _ => Some(
-                store::patiently(target, stageplan_store::open)
-                    .and_then(|mut store| controller.pass(&mut store, now_ms(), &metrics)),
-            ),
+            _ => Some(store::patiently(target, stageplan_store::open).and_then(|mut store| pass(&mut store))),
         };
         match result {
             Some(Ok(report)) => {
@@ -157,8 +160,33 @@ fn run_loop(target: &str, mut etcd: Option<AnyStore>, options: &LoopOptions) -> 
     failure.map_or(Ok(()), Err)
 }
 
+/// Whether each node's agent is alive, from the agents' records (`stageplan agent`), over
+/// what the metrics say: a node whose agent is gone is down, and the loop moves its stages.
+/// Nodes without an agent keep what the metrics say.
+fn agents_up(
+    store: &mut dyn Store,
+    liveness: &mut Liveness,
+    metrics: &mut stageplan_reconcile::observe::Observations,
+) -> Result<(), StoreError> {
+    let reports: Vec<AgentReport> = store
+        .list(AGENTS)?
+        .into_iter()
+        .filter_map(|(key, v)| match serde_json::from_str::<AgentReport>(&v.value) {
+            Ok(report) => Some(report),
+            Err(e) => {
+                warn!(record = %line(&key), why = %line(&e.to_string()), "agent record left alone: this version cannot read it");
+                None
+            }
+        })
+        .collect();
+    for (node, up) in liveness.up(&reports, Instant::now()) {
+        metrics.up.insert(node, up);
+    }
+    Ok(())
+}
+
 /// Parses `--interval` and `--lease`: 1 ms to 24 h (a shorter time would run as 0 ms).
-fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
+pub(super) fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
     let seconds = Seconds::parse(text).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
     if !(0.001..=86_400.0).contains(&seconds.get()) {
         return Err(Failure(format!("`{flag} {text}` must be between 1 ms and 24 h, e.g. `5s`")));

@@ -1,7 +1,8 @@
 //! `stageplan status`: deployments (desired, running, pending), nodes (used / total) and
 //! invariants, with what was measured against what was predicted.
 
-use stageplan_reconcile::Snapshot;
+use stageplan_agent::report::{AGENTS, AgentReport};
+use stageplan_reconcile::{Snapshot, Store};
 
 use crate::cli::{Format, Measured};
 use crate::cluster::ClusterStatus;
@@ -14,7 +15,12 @@ pub(super) fn status(store: &str, format: Format, measured: Measured) -> Result<
     let mut store = store::open_read_only(store)?;
     let snapshot = Snapshot::load(&mut store)?;
     let seen = if sources.any() { Some(sources.measure()) } else { None };
-    let status = ClusterStatus::of(&snapshot, seen.as_ref());
+    let mut status = ClusterStatus::of(&snapshot, seen.as_ref());
+    status.agents = store
+        .list(AGENTS)?
+        .into_iter()
+        .filter_map(|(_, v)| serde_json::from_str::<AgentReport>(&v.value).ok())
+        .collect();
     Ok(Outcome::ok(match format {
         Format::Json => serde_json::to_string_pretty(&status)? + "\n",
         Format::Table => render::cluster::status(&status, store::now_ms()),

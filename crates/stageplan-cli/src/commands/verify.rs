@@ -20,10 +20,6 @@ use crate::{input, load, render};
 
 /// How long the engines may take to load and serve.
 const START_TIMEOUT: Duration = Duration::from_secs(300);
-/// Tokens of the warm-up completion, which loads what the measured one should not pay for.
-const WARM_UP_TOKENS: u32 = 4;
-/// The most tokens one measurement generates.
-const MAX_TOKENS: u64 = 4096;
 
 pub(super) fn verify(
     path: &Path,
@@ -84,14 +80,10 @@ pub(super) fn verify(
     supervisor.apply(&rpc.into_iter().chain(servers).collect());
     serving(&mut supervisor, &stop)?;
 
-    let prompt = stageplan_agent::llama::prompt(plan.workload.prompt.clamp(1, MAX_TOKENS) as usize);
-    let tokens = u32::try_from(plan.workload.response.clamp(1, MAX_TOKENS)).unwrap_or(128);
-    stageplan_agent::llama::complete(server_address, &prompt[..1], WARM_UP_TOKENS).map_err(Failure)?;
-    let timings = stageplan_agent::llama::complete(server_address, &prompt, tokens).map_err(Failure)?;
-    let log_path = supervisor.log(SERVER).map(Path::to_path_buf).unwrap_or_default();
-    let log = std::fs::read_to_string(&log_path).map_err(|e| Failure(format!("{}: {e}", log_path.display())))?;
+    let log = supervisor.log(SERVER).map(Path::to_path_buf).unwrap_or_default();
+    let receipt = Receipt::measure(&plan, &launches, server_address, &log).map_err(Failure);
     supervisor.shutdown();
-    let receipt = Receipt::new(&plan, &launches, &stageplan_agent::llama::buffers(&log), &timings);
+    let receipt = receipt?;
     let json = serde_json::to_string_pretty(&receipt).expect("a receipt serializes") + "\n";
     if let Some(out) = out {
         std::fs::write(out, &json).map_err(|e| Failure(format!("`--out` {}: {e}", out.display())))?;

@@ -37,7 +37,62 @@ pub(crate) fn status(status: &ClusterStatus, now_ms: u64) -> String {
             out.push_str(&format!("  {:<26} fix: {}\n", "", quarantine_fix(&q.key)));
         }
     }
+    out.push_str(&agents(&status.agents));
     out.push_str(&format!("\n{} stage bindings · invariants {}\n", status.assignments, status.invariants));
+    out
+}
+
+/// What each agent runs, what it cannot and why, and its receipts.
+fn agents(agents: &[stageplan_agent::report::AgentReport]) -> String {
+    use stageplan_agent::report::ProcessState;
+    let mut out = String::new();
+    for agent in agents {
+        let state = if agent.stopped { " (stopped)" } else { "" };
+        out.push_str(&format!("\nagent on {}{state}, reached at {}\n", line(&agent.node), line(&agent.address)));
+        for (key, replica) in &agent.replicas {
+            if let Some(problem) = &replica.problem {
+                out.push_str(&format!("  {:<26} not run here: {}\n", line(key), line(problem)));
+            }
+            for p in &replica.processes {
+                let state = match p.state {
+                    ProcessState::Starting => "starting".to_owned(),
+                    ProcessState::Serving => "serving".to_owned(),
+                    ProcessState::Restarting => format!("restarting after {} failures in a row", p.failures),
+                    ProcessState::Failed => format!("failed {} times in a row, left stopped", p.failures),
+                };
+                out.push_str(&format!("  {:<26} {state}", line(&p.name)));
+                if let Some(why) = &p.why {
+                    out.push_str(&format!(": {}", line(why)));
+                }
+                out.push('\n');
+                for l in &p.log_tail {
+                    out.push_str(&format!("  {:<26}   | {}\n", "", line(l)));
+                }
+            }
+            if let Some(endpoint) = &replica.endpoint {
+                out.push_str(&format!("  {:<26} served at http://{}\n", line(key), line(endpoint)));
+            }
+            if let Some(receipt) = &replica.receipt {
+                let held = if receipt.far.is_empty() { "the plan held" } else { "far from the plan" };
+                out.push_str(&format!(
+                    "  {:<26} receipt: decode planned {:.1} tok/s, measured {:.1}; {held}\n",
+                    "", receipt.decode.planned_per_s, receipt.decode.measured_per_s
+                ));
+                for m in &receipt.machines {
+                    out.push_str(&format!(
+                        "  {:<26}   {:<16} weights and caches planned {}, allocated {}\n",
+                        "",
+                        line(&m.machine),
+                        stageplan::units::format_bytes(m.planned_held_bytes as f64),
+                        stageplan::units::format_bytes(m.allocated_held_bytes as f64)
+                    ));
+                }
+                for far in &receipt.far {
+                    out.push_str(&format!("  {:<26}   far: {}\n", "", line(far)));
+                }
+            }
+        }
+    }
     out
 }
 

@@ -38,7 +38,7 @@ pub(crate) fn receipt(plan: &Plan, receipt: &Receipt) -> String {
             s.planned_per_s,
             s.measured_per_s,
             s.tokens,
-            s.error * 100.0,
+            s.error.unwrap_or(f64::INFINITY) * 100.0,
             s.band * 100.0
         );
     }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod agent;
 mod arch;
 mod fit;
 mod gpus;

@@ -784,6 +784,11 @@ fn valid_node_name(name: &str) -> bool {
         && edge(name.chars().last())
 }
 
+/// Whether `text` is a host an export may print: a DNS name or an IP address, no port.
+pub fn is_host(text: &str) -> bool {
+    parse_address(text).is_some_and(|(host, port)| port.is_none() && host.len() == text.len())
+}
+
 /// `host`, `host:port`, `[v6]` or `[v6]:port`, or a bare IPv6 address: the host and the
 /// port, if given. A host is a DNS name (labels of letters, digits, `-` and `_`, at most 63
 /// each and 253 in all, not starting or ending with `-`), an IPv4 address, or an IPv6

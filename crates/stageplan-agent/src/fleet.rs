@@ -1,0 +1,441 @@
+//! The agent's pass: from the bindings in the store to the processes this machine runs, and
+//! back to the store as its report ([`AgentReport`]).
+//!
+//! Every agent reads the same records and computes the same launches — a replica's plan is
+//! its deployment's scenario with the bound split ([`replica_plan`]), exported for llama.cpp
+//! — and starts the ones for its own machine. Ports are each agent's to choose (a block per
+//! replica, kept while the replica runs there) and published in its report; the machine
+//! that serves a replica starts llama-server only once every other machine's agent reports
+//! its rpc-servers for it serving, at the addresses and ports it reports. A replica whose
+//! bindings do not yet match its deployment's stages (a move under way) runs nothing new.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use stageplan::export::{ExportOptions, Launch};
+use stageplan::scenario::StageSpec;
+use stageplan::{Plan, Problem, Scenario};
+use stageplan_reconcile::spec::parse_assignment_key;
+use stageplan_reconcile::{Deployment, Expect, Op, Planned, Snapshot, Store, StoreError};
+
+use crate::launch::SERVER;
+use crate::report::{AGENTS, AgentReport, ProcessReport, ReplicaReport};
+use crate::{Receipt, Spec, State, Supervisor};
+
+/// Ports of one replica's block on a machine: its rpc-servers' (one per GPU on a machine
+/// with several, then its CPU's), then llama-server's, the last.
+fn block_len(machine_has_gpus: bool) -> u16 {
+    if machine_has_gpus { stageplan::limits::MAX_GPUS_PER_MACHINE as u16 + 2 } else { 3 }
+}
+
+/// What one agent is and where it runs its engines.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The node this agent runs, as the store and the scenarios name it.
+    pub node: String,
+    /// How the other machines reach this one's engines (a host name or an IP address).
+    pub address: String,
+    /// Where its engines listen: an IP address (`0.0.0.0` only when asked: llama.cpp's RPC
+    /// server has no authentication).
+    pub bind: IpAddr,
+    /// The folder of llama.cpp's binaries.
+    pub engine: PathBuf,
+    /// The first port of this machine's blocks.
+    pub first_port: u16,
+    /// How long the loop waits for a new report before it takes this agent for gone.
+    pub lease: Duration,
+    /// This machine's cores (for an export's `--threads` of all of them).
+    pub cores: usize,
+    /// Reads a deployment's scenario into a problem (its model file included): the CLI's.
+    pub resolve: fn(&Scenario) -> Result<Problem, String>,
+}
+
+/// One replica's part on this machine: its processes, the first port of its block,
+/// llama-server's address where this machine serves it, and the plan and launches they
+/// come from (what a receipt compares).
+struct Run {
+    port: u16,
+    endpoint: Option<String>,
+    specs: BTreeMap<String, Spec>,
+    plan: Plan,
+    launches: Vec<Launch>,
+}
+
+/// One agent: its supervisor, the port blocks it gave out, and the receipts it measured.
+#[derive(Debug)]
+pub struct Agent {
+    config: AgentConfig,
+    supervisor: Supervisor,
+    /// First port of each replica's block (`deployment/replica`), while it runs here.
+    blocks: BTreeMap<String, (u16, u16)>,
+    beat: u64,
+    /// Receipts by replica, with the llama-server spec they measured.
+    receipts: BTreeMap<String, (Spec, Receipt)>,
+    /// Measurements under way, by replica.
+    measuring: BTreeMap<String, (Spec, mpsc::Receiver<Result<Receipt, String>>)>,
+    /// The last report written.
+    report: AgentReport,
+}
+
+impl Agent {
+    pub fn new(config: AgentConfig, supervisor: Supervisor) -> Agent {
+        let report = AgentReport {
+            node: config.node.clone(),
+            address: config.address.clone(),
+            beat: 0,
+            lease_ms: config.lease.as_millis() as u64,
+            stopped: false,
+            replicas: BTreeMap::new(),
+        };
+        Agent {
+            config,
+            supervisor,
+            blocks: BTreeMap::new(),
+            beat: 0,
+            receipts: BTreeMap::new(),
+            measuring: BTreeMap::new(),
+            report,
+        }
+    }
+
+    /// The last report written.
+    pub fn report(&self) -> &AgentReport {
+        &self.report
+    }
+
+    /// One pass: reads the bindings and the other agents' reports, starts and stops this
+    /// machine's engines to match, and writes this agent's report.
+    ///
+    /// # Errors
+    /// The store is unavailable (the engines run on as they are).
+    pub fn pass(&mut self, store: &mut impl Store) -> Result<(), StoreError> {
+        let snapshot = Snapshot::load(store)?;
+        let reports: BTreeMap<String, AgentReport> = store
+            .list(AGENTS)?
+            .into_iter()
+            .filter_map(|(_, v)| serde_json::from_str::<AgentReport>(&v.value).ok())
+            .map(|r| (r.node.clone(), r))
+            .collect();
+        let mut wanted = BTreeMap::new();
+        let mut replicas = BTreeMap::new();
+        let mut runs = BTreeMap::new();
+        for (key, bound) in self.bound_here(&snapshot) {
+            let (deployment, planned) = bound;
+            let mut replica =
+                ReplicaReport { port: 0, endpoint: None, problem: None, processes: Vec::new(), receipt: None };
+            match self.replica(&key, deployment, planned, &reports) {
+                Ok(run) => {
+                    replica.port = run.port;
+                    replica.endpoint.clone_from(&run.endpoint);
+                    replica.processes = run.specs.keys().map(|n| ProcessReport::of(n, &State::Starting)).collect();
+                    wanted.extend(run.specs.clone());
+                    runs.insert(key.clone(), run);
+                }
+                Err(problem) => replica.problem = Some(problem),
+            }
+            replicas.insert(key, replica);
+        }
+        self.blocks.retain(|key, _| replicas.contains_key(key));
+        self.supervisor.apply(&wanted);
+        self.supervisor.poll();
+        for (key, replica) in &mut replicas {
+            for process in &mut replica.processes {
+                if let Some(state) = self.supervisor.state(&process.name) {
+                    *process = ProcessReport::of(&process.name, state);
+                }
+            }
+            if let Some(run) = runs.get(key) {
+                self.measure(key, run, replica);
+            }
+        }
+        self.receipts.retain(|key, _| replicas.contains_key(key));
+        self.measuring.retain(|key, _| replicas.contains_key(key));
+        self.beat += 1;
+        self.report.beat = self.beat;
+        self.report.replicas = replicas;
+        self.write(store)
+    }
+
+    /// Stops every engine and says so in the store (the loop then takes the node for down
+    /// at once, rather than after a lease).
+    ///
+    /// # Errors
+    /// The store is unavailable (the engines are stopped all the same).
+    pub fn stop(&mut self, store: &mut impl Store) -> Result<(), StoreError> {
+        self.supervisor.shutdown();
+        self.report.stopped = true;
+        self.report.replicas.clear();
+        self.beat += 1;
+        self.report.beat = self.beat;
+        self.write(store)
+    }
+
+    fn write(&self, store: &mut impl Store) -> Result<(), StoreError> {
+        let value = serde_json::to_string(&self.report).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        store.commit(&[Op::Put { key: format!("{AGENTS}{}", self.config.node), value, expect: Expect::Any }])?;
+        Ok(())
+    }
+
+    /// The replicas with a stage bound to this node whose every stage is bound as its
+    /// deployment's stages say, by `deployment/replica`.
+    fn bound_here<'s>(&self, snapshot: &'s Snapshot) -> Vec<(String, (&'s Deployment, &'s Planned))> {
+        let mut out = Vec::new();
+        for (name, (deployment, _)) in &snapshot.deployments {
+            let Some(planned) = deployment.planned.as_deref() else { continue };
+            let mut by_replica: BTreeMap<u32, Vec<(usize, &stageplan_reconcile::Assignment)>> = BTreeMap::new();
+            for (key, (assignment, _)) in &snapshot.assignments {
+                if let Some((d, replica, stage)) = parse_assignment_key(key)
+                    && d == name
+                {
+                    by_replica.entry(replica).or_default().push((stage, assignment));
+                }
+            }
+            for (replica, bindings) in by_replica {
+                let complete = bindings.len() == deployment.stages.len()
+                    && bindings.iter().all(|(stage, a)| {
+                        deployment.stages.get(*stage).is_some_and(|s| {
+                            s.node.as_deref() == Some(a.node.as_str())
+                                && s.layers == a.layers
+                                && a.status == stageplan_reconcile::Status::Running
+                        })
+                    });
+                if complete && bindings.iter().any(|(_, a)| a.node == self.config.node) {
+                    out.push((format!("{name}/{replica}"), (deployment, planned)));
+                }
+            }
+        }
+        out
+    }
+
+    /// This machine's processes of one replica, with the first port of its block and, where
+    /// it serves the replica, llama-server's address; or why it cannot run them.
+    fn replica(
+        &mut self,
+        key: &str,
+        deployment: &Deployment,
+        planned: &Planned,
+        reports: &BTreeMap<String, AgentReport>,
+    ) -> Result<Run, String> {
+        let plan = replica_plan(deployment, planned, self.config.resolve)?;
+        let model = plan
+            .model
+            .file
+            .clone()
+            .ok_or("its scenario names no model file: deploy it with `model.file`, the `.gguf` llama.cpp loads")?;
+        let me = self.config.node.clone();
+        let has_gpus = plan.stages.iter().any(|s| s.gpu_of.as_ref().is_some_and(|g| g.machine == me));
+        let (port, len) = self.block(key, block_len(has_gpus))?;
+        let server_port = port + len - 1;
+        // This machine at its own block; the others where their agents say theirs serve.
+        let mut hosts = BTreeMap::new();
+        let mut others_serving = true;
+        for machine in machines(&plan) {
+            if machine == me {
+                hosts.insert(machine, format!("{}:{port}", self.config.address));
+                continue;
+            }
+            match reports.get(&machine).filter(|r| !r.stopped).and_then(|r| Some((r, r.replicas.get(key)?))) {
+                Some((report, replica)) => {
+                    others_serving &= replica.serving();
+                    hosts.insert(machine, format!("{}:{}", report.address, replica.port));
+                }
+                None => others_serving = false,
+            }
+        }
+        let mut options = ExportOptions::for_plan(&plan);
+        options.hosts = hosts;
+        options.model = Some(model);
+        let launches = stageplan::export::llama_cpp_launches(&plan, &options).map_err(|e| e.to_string())?;
+        let server = SocketAddr::new(self.config.bind, server_port);
+        let mut specs = BTreeMap::new();
+        let mut endpoint = None;
+        // llama-server connects to every rpc-server as it starts: this machine's serve first.
+        let own_serving = launches
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.machine == me && l.program != SERVER)
+            .all(|(i, _)| self.supervisor.state(&format!("{key}/rpc{i}")) == Some(&State::Serving));
+        for (i, launch) in launches.iter().enumerate().filter(|(_, l)| l.machine == me) {
+            let name = if launch.program == SERVER {
+                if !others_serving || !own_serving {
+                    continue;
+                }
+                endpoint = Some(format!("{}:{server_port}", self.config.address));
+                format!("{key}/server")
+            } else {
+                format!("{key}/rpc{i}")
+            };
+            let mut spec = crate::launch::spec(launch, &self.config.engine, self.config.cores, server)?;
+            if launch.program != SERVER {
+                bind_to(&mut spec, self.config.bind);
+            }
+            specs.insert(name, spec);
+        }
+        Ok(Run { port, endpoint, specs, plan, launches })
+    }
+
+    /// The first port and length of `key`'s block: the one it has, or the lowest free run of
+    /// `len` ports from the first.
+    fn block(&mut self, key: &str, len: u16) -> Result<(u16, u16), String> {
+        if let Some(&(port, have)) = self.blocks.get(key)
+            && have == len
+        {
+            return Ok((port, len));
+        }
+        self.blocks.remove(key);
+        let mut taken: Vec<(u16, u16)> = self.blocks.values().copied().collect();
+        taken.sort_unstable();
+        let mut port = self.config.first_port;
+        for (start, have) in taken {
+            if u32::from(port) + u32::from(len) <= u32::from(start) {
+                break;
+            }
+            port = port.max(start.saturating_add(have));
+        }
+        if u32::from(port) + u32::from(len) > u32::from(u16::MAX) {
+            return Err(format!(
+                "no {len} free ports above {} for its engines: give the agent a lower `--port`",
+                self.config.first_port
+            ));
+        }
+        self.blocks.insert(key.to_owned(), (port, len));
+        Ok((port, len))
+    }
+
+    /// Starts measuring a replica this machine serves once its llama-server serves, and
+    /// keeps the receipt until the server's spec changes (a new split is measured again).
+    fn measure(&mut self, key: &str, run: &Run, replica: &mut ReplicaReport) {
+        let name = format!("{key}/server");
+        let Some(spec) = run.specs.get(&name) else { return };
+        if let Some((measured, receipt)) = self.receipts.get(key)
+            && measured == spec
+        {
+            replica.receipt = Some(receipt.clone());
+            return;
+        }
+        if let Some((measuring, answer)) = self.measuring.get(key) {
+            if measuring != spec {
+                self.measuring.remove(key);
+            } else if let Ok(result) = answer.try_recv() {
+                self.measuring.remove(key);
+                // A failed measurement is tried again next pass.
+                if let Ok(receipt) = result {
+                    replica.receipt = Some(receipt.clone());
+                    self.receipts.insert(key.to_owned(), (spec.clone(), receipt));
+                }
+            }
+            return;
+        }
+        if self.supervisor.state(&name) != Some(&State::Serving) {
+            return;
+        }
+        let (Some(log), crate::Ready::Http { address, .. }) = (self.supervisor.log(&name), &spec.ready) else { return };
+        let (log, address, plan, launches) = (log.to_path_buf(), *address, run.plan.clone(), run.launches.clone());
+        let (send, receive) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = send.send(Receipt::measure(&plan, &launches, address, &log));
+        });
+        self.measuring.insert(key.to_owned(), (spec.clone(), receive));
+    }
+}
+
+/// The plan a replica runs: its deployment's scenario with the split its stages are bound
+/// to (the loop's re-plans included), planned as given.
+///
+/// # Errors
+/// The scenario no longer reads (a model file gone), or the split does not fit.
+pub fn replica_plan(
+    deployment: &Deployment,
+    planned: &Planned,
+    resolve: fn(&Scenario) -> Result<Problem, String>,
+) -> Result<Plan, String> {
+    let mut scenario = planned.scenario.clone();
+    scenario.policy = stageplan::Policy::Manual;
+    scenario.stages = Some(
+        deployment
+            .stages
+            .iter()
+            .map(|s| StageSpec {
+                node: s.plan_node().unwrap_or_default(),
+                layers: [s.layers[0] as u64, s.layers[1] as u64],
+                offload: None,
+            })
+            .collect(),
+    );
+    let plan = stageplan::plan(&resolve(&scenario)?);
+    if !plan.feasible {
+        let why = plan.diagnostics.first().map_or("", |d| d.message.as_str());
+        return Err(format!("its bound split does not fit: {why}"));
+    }
+    if plan.engine != stageplan::engine::Engine::LlamaCpp {
+        return Err(format!(
+            "it plans for {}, and the agent runs llama.cpp: deploy it with `\"engine\": \"llama.cpp\"`",
+            plan.engine.name()
+        ));
+    }
+    Ok(plan)
+}
+
+/// The machines of a plan's stages, in pipeline order, each once.
+fn machines(plan: &Plan) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for stage in &plan.stages {
+        let machine = stage.gpu_of.as_ref().map_or(&stage.node, |g| &g.machine);
+        if !out.contains(machine) {
+            out.push(machine.clone());
+        }
+    }
+    out
+}
+
+/// An rpc-server told to listen at `bind` instead of the address the export wrote.
+fn bind_to(spec: &mut Spec, bind: IpAddr) {
+    if let Some(i) = spec.args.iter().position(|a| a == "--host")
+        && let Some(value) = spec.args.get_mut(i + 1)
+    {
+        *value = bind.to_string();
+    }
+    if let crate::Ready::Tcp(address) = &mut spec.ready
+        && !bind.is_unspecified()
+    {
+        address.set_ip(bind);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(first_port: u16) -> Agent {
+        let logs = std::env::temp_dir().join(format!("stageplan-blocks-{}", std::process::id()));
+        let config = AgentConfig {
+            node: "m0".into(),
+            address: "127.0.0.1".into(),
+            bind: "127.0.0.1".parse().unwrap(),
+            engine: PathBuf::new(),
+            first_port,
+            lease: Duration::from_secs(2),
+            cores: 1,
+            resolve: |_| Err(String::new()),
+        };
+        Agent::new(config, Supervisor::new(crate::Policy::new(logs)).unwrap())
+    }
+
+    #[test]
+    fn port_blocks_are_kept_per_replica_and_the_lowest_free_run_is_given() {
+        let mut agent = agent(50052);
+        assert_eq!(agent.block("a/0", 3), Ok((50052, 3)));
+        assert_eq!(agent.block("b/0", 3), Ok((50055, 3)));
+        assert_eq!(agent.block("a/0", 3), Ok((50052, 3)), "a replica keeps its block");
+        agent.blocks.remove("a/0");
+        // A machine with several GPUs needs a longer block: past the one in use.
+        assert_eq!(agent.block("c/0", 130), Ok((50058, 130)));
+        assert_eq!(agent.block("d/0", 3), Ok((50052, 3)), "the freed run comes back");
+        let mut high = super::tests::agent(65_530);
+        assert_eq!(high.block("a/0", 3), Ok((65_530, 3)));
+        assert!(high.block("b/0", 3).unwrap_err().contains("give the agent a lower `--port`"));
+    }
+}

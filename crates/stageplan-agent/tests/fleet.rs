@@ -1,0 +1,124 @@
+//! The agent's pass on an in-memory store: what it runs for the stages bound to its node,
+//! and what it reports when it cannot run them. (The engines themselves run in the CLI's
+//! engine test, `agents_serve_the_plan_lose_a_machine_and_serve_again`.)
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use stageplan::{Problem, Scenario};
+use stageplan_agent::fleet::{Agent, AgentConfig};
+use stageplan_agent::report::{AGENTS, AgentReport, Liveness};
+use stageplan_agent::{Policy, Supervisor};
+use stageplan_reconcile::{
+    Controller, Deployment, Event, MemoryStore, NoMetrics, Node, Planned, Store, planned_stages,
+};
+
+fn resolve(scenario: &Scenario) -> Result<Problem, String> {
+    stageplan::check(scenario.clone(), stageplan::check::no_model_files).map(|c| c.problem).map_err(|e| e.to_string())
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("stageplan-fleet-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A store with nodes `m0`, `m1` and a deployment planned on them from `model`, placed by
+/// the loop.
+fn store_with(model: &str, engine: &str) -> MemoryStore {
+    let text = format!(
+        r#"{{"model": {model}, "engine": "{engine}", "workload": {{"context": 2048}},
+            "nodes": [{{"name": "m0", "kind": "cpu", "memory": "1.2 GiB", "bandwidth": "20 GB/s", "compute": "1 TFLOPS"}},
+                      {{"name": "m1", "kind": "cpu", "memory": "1.2 GiB", "bandwidth": "20 GB/s", "compute": "1 TFLOPS"}}]}}"#
+    );
+    let checked = stageplan::check(text.as_str(), stageplan::check::no_model_files).unwrap();
+    let plan = stageplan::plan(&checked.problem);
+    assert!(plan.feasible && plan.stages.len() == 2, "two stages: {:?}", plan.diagnostics);
+    let (stages, predicted) = planned_stages(&plan, |_| 0);
+    let deployment = Deployment {
+        name: "tiny".into(),
+        model: String::new(),
+        replicas: 1,
+        min_replicas: None,
+        max_replicas: None,
+        placement: Default::default(),
+        stages,
+        autoscale: None,
+        last_scaled_ms: None,
+        planned: Some(Box::new(Planned {
+            scenario: checked.scenario,
+            predicted,
+            learned: BTreeMap::new(),
+            options: Default::default(),
+            events: Vec::new(),
+        })),
+    };
+    let mut store = MemoryStore::default();
+    let mut controller = Controller::default();
+    for name in ["m0", "m1"] {
+        let node = Node { name: name.into(), memory: 2 << 30, gpus: 0 };
+        controller.handle(&mut store, Event::NodeJoined(node), &NoMetrics).unwrap();
+    }
+    controller.handle(&mut store, Event::DeploymentChanged(deployment), &NoMetrics).unwrap();
+    controller.pass(&mut store, 1, &NoMetrics).unwrap();
+    store
+}
+
+fn agent(node: &str, engine: &Path, logs: &Path) -> Agent {
+    let config = AgentConfig {
+        node: node.into(),
+        address: "127.0.0.1".into(),
+        bind: "127.0.0.1".parse().unwrap(),
+        engine: engine.to_path_buf(),
+        first_port: 47000,
+        lease: Duration::from_secs(2),
+        cores: 2,
+        resolve,
+    };
+    Agent::new(config, Supervisor::new(Policy::new(logs.join(node))).unwrap())
+}
+
+fn report(store: &mut MemoryStore, node: &str) -> AgentReport {
+    let records = store.list(&format!("{AGENTS}{node}")).unwrap();
+    serde_json::from_str(&records[0].1.value).unwrap()
+}
+
+#[test]
+fn a_replica_it_cannot_run_is_reported_and_its_machine_taken_for_down() {
+    let dir = temp_dir("cannot");
+    // A preset has no file for llama-server to load.
+    let mut store = store_with(r#"{"preset": "llama-3.2-1b", "weights": "q8_0"}"#, "llama.cpp");
+    let mut m1 = agent("m1", &dir, &dir);
+    m1.pass(&mut store).unwrap();
+    let written = report(&mut store, "m1");
+    assert_eq!(&written, m1.report());
+    let replica = &written.replicas["tiny/0"];
+    assert!(replica.problem.as_deref().unwrap().contains("names no model file"), "{replica:?}");
+    assert!(replica.processes.is_empty());
+    assert!(!written.runs_what_it_is_given());
+    assert!(!Liveness::default().up([&written], std::time::Instant::now())["m1"]);
+
+    // A plan for another engine is refused by name.
+    let mut store = store_with(r#"{"preset": "llama-3.2-1b", "weights": "q8_0"}"#, "vllm");
+    m1.pass(&mut store).unwrap();
+    let problem = m1.report().replicas["tiny/0"].problem.clone().unwrap();
+    assert!(problem.contains("the agent runs llama.cpp"), "{problem}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_agent_stops_on_request_and_says_so() {
+    let dir = temp_dir("stop");
+    let mut store = store_with(r#"{"preset": "llama-3.2-1b", "weights": "q8_0"}"#, "llama.cpp");
+    let mut m0 = agent("m0", &dir, &dir);
+    m0.pass(&mut store).unwrap();
+    m0.pass(&mut store).unwrap();
+    assert_eq!(report(&mut store, "m0").beat, 2);
+    m0.stop(&mut store).unwrap();
+    let stopped = report(&mut store, "m0");
+    assert!(stopped.stopped && stopped.replicas.is_empty(), "{stopped:?}");
+    assert!(!Liveness::default().up([&stopped], std::time::Instant::now())["m0"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
