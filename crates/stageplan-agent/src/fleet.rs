@@ -78,6 +78,8 @@ pub struct Agent {
     measuring: BTreeMap<String, (Spec, mpsc::Receiver<Result<Receipt, String>>)>,
     /// The last report written.
     report: AgentReport,
+    /// What `/metrics` serves, when the agent serves it.
+    exposed: Option<crate::metrics::Shared>,
 }
 
 impl Agent {
@@ -98,7 +100,13 @@ impl Agent {
             receipts: BTreeMap::new(),
             measuring: BTreeMap::new(),
             report,
+            exposed: None,
         }
+    }
+
+    /// Keeps `exposed` up to date after each pass: what the agent's `/metrics` serves.
+    pub fn expose(&mut self, exposed: crate::metrics::Shared) {
+        self.exposed = Some(exposed);
     }
 
     /// The last report written.
@@ -156,6 +164,18 @@ impl Agent {
         self.beat += 1;
         self.report.beat = self.beat;
         self.report.replicas = replicas;
+        if let Some(exposed) = &self.exposed {
+            let servers = wanted
+                .iter()
+                .filter(|(name, _)| self.supervisor.state(name) == Some(&State::Serving))
+                .filter_map(|(name, spec)| match &spec.ready {
+                    crate::Ready::Http { address, .. } => Some((name.strip_suffix("/server")?.to_owned(), *address)),
+                    _ => None,
+                })
+                .collect();
+            let mut exposed = exposed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *exposed = crate::metrics::Exposed { report: Some(self.report.clone()), servers };
+        }
         self.write(store)
     }
 
@@ -168,6 +188,10 @@ impl Agent {
         self.supervisor.shutdown();
         self.report.stopped = true;
         self.report.replicas.clear();
+        if let Some(exposed) = &self.exposed {
+            let mut exposed = exposed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *exposed = crate::metrics::Exposed { report: Some(self.report.clone()), servers: Vec::new() };
+        }
         self.beat += 1;
         self.report.beat = self.beat;
         self.write(store)

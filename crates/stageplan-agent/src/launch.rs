@@ -34,6 +34,8 @@ pub fn spec(launch: &Launch, engine: &Path, cores: usize, server: SocketAddr) ->
             ("LLAMA_ARG_PORT".to_owned(), server.port().to_string()),
             // The buffers it allocates are logged at this verbosity.
             ("LLAMA_ARG_LOG_VERBOSITY".to_owned(), "5".to_owned()),
+            // Its own counters at `/metrics`, which the agent's `/metrics` passes on.
+            ("LLAMA_ARG_ENDPOINT_METRICS".to_owned(), "1".to_owned()),
         ]);
         Ready::Http { address: server, path: "/health".to_owned() }
     } else {

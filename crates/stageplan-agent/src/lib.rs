@@ -17,6 +17,7 @@ pub mod fleet;
 pub mod guard;
 pub mod launch;
 pub mod llama;
+pub mod metrics;
 mod receipt;
 pub mod report;
 mod supervisor;

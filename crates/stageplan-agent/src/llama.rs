@@ -19,6 +19,47 @@ const COMPLETION_TIMEOUT: Duration = Duration::from_secs(600);
 /// The most of a completion's answer read.
 const COMPLETION_LIMIT: u64 = 16 << 20;
 
+/// How long llama-server's `/metrics` may take to answer.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most of a `/metrics` answer read.
+const METRICS_LIMIT: u64 = 1 << 20;
+
+/// llama-server's own Prometheus metrics (`/metrics`, on with `LLAMA_ARG_ENDPOINT_METRICS`).
+///
+/// # Errors
+/// The server cannot be reached or does not answer 200.
+pub fn metrics(address: SocketAddr) -> Result<String, String> {
+    exchange(address, "GET", "/metrics", "", METRICS_TIMEOUT, METRICS_LIMIT)
+}
+
+/// One HTTP/1.0 exchange with llama-server: the body of a 200 answer.
+fn exchange(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+    limit: u64,
+) -> Result<String, String> {
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let fail = |e: std::io::Error| format!("llama-server at {address}: {e}");
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(fail)?;
+    stream.set_read_timeout(Some(timeout)).map_err(fail)?;
+    stream.write_all(request.as_bytes()).map_err(fail)?;
+    let mut response = Vec::new();
+    stream.take(limit).read_to_end(&mut response).map_err(fail)?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response.split_once("\r\n\r\n").ok_or(format!("llama-server at {address}: no HTTP response"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        let status = head.lines().next().unwrap_or_default();
+        return Err(format!("llama-server at {address} answered `{}`", stageplan::quote::line(status)));
+    }
+    Ok(body.to_owned())
+}
+
 /// A prompt of exactly `tokens` tokens, as ids llama-server takes in place of text (any
 /// vocabulary of a hundred tokens has them): text would tokenize to a length no one chose.
 pub fn prompt(tokens: usize) -> Vec<u32> {
@@ -39,24 +80,9 @@ pub fn complete(address: SocketAddr, prompt: &[u32], tokens: u32) -> Result<Timi
         "cache_prompt": false,
     })
     .to_string();
-    let request = format!(
-        "POST /completion HTTP/1.0\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let fail = |e: std::io::Error| format!("llama-server at {address}: {e}");
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5)).map_err(fail)?;
-    stream.set_read_timeout(Some(COMPLETION_TIMEOUT)).map_err(fail)?;
-    stream.write_all(request.as_bytes()).map_err(fail)?;
-    let mut response = Vec::new();
-    stream.take(COMPLETION_LIMIT).read_to_end(&mut response).map_err(fail)?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response.split_once("\r\n\r\n").ok_or(format!("llama-server at {address}: no HTTP response"))?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        let status = head.lines().next().unwrap_or_default();
-        return Err(format!("llama-server at {address} answered `{}`", stageplan::quote::line(status)));
-    }
+    let body = exchange(address, "POST", "/completion", &body, COMPLETION_TIMEOUT, COMPLETION_LIMIT)?;
     let json: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("llama-server at {address}: its answer is not JSON: {e}"))?;
+        serde_json::from_str(&body).map_err(|e| format!("llama-server at {address}: its answer is not JSON: {e}"))?;
     let timings = &json["timings"];
     let number = |field: &str| timings[field].as_f64().ok_or(format!("llama-server's answer has no `timings.{field}`"));
     Ok(Timings {

@@ -224,6 +224,10 @@ pub(crate) enum Command {
         /// Where each engine's log goes (default: a folder under the system's temporary one).
         #[arg(long, value_name = "DIR")]
         log_dir: Option<PathBuf>,
+        /// Serve Prometheus metrics at this address (`/metrics`): the machine's state, its
+        /// engines', its receipts, and its llama-servers' own counters by deployment.
+        #[arg(long, value_name = "IP:PORT")]
+        metrics: Option<String>,
         /// Stop after this many passes (default: run until stopped).
         #[arg(long)]
         passes: Option<u64>,

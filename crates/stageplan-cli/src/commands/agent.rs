@@ -31,6 +31,7 @@ pub(super) struct AgentRequest {
     pub interval: String,
     pub lease: String,
     pub log_dir: Option<PathBuf>,
+    pub metrics: Option<String>,
     pub passes: Option<u64>,
 }
 
@@ -67,6 +68,15 @@ pub(super) fn agent(request: AgentRequest) -> Result<Outcome, Failure> {
     if !stageplan::export::is_host(&request.address) {
         return Err(Failure(format!("`--address` `{}` is not a host name or an IP address", line(&request.address))));
     }
+    let metrics = match &request.metrics {
+        None => None,
+        Some(address) => {
+            let at: std::net::SocketAddr = address.parse().map_err(|_| {
+                Failure(format!("`--metrics` `{}` is not an address; give IP:PORT, e.g. 127.0.0.1:9464", line(address)))
+            })?;
+            Some(std::net::TcpListener::bind(at).map_err(|e| Failure(format!("`--metrics` {at}: {e}")))?)
+        }
+    };
     if !request.engine.join(stageplan_agent::launch::SERVER).is_file() {
         return Err(Failure(format!(
             "`--engine` {} has no `{}`; give the folder of llama.cpp's binaries (its build's `bin`)",
@@ -101,7 +111,14 @@ pub(super) fn agent(request: AgentRequest) -> Result<Outcome, Failure> {
         cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         resolve,
     };
-    run(Agent::new(config, supervisor), &request.store, etcd, interval, request.passes);
+    let mut agent = Agent::new(config, supervisor);
+    if let Some(listener) = metrics {
+        let exposed = stageplan_agent::metrics::Shared::default();
+        info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving /metrics");
+        stageplan_agent::metrics::serve(listener, exposed.clone());
+        agent.expose(exposed);
+    }
+    run(agent, &request.store, etcd, interval, request.passes);
     Ok(Outcome::ok(String::new()))
 }
 

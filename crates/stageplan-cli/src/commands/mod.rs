@@ -66,7 +66,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Verify { scenario, engine, model, out, format } => {
             verify::verify(&scenario, &engine, model.as_deref(), out.as_deref(), format)
         }
-        Command::Agent { store, node, engine, address, bind, port, interval, lease, log_dir, passes } => {
+        Command::Agent { store, node, engine, address, bind, port, interval, lease, log_dir, metrics, passes } => {
             agent::agent(agent::AgentRequest {
                 store,
                 node,
@@ -77,6 +77,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
                 interval,
                 lease,
                 log_dir,
+                metrics,
                 passes,
             })
         }

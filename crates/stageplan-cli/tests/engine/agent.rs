@@ -18,10 +18,16 @@ struct Agent {
     child: std::process::Child,
 }
 
+/// The agent's `/metrics` port: above its engines' block.
+fn metrics_port(port: u16) -> u16 {
+    port + 200
+}
+
 fn start_agent(store: &str, node: &str, port: u16, bin: &Path, logs: &Path) -> Agent {
     let child = Command::new(env!("CARGO_BIN_EXE_stageplan"))
         .args(["agent", "--store", store, "--node", node, "--engine", &bin.to_string_lossy()])
         .args(["--port", &port.to_string(), "--interval", INTERVAL, "--lease", LEASE])
+        .args(["--metrics", &format!("127.0.0.1:{}", metrics_port(port))])
         .args(["--log-dir", &logs.join(node).to_string_lossy()])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(logs.join(format!("{node}.agent.log"))).unwrap())
@@ -89,6 +95,46 @@ fn engines(model: &str, program: &str) -> usize {
         .count()
 }
 
+/// Debian's `prometheus` scraping every agent's `/metrics` each second, killed when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Prometheus {
+    fn start(dir: &Path, agents: &[u16]) -> Prometheus {
+        let port = free_port();
+        let targets: Vec<String> = agents.iter().map(|p| format!("'127.0.0.1:{}'", metrics_port(*p))).collect();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+                 scrape_configs:\n\
+                 - job_name: agents\n  static_configs: [{{targets: [{}]}}]\n",
+                targets.join(", ")
+            ),
+        )
+        .unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("`prometheus` runs: install Debian's prometheus (cargo xtask test does)");
+        Prometheus { child, url: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let started = Instant::now();
     loop {
@@ -142,6 +188,7 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
         .enumerate()
         .map(|(i, name)| start_agent(&store, name, 40000 + 300 * i as u16, &bin, &logs))
         .collect();
+    let prometheus = Prometheus::start(&work, &agents.iter().map(|a| a.port).collect::<Vec<_>>());
     let mut reconcile = Command::new(env!("CARGO_BIN_EXE_stageplan"))
         .args(["reconcile", "--store", &store, "--interval", INTERVAL, "--lease", LEASE])
         .stdout(Stdio::null())
@@ -179,6 +226,34 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
     let table = stageplan(&["status", "--store", &store]);
     assert!(table.contains("receipt: decode planned") && table.contains("serving"), "{table}");
     eprintln!("stageplan status, three agents serving one replica:\n{table}");
+
+    // The agents' `/metrics`, through Prometheus, give the loop the pipeline's token time
+    // under its default query (llama-server's counters, labelled with their deployment).
+    let head = agents.iter().find(|a| a.node == before[0]).unwrap();
+    let text = request(metrics_port(head.port), "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    for series in [
+        format!("stageplan_node_up{{node=\"{}\"}} 1", before[0]),
+        "stageplan_engine_serving{deployment=\"tiny\",replica=\"0\"".to_owned(),
+        "stageplan_receipt_held_bytes{deployment=\"tiny\"".to_owned(),
+        "llamacpp:tokens_predicted_total{deployment=\"tiny\",replica=\"0\"".to_owned(),
+    ] {
+        assert!(text.contains(&series), "`{series}` in the agent's /metrics:\n{text}");
+    }
+    let measured = wait_until("the token time through Prometheus", Duration::from_secs(90), || {
+        tokens(served)?;
+        let s: Value = serde_json::from_str(&stageplan(&[
+            "status",
+            "--store",
+            &store,
+            "--prometheus",
+            &prometheus.url,
+            "--format",
+            "json",
+        ]))
+        .ok()?;
+        s["deployments"][0]["measured_token_s"].as_f64()
+    });
+    eprintln!("the pipeline's token time through the agents' /metrics and Prometheus: {:.1} ms", measured * 1e3);
 
     // Kill the last stage's agent outright: its guard takes its rpc-server with it.
     let victim = before.last().unwrap().clone();
@@ -251,6 +326,7 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
     });
 
     // Stopped, every agent stops its engines.
+    drop(prometheus);
     reconcile.kill().unwrap();
     reconcile.wait().unwrap();
     for agent in &mut agents {
