@@ -20,7 +20,7 @@ const MAX_READ_STORE_BYTES: u64 = 1 << 30;
 /// `--store` must name a store that exists: commands that read, or change what is there,
 /// never create one.
 pub(crate) fn must_exist(target: &str) -> Result<(), Failure> {
-    if !target.starts_with("etcd://") && crate::input::probe(Path::new(target)).is_none() {
+    if !stageplan_store::is_etcd(target) && crate::input::probe(Path::new(target)).is_none() {
         return Err(Failure(format!(
             "`--store {target}` does not exist; register machines with `stageplan nodes add`, or give the store's path"
         )));
@@ -31,7 +31,7 @@ pub(crate) fn must_exist(target: &str) -> Result<(), Failure> {
 /// A redb store path, when something is there, must be a regular file: a FIFO would block
 /// the open forever and `/dev/zero` would be read until memory runs out.
 fn regular_store(target: &str) -> Result<(), Failure> {
-    if target.starts_with("etcd://") {
+    if stageplan_store::is_etcd(target) {
         return Ok(());
     }
     let path = Path::new(target);
@@ -70,7 +70,7 @@ pub(crate) fn open(target: &str) -> Result<AnyStore, Failure> {
 /// closed (each pass opens it anew; one that is missing is created). A file another process
 /// holds is left to the passes, which wait for it.
 pub(crate) fn open_for_loop(target: &str) -> Result<Option<AnyStore>, Failure> {
-    if target.starts_with("etcd://") {
+    if stageplan_store::is_etcd(target) {
         return open(target).map(Some);
     }
     regular_store(target)?;

@@ -185,6 +185,56 @@ fn try_run(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// The loop, `deploy` and `status` on etcd over TLS with client certificates and a user:
+/// the certificates and the password come from the environment, never the command line.
+#[test]
+fn the_loop_runs_on_etcd_over_tls_as_a_user() {
+    use stageplan_store::testing::{ETCD_USER, EtcdServer, temp_dir};
+    let etcd = EtcdServer::start_secure();
+    let certs = etcd.certificates().unwrap().to_owned();
+    let dir = temp_dir("cli-etcd-tls");
+    let store = format!("etcds://{}@{}", ETCD_USER.0, etcd.address());
+    let env = [
+        ("STAGEPLAN_ETCD_CA", certs.join("ca.pem")),
+        ("STAGEPLAN_ETCD_CERT", certs.join("client.pem")),
+        ("STAGEPLAN_ETCD_KEY", certs.join("client-key.pem")),
+        ("STAGEPLAN_ETCD_PASSWORD", ETCD_USER.1.into()),
+    ];
+    let on = |args: &[&str], without: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_stageplan"));
+        command.args(args).args(["--store", &store]).current_dir(&dir);
+        for (name, value) in &env {
+            if Some(*name) != without {
+                command.env(name, value);
+            }
+        }
+        command.output().expect("runs")
+    };
+    let ok = |args: &[&str]| {
+        let out = on(args, None);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&["nodes", "add", "gpu-a", "--memory", "160 GiB", "--gpus", "8"]);
+    write_deployment(&dir, 2);
+    ok(&["deploy", "chat.json"]);
+    ok(&["reconcile", "--passes", "2", "--interval", "10ms"]);
+    let status: serde_json::Value = serde_json::from_str(&ok(&["status", "--format", "json"])).unwrap();
+    assert_eq!(status["deployments"][0]["running"], 2, "{status}");
+    // Each missing piece: exit 2, one line saying what to give.
+    for (missing, says) in [
+        ("STAGEPLAN_ETCD_PASSWORD", "give its password in STAGEPLAN_ETCD_PASSWORD"),
+        ("STAGEPLAN_ETCD_CA", "give the CA that signed etcd's certificate in STAGEPLAN_ETCD_CA"),
+        ("STAGEPLAN_ETCD_KEY", "give both STAGEPLAN_ETCD_CERT and STAGEPLAN_ETCD_KEY"),
+    ] {
+        let out = on(&["status"], Some(missing));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "without {missing}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.lines().count() == 1 && stderr.contains(says), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn write_deployment(dir: &Path, replicas: u32) {
     let stage = serde_json::json!({"memory": 20u64 << 30, "gpus": 1});
     let deployment = serde_json::json!({"name": "chat", "replicas": replicas, "stages": [stage, stage]});

@@ -39,6 +39,77 @@ pub struct EtcdStore {
     /// Led once and lost it: every commit fails until `try_lead` wins again, so a library
     /// user who keeps writing after losing the lease cannot write unfenced.
     deposed: bool,
+    /// etcd's user and password, with authentication on.
+    user: Option<(String, String)>,
+    /// The token etcd gave for `user`; asked again when it expires.
+    token: std::sync::Mutex<Option<String>>,
+    /// Over TLS, with or without a client certificate: what a failed handshake's hint says.
+    tls: Option<bool>,
+}
+
+/// How to reach etcd beyond its address: over TLS, and as a user when etcd's
+/// authentication is on.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdOptions {
+    /// `https`, with these certificates.
+    pub tls: Option<Tls>,
+    /// A user of etcd's and its password.
+    pub user: Option<(String, String)>,
+}
+
+/// TLS to etcd: the certificate authority that signed etcd's certificate (PEM; `None`:
+/// Mozilla's roots), and this client's certificate and key (PEM) for etcd's
+/// `--client-cert-auth`.
+#[derive(Clone, Debug, Default)]
+pub struct Tls {
+    pub ca: Option<Vec<u8>>,
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Tls {
+    fn config(&self) -> Result<ureq::tls::TlsConfig, StoreError> {
+        use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+        let bad = |what: &str, e: ureq::Error| StoreError::Unavailable(format!("{what} is not PEM: {e}"));
+        let mut config = TlsConfig::builder();
+        if let Some(ca) = &self.ca {
+            let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(ca)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad("the etcd CA", e))?;
+            if certs.is_empty() {
+                return Err(StoreError::Unavailable("the etcd CA file holds no certificate".to_owned()));
+            }
+            config = config.root_certs(RootCerts::new_with_certs(&certs));
+        }
+        if let Some((cert, key)) = &self.client {
+            let chain = [Certificate::from_pem(cert).map_err(|e| bad("the client certificate", e))?];
+            let key = PrivateKey::from_pem(key).map_err(|e| bad("the client key", e))?;
+            config = config.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+        }
+        Ok(config.build())
+    }
+}
+
+/// Why a request to etcd failed: no answer, or an answer other than 200 with etcd's message.
+#[derive(Debug)]
+enum Refusal {
+    Transport(String),
+    Status(u16, String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Transport(e) => f.write_str(e),
+            Refusal::Status(status, message) => {
+                write!(f, "answered {status}: {}", stageplan::quote::line(message))
+            }
+        }
+    }
 }
 
 fn b64(text: &str) -> String {
@@ -73,37 +144,144 @@ fn prefix_end(prefix: &str) -> String {
 }
 
 impl EtcdStore {
-    /// Connects to `host:port[/prefix]` (prefix default `stageplan`) and checks it answers.
+    /// Connects to `host:port[/prefix]` (prefix default `stageplan`) over plain HTTP and
+    /// checks it answers.
     ///
     /// # Errors
     /// etcd does not answer.
     pub fn connect(spec: &str) -> Result<EtcdStore, StoreError> {
+        EtcdStore::connect_with(spec, &EtcdOptions::default())
+    }
+
+    /// Connects to `host:port[/prefix]` as `options` say (TLS, a user), authenticates, and
+    /// checks it answers.
+    ///
+    /// # Errors
+    /// etcd does not answer, refuses the user, or the certificates do not read.
+    pub fn connect_with(spec: &str, options: &EtcdOptions) -> Result<EtcdStore, StoreError> {
         let (address, prefix) = spec.split_once('/').unwrap_or((spec, "stageplan"));
-        let config = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(5))).build();
+        // Statuses other than 200 are read, for etcd's message.
+        let mut config =
+            ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(5))).http_status_as_error(false);
+        if let Some(tls) = &options.tls {
+            config = config.tls_config(tls.config()?);
+        }
+        let scheme = if options.tls.is_some() { "https" } else { "http" };
         let store = EtcdStore {
-            agent: config.into(),
-            base: format!("http://{address}"),
+            agent: config.build().into(),
+            base: format!("{scheme}://{address}"),
             prefix: format!("/{}/", prefix.trim_matches('/')),
             leader: None,
             deposed: false,
+            user: options.user.clone(),
+            token: std::sync::Mutex::new(None),
+            tls: options.tls.as_ref().map(|t| t.client.is_some()),
         };
-        store.call("/v3/maintenance/status", &json!({}))?;
+        if store.user.is_some() {
+            store.authenticate()?;
+        }
+        // A read, not just a status: it fails here, with the fix, when etcd wants a user.
+        store.call("/v3/kv/range", &json!({"key": b64(&store.leader_key()), "limit": 1}))?;
         Ok(store)
     }
 
+    /// Adds `user` with the `root` role and turns etcd's authentication on (tests).
+    ///
+    /// # Errors
+    /// etcd refuses.
+    #[cfg(feature = "testing")]
+    pub fn enable_auth(&self, user: &str, password: &str) -> Result<(), StoreError> {
+        self.call("/v3/auth/user/add", &json!({"name": user, "password": password}))?;
+        self.call("/v3/auth/user/grant", &json!({"user": user, "role": "root"}))?;
+        self.call("/v3/auth/enable", &json!({}))?;
+        Ok(())
+    }
+
+    /// Asks etcd for a token as the store's user.
+    fn authenticate(&self) -> Result<(), StoreError> {
+        let Some((name, password)) = &self.user else { return Ok(()) };
+        let reply = self.post("/v3/auth/authenticate", &json!({"name": name, "password": password}), None).map_err(
+            |refusal| match refusal {
+                Refusal::Status(_, message) => StoreError::Unavailable(format!(
+                    "etcd at {} refused user `{}` ({}): check the user and STAGEPLAN_ETCD_PASSWORD",
+                    self.base,
+                    stageplan::quote::line(name),
+                    stageplan::quote::line(&message)
+                )),
+                refusal => StoreError::Unavailable(format!("etcd at {}: {refusal}{}", self.base, self.hint(&refusal))),
+            },
+        )?;
+        let token = reply["token"]
+            .as_str()
+            .ok_or_else(|| StoreError::Unavailable(format!("etcd at {} gave no token", self.base)))?;
+        *self.token.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(token.to_owned());
+        Ok(())
+    }
+
+    /// One request: its JSON answer, or the HTTP status and etcd's message.
+    fn post(&self, path: &str, body: &Value, token: Option<&str>) -> Result<Value, Refusal> {
+        let mut request = self.agent.post(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.header("Authorization", token);
+        }
+        let mut response = request.send_json(body).map_err(|e| Refusal::Transport(e.to_string()))?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return response
+                .body_mut()
+                .with_config()
+                .limit(RESPONSE_LIMIT)
+                .read_json()
+                .map_err(|e| Refusal::Transport(e.to_string()));
+        }
+        // etcd's message: `error` or `message` of a JSON answer, or its text.
+        let text = response.body_mut().with_config().limit(4096).read_to_string().unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["error"].as_str().or(v["message"].as_str()).map(str::to_owned))
+            .unwrap_or_else(|| text.trim().to_owned());
+        Err(Refusal::Status(status, message))
+    }
+
     fn call(&self, path: &str, body: &Value) -> Result<Value, StoreError> {
-        let url = format!("{}{path}", self.base);
-        let mut response = self
-            .agent
-            .post(&url)
-            .send_json(body)
-            .map_err(|e| StoreError::Unavailable(format!("etcd at {}: {e}", self.base)))?;
-        response
-            .body_mut()
-            .with_config()
-            .limit(RESPONSE_LIMIT)
-            .read_json()
-            .map_err(|e| StoreError::Unavailable(format!("etcd at {}: {e}", self.base)))
+        let token = || self.token.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let answer = match self.post(path, body, token().as_deref()) {
+            // A token expires (etcd's `--auth-token-ttl`): ask for a new one, once.
+            Err(Refusal::Status(401, _)) if self.user.is_some() => {
+                self.authenticate()?;
+                self.post(path, body, token().as_deref())
+            }
+            answer => answer,
+        };
+        answer.map_err(|refusal| match refusal {
+            // Authentication on and no user given: etcd says the user name is empty (400), or
+            // a token it does not know is invalid (401).
+            Refusal::Status(400 | 401, message)
+                if self.user.is_none() && (message.contains("user name is empty") || message.contains("auth token")) =>
+            {
+                let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+                StoreError::Unavailable(format!(
+                    "etcd at {} requires a user: give it as `{scheme}://USER@HOST:PORT` with its password in STAGEPLAN_ETCD_PASSWORD",
+                    self.base
+                ))
+            }
+            refusal => StoreError::Unavailable(format!("etcd at {}: {refusal}{}", self.base, self.hint(&refusal))),
+        })
+    }
+
+    /// What to give when a TLS connection fails: the CA for a certificate not trusted, a
+    /// client certificate when etcd closes the connection on a client without one.
+    fn hint(&self, refusal: &Refusal) -> &'static str {
+        let Refusal::Transport(error) = refusal else { return "" };
+        match self.tls {
+            Some(_) if error.contains("UnknownIssuer") || error.contains("invalid peer certificate") => {
+                "; give the CA that signed etcd's certificate in STAGEPLAN_ETCD_CA (a PEM file)"
+            }
+            Some(false) => {
+                "; if etcd asks for client certificates, give one in STAGEPLAN_ETCD_CERT and its key in STAGEPLAN_ETCD_KEY"
+            }
+            _ => "",
+        }
     }
 
     /// Every key under `full` (already prefixed) at `revision` (0: the latest), a page at a

@@ -66,7 +66,12 @@ pub struct EtcdServer {
     child: Child,
     address: String,
     dir: PathBuf,
+    /// Over TLS: the folder of its certificates (`ca.pem`, `client.pem`, `client-key.pem`).
+    tls: Option<PathBuf>,
 }
+
+/// The test user of a secure etcd ([`EtcdServer::start_secure`]) and its password.
+pub const ETCD_USER: (&str, &str) = ("root", "stageplan-test-password");
 
 impl EtcdServer {
     /// Starts etcd on free ports and waits until it answers.
@@ -94,7 +99,115 @@ impl EtcdServer {
             assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start on {address}");
             std::thread::sleep(Duration::from_millis(100));
         }
-        EtcdServer { child, address, dir }
+        EtcdServer { child, address, dir, tls: None }
+    }
+
+    /// Starts etcd over TLS only, requiring client certificates signed by its own test CA,
+    /// with authentication on and one user, [`ETCD_USER`] (etcd's `root`); certificates made
+    /// by `openssl` (P-256 keys, for a day).
+    ///
+    /// # Panics
+    /// When `etcd` or `openssl` is not installed or etcd does not answer within 30 s.
+    pub fn start_secure() -> EtcdServer {
+        let dir = temp_dir("etcd-tls");
+        let certs = dir.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let openssl = |args: &[&str]| {
+            let status = Command::new("openssl")
+                .args(args)
+                .current_dir(&certs)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("`openssl` runs: install Debian's openssl (cargo xtask test does)");
+            assert!(status.success(), "openssl {args:?} failed");
+        };
+        let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &key,
+                &["-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "1", "-subj", "/CN=stageplan test CA"],
+            ]
+            .concat(),
+        );
+        std::fs::write(certs.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        // The client's certificate names no CN: etcd's JSON gateway refuses one that does
+        // once authentication is on (the user comes from the password, not the certificate).
+        for (name, subject) in [("server", "/CN=127.0.0.1"), ("client", "/O=stageplan test client")] {
+            openssl(
+                &[
+                    &["req"][..],
+                    &key,
+                    &["-keyout", &format!("{name}-key.pem"), "-out", &format!("{name}.csr"), "-subj", subject],
+                ]
+                .concat(),
+            );
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca-key.pem",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                "1",
+                "-extfile",
+                "san.cnf",
+            ]);
+        }
+        let (client, peer) = (free_port(), free_port());
+        let address = format!("127.0.0.1:{client}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &format!("https://{address}")])
+            .args(["--advertise-client-urls", &format!("https://{address}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+            .arg("--cert-file")
+            .arg(certs.join("server.pem"))
+            .arg("--key-file")
+            .arg(certs.join("server-key.pem"))
+            .arg("--client-cert-auth")
+            .arg("--trusted-ca-file")
+            .arg(certs.join("ca.pem"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)");
+        let server = EtcdServer { child, address, dir, tls: Some(certs) };
+        let started = Instant::now();
+        let admin = loop {
+            match EtcdStore::connect_with(&server.address, &server.options(None)) {
+                Ok(store) => break store,
+                Err(e) => assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        admin.enable_auth(ETCD_USER.0, ETCD_USER.1).expect("etcd turns authentication on");
+        server
+    }
+
+    /// How to reach it: its TLS certificates (the CA, the client's certificate and key),
+    /// and `user` with its password.
+    pub fn options(&self, user: Option<(&str, &str)>) -> crate::EtcdOptions {
+        let tls = self.tls.as_ref().map(|certs| {
+            let read = |name: &str| std::fs::read(certs.join(name)).expect("the test certificates are there");
+            crate::Tls { ca: Some(read("ca.pem")), client: Some((read("client.pem"), read("client-key.pem"))) }
+        });
+        crate::EtcdOptions { tls, user: user.map(|(u, p)| (u.to_owned(), p.to_owned())) }
+    }
+
+    /// The folder of its certificates, when it runs over TLS.
+    pub fn certificates(&self) -> Option<&std::path::Path> {
+        self.tls.as_deref()
     }
 
     /// `host:port` of its client endpoint.
@@ -107,7 +220,8 @@ impl EtcdServer {
     /// # Panics
     /// When it stopped answering.
     pub fn store(&self) -> EtcdStore {
-        EtcdStore::connect(&self.address).expect("etcd answers")
+        let user = self.tls.as_ref().map(|_| ETCD_USER);
+        EtcdStore::connect_with(&self.address, &self.options(user)).expect("etcd answers")
     }
 }
 

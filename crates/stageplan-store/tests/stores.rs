@@ -120,6 +120,36 @@ fn etcd_keeps_the_contract_and_runs_the_loop() {
     loop_settles(&mut etcd.store());
 }
 
+/// etcd over TLS with client certificates and authentication on: the store keeps the
+/// contract as the test user, and each missing piece is refused with what to give.
+#[test]
+fn etcd_over_tls_with_a_user_keeps_the_contract_and_refuses_what_is_missing() {
+    use stageplan_store::testing::ETCD_USER;
+    let etcd = EtcdServer::start_secure();
+    let mut store = etcd.store();
+    contract(&mut store);
+    loop_settles(&mut etcd.store());
+
+    let refused = |options: &stageplan_store::EtcdOptions| {
+        EtcdStore::connect_with(etcd.address(), options).map(|_| ()).unwrap_err().to_string()
+    };
+    let no_user = refused(&etcd.options(None));
+    assert!(no_user.contains("requires a user: give it as `etcds://USER@HOST:PORT`"), "{no_user}");
+    let wrong = refused(&etcd.options(Some((ETCD_USER.0, "not-the-password"))));
+    assert!(wrong.contains("refused user `root`"), "{wrong}");
+    let mut no_client_cert = etcd.options(Some(ETCD_USER));
+    no_client_cert.tls.as_mut().unwrap().client = None;
+    let without = refused(&no_client_cert);
+    assert!(without.contains("STAGEPLAN_ETCD_CERT"), "{without}");
+    let mut unknown_ca = etcd.options(Some(ETCD_USER));
+    unknown_ca.tls.as_mut().unwrap().ca = None;
+    let untrusted = refused(&unknown_ca);
+    assert!(untrusted.contains("STAGEPLAN_ETCD_CA"), "{untrusted}");
+    eprintln!("refused:\n  {no_user}\n  {wrong}\n  {without}\n  {untrusted}");
+    // Plain HTTP to a TLS-only etcd does not pass for a store either.
+    assert!(EtcdStore::connect(etcd.address()).is_err());
+}
+
 /// A controller whose first pass lacks one deployment (as if it read just before that
 /// deployment was created), and waits after that first read until the other controller has
 /// read too: both then decide on the same free GPUs, for different replicas.

@@ -18,14 +18,16 @@ pub(crate) const NIGHTLY: &str = "nightly-2026-05-19";
 pub(crate) const WASM_BINDGEN: &str = "0.2.130";
 
 /// Debian packages: Mesa's software Vulkan/GL (lavapipe, llvmpipe) for the GPU tests,
-/// Chromium with its driver for the browser tests, etcd for the state-store tests,
-/// Prometheus for the closed loop's, and a C++ toolchain with cmake for llama.cpp.
-pub(crate) const APT_PACKAGES: [&str; 8] = [
+/// Chromium with its driver for the browser tests, etcd for the state-store tests (and
+/// openssl for the certificates of its TLS test), Prometheus for the closed loop's, and a
+/// C++ toolchain with cmake for llama.cpp.
+pub(crate) const APT_PACKAGES: [&str; 9] = [
     "mesa-vulkan-drivers",
     "libvulkan1",
     "chromium",
     "chromium-driver",
     "etcd-server",
+    "openssl",
     "prometheus",
     "cmake",
     "build-essential",
