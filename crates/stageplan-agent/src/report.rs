@@ -116,6 +116,24 @@ impl AgentReport {
     }
 }
 
+/// Whether each replica (deployment, replica) serves, from every agent's report: all its
+/// engines on every machine serving, llama-server among them. A replica no agent reports is
+/// left out (unknown).
+pub fn replicas_serving<'a>(reports: impl IntoIterator<Item = &'a AgentReport>) -> BTreeMap<(String, u32), bool> {
+    let mut seen: BTreeMap<(String, u32), (bool, bool)> = BTreeMap::new();
+    for report in reports {
+        for (key, replica) in &report.replicas {
+            let Some((deployment, number)) = key.rsplit_once('/') else { continue };
+            let Ok(number) = number.parse::<u32>() else { continue };
+            let entry = seen.entry((deployment.to_owned(), number)).or_insert((true, false));
+            entry.0 &= !report.stopped && replica.serving();
+            entry.1 |=
+                replica.processes.iter().any(|p| p.name.ends_with("/server") && p.state == ProcessState::Serving);
+        }
+    }
+    seen.into_iter().map(|(key, (all, server))| (key, all && server)).collect()
+}
+
 /// Which machines are up, as the reconcile loop sees their agents: an agent whose record has
 /// not changed for its `lease_ms` of the loop's own clock is gone (no clocks compared across
 /// machines), as is one that says it stopped; a machine whose agent cannot run what it is
@@ -198,6 +216,13 @@ mod tests {
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<AgentReport>(&text).unwrap(), r);
         assert!(!r.replicas["chat/0"].serving());
+        // A replica with an engine failed does not serve; nor one without llama-server.
+        assert_eq!(replicas_serving([&r]), BTreeMap::from([(("chat".to_owned(), 0), false)]));
+        let mut ok = r.clone();
+        ok.replicas.get_mut("chat/0").unwrap().processes[0].state = ProcessState::Serving;
+        assert_eq!(replicas_serving([&ok]), BTreeMap::from([(("chat".to_owned(), 0), false)]));
+        ok.replicas.get_mut("chat/0").unwrap().processes[0].name = "chat/0/server".into();
+        assert_eq!(replicas_serving([&ok]), BTreeMap::from([(("chat".to_owned(), 0), true)]));
         // An engine left failed: the machine is down for the loop.
         assert!(!r.runs_what_it_is_given());
         assert!(!Liveness::default().up([&r], Instant::now())["m0"]);

@@ -180,7 +180,7 @@ impl Controller {
             self.rebalancing.rebalance(self.options.resolve, store, &mut snapshot, now_ms, metrics, &mut report)?;
         autoscale(store, &mut snapshot, now_ms, metrics, &rebalanced, &mut report)?;
         let mut capacity = Capacity::new(snapshot.nodes.values().map(|(n, r)| (n.clone(), *r)));
-        release(store, &snapshot, &mut capacity, &mut report)?;
+        release(store, &snapshot, &mut capacity, metrics, &mut report)?;
         let delay = |replica: &str, attempts| self.options.delay(replica, attempts);
         place(store, &snapshot, &mut capacity, now_ms, &mut self.backoff, delay, &mut report)?;
         Ok(report)

@@ -38,7 +38,8 @@
 //! machines' speed, a node whose free memory falls under its reserve sheds layers at once,
 //! and the deployment is re-planned with the fewest-moves search and written back with an
 //! event that says why. Changed stages then move one replica at a time, never leaving
-//! fewer complete replicas than `min_replicas`.
+//! fewer complete replicas than `min_replicas`, and where [`Metrics::replica_serving`] knows
+//! (the agents' reports), only once the replica moved before serves again.
 //!
 //! [`store::MemoryStore`] serves tests, simulations and the browser; the native stores
 //! (redb, etcd) live in `crates/stageplan-store`.

@@ -26,6 +26,12 @@ pub trait Metrics {
     fn node_up(&self, _node: &str) -> Option<bool> {
         None
     }
+
+    /// Whether one replica of a deployment serves (every engine of its pipeline up), if
+    /// known: a roll waits for the replica it moved to serve before it moves the next.
+    fn replica_serving(&self, _deployment: &str, _replica: u32) -> Option<bool> {
+        None
+    }
 }
 
 /// No metrics: autoscaling holds.

@@ -40,6 +40,8 @@ pub struct Observations {
     /// Seconds per generated token of a deployment's whole pipeline, as its engine reports
     /// it (llama.cpp's and vLLM's servers measure the pipeline, not its stages).
     pub token_s: BTreeMap<String, f64>,
+    /// Whether each replica (deployment, replica) serves, as its machines' agents report.
+    pub serving: BTreeMap<(String, u32), bool>,
 }
 
 impl Metrics for Observations {
@@ -54,6 +56,9 @@ impl Metrics for Observations {
     }
     fn node_up(&self, node: &str) -> Option<bool> {
         self.up.get(node).copied()
+    }
+    fn replica_serving(&self, deployment: &str, replica: u32) -> Option<bool> {
+        self.serving.get(&(deployment.to_owned(), replica)).copied()
     }
 }
 

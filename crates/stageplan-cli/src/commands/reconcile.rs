@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use stageplan::Scenario;
 use stageplan::quote::line;
 use stageplan::units::Seconds;
-use stageplan_agent::report::{AGENTS, AgentReport, Liveness};
+use stageplan_agent::report::{AGENTS, AgentReport, Liveness, replicas_serving};
 use stageplan_reconcile::{Controller, Store, StoreError};
 use stageplan_store::AnyStore;
 use tracing::{info, warn};
@@ -182,6 +182,7 @@ fn agents_up(
     for (node, up) in liveness.up(&reports, Instant::now()) {
         metrics.up.insert(node, up);
     }
+    metrics.serving.extend(replicas_serving(&reports));
     Ok(())
 }
 

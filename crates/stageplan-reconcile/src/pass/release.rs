@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::capacity::{Capacity, Unreplayable};
+use crate::metrics::Metrics;
 use crate::report::{PassReport, Release};
 use crate::snapshot::Snapshot;
 use crate::spec::{Assignment, Deployment, Status, assignment_key, parse_assignment_key};
@@ -15,6 +16,7 @@ pub(crate) fn release(
     store: &mut impl Store,
     snapshot: &Snapshot,
     capacity: &mut Capacity,
+    metrics: &dyn Metrics,
     report: &mut PassReport,
 ) -> Result<(), StoreError> {
     let failed: BTreeSet<&str> = snapshot
@@ -76,7 +78,7 @@ pub(crate) fn release(
     // Changed stages move a replica at a time, so the others keep serving.
     for (name, replicas) in changed {
         let Some((deployment, _)) = snapshot.deployments.get(name) else { continue };
-        let rolling = rolling_replica(name, deployment, snapshot, &report.released, &replicas);
+        let rolling = rolling_replica(name, deployment, snapshot, &report.released, &replicas, metrics);
         for (replica, stages) in replicas {
             for (key, assignment, revision) in stages {
                 if Some(replica) == rolling {
@@ -96,15 +98,18 @@ pub(crate) fn release(
 }
 
 /// The replica of `deployment` whose changed stages are released this pass, if any: one at
-/// a time, none while another replica is half-placed (mid-roll), and only while the
+/// a time, none while another replica is half-placed (mid-roll) or placed but not serving
+/// yet (its engines loading, where the metrics say: the agents' reports), and only while the
 /// replicas left complete are at least `min_replicas` (when it is given; a deployment
-/// without it may pause its only pipeline to move it).
+/// without it may pause its only pipeline to move it). So a roll takes a replica down only
+/// once the one moved before serves again.
 fn rolling_replica(
     name: &str,
     deployment: &Deployment,
     snapshot: &Snapshot,
     released: &[(String, Release)],
     changed: &BTreeMap<u32, Vec<(&String, &Assignment, u64)>>,
+    metrics: &dyn Metrics,
 ) -> Option<u32> {
     let released: BTreeSet<&str> = released.iter().map(|(k, _)| k.as_str()).collect();
     let stages = deployment.stages.len();
@@ -124,6 +129,9 @@ fn rolling_replica(
             return None;
         }
         if held == stages && !changed.contains_key(&replica) {
+            if metrics.replica_serving(name, replica) == Some(false) {
+                return None;
+            }
             complete += 1;
         }
     }

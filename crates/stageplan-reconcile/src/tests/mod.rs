@@ -422,6 +422,35 @@ fn changed_stages_roll_one_replica_at_a_time() {
     assert!(world.pass(5).released.is_empty(), "min_replicas 3 of 3 holds every replica");
 }
 
+/// Where the agents say which replicas serve, a roll moves the next replica only once the
+/// one it moved serves again: never two pipelines down at once while one loads.
+#[test]
+fn a_roll_waits_for_the_moved_replica_to_serve() {
+    let nodes = [node("a", 100, 0), node("b", 100, 0)];
+    let mut d = deployment("chat", 3, &[(10, 0), (10, 0)]);
+    let mut world = World::new(&nodes, std::slice::from_ref(&d));
+    world.pass(0);
+    d.stages[1].memory = 12 * GIB;
+    world.event(Event::DeploymentChanged(d));
+    let moved = |report: &PassReport| -> BTreeSet<String> {
+        report.released.iter().filter_map(|(k, _)| Some(k.rsplit_once('/')?.0.to_owned())).collect()
+    };
+    let mut seen = crate::observe::Observations::default();
+    let first = moved(&world.controller.pass(&mut world.store, 1, &seen).unwrap());
+    assert_eq!(first, BTreeSet::from(["chat/0".to_owned()]));
+    // Replica 0 is placed again but its engines still load: nothing else moves.
+    seen.serving.insert(("chat".into(), 0), false);
+    for now in 2..5 {
+        let report = world.controller.pass(&mut world.store, now, &seen).unwrap();
+        assert!(report.released.is_empty(), "pass {now} moved {:?} while replica 0 loads", moved(&report));
+    }
+    // It serves: the roll goes on.
+    seen.serving.insert(("chat".into(), 0), true);
+    let next = moved(&world.controller.pass(&mut world.store, 5, &seen).unwrap());
+    assert_eq!(next, BTreeSet::from(["chat/1".to_owned()]));
+    world.check();
+}
+
 /// A pinned stage goes to its node or stays pending, never elsewhere.
 #[test]
 fn a_pinned_stage_waits_for_its_node() {
