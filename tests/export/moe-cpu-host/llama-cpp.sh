@@ -7,9 +7,9 @@
 #    on box:
 ggml-rpc-server --host 127.0.0.1 --port 50052 --threads "$(nproc)"
 #    on old-gpu:
-CUDA_VISIBLE_DEVICES=0 ggml-rpc-server --host 0.0.0.0 --port 50053
+CUDA_VISIBLE_DEVICES=0 ggml-rpc-server --host 192.168.1.30 --port 50053
 #    on mac:
-ggml-rpc-server --host 0.0.0.0 --port 50052
+ggml-rpc-server --host 192.168.1.20 --port 50052
 
 # 2. On box:
 llama-server \

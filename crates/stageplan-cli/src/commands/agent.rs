@@ -51,20 +51,22 @@ pub(super) fn agent(request: AgentRequest) -> Result<Outcome, Failure> {
             request.lease, request.interval
         )));
     }
+    // llama.cpp's rpc-server listens on an IPv4 address only (`ggml-rpc/transport.cpp`).
     let bind: IpAddr = match &request.bind {
-        Some(bind) => bind.parse().map_err(|_| {
+        Some(bind) => bind.parse::<std::net::Ipv4Addr>().map_err(|_| {
             Failure(format!(
-                "`--bind` `{}` is not an IP address; give the one to listen at, e.g. 192.168.1.20",
+                "`--bind` `{}` is not an IPv4 address (llama.cpp's rpc-server listens on IPv4 only); give the one to listen at, e.g. 192.168.1.20",
                 line(bind)
             ))
         })?,
-        None => request.address.parse().map_err(|_| {
+        None => request.address.parse::<std::net::Ipv4Addr>().map_err(|_| {
             Failure(format!(
-                "`--address` `{}` is a name, and the engines listen at an IP address: give it with `--bind`",
+                "`--address` `{}` is not an IPv4 address, and the engines listen at one: give it with `--bind`",
                 line(&request.address)
             ))
         })?,
-    };
+    }
+    .into();
     if !stageplan::export::is_host(&request.address) {
         return Err(Failure(format!("`--address` `{}` is not a host name or an IP address", line(&request.address))));
     }

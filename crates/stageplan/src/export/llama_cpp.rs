@@ -393,7 +393,11 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
         let _ = writeln!(out, "#    One device per rpc-server keeps the RPC device numbers in --rpc order.");
         for ((_, endpoint), &(node, gpu)) in rpc.iter().zip(&served) {
             let port = endpoint.rsplit_once(':').map_or("50052", |(_, p)| p);
-            let host = if endpoint.starts_with("127.0.0.1:") { "127.0.0.1" } else { "0.0.0.0" };
+            // It listens where llama-server dials it when that is an IPv4 address (its
+            // server socket takes no other, `ggml-rpc/transport.cpp`), else on every
+            // interface: it has no authentication, so no wider than it must.
+            let dialed = endpoint.rsplit_once(':').map_or(endpoint.as_str(), |(h, _)| h);
+            let host = if dialed.parse::<std::net::Ipv4Addr>().is_ok() { dialed } else { "0.0.0.0" };
             let machine = layout.machine(node).0;
             let only_one = if layout.kind(node) == DeviceKind::Gpu {
                 vec![("CUDA_VISIBLE_DEVICES", gpu.unwrap_or(0).to_string())]

@@ -377,7 +377,7 @@ fn llama_cpp_runs_a_machines_gpus_in_one_server_and_each_remote_gpu_on_its_port(
             let port = 6000 + gpu.index;
             assert!(
                 text.contains(&format!(
-                    "CUDA_VISIBLE_DEVICES={} ggml-rpc-server --host 0.0.0.0 --port {port}",
+                    "CUDA_VISIBLE_DEVICES={} ggml-rpc-server --host 10.0.0.7 --port {port}",
                     gpu.index
                 )),
                 "{text}"
@@ -471,9 +471,9 @@ fn a_machines_ram_serves_each_of_its_gpus_locally_and_remotely() {
     let hosts = [("box".to_owned(), "10.0.0.9:7000".to_owned())];
     let text = export(&plan, Target::LlamaCpp, &ExportOptions { hosts: hosts.into(), ..options }).unwrap().text;
     for line in [
-        "CUDA_VISIBLE_DEVICES=1 ggml-rpc-server --host 0.0.0.0 --port 7001",
-        "CUDA_VISIBLE_DEVICES=0 ggml-rpc-server --host 0.0.0.0 --port 7000",
-        "ggml-rpc-server --host 0.0.0.0 --port 7016 --device CPU --threads 16",
+        "CUDA_VISIBLE_DEVICES=1 ggml-rpc-server --host 10.0.0.9 --port 7001",
+        "CUDA_VISIBLE_DEVICES=0 ggml-rpc-server --host 10.0.0.9 --port 7000",
+        "ggml-rpc-server --host 10.0.0.9 --port 7016 --device CPU --threads 16",
         "=RPC0[10.0.0.9:7016]'",
         "--rpc 10.0.0.9:7001,10.0.0.9:7000,10.0.0.9:7016",
     ] {
