@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use stageplan::export::{ExportOptions, Launch};
 use stageplan::scenario::StageSpec;
@@ -30,6 +30,9 @@ use crate::{Receipt, Spec, State, Supervisor};
 fn block_len(machine_has_gpus: bool) -> u16 {
     if machine_has_gpus { stageplan::limits::MAX_GPUS_PER_MACHINE as u16 + 2 } else { 3 }
 }
+
+/// How long after a failed measurement a replica is measured again.
+const RECEIPT_RETRY: Duration = Duration::from_secs(60);
 
 /// What one agent is and where it runs its engines.
 #[derive(Clone, Debug)]
@@ -76,6 +79,8 @@ pub struct Agent {
     receipts: BTreeMap<String, (Spec, Receipt)>,
     /// Measurements under way, by replica.
     measuring: BTreeMap<String, (Spec, mpsc::Receiver<Result<Receipt, String>>)>,
+    /// The last measurement that failed, by replica: its spec, when, and why.
+    failed_receipts: BTreeMap<String, (Spec, Instant, String)>,
     /// The last report written.
     report: AgentReport,
     /// What `/metrics` serves, when the agent serves it.
@@ -99,6 +104,7 @@ impl Agent {
             beat: 0,
             receipts: BTreeMap::new(),
             measuring: BTreeMap::new(),
+            failed_receipts: BTreeMap::new(),
             report,
             exposed: None,
         }
@@ -132,8 +138,14 @@ impl Agent {
         let mut runs = BTreeMap::new();
         for (key, bound) in self.bound_here(&snapshot) {
             let (deployment, planned) = bound;
-            let mut replica =
-                ReplicaReport { port: 0, endpoint: None, problem: None, processes: Vec::new(), receipt: None };
+            let mut replica = ReplicaReport {
+                port: 0,
+                endpoint: None,
+                problem: None,
+                processes: Vec::new(),
+                receipt: None,
+                receipt_failed: None,
+            };
             match self.replica(&key, deployment, planned, &reports) {
                 Ok(run) => {
                     replica.port = run.port;
@@ -161,6 +173,7 @@ impl Agent {
         }
         self.receipts.retain(|key, _| replicas.contains_key(key));
         self.measuring.retain(|key, _| replicas.contains_key(key));
+        self.failed_receipts.retain(|key, _| replicas.contains_key(key));
         self.beat += 1;
         self.report.beat = self.beat;
         self.report.replicas = replicas;
@@ -345,13 +358,27 @@ impl Agent {
                 self.measuring.remove(key);
             } else if let Ok(result) = answer.try_recv() {
                 self.measuring.remove(key);
-                // A failed measurement is tried again next pass.
-                if let Ok(receipt) = result {
-                    replica.receipt = Some(receipt.clone());
-                    self.receipts.insert(key.to_owned(), (spec.clone(), receipt));
+                match result {
+                    Ok(receipt) => {
+                        replica.receipt = Some(receipt.clone());
+                        self.receipts.insert(key.to_owned(), (spec.clone(), receipt));
+                        self.failed_receipts.remove(key);
+                    }
+                    Err(why) => {
+                        self.failed_receipts.insert(key.to_owned(), (spec.clone(), Instant::now(), why));
+                    }
                 }
             }
             return;
+        }
+        // A failed measurement is tried again after a while, not every pass.
+        if let Some((failed, at, why)) = self.failed_receipts.get(key)
+            && failed == spec
+        {
+            replica.receipt_failed = Some(why.clone());
+            if at.elapsed() < RECEIPT_RETRY {
+                return;
+            }
         }
         if self.supervisor.state(&name) != Some(&State::Serving) {
             return;

@@ -110,10 +110,10 @@ impl Buffer {
         matches!(self.kind.as_str(), "model" | "KV" | "RS")
     }
 
-    /// The port of an RPC device's endpoint.
-    pub fn rpc_port(&self) -> Option<u16> {
+    /// An RPC device's endpoint, `host:port`.
+    pub fn rpc_endpoint(&self) -> Option<&str> {
         let (_, endpoint) = self.device.split_once('[')?;
-        endpoint.trim_end_matches(']').rsplit_once(':')?.1.parse().ok()
+        endpoint.strip_suffix(']')
     }
 }
 
@@ -145,11 +145,11 @@ mod tests {
         let got = buffers(log);
         assert_eq!(got.len(), 4);
         assert_eq!(
-            (got[0].device.as_str(), got[0].kind.as_str(), got[0].rpc_port()),
-            ("RPC0[127.0.0.1:50052]", "model", Some(50052))
+            (got[0].device.as_str(), got[0].kind.as_str(), got[0].rpc_endpoint()),
+            ("RPC0[127.0.0.1:50052]", "model", Some("127.0.0.1:50052"))
         );
         assert_eq!(got[1].bytes, 4.0 * 1024.0 * 1024.0);
         assert!(got[2].held() && !got[3].held());
-        assert_eq!(got[2].rpc_port(), None);
+        assert_eq!(got[2].rpc_endpoint(), None);
     }
 }

@@ -192,6 +192,7 @@ mod tests {
                     log_tail: Vec::new(),
                 }],
                 receipt: None,
+                receipt_failed: None,
             },
         );
         let report = AgentReport {

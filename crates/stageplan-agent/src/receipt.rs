@@ -73,16 +73,21 @@ impl Receipt {
         let tokens = u32::try_from(plan.workload.response.clamp(1, MAX_TOKENS)).unwrap_or(128);
         crate::llama::complete(address, &prompt[..1], WARM_UP_TOKENS)?;
         let timings = crate::llama::complete(address, &prompt, tokens)?;
-        let log = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
-        Ok(Receipt::new(plan, launches, &crate::llama::buffers(&log), &timings))
+        // Lossy: a log quotes generated text, which need not be UTF-8 piece by piece.
+        let log = std::fs::read(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        Ok(Receipt::new(plan, launches, &crate::llama::buffers(&String::from_utf8_lossy(&log)), &timings))
     }
 
     /// The receipt of `plan` run as `launches` (their rpc-servers' ports name the devices
     /// in llama.cpp's log), with the `buffers` its log reports and one completion's `timings`.
     pub fn new(plan: &Plan, launches: &[Launch], buffers: &[Buffer], timings: &Timings) -> Receipt {
         let main = launches.iter().find(|l| l.program == "llama-server").map(|l| l.machine.clone()).unwrap_or_default();
-        let machine_of_port = |port: u16| {
-            launches.iter().find(|l| l.port() == Some(port)).map_or_else(|| main.clone(), |l| l.machine.clone())
+        // An RPC device is the rpc-server llama-server dialed at its endpoint (`RPC0[host:port]`).
+        let machine_of = |endpoint: &str| {
+            launches
+                .iter()
+                .find(|l| l.dialed.as_deref() == Some(endpoint))
+                .map_or_else(|| main.clone(), |l| l.machine.clone())
         };
         let mut machines: Vec<MachineReceipt> = Vec::new();
         for stage in &plan.stages {
@@ -93,7 +98,7 @@ impl Receipt {
             machines[i].planned_total_bytes += m.total.saturating_sub(m.reserve);
         }
         for buffer in buffers {
-            let machine = buffer.rpc_port().map_or_else(|| main.clone(), machine_of_port);
+            let machine = buffer.rpc_endpoint().map_or_else(|| main.clone(), machine_of);
             let i = entry(&mut machines, machine);
             let bytes = buffer.bytes.max(0.0) as u64;
             machines[i].allocated_total_bytes += bytes;
@@ -162,4 +167,34 @@ fn entry(machines: &mut Vec<MachineReceipt>, machine: String) -> usize {
         allocated_total_bytes: 0,
     });
     machines.len() - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two machines whose rpc-servers listen on the same port, at different hosts: each
+    /// device's buffers go to the machine llama-server dialed for it.
+    #[test]
+    fn buffers_go_to_the_machine_dialed_at_their_endpoint() {
+        let text = r#"{"model": {"preset": "llama-3.2-1b", "weights": "q8_0"}, "workload": {"context": 2048},
+            "nodes": [{"name": "a", "kind": "cpu", "memory": "1.2 GiB", "bandwidth": "20 GB/s", "compute": "1 TFLOPS"},
+                      {"name": "b", "kind": "cpu", "memory": "1.2 GiB", "bandwidth": "20 GB/s", "compute": "1 TFLOPS"}]}"#;
+        let checked = stageplan::check(text, stageplan::check::no_model_files).unwrap();
+        let plan = stageplan::plan(&checked.problem);
+        assert_eq!(plan.stages.len(), 2, "{:?}", plan.diagnostics);
+        let mut options = stageplan::export::ExportOptions::for_problem(&checked.problem);
+        options.model = Some("model.gguf".into());
+        options.hosts = [("a".to_owned(), "10.0.0.1:50052".to_owned()), ("b".to_owned(), "10.0.0.2:50052".to_owned())]
+            .into_iter()
+            .collect();
+        let launches = stageplan::export::llama_cpp_launches(&plan, &options).unwrap();
+        let log = "load_tensors: RPC0[127.0.0.1:50052] model buffer size = 10.00 MiB\n\
+                   load_tensors: RPC1[10.0.0.2:50052] model buffer size = 20.00 MiB\n";
+        let timings =
+            Timings { prompt_tokens: 1, prompt_per_second: 1.0, predicted_tokens: 1, predicted_per_second: 1.0 };
+        let receipt = Receipt::new(&plan, &launches, &crate::llama::buffers(log), &timings);
+        let held = |m: &str| receipt.machines.iter().find(|r| r.machine == m).unwrap().allocated_held_bytes;
+        assert_eq!((held("a"), held("b")), (10 << 20, 20 << 20), "{receipt:?}");
+    }
 }

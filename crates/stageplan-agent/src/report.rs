@@ -50,6 +50,9 @@ pub struct ReplicaReport {
     /// What llama.cpp measured serving it beside the plan, once measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Receipt>,
+    /// Why the last measurement failed, while there is no receipt (tried again later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt_failed: Option<String>,
 }
 
 impl ReplicaReport {
@@ -211,6 +214,7 @@ mod tests {
                     log_tail: vec!["bind failed".into()],
                 }],
                 receipt: None,
+                receipt_failed: None,
             },
         );
         let text = serde_json::to_string(&r).unwrap();

@@ -212,6 +212,13 @@ pub(crate) enum Command {
         /// reaches this machine is trusted.
         #[arg(long, value_name = "IP")]
         bind: Option<String>,
+        /// Join the fleet with this much memory for stages (as `nodes add --memory`);
+        /// without it, the node must have been added.
+        #[arg(long, value_name = "SIZE")]
+        memory: Option<String>,
+        /// With `--memory`: the machine's GPUs.
+        #[arg(long, default_value_t = 0, requires = "memory")]
+        gpus: u32,
         /// The first port of the engines' ports.
         #[arg(long, default_value_t = 50052)]
         port: u16,

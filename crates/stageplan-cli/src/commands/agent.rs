@@ -12,7 +12,7 @@ use stageplan::quote::line;
 use stageplan_agent::fleet::{Agent, AgentConfig};
 use stageplan_agent::report::{AgentReport, ProcessState};
 use stageplan_agent::{Guard, Policy, Supervisor};
-use stageplan_reconcile::StoreError;
+use stageplan_reconcile::{Controller, Event, NoMetrics, StoreError};
 use stageplan_store::AnyStore;
 use tracing::{info, warn};
 
@@ -27,6 +27,8 @@ pub(super) struct AgentRequest {
     pub engine: PathBuf,
     pub address: String,
     pub bind: Option<String>,
+    /// `--memory` and `--gpus`: the node's record, written at start.
+    pub join: Option<(String, u32)>,
     pub port: u16,
     pub interval: String,
     pub lease: String,
@@ -43,6 +45,7 @@ pub(super) fn agent(request: AgentRequest) -> Result<Outcome, Failure> {
             line(&node)
         )));
     }
+    let joining = request.join.as_ref().map(|(memory, gpus)| super::nodes::node(&node, memory, *gpus)).transpose()?;
     let interval = duration("--interval", &request.interval)?;
     let lease = duration("--lease", &request.lease)?;
     if lease < interval * 2 {
@@ -87,8 +90,16 @@ pub(super) fn agent(request: AgentRequest) -> Result<Outcome, Failure> {
         )));
     }
     let log_dir = request.log_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("stageplan-agent-{node}")));
-    let etcd = store::open_for_loop(&request.store)?;
+    let mut etcd = store::open_for_loop(&request.store)?;
     init_logging();
+    if let Some((record, bytes)) = joining {
+        let gpus = record.gpus;
+        with_store(&request.store, &mut etcd, |store| {
+            Controller::default().handle(store, Event::NodeJoined(record), &NoMetrics).map(|_| ())
+        })
+        .map_err(|e| store::failure(&request.store, &e))?;
+        info!(node = %node, memory = %stageplan::units::format_bytes(bytes.get()), gpus, "joined the fleet");
+    }
     if bind.is_unspecified() {
         warn!(%bind, "the engines listen on every interface, and llama.cpp's RPC server has no authentication: anyone who reaches this machine can use them");
     }
@@ -192,6 +203,11 @@ fn log_changes(before: &AgentReport, now: &AgentReport) {
             && was.and_then(|r| r.problem.as_ref()) != Some(problem)
         {
             warn!(replica = %line(key), problem = %line(problem), "not run here");
+        }
+        if let Some(why) = &replica.receipt_failed
+            && was.and_then(|r| r.receipt_failed.as_ref()) != Some(why)
+        {
+            warn!(replica = %line(key), why = %line(why), "receipt not measured; tried again in a minute");
         }
         if let Some(receipt) = &replica.receipt
             && was.and_then(|r| r.receipt.as_ref()).is_none()

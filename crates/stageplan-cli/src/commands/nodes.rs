@@ -11,6 +11,14 @@ use crate::{render, store};
 
 /// `stageplan nodes add`.
 pub(super) fn add(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Outcome, Failure> {
+    let (node, bytes) = node(name, memory, gpus)?;
+    let mut store = store::open(store)?;
+    Controller::default().handle(&mut store, Event::NodeJoined(node), &NoMetrics)?;
+    Ok(Outcome::ok(render::cluster::node_added(name, bytes, gpus)))
+}
+
+/// A node's record from `--memory` and `--gpus`, checked as the loop will read it.
+pub(super) fn node(name: &str, memory: &str, gpus: u32) -> Result<(Node, Bytes), Failure> {
     let bytes = Bytes::parse(memory).map_err(|e| Failure(format!("`--memory`: {e}")))?;
     // The scenario's limit, with its words: past it the number would be stored clamped.
     if bytes.get() > 1e18 {
@@ -18,9 +26,7 @@ pub(super) fn add(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Ou
     }
     let node = Node { name: name.to_owned(), memory: bytes.get() as u64, gpus };
     node.check().map_err(|e| Failure(format!("node {e}")))?;
-    let mut store = store::open(store)?;
-    Controller::default().handle(&mut store, Event::NodeJoined(node), &NoMetrics)?;
-    Ok(Outcome::ok(render::cluster::node_added(name, bytes, gpus)))
+    Ok((node, bytes))
 }
 
 /// `stageplan nodes remove`.

@@ -72,6 +72,9 @@ fn agents(agents: &[stageplan_agent::report::AgentReport]) -> String {
             if let Some(endpoint) = &replica.endpoint {
                 out.push_str(&format!("  {:<26} served at http://{}\n", line(key), line(endpoint)));
             }
+            if let Some(why) = replica.receipt_failed.as_ref().filter(|_| replica.receipt.is_none()) {
+                out.push_str(&format!("  {:<26} receipt not measured yet: {}\n", "", line(why)));
+            }
             if let Some(receipt) = &replica.receipt {
                 let held = if receipt.far.is_empty() { "the plan held" } else { "far from the plan" };
                 out.push_str(&format!(

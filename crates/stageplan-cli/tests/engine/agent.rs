@@ -18,6 +18,25 @@ struct Agent {
     child: std::process::Child,
 }
 
+/// A test that fails leaves nothing running: each process it started is killed (an agent's
+/// guards then stop its engines).
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `stageplan reconcile`, killed when dropped.
+struct Loop(std::process::Child);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The agent's `/metrics` port: above its engines' block.
 fn metrics_port(port: u16) -> u16 {
     port + 200
@@ -26,7 +45,7 @@ fn metrics_port(port: u16) -> u16 {
 fn start_agent(store: &str, node: &str, port: u16, bin: &Path, logs: &Path) -> Agent {
     let child = Command::new(env!("CARGO_BIN_EXE_stageplan"))
         .args(["agent", "--store", store, "--node", node, "--engine", &bin.to_string_lossy()])
-        .args(["--port", &port.to_string(), "--interval", INTERVAL, "--lease", LEASE])
+        .args(["--port", &port.to_string(), "--interval", INTERVAL, "--lease", LEASE, "--memory", "75 MiB"])
         .args(["--metrics", &format!("127.0.0.1:{}", metrics_port(port))])
         .args(["--log-dir", &logs.join(node).to_string_lossy()])
         .stdout(Stdio::null())
@@ -141,7 +160,7 @@ fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) 
         if let Some(t) = f() {
             return t;
         }
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        assert!(started.elapsed() < limit, "timed out waiting for {what} ({:.0} s)", limit.as_secs_f64());
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -178,9 +197,6 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
         r#"{"name": "tiny", "replicas": 1, "scenario": "scenario.json", "rebalance": {"passes": 1}}"#,
     )
     .unwrap();
-    for name in ["m0", "m1", "m2"] {
-        stageplan(&["nodes", "add", name, "--memory", "75 MiB", "--store", &store]);
-    }
     let logs = work.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let mut agents: Vec<Agent> = ["m0", "m1", "m2"]
@@ -189,13 +205,18 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
         .map(|(i, name)| start_agent(&store, name, 40000 + 300 * i as u16, &bin, &logs))
         .collect();
     let prometheus = Prometheus::start(&work, &agents.iter().map(|a| a.port).collect::<Vec<_>>());
-    let mut reconcile = Command::new(env!("CARGO_BIN_EXE_stageplan"))
+    let reconcile = Command::new(env!("CARGO_BIN_EXE_stageplan"))
         .args(["reconcile", "--store", &store, "--interval", INTERVAL, "--lease", LEASE])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(logs.join("reconcile.log")).unwrap())
         .spawn()
         .expect("stageplan reconcile runs");
+    let reconcile = Loop(reconcile);
 
+    // Each agent joins the fleet with its memory (`--memory`), as `nodes add` would.
+    wait_until("the three agents joined", Duration::from_secs(30), || {
+        (status(&store)["nodes"].as_array()?.len() == 3).then_some(())
+    });
     let applied = Instant::now();
     stageplan(&["deploy", &work.join("tiny.json").to_string_lossy(), "--store", &store]);
     let served = wait_until("the deployment's first tokens", Duration::from_secs(120), || {
@@ -327,8 +348,7 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
 
     // Stopped, every agent stops its engines.
     drop(prometheus);
-    reconcile.kill().unwrap();
-    reconcile.wait().unwrap();
+    drop(reconcile);
     for agent in &mut agents {
         let _ = Command::new("kill").args(["-INT", &agent.child.id().to_string()]).status();
         agent.child.wait().unwrap();

@@ -42,6 +42,9 @@ pub struct Launch {
     /// `llama-server`, or the RPC server.
     pub program: &'static str,
     pub args: Vec<Word>,
+    /// An rpc-server's address as llama-server dials it (`host:port`, as `--rpc` lists it and
+    /// llama.cpp names the device, `RPC0[host:port]`).
+    pub dialed: Option<String>,
 }
 
 /// A word of a [`Launch`]'s command.
@@ -411,7 +414,13 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
                 (DeviceKind::Cpu, None) => args.extend([Word::Flag("--threads"), Word::Cores]),
                 _ => {}
             }
-            let rpc_server = Launch { machine: machine.to_owned(), env: only_one, program: RPC_SERVER, args };
+            let rpc_server = Launch {
+                machine: machine.to_owned(),
+                env: only_one,
+                program: RPC_SERVER,
+                args,
+                dialed: Some(endpoint.clone()),
+            };
             let _ = writeln!(out, "#    on {machine}:");
             let _ = writeln!(out, "{}", rpc_server.shell_line());
             launches.push(rpc_server);
@@ -433,7 +442,13 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
                     Word::Flag("--threads"),
                     Word::Text(threads.to_string()),
                 ];
-                let cpu_server = Launch { machine: machine.to_owned(), env: Vec::new(), program: RPC_SERVER, args };
+                let cpu_server = Launch {
+                    machine: machine.to_owned(),
+                    env: Vec::new(),
+                    program: RPC_SERVER,
+                    args,
+                    dialed: Some(cpu.clone()),
+                };
                 let _ = writeln!(out, "#    and its CPU, for the layers' {what} the plan keeps in its RAM:");
                 let _ = writeln!(out, "{}", cpu_server.shell_line());
                 launches.push(cpu_server);
@@ -564,7 +579,8 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
             }
         }
     }
-    let server = Launch { machine: main_machine.to_owned(), env: Vec::new(), program: "llama-server", args };
+    let server =
+        Launch { machine: main_machine.to_owned(), env: Vec::new(), program: "llama-server", args, dialed: None };
     // One flag and its value per line, for reading.
     let mut line = server.program.to_owned();
     let mut rest = server.args.iter();
