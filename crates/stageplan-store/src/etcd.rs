@@ -101,6 +101,15 @@ enum Refusal {
     Status(u16, String),
 }
 
+impl Refusal {
+    /// Authentication is on and no user was given: etcd says the user name is empty (400),
+    /// or that a token it does not know is invalid (401).
+    fn wants_a_user(&self) -> bool {
+        matches!(self, Refusal::Status(400 | 401, message)
+            if message.contains("user name is empty") || message.contains("auth token"))
+    }
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -180,8 +189,16 @@ impl EtcdStore {
         if store.user.is_some() {
             store.authenticate()?;
         }
-        // A read, not just a status: it fails here, with the fix, when etcd wants a user.
-        store.call("/v3/kv/range", &json!({"key": b64(&store.leader_key()), "limit": 1}))?;
+        store.call("/v3/maintenance/status", &json!({}))?;
+        // A status needs no user, a read does: without one, say so here, with the fix.
+        if store.user.is_none() {
+            let read = store.post("/v3/kv/range", &json!({"key": b64(&store.leader_key()), "limit": 1}), None);
+            if let Err(refusal) = read
+                && refusal.wants_a_user()
+            {
+                return Err(store.refused(refusal));
+            }
+        }
         Ok(store)
     }
 
@@ -253,20 +270,19 @@ impl EtcdStore {
             }
             answer => answer,
         };
-        answer.map_err(|refusal| match refusal {
-            // Authentication on and no user given: etcd says the user name is empty (400), or
-            // a token it does not know is invalid (401).
-            Refusal::Status(400 | 401, message)
-                if self.user.is_none() && (message.contains("user name is empty") || message.contains("auth token")) =>
-            {
-                let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
-                StoreError::Unavailable(format!(
-                    "etcd at {} requires a user: give it as `{scheme}://USER@HOST:PORT` with its password in STAGEPLAN_ETCD_PASSWORD",
-                    self.base
-                ))
-            }
-            refusal => StoreError::Unavailable(format!("etcd at {}: {refusal}{}", self.base, self.hint(&refusal))),
-        })
+        answer.map_err(|refusal| self.refused(refusal))
+    }
+
+    /// A refusal as the store's error, with what to give where that is known.
+    fn refused(&self, refusal: Refusal) -> StoreError {
+        if self.user.is_none() && refusal.wants_a_user() {
+            let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+            return StoreError::Unavailable(format!(
+                "etcd at {} requires a user: give it as `{scheme}://USER@HOST:PORT` with its password in STAGEPLAN_ETCD_PASSWORD",
+                self.base
+            ));
+        }
+        StoreError::Unavailable(format!("etcd at {}: {refusal}{}", self.base, self.hint(&refusal)))
     }
 
     /// What to give when a TLS connection fails: the CA for a certificate not trusted, a
