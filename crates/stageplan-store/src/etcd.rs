@@ -196,7 +196,7 @@ impl EtcdStore {
             if let Err(refusal) = read
                 && refusal.wants_a_user()
             {
-                return Err(store.refused(refusal));
+                return Err(store.refused(&refusal));
             }
         }
         Ok(store)
@@ -270,11 +270,11 @@ impl EtcdStore {
             }
             answer => answer,
         };
-        answer.map_err(|refusal| self.refused(refusal))
+        answer.map_err(|refusal| self.refused(&refusal))
     }
 
     /// A refusal as the store's error, with what to give where that is known.
-    fn refused(&self, refusal: Refusal) -> StoreError {
+    fn refused(&self, refusal: &Refusal) -> StoreError {
         if self.user.is_none() && refusal.wants_a_user() {
             let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
             return StoreError::Unavailable(format!(
@@ -282,7 +282,7 @@ impl EtcdStore {
                 self.base
             ));
         }
-        StoreError::Unavailable(format!("etcd at {}: {refusal}{}", self.base, self.hint(&refusal)))
+        StoreError::Unavailable(format!("etcd at {}: {refusal}{}", self.base, self.hint(refusal)))
     }
 
     /// What to give when a TLS connection fails: the CA for a certificate not trusted, a
