@@ -229,4 +229,25 @@ mod tests {
         assert!(!text.contains("not a metric"), "{text}");
         assert_eq!(text.matches("# TYPE llamacpp").count(), 0, "{text}");
     }
+
+    proptest::proptest! {
+        /// Whatever a server answers, what passes on is sample lines only, each labelled
+        /// first with the replica's labels: nothing it sends can break the exposition.
+        #[test]
+        fn whatever_llama_server_answers_only_labelled_samples_pass(
+            text in proptest::string::string_regex("(([a-z_:]{1,8}(\\{[a-z=\"0-9,]{0,12}\\})?|#|.{0,6}) ?[-+0-9.eE]{0,6}( [0-9]{0,4})?\n){0,8}").unwrap(),
+            noise in ".{0,40}",
+        ) {
+            let labels = "deployment=\"d\",replica=\"0\",node=\"m\"";
+            for input in [text.clone(), noise.clone(), format!("{text}{noise}")] {
+                for line in relabel(&input, labels).lines() {
+                    let (name, rest) = line.split_once('{').expect("labelled");
+                    proptest::prop_assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'), "{line}");
+                    proptest::prop_assert!(rest.starts_with(labels), "{line}");
+                    let value = line.rsplit_once("} ").expect("a value").1.split_whitespace().next().unwrap_or_default();
+                    proptest::prop_assert!(value.parse::<f64>().is_ok(), "{line}");
+                }
+            }
+        }
+    }
 }
