@@ -194,51 +194,7 @@ pub(crate) enum Command {
     /// Run, on this machine, the engines the control loop bound to it: llama.cpp's rpc-servers
     /// for its stages and llama-server where it serves a pipeline, restarted with backoff,
     /// their states and receipts written to the store (`stageplan status` shows them).
-    Agent {
-        /// The state the loop keeps: a redb file or `etcd://host:port[/prefix]`.
-        #[arg(long, default_value = STORE_DEFAULT)]
-        store: String,
-        /// This machine's node, as `nodes add` and the deployments' scenarios name it.
-        #[arg(long)]
-        node: String,
-        /// The folder holding llama.cpp's `llama-server` and `ggml-rpc-server`.
-        #[arg(long, value_name = "DIR")]
-        engine: PathBuf,
-        /// How the other machines reach this one (a host name or an IP address).
-        #[arg(long, default_value = "127.0.0.1")]
-        address: String,
-        /// Where the engines listen (an IP address; default: `--address` when it is one).
-        /// llama.cpp's RPC server has no authentication: `0.0.0.0` only if every network that
-        /// reaches this machine is trusted.
-        #[arg(long, value_name = "IP")]
-        bind: Option<String>,
-        /// Join the fleet with this much memory for stages (as `nodes add --memory`);
-        /// without it, the node must have been added.
-        #[arg(long, value_name = "SIZE")]
-        memory: Option<String>,
-        /// With `--memory`: the machine's GPUs.
-        #[arg(long, default_value_t = 0, requires = "memory")]
-        gpus: u32,
-        /// The first port of the engines' ports.
-        #[arg(long, default_value_t = 50052)]
-        port: u16,
-        /// Time between passes.
-        #[arg(long, default_value = "1s")]
-        interval: String,
-        /// The loop takes this machine for down when its report is this old.
-        #[arg(long, default_value = "10s")]
-        lease: String,
-        /// Where each engine's log goes (default: a folder under the system's temporary one).
-        #[arg(long, value_name = "DIR")]
-        log_dir: Option<PathBuf>,
-        /// Serve Prometheus metrics at this address (`/metrics`): the machine's state, its
-        /// engines', its receipts, and its llama-servers' own counters by deployment.
-        #[arg(long, value_name = "IP:PORT")]
-        metrics: Option<String>,
-        /// Stop after this many passes (default: run until stopped).
-        #[arg(long)]
-        passes: Option<u64>,
-    },
+    Agent(AgentArgs),
     /// Turn a plan into what an engine takes: llama.cpp flags, vLLM, exo, Kubernetes, DeepSpeed,
     /// Megatron.
     Export {
@@ -266,7 +222,7 @@ pub(crate) enum Command {
     },
     /// Run the control loop: keep every deployment's replicas placed as nodes come and go.
     Reconcile {
-        /// The state: a redb file (created if missing) or `etcd://host:port[/prefix]`.
+        /// The state: a redb file (created if missing) or `etcd://[USER@]host:port[/prefix]` (`etcds://` over TLS).
         #[arg(long, default_value = STORE_DEFAULT)]
         store: String,
         /// Time between passes.
@@ -322,6 +278,54 @@ pub(crate) enum Command {
 }
 
 /// Where the loop's measurements come from (`reconcile`, and `status` to show them).
+/// `stageplan agent`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AgentArgs {
+    /// The state the loop keeps: a redb file or `etcd://[USER@]host:port[/prefix]` (`etcds://` over TLS).
+    #[arg(long, default_value = STORE_DEFAULT)]
+    pub store: String,
+    /// This machine's node, as `nodes add` and the deployments' scenarios name it.
+    #[arg(long)]
+    pub node: String,
+    /// The folder holding llama.cpp's `llama-server` and `ggml-rpc-server`.
+    #[arg(long, value_name = "DIR")]
+    pub engine: PathBuf,
+    /// How the other machines reach this one (a host name or an IP address).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: String,
+    /// Where the engines listen (an IP address; default: `--address` when it is one).
+    /// llama.cpp's RPC server has no authentication: `0.0.0.0` only if every network that
+    /// reaches this machine is trusted.
+    #[arg(long, value_name = "IP")]
+    pub bind: Option<String>,
+    /// Join the fleet with this much memory for stages (as `nodes add --memory`);
+    /// without it, the node must have been added.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// With `--memory`: the machine's GPUs.
+    #[arg(long, default_value_t = 0, requires = "memory")]
+    pub gpus: u32,
+    /// The first port of the engines' ports.
+    #[arg(long, default_value_t = 50052)]
+    pub port: u16,
+    /// Time between passes.
+    #[arg(long, default_value = "1s")]
+    pub interval: String,
+    /// The loop takes this machine for down when its report is this old.
+    #[arg(long, default_value = "10s")]
+    pub lease: String,
+    /// Where each engine's log goes (default: a folder under the system's temporary one).
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics at this address (`/metrics`): the machine's state, its
+    /// engines', its receipts, and its llama-servers' own counters by deployment.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics: Option<String>,
+    /// Stop after this many passes (default: run until stopped).
+    #[arg(long)]
+    pub passes: Option<u64>,
+}
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct Measured {
     /// Measurements (re-read every pass by `reconcile`): utilization per deployment for autoscaling

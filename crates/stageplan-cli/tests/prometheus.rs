@@ -7,8 +7,8 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -93,36 +93,16 @@ fn answer(mut stream: TcpStream, exposed: &Mutex<Exposed>) -> std::io::Result<()
     )
 }
 
-/// Debian's `prometheus` on a free port with a temporary data dir, killed when dropped.
-struct Prometheus {
-    child: Child,
-    url: String,
-    dir: PathBuf,
-}
+/// Debian's `prometheus` scraping the exporter: its stageplan metrics, and llama.cpp's
+/// counters labelled as the deployment's.
+struct Prometheus(stageplan_store::testing::PrometheusServer);
 
 impl Prometheus {
-    fn start(dir: &Path, exporter: u16) -> Prometheus {
-        let port = free_port();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-                 scrape_configs:\n\
-                 - job_name: stages\n  static_configs: [{{targets: ['127.0.0.1:{exporter}']}}]\n\
-                 - job_name: llama\n  metrics_path: /llama\n  static_configs: [{{targets: ['127.0.0.1:{exporter}'], labels: {{deployment: chat}}}}]\n"
-            ),
-        )
-        .unwrap();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("`prometheus` runs: install Debian's prometheus (cargo xtask test does)");
-        Prometheus { child, url: format!("http://127.0.0.1:{port}"), dir: dir.to_owned() }
+    fn start(exporter: u16) -> Prometheus {
+        Prometheus(stageplan_store::testing::PrometheusServer::start(&format!(
+            "- job_name: stages\n  static_configs: [{{targets: ['127.0.0.1:{exporter}']}}]\n\
+             - job_name: llama\n  metrics_path: /llama\n  static_configs: [{{targets: ['127.0.0.1:{exporter}'], labels: {{deployment: chat}}}}]\n"
+        )))
     }
 
     /// Waits until a query answers with `series` series.
@@ -132,7 +112,7 @@ impl Prometheus {
             ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build().into();
         loop {
             let answer = agent
-                .get(format!("{}/api/v1/query", self.url))
+                .get(format!("{}/api/v1/query", self.0.url))
                 .query("query", promql)
                 .call()
                 .ok()
@@ -145,18 +125,10 @@ impl Prometheus {
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "Prometheus at {} never had `{promql}`: {answer:?}",
-                self.url
+                self.0.url
             );
             std::thread::sleep(Duration::from_millis(250));
         }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(self.dir.join("tsdb"));
     }
 }
 
@@ -218,10 +190,10 @@ fn a_slow_machine_seen_through_prometheus_is_rebalanced_and_a_broken_source_chan
         e.free = vec![("desk", 3 << 30), ("gamer", 3 << 30), ("mac", 40 << 30)];
     }
     let port = exporter(exposed.clone());
-    let prometheus = Prometheus::start(&dir, port);
+    let prometheus = Prometheus::start(port);
     prometheus.wait_for("stageplan_stage_step_seconds", before.len());
     prometheus.wait_for(TOKEN_QUERY, 1);
-    let url = prometheus.url.clone();
+    let url = prometheus.0.url.clone();
 
     // `status` reads through Prometheus: measured against predicted, and the pipeline's
     // llama.cpp figure (10 tokens per 1.3 s).

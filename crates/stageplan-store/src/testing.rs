@@ -1,5 +1,6 @@
-//! Test support: a real etcd server on 127.0.0.1 for one test, temporary directories, and
-//! a small cluster's records. Used by this crate's tests, the CLI's and the fuzz target.
+//! Test support: a real etcd server (and a real Prometheus) on 127.0.0.1 for one test,
+//! temporary directories, and a small cluster's records. Used by this crate's tests, the
+//! CLI's and the fuzz target.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -226,6 +227,54 @@ impl EtcdServer {
 }
 
 impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Debian's `prometheus` on a free port, scraping every second, its data in a folder of
+/// its own; killed when dropped.
+#[derive(Debug)]
+pub struct PrometheusServer {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    dir: PathBuf,
+}
+
+impl PrometheusServer {
+    /// Starts it with `scrape_configs`, the YAML list of its jobs (each line indented as a
+    /// list item: `- job_name: …`).
+    ///
+    /// # Panics
+    /// When `prometheus` is not installed.
+    pub fn start(scrape_configs: &str) -> PrometheusServer {
+        let dir = temp_dir("prometheus");
+        let port = free_port();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n{}",
+                scrape_configs.trim_end()
+            ) + "\n",
+        )
+        .expect("the temporary folder is writable");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("`prometheus` runs: install Debian's prometheus (cargo xtask test does)");
+        PrometheusServer { child, url: format!("http://127.0.0.1:{port}"), dir }
+    }
+}
+
+impl Drop for PrometheusServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -17,27 +16,11 @@ use stageplan_store::AnyStore;
 use tracing::{info, warn};
 
 use super::reconcile::{duration, init_logging, resolve};
+use crate::cli::AgentArgs;
 use crate::outcome::{Failure, Outcome};
 use crate::store;
 
-/// `stageplan agent`'s arguments.
-pub(super) struct AgentRequest {
-    pub store: String,
-    pub node: String,
-    pub engine: PathBuf,
-    pub address: String,
-    pub bind: Option<String>,
-    /// `--memory` and `--gpus`: the node's record, written at start.
-    pub join: Option<(String, u32)>,
-    pub port: u16,
-    pub interval: String,
-    pub lease: String,
-    pub log_dir: Option<PathBuf>,
-    pub metrics: Option<String>,
-    pub passes: Option<u64>,
-}
-
-pub(super) fn agent(request: AgentRequest) -> Result<Outcome, Failure> {
+pub(super) fn agent(request: AgentArgs) -> Result<Outcome, Failure> {
     let node = request.node;
     if !stageplan_reconcile::spec::is_name(&node) {
         return Err(Failure(format!(
@@ -45,7 +28,7 @@ pub(super) fn agent(request: AgentRequest) -> Result<Outcome, Failure> {
             line(&node)
         )));
     }
-    let joining = request.join.as_ref().map(|(memory, gpus)| super::nodes::node(&node, memory, *gpus)).transpose()?;
+    let joining = request.memory.as_ref().map(|memory| super::nodes::node(&node, memory, request.gpus)).transpose()?;
     let interval = duration("--interval", &request.interval)?;
     let lease = duration("--lease", &request.lease)?;
     if lease < interval * 2 {

@@ -66,34 +66,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Verify { scenario, engine, model, out, format } => {
             verify::verify(&scenario, &engine, model.as_deref(), out.as_deref(), format)
         }
-        Command::Agent {
-            store,
-            node,
-            engine,
-            address,
-            bind,
-            memory,
-            gpus,
-            port,
-            interval,
-            lease,
-            log_dir,
-            metrics,
-            passes,
-        } => agent::agent(agent::AgentRequest {
-            store,
-            node,
-            engine,
-            address,
-            bind,
-            join: memory.map(|m| (m, gpus)),
-            port,
-            interval,
-            lease,
-            log_dir,
-            metrics,
-            passes,
-        }),
+        Command::Agent(args) => agent::agent(args),
         Command::RunSharded { scenario, width, tokens, micro_batches, replicas } => {
             run_sharded::run_sharded(&scenario, &run_sharded::ShardedOptions { width, tokens, micro_batches, replicas })
         }

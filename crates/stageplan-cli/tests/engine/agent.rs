@@ -6,7 +6,7 @@
 
 use super::*;
 
-use stageplan_store::testing::EtcdServer;
+use stageplan_store::testing::{EtcdServer, PrometheusServer};
 
 /// Agents and the loop pass this often; an agent silent for `LEASE` is gone.
 const INTERVAL: &str = "300ms";
@@ -114,46 +114,6 @@ fn engines(model: &str, program: &str) -> usize {
         .count()
 }
 
-/// Debian's `prometheus` scraping every agent's `/metrics` each second, killed when dropped.
-struct Prometheus {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Prometheus {
-    fn start(dir: &Path, agents: &[u16]) -> Prometheus {
-        let port = free_port();
-        let targets: Vec<String> = agents.iter().map(|p| format!("'127.0.0.1:{}'", metrics_port(*p))).collect();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-                 scrape_configs:\n\
-                 - job_name: agents\n  static_configs: [{{targets: [{}]}}]\n",
-                targets.join(", ")
-            ),
-        )
-        .unwrap();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("`prometheus` runs: install Debian's prometheus (cargo xtask test does)");
-        Prometheus { child, url: format!("http://127.0.0.1:{port}") }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let started = Instant::now();
     loop {
@@ -204,7 +164,12 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
         .enumerate()
         .map(|(i, name)| start_agent(&store, name, 40000 + 300 * i as u16, &bin, &logs))
         .collect();
-    let prometheus = Prometheus::start(&work, &agents.iter().map(|a| a.port).collect::<Vec<_>>());
+    // Debian's `prometheus`, scraping every agent's `/metrics`.
+    let targets: Vec<String> = agents.iter().map(|a| format!("'127.0.0.1:{}'", metrics_port(a.port))).collect();
+    let prometheus = PrometheusServer::start(&format!(
+        "- job_name: agents\n  static_configs: [{{targets: [{}]}}]",
+        targets.join(", ")
+    ));
     let reconcile = Command::new(env!("CARGO_BIN_EXE_stageplan"))
         .args(["reconcile", "--store", &store, "--interval", INTERVAL, "--lease", LEASE])
         .stdout(Stdio::null())
