@@ -56,14 +56,20 @@ pub struct AgentConfig {
     pub resolve: fn(&Scenario) -> Result<Problem, String>,
 }
 
-/// One replica's part on this machine: its processes, the first port of its block,
-/// llama-server's address where this machine serves it, and the plan and launches they
-/// come from (what a receipt compares).
+/// One replica's part on this machine: its processes, the first port of its block, and
+/// where this machine serves it, llama-server's address, the plan and every machine's
+/// launches (what it publishes, and what a receipt compares).
 struct Run {
     port: u16,
-    endpoint: Option<String>,
     specs: BTreeMap<String, Spec>,
+    served: Option<Served>,
+}
+
+/// What the machine that serves a replica planned.
+struct Served {
+    endpoint: Option<String>,
     plan: Plan,
+    hosts: BTreeMap<String, String>,
     launches: Vec<Launch>,
 }
 
@@ -145,11 +151,17 @@ impl Agent {
                 processes: Vec::new(),
                 receipt: None,
                 receipt_failed: None,
+                hosts: BTreeMap::new(),
+                launches: Vec::new(),
             };
             match self.replica(&key, deployment, planned, &reports) {
                 Ok(run) => {
                     replica.port = run.port;
-                    replica.endpoint.clone_from(&run.endpoint);
+                    if let Some(served) = &run.served {
+                        replica.endpoint.clone_from(&served.endpoint);
+                        replica.hosts.clone_from(&served.hosts);
+                        replica.launches = served.launches.iter().map(crate::launch::Published::from).collect();
+                    }
                     replica.processes = run.specs.keys().map(|n| ProcessReport::of(n, &State::Starting)).collect();
                     wanted.extend(run.specs.clone());
                     runs.insert(key.clone(), run);
@@ -167,8 +179,8 @@ impl Agent {
                     *process = ProcessReport::of(&process.name, state);
                 }
             }
-            if let Some(run) = runs.get(key) {
-                self.measure(key, run, replica);
+            if let Some(served) = runs.get(key).and_then(|r: &Run| r.served.as_ref()) {
+                self.measure(key, &runs[key].specs, served, replica);
             }
         }
         self.receipts.retain(|key, _| replicas.contains_key(key));
@@ -247,8 +259,10 @@ impl Agent {
         out
     }
 
-    /// This machine's processes of one replica, with the first port of its block and, where
-    /// it serves the replica, llama-server's address; or why it cannot run them.
+    /// This machine's processes of one replica, with the first port of its block; or why it
+    /// cannot run them. The machine of the first stage plans the replica (it alone needs the
+    /// model file) and publishes every machine's launches; the others start theirs once the
+    /// launches it published dial them at the block they published.
     fn replica(
         &mut self,
         key: &str,
@@ -256,15 +270,20 @@ impl Agent {
         planned: &Planned,
         reports: &BTreeMap<String, AgentReport>,
     ) -> Result<Run, String> {
+        let me = self.config.node.clone();
+        let has_gpus =
+            deployment.stages.iter().any(|s| s.node.as_deref() == Some(me.as_str()) && !s.gpu_ids.is_empty());
+        let (port, len) = self.block(key, block_len(has_gpus))?;
+        let head = deployment.stages.first().and_then(|s| s.node.clone()).unwrap_or_default();
+        if head != me {
+            return self.follow(key, port, reports.get(&head).filter(|r| !r.stopped).and_then(|r| r.replicas.get(key)));
+        }
         let plan = replica_plan(deployment, planned, self.config.resolve)?;
         let model = plan
             .model
             .file
             .clone()
             .ok_or("its scenario names no model file: deploy it with `model.file`, the `.gguf` llama.cpp loads")?;
-        let me = self.config.node.clone();
-        let has_gpus = plan.stages.iter().any(|s| s.gpu_of.as_ref().is_some_and(|g| g.machine == me));
-        let (port, len) = self.block(key, block_len(has_gpus))?;
         let server_port = port + len - 1;
         // This machine at its own block; the others where their agents say theirs serve.
         let mut hosts = BTreeMap::new();
@@ -283,7 +302,7 @@ impl Agent {
             }
         }
         let mut options = ExportOptions::for_plan(&plan);
-        options.hosts = hosts;
+        options.hosts = hosts.clone();
         options.model = Some(model);
         let launches = stageplan::export::llama_cpp_launches(&plan, &options).map_err(|e| e.to_string())?;
         let server = SocketAddr::new(self.config.bind, server_port);
@@ -311,7 +330,28 @@ impl Agent {
             }
             specs.insert(name, spec);
         }
-        Ok(Run { port, endpoint, specs, plan, launches })
+        Ok(Run { port, specs, served: Some(Served { endpoint, plan, hosts, launches }) })
+    }
+
+    /// A machine that does not serve the replica: its rpc-servers as the serving machine
+    /// published them, once that machine dials this one at the block it has (else none yet).
+    fn follow(&self, key: &str, port: u16, head: Option<&ReplicaReport>) -> Result<Run, String> {
+        let me = &self.config.node;
+        let mut specs = BTreeMap::new();
+        let dialed_here = head.and_then(|h| h.hosts.get(me)) == Some(&format!("{}:{port}", self.config.address));
+        if let Some(head) = head.filter(|_| dialed_here) {
+            // llama-server's address is the serving machine's business: none here.
+            let unused = SocketAddr::new(self.config.bind, 0);
+            for (i, launch) in head.launches.iter().enumerate().filter(|(_, l)| &l.machine == me) {
+                if launch.program == SERVER {
+                    return Err("the machine that serves it asks this one to run llama-server".to_owned());
+                }
+                let mut spec = crate::launch::published_spec(launch, &self.config.engine, self.config.cores, unused)?;
+                bind_to(&mut spec, self.config.bind);
+                specs.insert(format!("{key}/rpc{i}"), spec);
+            }
+        }
+        Ok(Run { port, specs, served: None })
     }
 
     /// The first port and length of `key`'s block: the one it has, or the lowest free run of
@@ -344,9 +384,9 @@ impl Agent {
 
     /// Starts measuring a replica this machine serves once its llama-server serves, and
     /// keeps the receipt until the server's spec changes (a new split is measured again).
-    fn measure(&mut self, key: &str, run: &Run, replica: &mut ReplicaReport) {
+    fn measure(&mut self, key: &str, specs: &BTreeMap<String, Spec>, served: &Served, replica: &mut ReplicaReport) {
         let name = format!("{key}/server");
-        let Some(spec) = run.specs.get(&name) else { return };
+        let Some(spec) = specs.get(&name) else { return };
         if let Some((measured, receipt)) = self.receipts.get(key)
             && measured == spec
         {
@@ -384,7 +424,8 @@ impl Agent {
             return;
         }
         let (Some(log), crate::Ready::Http { address, .. }) = (self.supervisor.log(&name), &spec.ready) else { return };
-        let (log, address, plan, launches) = (log.to_path_buf(), *address, run.plan.clone(), run.launches.clone());
+        let (log, address, plan, launches) =
+            (log.to_path_buf(), *address, served.plan.clone(), served.launches.clone());
         let (send, receive) = mpsc::channel();
         std::thread::spawn(move || {
             let _ = send.send(Receipt::measure(&plan, &launches, address, &log));

@@ -193,6 +193,8 @@ mod tests {
                 }],
                 receipt: None,
                 receipt_failed: None,
+                hosts: BTreeMap::new(),
+                launches: Vec::new(),
             },
         );
         let report = AgentReport {

@@ -53,6 +53,13 @@ pub struct ReplicaReport {
     /// Why the last measurement failed, while there is no receipt (tried again later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt_failed: Option<String>,
+    /// Where the machine that serves the replica dials each machine's rpc-servers (`host:port`,
+    /// by machine), and every machine's launches it planned with them: the others start
+    /// theirs from here, so only this machine reads the model file.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub launches: Vec<crate::launch::Published>,
 }
 
 impl ReplicaReport {
@@ -215,6 +222,8 @@ mod tests {
                 }],
                 receipt: None,
                 receipt_failed: None,
+                hosts: BTreeMap::new(),
+                launches: Vec::new(),
             },
         );
         let text = serde_json::to_string(&r).unwrap();

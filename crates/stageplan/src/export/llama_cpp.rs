@@ -25,7 +25,7 @@ const RPC_PORT: u16 = 50052;
 
 /// The RPC server's binary (`tools/rpc/CMakeLists.txt`); builds before llama.cpp PR #25045
 /// (June 2026) call it `rpc-server`.
-const RPC_SERVER: &str = "ggml-rpc-server";
+pub const RPC_SERVER: &str = "ggml-rpc-server";
 
 /// llama.cpp's default `--ubatch-size` and `--batch-size`.
 const UBATCH: u64 = 512;

@@ -36,7 +36,7 @@ use crate::plan::Plan;
 use crate::presets::ModelPreset;
 use crate::problem::Problem;
 
-pub use llama_cpp::{Launch, Word, llama_cpp_layers, tensor_split};
+pub use llama_cpp::{Launch, RPC_SERVER, Word, llama_cpp_layers, tensor_split};
 
 /// An engine a plan can be exported to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
