@@ -1,13 +1,14 @@
 //! The agent's pass: from the bindings in the store to the processes this machine runs, and
 //! back to the store as its report ([`AgentReport`]).
 //!
-//! Every agent reads the same records and computes the same launches — a replica's plan is
-//! its deployment's scenario with the bound split ([`replica_plan`]), exported for llama.cpp
-//! — and starts the ones for its own machine. Ports are each agent's to choose (a block per
-//! replica, kept while the replica runs there) and published in its report; the machine
-//! that serves a replica starts llama-server only once every other machine's agent reports
-//! its rpc-servers for it serving, at the addresses and ports it reports. A replica whose
-//! bindings do not yet match its deployment's stages (a move under way) runs nothing new.
+//! The machine of a replica's first stage plans it — its deployment's scenario with the
+//! bound split ([`replica_plan`]), exported for llama.cpp — and publishes every machine's
+//! launches in its report; the others start theirs from there, so only that machine reads
+//! the model file. Ports are each agent's to choose (a block per replica, kept while the
+//! replica runs there) and published in its report; the machine that serves a replica
+//! starts llama-server only once every other machine's agent reports its rpc-servers for it
+//! serving. A replica whose bindings do not yet match its deployment's stages (a move under
+//! way) runs nothing new.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -179,8 +180,10 @@ impl Agent {
                     *process = ProcessReport::of(&process.name, state);
                 }
             }
-            if let Some(served) = runs.get(key).and_then(|r: &Run| r.served.as_ref()) {
-                self.measure(key, &runs[key].specs, served, replica);
+            if let Some(run) = runs.get(key)
+                && let Some(served) = &run.served
+            {
+                self.measure(key, &run.specs, served, replica);
             }
         }
         self.receipts.retain(|key, _| replicas.contains_key(key));
