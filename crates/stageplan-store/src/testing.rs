@@ -71,6 +71,24 @@ pub struct EtcdServer {
     tls: Option<PathBuf>,
 }
 
+/// Debian's `etcd` with its data in `dir`, serving clients at `scheme://address` and its one
+/// peer on `peer`, with `extra` arguments.
+fn spawn_etcd(dir: &std::path::Path, scheme: &str, address: &str, peer: u16, extra: &[std::ffi::OsString]) -> Child {
+    Command::new("etcd")
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--listen-client-urls", &format!("{scheme}://{address}")])
+        .args(["--advertise-client-urls", &format!("{scheme}://{address}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)")
+}
+
 /// The test user of a secure etcd ([`EtcdServer::start_secure`]) and its password.
 pub const ETCD_USER: (&str, &str) = ("root", "stageplan-test-password");
 
@@ -83,18 +101,7 @@ impl EtcdServer {
         let dir = temp_dir("etcd");
         let (client, peer) = (free_port(), free_port());
         let address = format!("127.0.0.1:{client}");
-        let child = Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &format!("http://{address}")])
-            .args(["--advertise-client-urls", &format!("http://{address}")])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)");
+        let child = spawn_etcd(&dir, "http", &address, peer, &[]);
         let started = Instant::now();
         while EtcdStore::connect(&address).is_err() {
             assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start on {address}");
@@ -164,25 +171,16 @@ impl EtcdServer {
         }
         let (client, peer) = (free_port(), free_port());
         let address = format!("127.0.0.1:{client}");
-        let child = Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &format!("https://{address}")])
-            .args(["--advertise-client-urls", &format!("https://{address}")])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
-            .arg("--cert-file")
-            .arg(certs.join("server.pem"))
-            .arg("--key-file")
-            .arg(certs.join("server-key.pem"))
-            .arg("--client-cert-auth")
-            .arg("--trusted-ca-file")
-            .arg(certs.join("ca.pem"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)");
+        let tls = [
+            "--cert-file".into(),
+            certs.join("server.pem").into_os_string(),
+            "--key-file".into(),
+            certs.join("server-key.pem").into_os_string(),
+            "--client-cert-auth".into(),
+            "--trusted-ca-file".into(),
+            certs.join("ca.pem").into_os_string(),
+        ];
+        let child = spawn_etcd(&dir, "https", &address, peer, &tls);
         let server = EtcdServer { child, address, dir, tls: Some(certs) };
         let started = Instant::now();
         let admin = loop {

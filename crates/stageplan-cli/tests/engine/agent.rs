@@ -131,13 +131,7 @@ fn agents_serve_the_plan_lose_a_machine_and_serve_again() {
     let etcd = EtcdServer::start();
     let store = format!("etcd://{}", etcd.address());
     let model = work.join("model-f16.gguf");
-    let status_ok = Command::new(python())
-        .arg(repo().join("tests/engine/write_gguf.py"))
-        .arg(&model)
-        .args(["--layers", "8"])
-        .status()
-        .expect("the GGUF writer runs");
-    assert!(status_ok.success(), "write_gguf.py failed");
+    write_gguf(&model, &["--layers", "8"]);
     // Three machines, each too small for the model alone, any two enough.
     let node = |name: &str| {
         format!(

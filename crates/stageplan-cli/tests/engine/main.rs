@@ -762,6 +762,17 @@ fn stageplan_fails(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `write_gguf.py ARGS` writing `model`: the reference writer's random-weight GGUF.
+fn write_gguf(model: &Path, args: &[&str]) {
+    let status = Command::new(python())
+        .arg(repo().join("tests/engine/write_gguf.py"))
+        .arg(model)
+        .args(args)
+        .status()
+        .expect("the GGUF writer runs");
+    assert!(status.success(), "write_gguf.py {args:?} failed");
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

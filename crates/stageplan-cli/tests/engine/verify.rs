@@ -8,13 +8,7 @@ use super::*;
 fn verify_runs_the_export_and_receipts_what_llama_cpp_allocated() {
     let Some((bin, work)) = llama_cpp_and_workspace("stageplan-verify") else { return };
     let model = work.join("model-f16.gguf");
-    let status = Command::new(python())
-        .arg(repo().join("tests/engine/write_gguf.py"))
-        .arg(&model)
-        .args(["--layers", "8"])
-        .status()
-        .expect("the GGUF writer runs");
-    assert!(status.success(), "write_gguf.py failed");
+    write_gguf(&model, &["--layers", "8"]);
     // Two machines whose memory forces two stages, as `f16-2-machines` in main.rs.
     let node = |name: &str| {
         format!(
