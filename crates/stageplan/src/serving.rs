@@ -36,26 +36,43 @@ pub struct ServingCost {
 
 impl ServingCost {
     /// The steps of `plan`, made for `problem`, as one llama-server runs them: one
-    /// sequence's decode step on the plan's stage with the memory of all the problem's
+    /// sequence's decode step through every stage with the memory of all the problem's
     /// sequences (their KV cache placed, a step reading one), and the plan's prompt rate.
     ///
+    /// A pipeline is one llama-server whose devices (its own and its rpc-servers') run each
+    /// step's graph in turn, the activations hopping between them: a step costs the sum of
+    /// its stages and hops, as the plan's `latency_s` does for one sequence. llama.cpp
+    /// overlaps devices only across the micro-batches of one long prompt, and only where every
+    /// device has events, which the RPC backend has not; so a prompt token costs every
+    /// stage's prefill in turn too.
+    ///
     /// # Errors
-    /// A plan that does not fit, or that is not one stage on one device (a pipeline or a
-    /// tensor-parallel group is not simulated yet).
+    /// A plan that does not fit, or that has a tensor-parallel group (not simulated yet).
     pub fn of(problem: &crate::Problem, plan: &crate::Plan) -> Result<ServingCost, ServingError> {
-        let (Some(stage), true) = (plan.stages.first(), plan.feasible) else { return Err(ServingError::NoPlan) };
-        let node = problem.nodes.iter().position(|n| n.name == stage.node);
-        let (1, true, Some(node)) = (plan.stages.len(), stage.tensor_parallel.is_empty(), node) else {
-            return Err(ServingError::Stages { stages: plan.stages.len() });
-        };
+        if plan.stages.is_empty() || !plan.feasible {
+            return Err(ServingError::NoPlan);
+        }
+        let stages: Option<Vec<(usize, usize, usize)>> = plan
+            .stages
+            .iter()
+            .map(|stage| {
+                let node = problem.nodes.iter().position(|n| n.name == stage.node)?;
+                stage.tensor_parallel.is_empty().then_some((node, stage.layers[0], stage.layers[1]))
+            })
+            .collect();
+        let Some(stages) = stages else { return Err(ServingError::Stages { stages: plan.stages.len() }) };
         let all = crate::CostModel::new(problem);
         let batch = problem.workload.batch;
-        let [start, end] = stage.layers;
-        let step_s = all.micro_batched(batch).time(node, start, end, None).total();
-        let token_s = 1.0 / plan.prefill_tokens_per_s;
+        // A step through every stage, each sending to the next and the last back to the first.
+        let step = |cost: &crate::CostModel| -> f64 {
+            let next = |s: usize| (stages.len() > 1).then(|| stages[(s + 1) % stages.len()].0);
+            stages.iter().enumerate().map(|(s, &(node, start, end))| cost.time(node, start, end, next(s)).total()).sum()
+        };
+        let step_s = step(&all.micro_batched(batch));
+        let token_s: f64 = plan.stages.iter().map(|s| s.time.prefill_s).sum();
         let sequence_s = match batch {
             0 | 1 => token_s,
-            _ => ((all.time(node, start, end, None).total() - step_s) / (batch - 1) as f64).max(0.0),
+            _ => ((step(&all) - step_s) / (batch - 1) as f64).max(0.0),
         };
         Ok(ServingCost { step_s, sequence_s, token_s })
     }
@@ -147,7 +164,7 @@ pub enum ServingError {
     #[error("the `{field}` target must be a time above 0")]
     Target { field: &'static str },
     #[error(
-        "the plan has {stages} stages or a tensor-parallel group; serving is simulated for one llama-server on one device: plan the users on one machine"
+        "the plan for these users runs a stage on a tensor-parallel group ({stages} stages), whose serving is not simulated yet; a layer split over the same GPUs is: plan it with `--policy memory-proportional`"
     )]
     Stages { stages: usize },
 }
@@ -338,7 +355,7 @@ pub enum Limit {
     Target { users: u32, missed: Missed },
     /// `users` users' slots and KV cache do not fit one machine.
     Memory { users: u32 },
-    /// `users` users' plan is not one stage on one device, which is all that is simulated
+    /// `users` users' plan runs a stage on a tensor-parallel group, which is not simulated
     /// yet ([`ServingError::Stages`]).
     Stages { users: u32, stages: usize },
     /// [`MAX_USERS`] users meet the targets; more are not tried.
@@ -367,8 +384,8 @@ enum Trial {
 ///
 /// # Errors
 /// An engine other than llama.cpp, no target, a target that is not a positive time, a zero
-/// in `load`, or a problem where one user's plan does not fit or is not one stage on one
-/// device.
+/// in `load`, or a problem where one user's plan does not fit or has a tensor-parallel
+/// group.
 pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Result<Capacity, ServingError> {
     llama_server(problem)?;
     targets.check()?;
@@ -684,10 +701,39 @@ mod tests {
             Err(ServingError::Zero { field: "prompt" })
         );
         assert_eq!(capacity(&one_gpu("1 GB", ""), load(1), targets(Some(1.0), None)), Err(ServingError::NoPlan));
-        // Two GPUs of 2 GB: one user's plan is a pipeline, which is not simulated.
-        let pipeline = one_gpu("2 GB", r#", {"name": "other", "device": "rtx-3060-12gb", "memory": "2 GB"}"#);
-        let refused = capacity(&pipeline, load(1), targets(Some(1.0), None));
-        assert!(matches!(refused, Err(ServingError::Stages { .. })), "{refused:?}");
+    }
+
+    /// Two GPUs of 2 GB over a 1 Gbit/s link: the model needs both, a pipeline.
+    fn pipeline() -> crate::Problem {
+        let json = r#"{"model": {"preset": "llama-3.2-1b", "weights": "q8_0"},
+            "workload": {"context": 1024, "prompt": 128, "response": 64},
+            "nodes": [{"name": "gpu", "device": "rtx-3060-12gb", "memory": "2 GB"},
+                      {"name": "other", "device": "rtx-3060-12gb", "memory": "2 GB"}],
+            "links": {"default": {"bandwidth": "1 Gbit/s", "latency": "2 ms"}}}"#;
+        crate::check(json, crate::check::no_model_files).unwrap().problem
+    }
+
+    #[test]
+    fn a_pipeline_steps_through_every_stage_and_hop_in_turn() {
+        let problem = pipeline();
+        let plan = crate::plan_with(&with_batch(&problem, 1), crate::planner::PlanOptions::bare());
+        assert_eq!(plan.stages.len(), 2, "{plan:?}");
+        let cost = ServingCost::of(&with_batch(&problem, 1), &plan).unwrap();
+        // One user: a step is the plan's latency, both stages and both hops (2 ms each).
+        let latency = plan.latency_s.unwrap();
+        assert!(close(cost.step_s, latency), "{cost:?} against {latency}");
+        assert!(cost.step_s > 4e-3 + plan.stages.iter().map(|s| s.time.memory_s).sum::<f64>());
+        let prefill: f64 = plan.stages.iter().map(|s| s.time.prefill_s).sum();
+        assert!(close(cost.token_s, prefill) && cost.token_s > 1.0 / plan.prefill_tokens_per_s);
+        // Four users: their further sequences add each stage's share; the hops are paid once.
+        let four = with_batch(&problem, 4);
+        let plan = crate::plan_with(&four, crate::planner::PlanOptions::bare());
+        let cost = ServingCost::of(&four, &plan).unwrap();
+        assert!(cost.sequence_s > 0.0 && cost.sequence_s < cost.step_s / 2.0, "{cost:?}");
+        // And the pipeline's users are counted as one server's.
+        let one = served_by(&problem, 1).unwrap();
+        let found = capacity(&problem, load(1), targets(None, Some(one.tpot_s[1] * 1.5))).unwrap();
+        assert!(found.users > 1 && found.plan.stages.len() == 2, "{found:?}");
     }
 
     #[test]

@@ -16,8 +16,16 @@
 //! each, the same figures as `stageplan plan --users N` prints them
 //! ([`stageplan::serving::simulate`]: llama-server's scheduler run over the plan's steps)
 //! for the machine as `stageplan probe --cpu --engine` measures it on the same file, with
-//! the same load. The table goes to standard output and `~/.cache/stageplan/serve-check.md`; it is
-//! recorded, not asserted (issue #47 asks for 15% on TTFT and TPOT, 10% on tok/s).
+//! the same load.
+//!
+//! Then the same users of a pipeline: the model split in two halves, each on "a machine" that
+//! is an rpc-server on this CPU, run as `stageplan export --to llama-cpp` writes it (the
+//! plan's own launches, `stageplan::export::llama_cpp_launches`: both rpc-servers and one
+//! llama-server with `--rpc`, `--device RPC0,RPC1` and `--tensor-split`), beside what
+//! `stageplan plan --users N` says of that split. The devices run each step in turn, so both
+//! halves get the whole CPU. The tables go to standard output and
+//! `~/.cache/stageplan/serve-check.md`; they are recorded, not asserted (issue #47 asks for
+//! 15% on TTFT and TPOT, 10% on tok/s).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -78,56 +86,94 @@ pub(crate) fn serve_check(python: &Path, llama_cpp: &Path, cli: &Path) -> Result
     let model = crate::cpu_check::models(python, llama_cpp)?.join("llama-1b-Q8_0.gguf");
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let node = crate::cpu_check::probe(cli, &llama_cpp.join("llama-bench"), &model, threads)?.node;
-    let mut rows = Vec::new();
-    for users in USERS {
-        let simulated = simulated(cli, &model, &node, users)?;
-        let server = Server::start(&llama_cpp.join("llama-server"), &model, users, threads)?;
-        // One request first: the weights paged in and the server's first graphs built.
-        request(server.port, 0)?;
-        let started = Instant::now();
-        let handles: Vec<_> = (0..users)
-            .map(|user| {
-                let port = server.port;
-                std::thread::spawn(move || -> Result<Vec<Request>, String> {
-                    (0..REQUESTS).map(|k| request(port, user * REQUESTS + k + 1)).collect()
-                })
-            })
-            .collect();
-        let mut done = Vec::new();
-        for handle in handles {
-            done.extend(handle.join().map_err(|_| "a user's thread panicked".to_owned())??);
-        }
-        let end = done.iter().map(|r| r.last).max().unwrap_or(started);
-        let wall_s = (end - started).as_secs_f64();
-        let tokens: usize = done.iter().map(|r| r.tokens).sum();
-        let ttft: Vec<f64> = done.iter().map(Request::ttft_s).collect();
-        let tpot: Vec<f64> = done.iter().map(Request::tpot_s).collect();
-        let quantiles = |v: &[f64]| [quantile(v, 0.5), quantile(v, 0.95)];
-        rows.push(Row {
-            users,
-            requests: done.len(),
-            ttft: quantiles(&ttft),
-            tpot: quantiles(&tpot),
-            aggregate: tokens as f64 / wall_s,
-            wall_s,
-            simulated,
-        });
-        eprintln!("    {users} users: {} requests in {wall_s:.1} s", done.len());
-    }
-    let table = table(&rows, threads);
-    println!("{table}");
-    let out = crate::cache().join("serve-check.md");
-    std::fs::write(&out, &table).map_err(|e| format!("{}: {e}", out.display()))?;
-    Ok(())
-}
-
-/// What `stageplan plan --users` says `users` see on the probed node.
-fn simulated(cli: &Path, model: &Path, node: &serde_json::Value, users: usize) -> Result<Simulated, String> {
-    let scenario = serde_json::json!({
+    let one = serde_json::json!({
         "model": {"file": model},
         "workload": {"context": CONTEXT_PER_SLOT, "prompt": PROMPT, "response": RESPONSE},
         "nodes": [node],
     });
+    let mut tables = String::new();
+    let mut rows = Vec::new();
+    for users in USERS {
+        let (simulated, _) = simulated(cli, &one, users)?;
+        let server = Servers::one(&llama_cpp.join("llama-server"), &model, users, threads)?;
+        rows.push(measure(&server, users, simulated)?);
+    }
+    tables += &table("llama-server", &rows, threads);
+    // Two halves of the layers, each on an rpc-server of this CPU.
+    let half = |name: &str| {
+        let mut half = node.clone();
+        half["name"] = name.into();
+        half
+    };
+    let layers = LLAMA_1B_LAYERS / 2;
+    let pipeline = serde_json::json!({
+        "model": {"file": model},
+        "workload": {"context": CONTEXT_PER_SLOT, "prompt": PROMPT, "response": RESPONSE},
+        "nodes": [half("a"), half("b")],
+        "links": {"default": loopback()},
+        "policy": "manual",
+        "stages": [{"node": "a", "layers": [0, layers]}, {"node": "b", "layers": [layers, LLAMA_1B_LAYERS]}],
+    });
+    let mut rows = Vec::new();
+    for users in USERS {
+        let (simulated, plan) = simulated(cli, &pipeline, users)?;
+        let servers = Servers::pipeline(llama_cpp, &model, &plan, threads)?;
+        rows.push(measure(&servers, users, simulated)?);
+    }
+    tables += "\n";
+    tables += &table("a pipeline of two rpc-servers (layers 0–8 and 8–16) under one llama-server", &rows, threads);
+    println!("{tables}");
+    let out = crate::cache().join("serve-check.md");
+    std::fs::write(&out, &tables).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(())
+}
+
+/// Blocks of the CPU check's Llama 3.2 1B shape.
+const LLAMA_1B_LAYERS: usize = 16;
+
+/// The link between two processes on 127.0.0.1, as the scenario states it: each step's RPC
+/// round trips are a fraction of a millisecond there.
+fn loopback() -> serde_json::Value {
+    serde_json::json!({"bandwidth": "1 GB/s", "latency": "100 us"})
+}
+
+/// `users` users against `servers`, each sending [`REQUESTS`] requests one after another.
+fn measure(servers: &Servers, users: usize, simulated: Simulated) -> Result<Row, String> {
+    // One request first: the weights paged in and the server's first graphs built.
+    request(servers.port, 0)?;
+    let started = Instant::now();
+    let handles: Vec<_> = (0..users)
+        .map(|user| {
+            let port = servers.port;
+            std::thread::spawn(move || -> Result<Vec<Request>, String> {
+                (0..REQUESTS).map(|k| request(port, user * REQUESTS + k + 1)).collect()
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for handle in handles {
+        done.extend(handle.join().map_err(|_| "a user's thread panicked".to_owned())??);
+    }
+    let end = done.iter().map(|r| r.last).max().unwrap_or(started);
+    let wall_s = (end - started).as_secs_f64();
+    let tokens: usize = done.iter().map(|r| r.tokens).sum();
+    let ttft: Vec<f64> = done.iter().map(Request::ttft_s).collect();
+    let tpot: Vec<f64> = done.iter().map(Request::tpot_s).collect();
+    let quantiles = |v: &[f64]| [quantile(v, 0.5), quantile(v, 0.95)];
+    eprintln!("    {users} users: {} requests in {wall_s:.1} s", done.len());
+    Ok(Row {
+        users,
+        requests: done.len(),
+        ttft: quantiles(&ttft),
+        tpot: quantiles(&tpot),
+        aggregate: tokens as f64 / wall_s,
+        wall_s,
+        simulated,
+    })
+}
+
+/// What `stageplan plan --users` says `users` see of `scenario`, and the plan it made.
+fn simulated(cli: &Path, scenario: &serde_json::Value, users: usize) -> Result<(Simulated, serde_json::Value), String> {
     let file = crate::cache().join("serve-check-scenario.json");
     std::fs::write(&file, scenario.to_string()).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut plan = Command::new(cli);
@@ -138,18 +184,19 @@ fn simulated(cli: &Path, model: &Path, node: &serde_json::Value, users: usize) -
         let at = |i: usize| number(&format!("/served/{key}/{i}")).ok_or(format!("the plan's `served` has no `{key}`"));
         Ok([at(0)?, at(1)?])
     };
-    Ok(Simulated {
+    let simulated = Simulated {
         ttft_s: pair("ttft_s")?,
         tpot_s: pair("tpot_s")?,
         tokens_per_s: number("/served/tokens_per_s").ok_or("the plan's `served` has no tok/s")?,
-    })
+    };
+    Ok((simulated, out.get("plan").cloned().ok_or("the answer has no `plan`")?))
 }
 
-fn table(rows: &[Row], threads: usize) -> String {
+fn table(what: &str, rows: &[Row], threads: usize) -> String {
     let ms = |s: f64| format!("{:.0}", s * 1e3);
     let off = |planned: f64, measured: f64| format!("{:+.0}%", (planned / measured - 1.0) * 100.0);
     let mut out = format!(
-        "llama-server, llama-1b Q8_0 (1.32 GB), {threads} threads, {PROMPT}-token prompts, {RESPONSE} tokens each, \
+        "{what}, llama-1b Q8_0 (1.32 GB), {threads} threads, {PROMPT}-token prompts, {RESPONSE} tokens each, \
          {REQUESTS} requests a user; simulated: `stageplan plan --users N` for the probed node\n\n\
          | users | requests | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | TPOT p95 ms | aggregate tok/s | wall s | simulated TTFT p50 / p95 ms | simulated TPOT p50 / p95 ms | simulated tok/s |\n\
          |---|---|---|---|---|---|---|---|---|---|---|\n"
@@ -189,33 +236,97 @@ fn quantile(values: &[f64], q: f64) -> f64 {
     v.get(rank - 1).copied().unwrap_or(f64::NAN)
 }
 
-/// A llama-server on 127.0.0.1, killed when dropped.
-struct Server {
-    child: Child,
+/// A llama-server on 127.0.0.1 and the rpc-servers it dials, killed when dropped.
+struct Servers {
+    children: Vec<Child>,
     port: u16,
 }
 
-impl Server {
-    fn start(binary: &Path, model: &Path, slots: usize, threads: usize) -> Result<Server, String> {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
-        let child = Command::new(binary)
-            .env("LD_LIBRARY_PATH", binary.parent().unwrap_or(binary))
+/// A port no process on 127.0.0.1 listens on now.
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+impl Servers {
+    /// One llama-server with `slots` slots on this CPU.
+    fn one(binary: &Path, model: &Path, slots: usize, threads: usize) -> Result<Servers, String> {
+        let port = free_port()?;
+        let mut server = Command::new(binary);
+        server
             .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
             .arg(model)
             .args(["--parallel", &slots.to_string(), "--ctx-size", &(slots * CONTEXT_PER_SLOT).to_string()])
-            .args(["--threads", &threads.to_string(), "--threads-batch", &threads.to_string()])
+            .args(["--threads", &threads.to_string(), "--threads-batch", &threads.to_string()]);
+        let mut servers = Servers { children: Vec::new(), port };
+        servers.spawn(&mut server, binary)?;
+        servers.healthy()?;
+        Ok(servers)
+    }
+
+    /// `plan`'s launches as `stageplan export --to llama-cpp` writes them, every machine on
+    /// 127.0.0.1 at a port of its own, each `"$(nproc)"` this CPU's `threads`; llama-server
+    /// serves on a free port.
+    fn pipeline(llama_cpp: &Path, model: &Path, plan: &serde_json::Value, threads: usize) -> Result<Servers, String> {
+        let plan: stageplan::Plan = serde_json::from_value(plan.clone()).map_err(|e| format!("the plan: {e}"))?;
+        let mut options = stageplan::export::ExportOptions::for_plan(&plan);
+        let mut rpc_ports = Vec::new();
+        for stage in &plan.stages {
+            let port = free_port()?;
+            options.hosts.insert(stage.node.clone(), format!("127.0.0.1:{port}"));
+            rpc_ports.push(port);
+        }
+        options.model = Some(model.to_str().ok_or("the model's path is not UTF-8")?.to_owned());
+        let launches = stageplan::export::llama_cpp_launches(&plan, &options).map_err(|e| e.to_string())?;
+        let port = free_port()?;
+        let mut servers = Servers { children: Vec::new(), port };
+        // The rpc-servers first: llama-server dials them as it starts.
+        let (rpc, main): (Vec<_>, Vec<_>) = launches.iter().partition(|l| l.program != "llama-server");
+        for launch in rpc.iter().chain(&main) {
+            let binary = llama_cpp.join(launch.program);
+            let mut command = Command::new(&binary);
+            command.envs(launch.env.iter().map(|(k, v)| (*k, v.as_str())));
+            for word in &launch.args {
+                match word {
+                    stageplan::export::Word::Flag(flag) => command.arg(flag),
+                    stageplan::export::Word::Text(text) => command.arg(text),
+                    stageplan::export::Word::Cores => command.arg(threads.to_string()),
+                };
+            }
+            if launch.program == "llama-server" {
+                command.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+            }
+            servers.spawn(&mut command, &binary)?;
+            if launch.program != "llama-server" {
+                let dialed = launch.dialed.as_deref().ok_or("an rpc-server's launch has no address")?;
+                listening(dialed)?;
+            }
+        }
+        servers.healthy()?;
+        Ok(servers)
+    }
+
+    fn spawn(&mut self, command: &mut Command, binary: &Path) -> Result<(), String> {
+        let child = command
+            .env("LD_LIBRARY_PATH", binary.parent().unwrap_or(binary))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("{}: {e}", binary.display()))?;
-        let mut server = Server { child, port };
+        self.children.push(child);
+        Ok(())
+    }
+
+    /// Waits until llama-server reports healthy, or a process exits.
+    fn healthy(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!("llama-server exited ({status}) before it served"));
+            for child in &mut self.children {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("a server exited ({status}) before llama-server served"));
+                }
             }
-            if get(port, "/health").is_ok_and(|status| status == 200) {
-                return Ok(server);
+            if get(self.port, "/health").is_ok_and(|status| status == 200) {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -223,10 +334,25 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+/// Waits until `address` (`host:port`) accepts a connection.
+fn listening(address: &str) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect(address).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!("no rpc-server listened on {address} within 30 s"))
+}
+
+impl Drop for Servers {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // llama-server first, then the rpc-servers it dialed.
+        for child in self.children.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

@@ -309,7 +309,7 @@ fn capacity(targets: &TargetsHeld, found: &Found) -> String {
                 Limit::Target { users, missed: m } => format!("at {users}, {}", missed(p, m)),
                 Limit::Memory { users } => format!("at {users}, their slots' KV caches do not fit"),
                 Limit::Stages { users, stages } => {
-                    format!("at {users}, the plan needs {stages} stages or a tensor-parallel group, not simulated yet")
+                    format!("at {users}, the plan of {stages} stages runs a tensor-parallel group, not simulated yet")
                 }
                 Limit::Most => format!("{MAX_USERS} users are the most tried"),
             };
