@@ -21,9 +21,11 @@
 //! reads the weights once, the experts some token touches, and every sequence's KV cache) and
 //! `flops = B × (2 × active params + 4 × heads × head_dim × T_l)`. The first stage reads `B`
 //! embedding rows; the last reads the whole LM head and does `B × 2 × vocab × hidden` more
-//! FLOPs. `send` is `latency + B × hidden × 2 bytes / link bandwidth` (f16 activations) to the
-//! next stage; the last stage of a multi-stage pipeline sends the sampled tokens (`B × 4`
-//! bytes) back to the first. `BW`, `F` and `τ` are the node's figures under the backend's
+//! FLOPs. `send` is `latency + B × hidden × a / link bandwidth` to the next stage, `a` the
+//! engine's bytes an element ([`crate::engine::Traffic`]: llama.cpp's f32 hidden state, vLLM's
+//! bf16 hidden state and residual); the last stage of a multi-stage pipeline sends the first
+//! what it samples from: llama.cpp's logits (`B × vocab × 4` bytes, to llama-server), or
+//! another engine's sampled tokens (`B × 4` bytes). `BW`, `F` and `τ` are the node's figures under the backend's
 //! fitted terms ([`crate::calibration`]), or for a measured node (one with a `probe`) as
 //! measured, with a CPU's decode `F` twice llama.cpp's weight rate for the model's class
 //! ([`crate::calibration::measured`]); prefill divides by the node's `compute`.
@@ -76,9 +78,8 @@ use crate::engine::{Buffers, Dims, EngineRules, Shape};
 use crate::model::{Model, Place};
 use crate::problem::{Link, Links, Node, Peer, Placement, Problem, Workload};
 
-/// Bytes per activation element crossing a stage boundary (f16/bf16).
-pub const ACTIVATION_BYTES: f64 = 2.0;
-/// Bytes per sampled token id sent back to the first stage.
+/// Bytes per sampled token id sent back to the first stage (an engine whose last stage
+/// samples: [`crate::engine::Traffic::returns_logits`]).
 pub const TOKEN_BYTES: f64 = 4.0;
 
 /// `x` as `u64`, or `u64::MAX` when it does not fit: a size that large fits nowhere.
@@ -170,8 +171,11 @@ struct Extra {
 struct PerToken {
     /// Bytes of its embedding row.
     embedding_row: f64,
-    /// Its activations across a stage boundary (f16).
+    /// Its activations across a stage boundary, in the engine's type
+    /// ([`crate::engine::Traffic`]).
     activation_bytes: f64,
+    /// What the last stage sends the first for it: its logits or its token's id.
+    return_bytes: f64,
     /// Its hidden state in f32, as it crosses between a device and the CPU.
     activation_f32: f64,
     /// The head's FLOPs.
@@ -204,7 +208,8 @@ pub struct CostModel {
     /// Bytes the last stage need not hold when it also holds the embedding (a tied head).
     shared_single: u64,
     token: PerToken,
-    /// Per step: activations sent to the next stage, and token ids sent back to the first.
+    /// Per step: activations sent to the next stage, and what goes back to the first (token
+    /// ids, or logits for an engine that samples there).
     activation_bytes: f64,
     token_bytes: f64,
     prefill_chunk: f64,
@@ -313,7 +318,8 @@ impl CostModel {
         let vocab = arch.vocab_size as f64;
         let token = PerToken {
             embedding_row: model.embedding_row_bytes(),
-            activation_bytes: hidden * ACTIVATION_BYTES,
+            activation_bytes: hidden * rules.traffic.activation_element,
+            return_bytes: if rules.traffic.returns_logits { vocab * crate::engine::element::F32 } else { TOKEN_BYTES },
             activation_f32: hidden * crate::engine::element::F32,
             head_flops: node::FLOPS_PER_WEIGHT * vocab * hidden,
         };
@@ -437,7 +443,7 @@ impl CostModel {
         self.embed.read = sequences * self.token.embedding_row;
         self.head.flops = sequences * self.token.head_flops;
         self.activation_bytes = sequences * self.token.activation_bytes;
-        self.token_bytes = sequences * TOKEN_BYTES;
+        self.token_bytes = sequences * self.token.return_bytes;
     }
 
     /// The same cluster and memory with the workload's sequences decoded as `micro_batches`
@@ -617,7 +623,8 @@ impl CostModel {
         self.links.get(self.end(from), self.end(to)).time(self.activation_bytes)
     }
 
-    /// Time of sending the sampled tokens from the last stage `from` back to the first, `to`.
+    /// Time of sending what the first stage `to` samples from (logits or token ids) back from
+    /// the last, `from`.
     #[inline]
     pub fn return_s(&self, from: usize, to: usize) -> f64 {
         self.links.get(self.end(from), self.end(to)).time(self.token_bytes)

@@ -69,18 +69,28 @@ fn fitted_terms_apply_on_top_of_the_peaks() {
     assert!((cpu(r#", "threads": 1"#) / cpu("") * one_thread / 460.8e9 - 1.0).abs() < 1e-9);
 }
 
+/// Each stage sends the next its sequences' hidden states, the last the first what it needs
+/// to go on: under llama.cpp the f32 hidden state, and the f32 logits back to llama-server,
+/// which samples (128,256 of them a sequence for Llama 3.2); under vLLM the hidden state and
+/// the residual in bf16, and token ids back.
 #[test]
 fn the_last_stage_pays_the_return_hop_and_others_the_activation_hop() {
-    let c = cost(
-        r#"{"model": {"preset": "llama-3.2-1b"}, "workload": {"batch": 4},
-            "links": {"default": {"bandwidth": "1 GB/s", "latency": "1 ms"}},
-            "nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-4090"}]}"#,
-    );
-    let times = c.stage_times(&[Placement::new(0, 0, 8), Placement::new(1, 8, 16)]);
-    let hop = 1e-3 + 4.0 * 2048.0 * 2.0 / 1e9;
-    let ret = 1e-3 + 4.0 * 4.0 / 1e9;
-    assert!((times[0] - c.roofline_s(0, 0, 8) - hop).abs() < 1e-15);
-    assert!((times[1] - c.roofline_s(1, 8, 16) - ret).abs() < 1e-15);
+    let cost_of = |engine: &str| {
+        cost(&format!(
+            r#"{{"model": {{"preset": "llama-3.2-1b"}}, "workload": {{"batch": 4}}, "engine": "{engine}",
+                "links": {{"default": {{"bandwidth": "1 GB/s", "latency": "1 ms"}}}},
+                "nodes": [{{"name": "a", "device": "rtx-4090"}}, {{"name": "b", "device": "rtx-4090"}}]}}"#
+        ))
+    };
+    for (engine, hop, ret) in [
+        ("llama.cpp", 1e-3 + 4.0 * 2048.0 * 4.0 / 1e9, 1e-3 + 4.0 * 128_256.0 * 4.0 / 1e9),
+        ("vllm", 1e-3 + 4.0 * 2048.0 * 2.0 * 2.0 / 1e9, 1e-3 + 4.0 * 4.0 / 1e9),
+    ] {
+        let c = cost_of(engine);
+        let times = c.stage_times(&[Placement::new(0, 0, 8), Placement::new(1, 8, 16)]);
+        assert!((times[0] - c.roofline_s(0, 0, 8) - hop).abs() < 1e-15, "{engine}");
+        assert!((times[1] - c.roofline_s(1, 8, 16) - ret).abs() < 1e-15, "{engine}");
+    }
 }
 
 /// Gemma 12B's problem on two RTX 4090s, reshaped as Gemma 3n keeps its cache: layers from 20

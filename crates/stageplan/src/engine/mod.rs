@@ -72,11 +72,23 @@ pub struct EngineRules {
     pub shared_cache_copies: u64,
     /// The export (`--to`) that runs plans made for this engine, if one does.
     pub export: Option<&'static str>,
+    /// What a pipeline's links carry for each sequence of a decode step.
+    pub traffic: Traffic,
     /// Backends whose decode step reads a quantized KV cache once per query head (see
     /// [`EngineRules::rereads_quantized_kv`]).
     quantized_kv_per_query_head: &'static [Backend],
     /// How its buffers are sized.
     buffers: BufferModel,
+}
+
+/// What a pipeline's links carry for one sequence of a decode step.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Traffic {
+    /// Bytes a stage hands the next per element of the hidden state.
+    pub activation_element: f64,
+    /// The last stage sends the first machine the logits (f32, one per vocabulary entry),
+    /// which it samples, rather than the sampled token's id.
+    pub returns_logits: bool,
 }
 
 /// What a machine's system RAM does for a stage placed partly there.
@@ -107,6 +119,12 @@ const LLAMA_CPP: EngineRules = EngineRules {
     host_ram: HostRam::CpuRuns,
     shared_cache_copies: LLAMA_CPP_PIPELINE_COPIES,
     export: Some("llama.cpp"),
+    // One llama-server runs every device, each machine's behind an rpc-server: the scheduler
+    // hands a cut's hidden state on in f32 (the graph's own type), and llama-server samples
+    // on its own host from the f32 logits it reads back from the device of the output layer
+    // (`llama_context::decode`: `ggml_backend_tensor_get_async` of `t_logits`, n_vocab a
+    // sequence) — 513 KB a sequence a step for Llama 3's vocabulary.
+    traffic: Traffic { activation_element: element::F32, returns_logits: true },
     quantized_kv_per_query_head: &[Backend::Cuda, Backend::Rocm],
     buffers: BufferModel::LlamaCpp,
 };
@@ -119,6 +137,10 @@ const VLLM: EngineRules = EngineRules {
     host_ram: HostRam::Streamed,
     shared_cache_copies: 0,
     export: Some("vllm"),
+    // A pipeline rank sends the next its `IntermediateTensors`: the hidden state and the
+    // residual, each in the model's 16-bit type (vLLM's Llama, `LlamaModel.forward`); the
+    // last rank samples and the ranks share token ids.
+    traffic: Traffic { activation_element: 2.0 * element::F16, returns_logits: false },
     quantized_kv_per_query_head: &[],
     buffers: BufferModel::Activations,
 };
@@ -131,6 +153,7 @@ const GENERIC: EngineRules = EngineRules {
     host_ram: HostRam::CpuRuns,
     shared_cache_copies: 0,
     export: None,
+    traffic: Traffic { activation_element: element::F16, returns_logits: false },
     quantized_kv_per_query_head: &[],
     buffers: BufferModel::Activations,
 };

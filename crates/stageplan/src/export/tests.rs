@@ -360,18 +360,22 @@ fn llama_cpp_runs_a_machines_gpus_in_one_server_and_each_remote_gpu_on_its_port(
             "links": {"default": {"bandwidth": "10 GB/s", "latency": "0.05 ms"}}}"#,
     );
     assert_eq!(plan.stages.len(), 4, "70 GiB needs every GPU: {:?}", plan.stages);
-    let hosts = [("tower".to_owned(), "10.0.0.7:6000".to_owned())];
+    // llama-server runs on the first stage's machine; the other's GPUs are dialed.
+    let main = plan.stages[0].gpu_of.as_ref().unwrap().machine.clone();
+    let remote = if main == "box" { "tower" } else { "box" };
+    let hosts = [(remote.to_owned(), "10.0.0.7:6000".to_owned())];
     let text = export(&plan, Target::LlamaCpp, &ExportOptions { hosts: hosts.into(), ..options.clone() }).unwrap().text;
     let arg = |flag: &str| {
         let at = text.find(&format!("\n  {flag} ")).unwrap_or_else(|| panic!("{flag} in {text}"));
         text[at + flag.len() + 4..].split_whitespace().next().unwrap().to_owned()
     };
-    // box's GPUs are llama-server's own; each of tower's an rpc-server on its own port.
+    // The main machine's GPUs are llama-server's own; each of the other's an rpc-server on
+    // its own port.
     let mut devices = Vec::new();
     let mut rpc = Vec::new();
     for stage in &plan.stages {
         let gpu = stage.gpu_of.as_ref().unwrap();
-        if gpu.machine == "box" {
+        if gpu.machine == main {
             devices.push(format!("CUDA{}", gpu.index));
         } else {
             let port = 6000 + gpu.index;
@@ -388,7 +392,7 @@ fn llama_cpp_runs_a_machines_gpus_in_one_server_and_each_remote_gpu_on_its_port(
     }
     assert_eq!(arg("--device"), devices.join(","));
     assert_eq!(arg("--rpc"), rpc.join(","));
-    assert!(text.contains("# 2. On box:"), "{text}");
+    assert!(text.contains(&format!("# 2. On {main}:")), "{text}");
     // llama.cpp's own rule puts each stage's layers on its device, the head on the last.
     let shares: Vec<f32> = arg("--tensor-split").split(',').map(|s| s.parse().unwrap()).collect();
     let slots = llama_cpp::llama_cpp_layers(&shares, 80, 81);
@@ -398,16 +402,17 @@ fn llama_cpp_runs_a_machines_gpus_in_one_server_and_each_remote_gpu_on_its_port(
     }
     assert_eq!(slots[80], Some(3));
     // `--main` may name the machine.
-    let main = ExportOptions { main: Some("box".into()), ..options.clone() };
-    assert!(export(&plan, Target::LlamaCpp, &main).is_ok());
+    let named = ExportOptions { main: Some(main.clone()), ..options.clone() };
+    let named = export(&plan, Target::LlamaCpp, &named);
+    assert!(named.is_ok(), "{named:?}");
     // Other engines take a machine as one device in this version, and say so.
     let error = export(&plan, Target::Vllm, &options).unwrap_err().to_string();
-    assert!(error.contains("several GPUs of `box`") && error.contains("--to llama.cpp"), "{error}");
+    assert!(error.contains("several GPUs of `") && error.contains("--to llama.cpp"), "{error}");
     // A plan file's GPU is its machine's and number, as the planner names it.
     let mut renamed = plan.clone();
-    renamed.stages[0].node = "box/gpu7".into();
+    renamed.stages[0].node = format!("{main}/gpu7");
     let error = export(&renamed, Target::LlamaCpp, &options).unwrap_err().to_string();
-    assert!(error.starts_with("`stages[0].node`") && error.contains("name it `box/gpu"), "{error}");
+    assert!(error.starts_with("`stages[0].node`") && error.contains(&format!("name it `{main}/gpu")), "{error}");
     let mut hostile = plan.clone();
     hostile.stages[0].gpu_of.as_mut().unwrap().machine = "box; rm -rf ~".into();
     let error = export(&hostile, Target::LlamaCpp, &options).unwrap_err().to_string();
@@ -559,19 +564,28 @@ fn kubernetes_gives_each_stage_its_machines_gpus() {
 
 #[test]
 fn training_launchers_refuse_ranks_they_cannot_give() {
-    let (plan, options) = planned(include_str!("../../../../tests/export/box-and-desk-gpus/scenario.json"));
-    // The plan runs `box/gpu1`, `box/gpu0`, then `desk`: torchrun keeps that GPU order.
+    // Planned for an engine whose last stage samples: llama.cpp's would end the pipeline on
+    // the machine it starts on, where its logits go back to (the training launchers refuse
+    // that, as below).
+    let scenario = include_str!("../../../../tests/export/box-and-desk-gpus/scenario.json");
+    let (plan, options) = planned(&scenario.replace(r#""objective""#, r#""engine": "generic", "objective""#));
+    // The plan runs `desk`, then `box/gpu1` and `box/gpu0`: torchrun keeps that GPU order.
+    let order: Vec<&str> = plan.stages.iter().map(|s| s.node.as_str()).collect();
+    assert_eq!(order, ["desk", "box/gpu1", "box/gpu0"]);
     let megatron = export(&plan, Target::Megatron, &options).unwrap().text;
     assert!(
-        megatron.contains("box: CUDA_VISIBLE_DEVICES=1,0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2"),
+        megatron.contains("box: CUDA_VISIBLE_DEVICES=1,0 torchrun --nnodes 2 --node-rank 1 --nproc-per-node 2"),
         "{megatron}"
     );
     // A plan file that comes back to `box` after `desk` cannot be numbered machine by machine.
     let mut back = plan.clone();
-    back.stages.swap(1, 2);
-    let [a, b] = [back.stages[1].layers, back.stages[2].layers];
-    back.stages[1].layers = [a[0].min(b[0]), a[0].min(b[0]) + (b[1] - b[0])];
-    back.stages[2].layers = [back.stages[1].layers[1], back.stages[1].layers[1] + (a[1] - a[0])];
+    back.stages.swap(0, 1);
+    let mut start = 0;
+    for stage in &mut back.stages {
+        let count = stage.layers[1] - stage.layers[0];
+        stage.layers = [start, start + count];
+        start += count;
+    }
     for target in [Target::Megatron, Target::DeepSpeed] {
         let error = export(&back, target, &options).unwrap_err().to_string();
         assert!(error.starts_with("`stages[2].gpu_of` comes back to `box`"), "{target}: {error}");
