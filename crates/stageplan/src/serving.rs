@@ -52,12 +52,16 @@ impl ServingCost {
         if plan.stages.is_empty() || !plan.feasible {
             return Err(ServingError::NoPlan);
         }
-        let stages: Option<Vec<(usize, usize, usize)>> = plan
+        let stages: Option<Vec<crate::problem::Placement>> = plan
             .stages
             .iter()
             .map(|stage| {
                 let node = problem.nodes.iter().position(|n| n.name == stage.node)?;
-                stage.tensor_parallel.is_empty().then_some((node, stage.layers[0], stage.layers[1]))
+                stage.tensor_parallel.is_empty().then_some(crate::problem::Placement::new(
+                    node,
+                    stage.layers[0],
+                    stage.layers[1],
+                ))
             })
             .collect();
         let Some(stages) = stages else { return Err(ServingError::Stages { stages: plan.stages.len() }) };
@@ -65,8 +69,8 @@ impl ServingCost {
         let batch = problem.workload.batch;
         // A step through every stage, each sending to the next and the last back to the first.
         let step = |cost: &crate::CostModel| -> f64 {
-            let next = |s: usize| (stages.len() > 1).then(|| stages[(s + 1) % stages.len()].0);
-            stages.iter().enumerate().map(|(s, &(node, start, end))| cost.time(node, start, end, next(s)).total()).sum()
+            let next = |s: usize| crate::cost::Next::of(&stages, s);
+            stages.iter().enumerate().map(|(s, p)| cost.time(p.node, p.start, p.end, next(s)).total()).sum()
         };
         let step_s = step(&all.micro_batched(batch));
         let token_s: f64 = plan.stages.iter().map(|s| s.time.prefill_s).sum();

@@ -25,7 +25,9 @@
 //! engine's bytes an element ([`crate::engine::Traffic`]: llama.cpp's f32 hidden state, vLLM's
 //! bf16 hidden state and residual); the last stage of a multi-stage pipeline sends the first
 //! what it samples from: llama.cpp's logits (`B × vocab × 4` bytes, to llama-server), or
-//! another engine's sampled tokens (`B × 4` bytes). `BW`, `F` and `τ` are the node's figures under the backend's
+//! another engine's sampled tokens (`B × 4` bytes). Under llama.cpp a cut between two machines
+//! that are not the first stage's goes through the first's, where llama-server copies it
+//! from one device to the next: two hops ([`CostModel::cut_s`]). `BW`, `F` and `τ` are the node's figures under the backend's
 //! fitted terms ([`crate::calibration`]), or for a measured node (one with a `probe`) as
 //! measured, with a CPU's decode `F` twice llama.cpp's weight rate for the model's class
 //! ([`crate::calibration::measured`]); prefill divides by the node's `compute`.
@@ -182,6 +184,21 @@ struct PerToken {
     head_flops: f64,
 }
 
+/// Where a stage sends its step: the next stage's node (the first's, from the last stage),
+/// and the node of the pipeline's first stage.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Next {
+    pub node: usize,
+    pub first: usize,
+}
+
+impl Next {
+    /// Where stage `s` of `stages` sends its step; `None` for a pipeline of one stage.
+    pub fn of(stages: &[Placement], s: usize) -> Option<Next> {
+        (stages.len() > 1).then(|| Next { node: stages[(s + 1) % stages.len()].node, first: stages[0].node })
+    }
+}
+
 /// Per-layer costs of a model under a workload, as prefix sums, plus the cluster's machines.
 ///
 /// Every planner evaluates stages through this one type, so optimal, baseline and exhaustive
@@ -194,6 +211,9 @@ pub struct CostModel {
     pub(crate) nodes: Vec<NodeCost>,
     /// The problem's nodes: the rest of `nodes` are groups.
     devices: usize,
+    /// Each problem node's machine: the index of its machine's first node (GPUs of one
+    /// machine share it), for an engine that relays cuts through the first stage's machine.
+    machine: Arc<Vec<usize>>,
     /// The groups of a machine's GPUs that may hold the whole model as tensor parallel, and
     /// those that may be the stages of a pipeline.
     groups: Arc<Vec<TensorGroup>>,
@@ -361,6 +381,18 @@ impl CostModel {
                 .map(|(node, host)| NodeCost::new(node, host.as_ref(), model, rules, buffers.stage))
                 .collect(),
             devices: nodes.len(),
+            machine: Arc::new(
+                nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, node)| {
+                        let machine = node.gpu_of.as_ref().map(|g| g.machine.as_str());
+                        machine
+                            .and_then(|m| nodes.iter().position(|n| n.gpu_of.as_ref().is_some_and(|g| g.machine == m)))
+                            .unwrap_or(k)
+                    })
+                    .collect(),
+            ),
             groups: Arc::default(),
             pipelines: Arc::default(),
             batch: workload.batch,
@@ -534,9 +566,12 @@ impl CostModel {
         }
     }
 
-    /// True when every pair of nodes shares one link.
+    /// True when every pair of nodes shares one link (and, for an engine that relays cuts
+    /// through the first stage's machine, every node is a machine of its own, so that only
+    /// the first stage's cut is direct).
     pub fn uniform_links(&self) -> bool {
         self.links.is_uniform()
+            && (!self.rules.traffic.relays_through_first || self.machine.iter().enumerate().all(|(k, &m)| m == k))
     }
 
     /// True when `node` can hold `[start, end)`.
@@ -581,6 +616,13 @@ impl CostModel {
         out.nodes = indices.iter().map(|&k| self.nodes[k].clone()).collect();
         // The baselines that read a subset split layers; they form no groups.
         out.devices = indices.len();
+        // A kept machine is known by its first kept node.
+        out.machine = Arc::new(
+            indices
+                .iter()
+                .map(|&k| indices.iter().position(|&j| self.machine[j] == self.machine[k]).unwrap_or(0))
+                .collect(),
+        );
         out.groups = Arc::default();
         out.pipelines = Arc::default();
         out.links = Arc::new(self.links.subset(&indices));
@@ -617,10 +659,30 @@ impl CostModel {
         }
     }
 
-    /// Time of sending one step's activations from `from` to `to`.
+    /// Time of sending one step's activations from `from` to `to` over the link between them.
     #[inline]
     pub fn hop_s(&self, from: usize, to: usize) -> f64 {
         self.links.get(self.end(from), self.end(to)).time(self.activation_bytes)
+    }
+
+    /// The machine a cut from `from` to `to` passes through in a pipeline whose first stage
+    /// runs on `first`: the first's, when the engine relays there and neither end is on it.
+    #[inline]
+    fn relay(&self, from: usize, to: usize, first: usize) -> Option<usize> {
+        let (a, b, f) = (self.end(from), self.end(to), self.end(first));
+        let on_first = |k: usize| self.machine[k] == self.machine[f];
+        (self.rules.traffic.relays_through_first && !on_first(a) && !on_first(b)).then_some(f)
+    }
+
+    /// Time of one step's activations from stage `from` to the next, `to`, in a pipeline
+    /// whose first stage runs on `first`: the hop, or under llama.cpp between two machines
+    /// that are not the first's, a read into the first's and a write out (two hops).
+    #[inline]
+    pub fn cut_s(&self, from: usize, to: usize, first: usize) -> f64 {
+        match self.relay(from, to, first) {
+            None => self.hop_s(from, to),
+            Some(via) => self.hop_s(from, via) + self.hop_s(via, to),
+        }
     }
 
     /// Time of sending what the first stage `to` samples from (logits or token ids) back from
@@ -635,23 +697,54 @@ impl CostModel {
         self.links.default.time(self.activation_bytes)
     }
 
+    /// With uniform links, the cut after the first stage (`first_stage`) or after any other:
+    /// two hops where the engine relays through the first stage's machine.
+    pub(crate) fn uniform_cut_s(&self, first_stage: bool) -> f64 {
+        let hops = if self.rules.traffic.relays_through_first && !first_stage { 2.0 } else { 1.0 };
+        hops * self.uniform_hop_s()
+    }
+
+    /// Whether swapping nodes `a` and `b` keeps every cut's relay: no relaying engine, the
+    /// same machine, or each a machine of its own.
+    pub(crate) fn relays_alike(&self, a: usize, b: usize) -> bool {
+        let (a, b) = (self.end(a), self.end(b));
+        let alone = |k: usize| self.machine.iter().filter(|&&m| m == self.machine[k]).count() == 1;
+        !self.rules.traffic.relays_through_first || self.machine[a] == self.machine[b] || (alone(a) && alone(b))
+    }
+
+    /// The most any cut between two of `nodes` costs, whichever stage is first.
+    pub(crate) fn worst_cut_s(&self, nodes: &[usize]) -> f64 {
+        let worst_hop = nodes
+            .iter()
+            .flat_map(|&a| nodes.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
+            .map(|(a, b)| self.hop_s(a, b))
+            .fold(0.0, f64::max);
+        if self.rules.traffic.relays_through_first { 2.0 * worst_hop } else { worst_hop }
+    }
+
     /// The return hop when links are uniform.
     pub(crate) fn uniform_return_s(&self) -> f64 {
         self.links.default.time(self.token_bytes)
     }
 
     /// Time parts of stage `[start, end)` on `node`, sending to `next` (`None`: single stage).
-    pub fn time(&self, node: usize, start: usize, end: usize, next: Option<usize>) -> TimeParts {
+    pub fn time(&self, node: usize, start: usize, end: usize, next: Option<Next>) -> TimeParts {
         let last = end == self.layers();
         let send_s = match next {
             None => 0.0,
-            Some(to) if last => self.return_s(node, to),
-            Some(to) => self.hop_s(node, to),
+            Some(Next { node: to, .. }) if last => self.return_s(node, to),
+            Some(Next { node: to, first }) => self.cut_s(node, to, first),
         };
         let prefill_send = match next {
-            Some(to) if !last => {
-                let link = self.links.get(self.end(node), self.end(to));
-                link.latency / self.prefill_chunk + self.token.activation_bytes / link.bandwidth
+            Some(Next { node: to, first }) if !last => {
+                let chunk = |a: usize, b: usize| {
+                    let link = self.links.get(self.end(a), self.end(b));
+                    link.latency / self.prefill_chunk + self.token.activation_bytes / link.bandwidth
+                };
+                match self.relay(node, to, first) {
+                    None => chunk(node, to),
+                    Some(via) => chunk(node, via) + chunk(via, to),
+                }
             }
             _ => 0.0,
         };
@@ -671,7 +764,7 @@ impl CostModel {
                 } else if s + 1 == count {
                     self.return_s(node, stages[0].node)
                 } else {
-                    self.hop_s(node, stages[s + 1].node)
+                    self.cut_s(node, stages[s + 1].node, stages[0].node)
                 };
                 self.roofline_s(node, start, end) + send
             })

@@ -93,6 +93,46 @@ fn the_last_stage_pays_the_return_hop_and_others_the_activation_hop() {
     }
 }
 
+/// llama-server drives every device: a cut between two machines that are not the first
+/// stage's is read into the first's and written out again (two hops), as `ggml-rpc` copies
+/// between two servers; vLLM's ranks send to each other.
+#[test]
+fn llama_cpp_relays_a_cut_through_the_first_stages_machine() {
+    let cost_of = |engine: &str| {
+        cost(&format!(
+            r#"{{"model": {{"preset": "llama-3.2-1b"}}, "engine": "{engine}",
+                "links": {{"default": {{"bandwidth": "1 GB/s", "latency": "1 ms"}}}},
+                "nodes": [{{"name": "a", "device": "rtx-4090"}}, {{"name": "b", "device": "rtx-4090"}},
+                          {{"name": "c", "device": "rtx-4090"}}]}}"#
+        ))
+    };
+    let stages = [Placement::new(0, 0, 5), Placement::new(1, 5, 10), Placement::new(2, 10, 16)];
+    for (engine, hops_after_b) in [("llama.cpp", 2.0), ("vllm", 1.0)] {
+        let c = cost_of(engine);
+        let times = c.stage_times(&stages);
+        let hop = c.hop_s(0, 1);
+        assert!((times[0] - c.roofline_s(0, 0, 5) - hop).abs() < 1e-15, "{engine}");
+        assert!((times[1] - c.roofline_s(1, 5, 10) - hops_after_b * hop).abs() < 1e-15, "{engine}");
+        assert!((times[2] - c.roofline_s(2, 10, 16) - c.return_s(2, 0)).abs() < 1e-15, "{engine}");
+    }
+    // Two GPUs of the first stage's machine hand on directly, over their own link.
+    let c = cost(
+        r#"{"model": {"preset": "llama-3.2-1b"},
+            "links": {"default": {"bandwidth": "1 GB/s", "latency": "1 ms"}},
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-4090", "count": 2}], "gpu_link": "pcie4-x16"},
+                      {"name": "c", "device": "rtx-4090"}]}"#,
+    );
+    let times = c.stage_times(&[Placement::new(2, 0, 5), Placement::new(0, 5, 10), Placement::new(1, 10, 16)]);
+    assert!(
+        (times[1] - c.roofline_s(0, 5, 10) - 2.0 * c.hop_s(0, 2)).abs() < 1e-15,
+        "c's GPU, then box/gpu0 to box/gpu1 relayed through c"
+    );
+    let times = c.stage_times(&[Placement::new(0, 0, 5), Placement::new(1, 5, 10), Placement::new(2, 10, 16)]);
+    assert!((times[0] - c.roofline_s(0, 0, 5) - c.hop_s(0, 1)).abs() < 1e-15);
+    assert!(c.hop_s(0, 1) < 1e-4, "the GPUs' own link, not the network's");
+    assert!((times[1] - c.roofline_s(1, 5, 10) - c.hop_s(1, 2)).abs() < 1e-15, "box/gpu1 is on the first's machine");
+}
+
 /// Gemma 12B's problem on two RTX 4090s, reshaped as Gemma 3n keeps its cache: layers from 20
 /// on read layer 18's (sliding) or 19's (full) and keep none of their own.
 fn shared_kv(weights: &str, context: u64) -> (CostModel, usize) {

@@ -89,6 +89,9 @@ pub struct Traffic {
     /// The last stage sends the first machine the logits (f32, one per vocabulary entry),
     /// which it samples, rather than the sampled token's id.
     pub returns_logits: bool,
+    /// A cut between two machines neither of which is the first stage's passes through the
+    /// first's: one server there drives every device and copies between two of them itself.
+    pub relays_through_first: bool,
 }
 
 /// What a machine's system RAM does for a stage placed partly there.
@@ -124,7 +127,10 @@ const LLAMA_CPP: EngineRules = EngineRules {
     // on its own host from the f32 logits it reads back from the device of the output layer
     // (`llama_context::decode`: `ggml_backend_tensor_get_async` of `t_logits`, n_vocab a
     // sequence) — 513 KB a sequence a step for Llama 3's vocabulary.
-    traffic: Traffic { activation_element: element::F32, returns_logits: true },
+    // A copy between two rpc-servers is a read into llama-server's host and a write out
+    // (`ggml_backend_rpc_buffer_cpy_tensor` copies only within one server, and the scheduler
+    // falls back to `ggml_backend_tensor_copy` through host memory).
+    traffic: Traffic { activation_element: element::F32, returns_logits: true, relays_through_first: true },
     quantized_kv_per_query_head: &[Backend::Cuda, Backend::Rocm],
     buffers: BufferModel::LlamaCpp,
 };
@@ -140,7 +146,7 @@ const VLLM: EngineRules = EngineRules {
     // A pipeline rank sends the next its `IntermediateTensors`: the hidden state and the
     // residual, each in the model's 16-bit type (vLLM's Llama, `LlamaModel.forward`); the
     // last rank samples and the ranks share token ids.
-    traffic: Traffic { activation_element: 2.0 * element::F16, returns_logits: false },
+    traffic: Traffic { activation_element: 2.0 * element::F16, returns_logits: false, relays_through_first: false },
     quantized_kv_per_query_head: &[],
     buffers: BufferModel::Activations,
 };
@@ -153,7 +159,7 @@ const GENERIC: EngineRules = EngineRules {
     host_ram: HostRam::CpuRuns,
     shared_cache_copies: 0,
     export: None,
-    traffic: Traffic { activation_element: element::F16, returns_logits: false },
+    traffic: Traffic { activation_element: element::F16, returns_logits: false, relays_through_first: false },
     quantized_kv_per_query_head: &[],
     buffers: BufferModel::Activations,
 };

@@ -148,7 +148,7 @@ impl Walk {
             let node = self.nodes[next];
             for c in 0..counts {
                 let cost = &self.costs[c];
-                let t = cost.roofline_s(k, a, b) + cost.hop_s(k, node);
+                let t = cost.roofline_s(k, a, b) + cost.cut_s(k, node, self.stages[0].node);
                 self.sums[at + counts + c] = self.sums[at + c] + t;
                 self.maxes[at + counts + c] = self.maxes[at + c].max(t);
             }

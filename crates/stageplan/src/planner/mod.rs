@@ -330,14 +330,7 @@ pub(crate) fn evaluate(
     };
     let mut out = Vec::with_capacity(count);
     for (s, &Placement { node, start, end }) in stages.iter().enumerate() {
-        let next = if count == 1 {
-            None
-        } else if s + 1 == count {
-            Some(stages[0].node)
-        } else {
-            Some(stages[s + 1].node)
-        };
-        let time = step_cost.time(node, start, end, next);
+        let time = step_cost.time(node, start, end, crate::cost::Next::of(stages, s));
         // A tensor-parallel group's stage: each GPU's share; the problem's figures are its
         // first GPU's.
         let members = cost.members(node);

@@ -351,14 +351,16 @@ enum ReachTable {
 }
 
 impl ReachTable {
-    fn new(cost: &CostModel, k: usize, tau: f64, hop: f64, ret: f64) -> ReachTable {
+    /// `hops`: the cut after the first stage (`j = 0`), and after any other.
+    fn new(cost: &CostModel, k: usize, tau: f64, hops: [f64; 2], ret: f64) -> ReachTable {
         let l = cost.layers();
         let within = |j: usize, e: usize, send: f64| cost.fits(k, j, e) && cost.roofline_s(k, j, e) + send <= tau;
+        let hop = |j: usize| hops[usize::from(j > 0)];
         if cost.host_budget(k) > 0 {
             let mut middle = vec![false; l * (l + 1)];
             for j in 0..l {
                 for e in j + 1..l {
-                    middle[j * (l + 1) + e] = within(j, e, hop);
+                    middle[j * (l + 1) + e] = within(j, e, hop(j));
                 }
             }
             let last = (0..l).map(|j| within(j, l, if j == 0 { 0.0 } else { ret })).collect();
@@ -372,7 +374,7 @@ impl ReachTable {
                     p = 0;
                 }
                 p = p.max(j);
-                while p + 1 < l && within(j, p + 1, hop) {
+                while p + 1 < l && within(j, p + 1, hop(j)) {
                     p += 1;
                 }
                 p as u32
@@ -427,20 +429,19 @@ impl Mover<'_> {
         if m == 0 || m > 16 || l == 0 {
             return None;
         }
-        // With per-pair links, hold every stage to the slowest link.
-        let (hop, ret) = if cost.uniform_links() {
-            (cost.uniform_hop_s(), cost.uniform_return_s())
+        // The first stage's cut and any other's (relayed through the first stage's machine
+        // where the engine does); with per-pair links, every stage held to the slowest.
+        let (hops, ret) = if cost.uniform_links() {
+            ([cost.uniform_cut_s(true), cost.uniform_cut_s(false)], cost.uniform_return_s())
         } else {
             let pairs = || nodes.iter().flat_map(|&a| nodes.iter().filter(move |&&b| b != a).map(move |&b| (a, b)));
-            (
-                pairs().map(|(a, b)| cost.hop_s(a, b)).fold(0.0, f64::max),
-                pairs().map(|(a, b)| cost.return_s(a, b)).fold(0.0, f64::max),
-            )
+            let direct = pairs().map(|(a, b)| cost.hop_s(a, b)).fold(0.0, f64::max);
+            ([direct, cost.worst_cut_s(&nodes)], pairs().map(|(a, b)| cost.return_s(a, b)).fold(0.0, f64::max))
         };
         let layer_bytes: Vec<u64> = self.model.model.layers().iter().map(|layer| layer.bytes).collect();
         let embed = self.model.model.bytes_at(Place::Embedding);
         let head = self.model.model.head_bytes();
-        let tables: Vec<ReachTable> = nodes.iter().map(|&k| ReachTable::new(cost, k, tau, hop, ret)).collect();
+        let tables: Vec<ReachTable> = nodes.iter().map(|&k| ReachTable::new(cost, k, tau, hops, ret)).collect();
         // moved[i][j]: bytes moved if node i took layers [0, j).
         let moved: Vec<Vec<u64>> = nodes
             .iter()

@@ -29,17 +29,19 @@ impl<'a> Space<'a> {
         for i in 0..nodes.len() {
             let same = |a: usize, b: usize| cost.nodes[nodes[a]].priced_alike(&cost.nodes[nodes[b]]);
             // With per-pair links, twins also reach every other node alike (the GPUs of one
-            // machine alike, on its link): swapping them maps every plan to one of equal time.
+            // machine alike, on its link), and a relayed cut passes through the same machines:
+            // swapping them maps every plan to one of equal time.
             let same_links = |a: usize, b: usize| {
-                uniform
-                    || (0..nodes.len()).filter(|&x| x != a && x != b).all(|x| {
-                        let (a, b, x) = (nodes[a], nodes[b], nodes[x]);
-                        cost.hop_s(a, x) == cost.hop_s(b, x)
-                            && cost.hop_s(x, a) == cost.hop_s(x, b)
-                            && cost.return_s(a, x) == cost.return_s(b, x)
-                            && cost.return_s(x, a) == cost.return_s(x, b)
-                    }) && cost.hop_s(nodes[a], nodes[b]) == cost.hop_s(nodes[b], nodes[a])
-                        && cost.return_s(nodes[a], nodes[b]) == cost.return_s(nodes[b], nodes[a])
+                cost.relays_alike(nodes[a], nodes[b])
+                    && (uniform
+                        || (0..nodes.len()).filter(|&x| x != a && x != b).all(|x| {
+                            let (a, b, x) = (nodes[a], nodes[b], nodes[x]);
+                            cost.hop_s(a, x) == cost.hop_s(b, x)
+                                && cost.hop_s(x, a) == cost.hop_s(x, b)
+                                && cost.return_s(a, x) == cost.return_s(b, x)
+                                && cost.return_s(x, a) == cost.return_s(x, b)
+                        }) && cost.hop_s(nodes[a], nodes[b]) == cost.hop_s(nodes[b], nodes[a])
+                            && cost.return_s(nodes[a], nodes[b]) == cost.return_s(nodes[b], nodes[a]))
             };
             let twin = if Some(i) == required_pos {
                 None
@@ -96,7 +98,8 @@ impl<'a> Space<'a> {
         let cost = self.cost;
         let l = cost.layers();
         let m = self.nodes.len();
-        let hop = cost.uniform_hop_s();
+        // The cut after the first stage, and after any other.
+        let hops = [cost.uniform_cut_s(true), cost.uniform_cut_s(false)];
         let ret = cost.uniform_return_s();
         let full = 1usize << m;
         let width = l + 1;
@@ -146,6 +149,7 @@ impl<'a> Space<'a> {
                 // Or close a stage [j, e) on node i and pass on.
                 let limit = bound(&incumbent).min(answer.map_or(f64::INFINITY, |a| a.0));
                 scratch.clear();
+                let hop = hops[usize::from(mask != 0)];
                 relax(cost, self.nodes[i], self.regimes[i], &row, mask == 0, Closing::new(hop, cap), &mut scratch);
                 for &(e, value, j) in &scratch {
                     let cell = done * width + e;
@@ -270,7 +274,7 @@ impl<'a> Space<'a> {
                         if !self.may_join(mask, k) {
                             continue;
                         }
-                        let hop = cost.hop_s(self.nodes[p], self.nodes[k]);
+                        let hop = cost.cut_s(self.nodes[p], self.nodes[k], self.nodes[f]);
                         scratch.clear();
                         relax(cost, self.nodes[p], self.regimes[p], &row, first, Closing::new(hop, cap), &mut scratch);
                         let to = ((mask | (1 << k)) * m + k) * width;

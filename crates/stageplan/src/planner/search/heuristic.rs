@@ -104,7 +104,7 @@ pub(super) fn fixed_order_min_sum(
             incoming[j] = if j == 0 {
                 value[0]
             } else if value[j].is_finite() && last[j] != NONE {
-                value[j] + cost.hop_s(order[last[j] as usize], k)
+                value[j] + cost.cut_s(order[last[j] as usize], k, order[first[j] as usize])
             } else {
                 f64::INFINITY
             };
@@ -132,7 +132,7 @@ pub(super) fn fixed_order_min_sum(
         for first_stage in [true, false] {
             scratch.clear();
             // The hop is paid on arrival at the next node; the cap assumes the default link's.
-            let closing = Closing { hop: 0.0, limit: cap - cost.uniform_hop_s() };
+            let closing = Closing { hop: 0.0, limit: cap - cost.uniform_cut_s(first_stage) };
             relax(cost, k, regime, &incoming, first_stage, closing, &mut scratch);
             for &(e, v, j) in &scratch {
                 if v < next_value[e] {
