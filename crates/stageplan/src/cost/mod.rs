@@ -697,11 +697,17 @@ impl CostModel {
         self.links.default.time(self.activation_bytes)
     }
 
-    /// With uniform links, the cut after the first stage (`first_stage`) or after any other:
-    /// two hops where the engine relays through the first stage's machine.
-    pub(crate) fn uniform_cut_s(&self, first_stage: bool) -> f64 {
+    /// The cut after the first stage (`first_stage`) or after any other when every hop takes
+    /// `hop_s` (uniform links) or at most it (a bound): two hops where the engine relays
+    /// through the first stage's machine.
+    pub(crate) fn cut_of_hops_s(&self, hop_s: f64, first_stage: bool) -> f64 {
         let hops = if self.rules.traffic.relays_through_first && !first_stage { 2.0 } else { 1.0 };
-        hops * self.uniform_hop_s()
+        hops * hop_s
+    }
+
+    /// With uniform links, the cut after the first stage (`first_stage`) or after any other.
+    pub(crate) fn uniform_cut_s(&self, first_stage: bool) -> f64 {
+        self.cut_of_hops_s(self.uniform_hop_s(), first_stage)
     }
 
     /// Whether swapping nodes `a` and `b` keeps every cut's relay: no relaying engine, the
@@ -712,29 +718,26 @@ impl CostModel {
         !self.rules.traffic.relays_through_first || self.machine[a] == self.machine[b] || (alone(a) && alone(b))
     }
 
-    /// The most any cut between two of `nodes` costs, whichever stage is first.
-    pub(crate) fn worst_cut_s(&self, nodes: &[usize]) -> f64 {
-        let worst_hop = nodes
-            .iter()
-            .flat_map(|&a| nodes.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
-            .map(|(a, b)| self.hop_s(a, b))
-            .fold(0.0, f64::max);
-        if self.rules.traffic.relays_through_first { 2.0 * worst_hop } else { worst_hop }
-    }
-
     /// The return hop when links are uniform.
     pub(crate) fn uniform_return_s(&self) -> f64 {
         self.links.default.time(self.token_bytes)
     }
 
-    /// Time parts of stage `[start, end)` on `node`, sending to `next` (`None`: single stage).
-    pub fn time(&self, node: usize, start: usize, end: usize, next: Option<Next>) -> TimeParts {
-        let last = end == self.layers();
-        let send_s = match next {
+    /// What a stage on `node` sends each step to `next`: the last stage (`last`) what the
+    /// first samples from, any other its cut.
+    #[inline]
+    fn send_s(&self, node: usize, last: bool, next: Option<Next>) -> f64 {
+        match next {
             None => 0.0,
             Some(Next { node: to, .. }) if last => self.return_s(node, to),
             Some(Next { node: to, first }) => self.cut_s(node, to, first),
-        };
+        }
+    }
+
+    /// Time parts of stage `[start, end)` on `node`, sending to `next` (`None`: single stage).
+    pub fn time(&self, node: usize, start: usize, end: usize, next: Option<Next>) -> TimeParts {
+        let last = end == self.layers();
+        let send_s = self.send_s(node, last, next);
         let prefill_send = match next {
             Some(Next { node: to, first }) if !last => {
                 let chunk = |a: usize, b: usize| {
@@ -759,14 +762,7 @@ impl CostModel {
             .iter()
             .enumerate()
             .map(|(s, &Placement { node, start, end })| {
-                let send = if count == 1 {
-                    0.0
-                } else if s + 1 == count {
-                    self.return_s(node, stages[0].node)
-                } else {
-                    self.cut_s(node, stages[s + 1].node, stages[0].node)
-                };
-                self.roofline_s(node, start, end) + send
+                self.roofline_s(node, start, end) + self.send_s(node, s + 1 == count, Next::of(stages, s))
             })
             .collect()
     }

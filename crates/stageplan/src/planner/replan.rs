@@ -429,15 +429,17 @@ impl Mover<'_> {
         if m == 0 || m > 16 || l == 0 {
             return None;
         }
-        // The first stage's cut and any other's (relayed through the first stage's machine
-        // where the engine does); with per-pair links, every stage held to the slowest.
-        let (hops, ret) = if cost.uniform_links() {
-            ([cost.uniform_cut_s(true), cost.uniform_cut_s(false)], cost.uniform_return_s())
+        // A hop and the return (with per-pair links, every stage held to the slowest); the
+        // first stage's cut is one hop, any other's two where the engine relays it through the
+        // first stage's machine.
+        let (hop, ret) = if cost.uniform_links() {
+            (cost.uniform_hop_s(), cost.uniform_return_s())
         } else {
             let pairs = || nodes.iter().flat_map(|&a| nodes.iter().filter(move |&&b| b != a).map(move |&b| (a, b)));
-            let direct = pairs().map(|(a, b)| cost.hop_s(a, b)).fold(0.0, f64::max);
-            ([direct, cost.worst_cut_s(&nodes)], pairs().map(|(a, b)| cost.return_s(a, b)).fold(0.0, f64::max))
+            let worst = |time: &dyn Fn((usize, usize)) -> f64| pairs().map(time).fold(0.0, f64::max);
+            (worst(&|(a, b)| cost.hop_s(a, b)), worst(&|(a, b)| cost.return_s(a, b)))
         };
+        let hops = [hop, cost.cut_of_hops_s(hop, false)];
         let layer_bytes: Vec<u64> = self.model.model.layers().iter().map(|layer| layer.bytes).collect();
         let embed = self.model.model.bytes_at(Place::Embedding);
         let head = self.model.model.head_bytes();
