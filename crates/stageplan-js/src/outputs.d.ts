@@ -645,7 +645,12 @@ export type Answer = {
 /**
  * For the users of `served` (a count given that does not fit: for those, infeasible).
  */
-plan: Plan, served?: Served, targets?: TargetsHeld, capacity?: Found, };
+plan: Plan, served?: Served, targets?: TargetsHeld, capacity?: Found, 
+/**
+ * Without a count of users: the machines split into replicas, where that serves more
+ * users within the targets than one llama-server over all of them.
+ */
+replicas?: Replicas, };
 
 export type Served = { users: number, 
 /**

@@ -15,6 +15,10 @@
 //!   `…-with-ram`, the same box with its system RAM (target ≤ 5 ms), and
 //!   `70b-4-machines-8-gpus` (target ≤ 50 ms).
 //!
+//! - `serving`: the most users at a latency target (#47): one llama-server's capacity on
+//!   `home-70b-8` (target ≤ 100 ms) and on its first six machines, and on those six every
+//!   split into replicas as well.
+//!
 //! `home-70b-8/bare-throughput-8-sequences` plans the same cluster for eight sequences: the
 //! throughput search then tries every micro-batch count. `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
 //!
@@ -24,6 +28,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use stageplan::planner::PlanOptions;
+use stageplan::serving::{self, Percentile, Targets};
 use stageplan::units::{Bandwidth, Seconds};
 use stageplan::{Objective, Policy, Problem, Scenario};
 
@@ -136,6 +141,19 @@ fn bench(c: &mut Criterion) {
     group.bench_function("moe-94-4-gpus-1-machine", |b| b.iter(|| bare(&four)));
     group.bench_function("moe-94-4-gpus-1-machine-with-ram", |b| b.iter(|| bare(&four_ram)));
     group.bench_function("70b-4-machines-8-gpus", |b| b.iter(|| bare(&racks)));
+    group.finish();
+
+    // Serving many users (#47): the most users of one llama-server meeting p95 first token
+    // ≤ 5 s and per token ≤ 200 ms on all eight machines (target ≤ 100 ms), and on six the
+    // same with every split into replicas tried (what `stageplan plan --ttft … --tpot …` does).
+    let mut group = c.benchmark_group("serving");
+    group.sample_size(10);
+    let targets = Targets { ttft_s: Some(5.0), tpot_s: Some(0.2), percentile: Percentile::P95 };
+    let six = problem(HOME, |s| s.nodes.truncate(6));
+    let capacity = |p: &Problem| serving::capacity(p, serving::Load::llama_server(p, 1), targets);
+    group.bench_function("home-70b-8-capacity", |b| b.iter(|| capacity(&throughput)));
+    group.bench_function("home-70b-6-capacity", |b| b.iter(|| capacity(&six)));
+    group.bench_function("home-70b-6-capacity-and-replicas", |b| b.iter(|| serving::answer(&six, None, Some(targets))));
     group.finish();
 
     let mut group = c.benchmark_group("experts-2000x256");

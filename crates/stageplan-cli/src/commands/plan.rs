@@ -109,13 +109,17 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
                 text.push_str(&render::plan::verification(&plan, exhaustive));
             }
             if let Some(answer) = &answer {
-                text.push_str(&render::plan::answer(answer));
+                text.push_str(&render::plan::answer(&problem, answer));
             }
             text
         }
     };
-    // No user meeting the targets is, as nothing fitting, a plan that does not answer.
-    let answered = answer.as_ref().and_then(|a| a.capacity.as_ref()).is_none_or(|found| found.users != 0);
+    // No user meeting the targets (on one server or replicas) is, as nothing fitting, a plan
+    // that does not answer.
+    let answered = answer
+        .as_ref()
+        .and_then(|a| a.capacity.as_ref().map(|found| found.users != 0 || a.replicas.is_some()))
+        .is_none_or(|served| served);
     let code = if plan.feasible && answered { ExitCode::SUCCESS } else { ExitCode::from(1) };
     Ok(Outcome { stdout, stderr: String::new(), code })
 }

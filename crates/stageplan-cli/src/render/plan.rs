@@ -6,7 +6,9 @@
 use std::fmt::Write;
 
 use stageplan::plan::{Level, Plan};
-use stageplan::serving::{Answer, Found, Limit, MAX_USERS, Missed, Percentile, Served, TargetsHeld};
+use stageplan::serving::{
+    self, Answer, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, Missed, Percentile, Replicas, Served, TargetsHeld,
+};
 use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem};
 
@@ -247,10 +249,21 @@ pub(crate) fn verification(plan: &Plan, exhaustive: &Plan) -> String {
 
 /// `--users`, `--ttft`, `--tpot`: what the simulated users of one llama-server saw, the
 /// targets held, and how many users meet them.
-pub(crate) fn answer(answer: &Answer) -> String {
+pub(crate) fn answer(problem: &Problem, answer: &Answer) -> String {
     let mut text = answer.served.as_ref().map(served).unwrap_or_default();
     match (&answer.targets, &answer.capacity) {
-        (Some(targets), Some(found)) => text.push_str(&capacity(targets, found)),
+        (Some(targets), Some(found)) => {
+            text.push_str(&capacity(targets, found));
+            if let Some(split) = &answer.replicas {
+                text.push_str(&replicas(targets, found.users, split));
+            } else if serving::replica_machines(problem) > MAX_REPLICA_MACHINES {
+                let _ = writeln!(
+                    text,
+                    "({} machines: replicas are tried on up to {MAX_REPLICA_MACHINES}; plan a group of machines at a time to compare)",
+                    serving::replica_machines(problem)
+                );
+            }
+        }
         (Some(targets), None) => text.push_str(&match &targets.missed {
             None => format!("  meets {}\n", asked(targets)),
             Some(m) => format!("  misses {}: {}\n", asked(targets), missed(targets.percentile, m)),
@@ -321,6 +334,44 @@ fn capacity(targets: &TargetsHeld, found: &Found) -> String {
             )
         }
     }
+}
+
+/// The machines split into replicas that serve more users than one server: each replica's
+/// machines, users and what they see.
+fn replicas(targets: &TargetsHeld, one_server: u32, split: &Replicas) -> String {
+    let ms = |s: f64| format!("{:.0} ms", s * 1e3);
+    let p = targets.percentile;
+    let count = split.replicas.len();
+    let tokens_per_s: f64 = split.replicas.iter().map(|r| r.served.tokens_per_s).sum();
+    let mut text = format!(
+        "\nas {count} {}, {} {} users meet them{}, {tokens_per_s:.1} tok/s in all:\n",
+        if count == 1 { "llama-server on fewer machines" } else { "replicas (a llama-server each)" },
+        if count == 1 { "its" } else { "their" },
+        split.users,
+        if one_server == 0 {
+            String::new()
+        } else {
+            format!(" ({:.1}× one server's {one_server})", f64::from(split.users) / f64::from(one_server))
+        },
+    );
+    for replica in &split.replicas {
+        let machines: Vec<String> = replica.machines.iter().map(|m| format!("`{}`", cell(m))).collect();
+        let served = &replica.served;
+        let [ttft, tpot] = [served.ttft_s, served.tpot_s].map(|s| ms(p.of(s)));
+        let _ = writeln!(
+            text,
+            "  {}: {} {}, {} first token {ttft}, per token {tpot}, {:.1} tok/s in all",
+            machines.join(", "),
+            replica.users,
+            if replica.users == 1 { "user" } else { "users" },
+            p.name(),
+            served.tokens_per_s,
+        );
+    }
+    if count > 1 {
+        text.push_str("  behind a balancer that keeps each replica's share of users in flight (nginx least_conn, weight = its users)\n");
+    }
+    text
 }
 
 fn bar(weights: u64, kv: u64, embed_head: u64, other: u64, budget: u64) -> String {

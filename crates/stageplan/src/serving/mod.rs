@@ -21,6 +21,10 @@
 
 use crate::calibration::quantile;
 
+mod replicas;
+
+pub use replicas::{MAX_REPLICA_MACHINES, Replica, Replicas, replica_machines, replicas};
+
 /// What a step of the engine costs: a whole step for its first token, then each further
 /// sequence decoding and each prompt token.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -297,7 +301,8 @@ impl Percentile {
         }
     }
 
-    fn of(self, figures: [f64; 2]) -> f64 {
+    /// This percentile of [`Served`]'s `[p50, p95]`.
+    pub fn of(self, figures: [f64; 2]) -> f64 {
         figures[self as usize]
     }
 }
@@ -391,11 +396,23 @@ enum Trial {
 /// in `load`, or a problem where one user's plan does not fit or has a tensor-parallel
 /// group.
 pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Result<Capacity, ServingError> {
+    capacity_on(problem, None, load, targets)
+}
+
+/// [`capacity`] on the machines marked in `enabled` (one entry per problem node; `None`:
+/// all), as one replica of several ([`replicas`]).
+fn capacity_on(
+    problem: &crate::Problem,
+    enabled: Option<&[bool]>,
+    load: Load,
+    targets: Targets,
+) -> Result<Capacity, ServingError> {
     llama_server(problem)?;
     targets.check()?;
+    let options = crate::planner::PlanOptions { enabled, ..crate::planner::PlanOptions::default() };
     let trial = |users: u32| -> Result<Trial, ServingError> {
         let problem = with_batch(problem, users);
-        let plan = crate::plan_with(&problem, crate::planner::PlanOptions::bare());
+        let plan = crate::plan_with(&problem, crate::planner::PlanOptions { bare: true, ..options });
         if !plan.feasible {
             return Ok(Trial::Failed(Limit::Memory { users }));
         }
@@ -417,7 +434,7 @@ pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Resul
         Trial::Missed(limit, ran) => {
             // None meets them: the nearest is one user, with the plan's explanations.
             let (_, load, served) = *ran;
-            let plan = crate::plan(&with_batch(problem, 1));
+            let plan = crate::plan_with(&with_batch(problem, 1), options);
             return Ok(Capacity { users: 0, plan, load, served, limit });
         }
     };
@@ -439,7 +456,7 @@ pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Resul
     }
     let (users, ran) = met;
     let (_, load, served) = *ran;
-    let plan = crate::plan(&with_batch(problem, users));
+    let plan = crate::plan_with(&with_batch(problem, users), options);
     Ok(Capacity { users, plan, load, served, limit: failed.map_or(Limit::Most, |(_, limit)| limit) })
 }
 
@@ -459,6 +476,11 @@ pub struct Answer {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "typescript", ts(optional))]
     pub capacity: Option<Found>,
+    /// Without a count of users: the machines split into replicas, where that serves more
+    /// users within the targets than one llama-server over all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "typescript", ts(optional))]
+    pub replicas: Option<Replicas>,
 }
 
 /// The targets asked, and the one the served users missed.
@@ -496,9 +518,11 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
         })
     };
     let Some(users) = users else {
-        let found = capacity(problem, Load::llama_server(problem, 1), targets.ok_or(ServingError::NoTarget)?)?;
+        let (load, targets) = (Load::llama_server(problem, 1), targets.ok_or(ServingError::NoTarget)?);
+        let found = capacity(problem, load, targets)?;
         return Ok(Answer {
             targets: held(&found.served),
+            replicas: replicas(problem, load, targets, found.users)?,
             capacity: Some(Found { users: found.users, limit: found.limit }),
             plan: found.plan,
             served: Some(found.served),
@@ -513,10 +537,10 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     let problem = with_batch(problem, users);
     let plan = crate::plan(&problem);
     if !plan.feasible {
-        return Ok(Answer { plan, served: None, targets: None, capacity: None });
+        return Ok(Answer { plan, served: None, targets: None, capacity: None, replicas: None });
     }
     let served = simulate(Load::llama_server(&problem, users), ServingCost::of(&problem, &plan)?)?;
-    Ok(Answer { targets: held(&served), plan, served: Some(served), capacity: None })
+    Ok(Answer { targets: held(&served), plan, served: Some(served), capacity: None, replicas: None })
 }
 
 /// Whether `problem` runs on llama.cpp, whose server's scheduler is the one simulated.
@@ -738,6 +762,35 @@ mod tests {
         let one = served_by(&problem, 1).unwrap();
         let found = capacity(&problem, load(1), targets(None, Some(one.tpot_s[1] * 1.5))).unwrap();
         assert!(found.users > 1 && found.plan.stages.len() == 2, "{found:?}");
+    }
+
+    #[test]
+    fn machines_that_each_hold_the_model_serve_more_as_replicas() {
+        let problem = one_gpu("12 GB", r#", {"name": "twin", "device": "rtx-3060-12gb"}"#);
+        let one = served_by(&problem, 1).unwrap();
+        let targets = targets(None, Some(one.tpot_s[1] * 1.5));
+        let found = answer(&problem, None, Some(targets)).unwrap();
+        let one_server = found.capacity.unwrap().users;
+        let split = found.replicas.expect("two GPUs that each hold the model serve more apart");
+        // Each replica serves what its machine alone serves, and together more than one server.
+        let alone = |name: &str| {
+            let enabled: Vec<bool> = problem.nodes.iter().map(|n| n.name == name).collect();
+            capacity_on(&problem, Some(&enabled), load(1), targets).unwrap().users
+        };
+        let names: Vec<&[String]> = split.replicas.iter().map(|r| r.machines.as_slice()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        for replica in &split.replicas {
+            assert_eq!(replica.users, alone(&replica.machines[0]), "{replica:?}");
+            assert_eq!(replica.plan.stages.len(), 1);
+            assert_eq!(replica.plan.stages[0].node, replica.machines[0]);
+            assert!(targets.missed(&replica.served).is_none(), "{replica:?}");
+        }
+        assert_eq!(split.users, split.replicas.iter().map(|r| r.users).sum::<u32>());
+        assert!(split.users > one_server, "{} against {one_server}", split.users);
+        // A model that needs both machines has no replicas, nor has a count of users asked.
+        let both = answer(&pipeline(), None, Some(targets)).unwrap();
+        assert!(both.capacity.is_some() && both.replicas.is_none(), "{:?}", both.replicas);
+        assert!(answer(&problem, Some(2), Some(targets)).unwrap().replicas.is_none());
     }
 
     #[test]

@@ -1,0 +1,215 @@
+//! Replicas: the machines split into several llama-servers, each a plan of its own, behind
+//! one load balancer. One pipeline over every machine steps every user through every stage
+//! and hop; machines that each hold the model serve more users side by side (vLLM's TP 4 on
+//! four 3090s: faster for one user, slower in aggregate than four replicas), and which split
+//! serves most at a target depends on the machines, so every split is tried.
+//!
+//! Each replica's users are as many as it serves within the targets ([`super::capacity`] on
+//! its machines alone); a balancer that keeps each replica's share of the users in flight
+//! (nginx's `least_conn` with each server's `weight=` its users) serves them all. Machines
+//! that share a board (a machine's GPUs) stay in one replica: they share its RAM and CPU.
+
+use super::{Capacity, Load, Served, ServingError, Targets};
+
+/// The most machines whose every split into replicas is tried: each set of machines has its
+/// capacity searched (2^m − 1 sets, the exact planner's work on all of them about 3^m / 2^m
+/// times one server's: 2.4 s for six machines and a 70B model on this project's CI machine,
+/// 26 s for eight; BENCHMARKS), then the best split found among them.
+pub const MAX_REPLICA_MACHINES: usize = 6;
+
+/// How many machines [`replicas`] splits `problem` into (a machine's GPUs are one): it tries
+/// two to [`MAX_REPLICA_MACHINES`], and a caller says so past that.
+pub fn replica_machines(problem: &crate::Problem) -> usize {
+    machines(problem).len()
+}
+
+/// One llama-server of several: its machines, its plan, and the users it serves within the
+/// targets.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct Replica {
+    /// The machines' names as the scenario gives them (a machine with several GPUs once).
+    pub machines: Vec<String>,
+    pub users: u32,
+    pub plan: crate::Plan,
+    pub served: Served,
+}
+
+/// Machines split into replicas that together serve more users within the targets than one
+/// llama-server over all of them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub struct Replicas {
+    /// Every replica's users together.
+    pub users: u32,
+    pub replicas: Vec<Replica>,
+}
+
+/// The scenario's machines, each its nodes: the GPUs of a machine with several are one.
+fn machines(problem: &crate::Problem) -> Vec<(String, Vec<usize>)> {
+    let mut machines: Vec<(String, Vec<usize>)> = Vec::new();
+    for (k, node) in problem.nodes.iter().enumerate() {
+        let name = node.gpu_of.as_ref().map_or(&node.name, |gpu| &gpu.machine);
+        match machines.iter_mut().find(|(m, _)| m == name) {
+            Some((_, nodes)) => nodes.push(k),
+            None => machines.push((name.clone(), vec![k])),
+        }
+    }
+    machines
+}
+
+/// The split of `problem`'s machines into replicas that serves the most users within
+/// `targets`, when it serves more than `one_server` (what one llama-server over every machine
+/// serves, [`super::capacity`]); `None` when none does, and for what is not split: one
+/// machine, more than [`MAX_REPLICA_MACHINES`], stages given by hand, or a draft or projector
+/// riding along (placed once per plan).
+///
+/// Exact: every set of machines has its capacity searched, and the split is the best over
+/// every partition (a machine may serve in no replica), by a dynamic program over subsets.
+///
+/// # Errors
+/// As [`super::capacity`], for a load or targets it refuses.
+pub fn replicas(
+    problem: &crate::Problem,
+    load: Load,
+    targets: Targets,
+    one_server: u32,
+) -> Result<Option<Replicas>, ServingError> {
+    let machines = machines(problem);
+    let m = machines.len();
+    if !(2..=MAX_REPLICA_MACHINES).contains(&m) || problem.manual.is_some() || !problem.riders.is_empty() {
+        return Ok(None);
+    }
+    let all = (1usize << m) - 1;
+    // Each proper set of machines as one replica: what it serves, when it serves anyone.
+    let mut alone: Vec<Option<Capacity>> = vec![None; all];
+    for (set, slot) in alone.iter_mut().enumerate().skip(1) {
+        let mut enabled = vec![false; problem.nodes.len()];
+        for (i, (_, nodes)) in machines.iter().enumerate() {
+            if set >> i & 1 == 1 {
+                nodes.iter().for_each(|&k| enabled[k] = true);
+            }
+        }
+        match super::capacity_on(problem, Some(&enabled), load, targets) {
+            Ok(found) if found.users > 0 => *slot = Some(found),
+            Ok(_) | Err(ServingError::NoPlan | ServingError::Stages { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let users = |set: usize| alone.get(set).and_then(Option::as_ref).map_or(0, |found| found.users);
+    let (most, sets) = best_split(m, &users);
+    if most <= one_server {
+        return Ok(None);
+    }
+    let mut replicas = Vec::new();
+    for set in sets {
+        let Some(found) = alone[set].take() else { continue };
+        let names = machines.iter().enumerate().filter(|(i, _)| set >> i & 1 == 1);
+        replicas.push(Replica {
+            machines: names.map(|(_, (name, _))| name.clone()).collect(),
+            users: found.users,
+            plan: found.plan,
+            served: found.served,
+        });
+    }
+    replicas.sort_by_key(|replica| std::cmp::Reverse(replica.users));
+    Ok(Some(Replicas { users: most, replicas }))
+}
+
+/// The split of `machines` machines into replicas (disjoint proper sets, as bit masks; a
+/// machine may serve in none) whose `users` sum most, and that sum: a dynamic program over
+/// subsets, each taking its lowest machine into no replica or into one with others.
+fn best_split(machines: usize, users: &dyn Fn(usize) -> u32) -> (u32, Vec<usize>) {
+    let all = (1usize << machines) - 1;
+    // best[s]: the most users of replicas within s; taken[s]: the replica holding s's lowest
+    // machine in that split (0: none).
+    let mut best = vec![0u32; all + 1];
+    let mut taken = vec![0usize; all + 1];
+    for set in 1..=all {
+        let low = set & set.wrapping_neg();
+        best[set] = best[set ^ low];
+        let rest = set ^ low;
+        let mut others = rest;
+        loop {
+            let replica = others | low;
+            if replica != all {
+                let total = users(replica).saturating_add(best[set ^ replica]);
+                if total > best[set] {
+                    best[set] = total;
+                    taken[set] = replica;
+                }
+            }
+            if others == 0 {
+                break;
+            }
+            others = (others - 1) & rest;
+        }
+    }
+    let mut sets = Vec::new();
+    let mut set = all;
+    while set != 0 {
+        match taken[set] {
+            0 => set &= set - 1,
+            replica => {
+                sets.push(replica);
+                set ^= replica;
+            }
+        }
+    }
+    (best[all], sets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machines_gpus_stay_in_one_replica() {
+        let json = r#"{"model": {"preset": "llama-3.2-1b", "weights": "q8_0"},
+            "nodes": [{"name": "box", "gpus": [{"device": "rtx-3060-12gb", "count": 2}], "gpu_link": "pcie4-x8"},
+                      {"name": "desk", "device": "rtx-3060-12gb"}, {"name": "den", "device": "rtx-3060-12gb", "count": 2}]}"#;
+        let problem = crate::check(json, crate::check::no_model_files).unwrap().problem;
+        let machines = machines(&problem);
+        let names: Vec<(&str, &[usize])> = machines.iter().map(|(n, k)| (n.as_str(), k.as_slice())).collect();
+        // `count` is whole machines: each its own.
+        assert_eq!(names, [("box", &[0, 1][..]), ("desk", &[2][..]), ("den-1", &[3][..]), ("den-2", &[4][..])]);
+    }
+
+    /// Every way to give each machine a replica number or none: the best sum of users over
+    /// splits into proper sets.
+    fn brute_force(machines: usize, users: &dyn Fn(usize) -> u32) -> u32 {
+        let all = (1usize << machines) - 1;
+        let mut best = 0;
+        let mut label = vec![0usize; machines];
+        loop {
+            let mut sets = vec![0usize; machines + 1];
+            for (i, &l) in label.iter().enumerate() {
+                sets[l] |= 1 << i;
+            }
+            if sets[1..].iter().all(|&s| s != all) {
+                best = best.max(sets[1..].iter().filter(|&&s| s != 0).map(|&s| users(s)).sum());
+            }
+            // Next labelling, counting in base machines + 1.
+            let Some(i) = label.iter().position(|&l| l < machines) else { break };
+            label[i] += 1;
+            label[..i].iter_mut().for_each(|l| *l = 0);
+        }
+        best
+    }
+
+    proptest::proptest! {
+        /// The split is the best over every partition, and what it returns sums to it.
+        #[test]
+        fn the_split_is_the_best_partition(machines in 1usize..=5, table in proptest::collection::vec(0u32..50, 32)) {
+            let users = |set: usize| table[set % table.len()];
+            let (most, sets) = best_split(machines, &users);
+            proptest::prop_assert_eq!(most, brute_force(machines, &users));
+            proptest::prop_assert_eq!(sets.iter().map(|&s| users(s)).sum::<u32>(), most);
+            let all = (1usize << machines) - 1;
+            proptest::prop_assert!(sets.iter().all(|&s| s != 0 && s != all));
+            let union = sets.iter().fold(0, |union, &s| union | s);
+            proptest::prop_assert_eq!(sets.iter().map(|s| s.count_ones()).sum::<u32>(), union.count_ones());
+            proptest::prop_assert_eq!(union & !all, 0);
+        }
+    }
+}
