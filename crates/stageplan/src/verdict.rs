@@ -36,13 +36,20 @@ impl<'a> Verdict<'a> {
                 _ => "does not fit: no split of the model fits these machines".to_owned(),
             };
         }
-        let mut line = format!("fits · {} tok/s for one user", sig3(plan.stream_tokens_per_s));
+        // What each sequence sees: with several, they step together (`stream_tokens_per_s` is
+        // all of theirs).
+        let sequences = plan.workload.batch.max(1);
+        let each = |tokens_per_s: f64| sig3(tokens_per_s / sequences as f64);
+        let mut line = match sequences {
+            1 => format!("fits · {} tok/s for one user", each(plan.stream_tokens_per_s)),
+            n => format!("fits · {} tok/s for each of {} sequences", each(plan.stream_tokens_per_s), group_digits(n)),
+        };
         // Both labelled where they differ: at the full context, and a response into it.
         if let Some(shallow) = plan.at_depth.as_ref().filter(|d| d.tokens < plan.workload.context) {
             line += &format!(
                 " at {} tokens of context, {} at {}",
                 group_digits(plan.workload.context),
-                sig3(shallow.stream_tokens_per_s),
+                each(shallow.stream_tokens_per_s),
                 group_digits(shallow.tokens)
             );
         }
@@ -119,6 +126,16 @@ mod tests {
     }
 
     const HOME: &str = include_str!("../../../tests/scenarios/home-70b.json");
+
+    #[test]
+    fn sequences_that_step_together_each_see_their_share() {
+        let mut scenario = Scenario::from_json(HOME).unwrap();
+        scenario.workload.batch = 4;
+        let p = crate::plan(&scenario.problem().unwrap());
+        let head = Verdict::of(&p).headline();
+        let each = crate::units::sig3(p.stream_tokens_per_s / 4.0);
+        assert!(head.starts_with(&format!("fits · {each} tok/s for each of 4 sequences")), "{head}");
+    }
 
     #[test]
     fn a_fitting_plan_leads_with_one_user_and_the_first_token() {

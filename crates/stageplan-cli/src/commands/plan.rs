@@ -48,6 +48,11 @@ pub(super) fn targets(
 /// Plans the scenario at `path`, as `overrides` change it; exit 1 when nothing fits.
 pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bool) -> Result<Outcome, Failure> {
     let Overrides { objective, policy, users, targets } = overrides;
+    if objective.is_some() && (users.is_some() || targets.is_some()) {
+        return Err(Failure(
+            "`--objective` does not apply to `--users`/`--ttft`/`--tpot`: llama-server steps every user through every stage in turn, so their split is the one with the fastest step; leave `--objective` out".into(),
+        ));
+    }
     let mut scenario = Scenario::from_json(&input::read_text(path)?)?;
     if let Some(objective) = objective {
         scenario.objective = match objective {
@@ -70,8 +75,9 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
     let (plan, answer) = if users.is_some() || targets.is_some() {
         let flag = if users.is_some() { "--users" } else { "--ttft`/`--tpot" };
         let answer = serving::answer(&problem, users, targets).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
-        // The plan is for the users served: a slot and its context each.
+        // The plan is for the users served: a slot and its context each, the fastest step.
         problem.workload.batch = u64::from(answer.served.as_ref().map_or(users.unwrap_or(1), |s| s.users));
+        problem.objective = Objective::Latency;
         (answer.plan.clone(), Some(answer))
     } else {
         (stageplan::plan(&problem), None)

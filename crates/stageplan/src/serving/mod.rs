@@ -551,10 +551,15 @@ fn llama_server(problem: &crate::Problem) -> Result<(), ServingError> {
     }
 }
 
-/// `problem` planned for `users` sequences: a slot and its context each.
+/// `problem` planned for `users` sequences as llama-server runs them: a slot and its context
+/// each, and the split that makes a step of all of them fastest (the latency objective, the
+/// least sum of stage times at that batch: a step runs every sequence through every device
+/// in turn, [`ServingCost::of`]). The throughput objective would pick a split for
+/// micro-batches in flight at once, which llama-server's decode does not run.
 fn with_batch(problem: &crate::Problem, users: u32) -> crate::Problem {
     let mut problem = problem.clone();
     problem.workload.batch = u64::from(users);
+    problem.objective = crate::Objective::Latency;
     problem
 }
 
