@@ -1,6 +1,7 @@
 //! A plan file from untrusted text, down the road `stageplan export PLAN` takes: read by
 //! `export::read_input` (a plan as `stageplan plan --format json` prints it, or a re-plan's
-//! `{"plan": …}`), checked by `Layout::new`, then exported to every target. (Text that reads
+//! `{"plan": …}`, or replicas, exported to llama.cpp with their balancer), checked by
+//! `Layout::new`, then exported to every target. (Text that reads
 //! as a scenario is planned first by the CLI: that road is the `scenario` target's, and a
 //! planner at its limits takes seconds per input, which would starve this one.) A malformed
 //! file is an error, never a panic. An export's stages tile the layers from 0; its text holds
@@ -10,12 +11,28 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stageplan::export::{ExportInput, ExportOptions, Target, export, read_input};
+use stageplan::export::{ExportInput, ExportOptions, Target, export, read_input, replicas};
 use stageplan::quote::unsafe_char;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(ExportInput::Plan(plan)) = read_input(text) else { return };
+    let plan = match read_input(text) {
+        Ok(ExportInput::Plan(plan)) => plan,
+        // Replicas (`stageplan plan --ttft … --format json`): each exported as llama.cpp runs it.
+        Ok(ExportInput::Replicas(list)) => {
+            let mut options = ExportOptions::default();
+            for replica in &list {
+                options.kinds.extend(ExportOptions::for_plan(&replica.plan).kinds);
+            }
+            if let Ok(exported) = replicas(&list, Target::LlamaCpp, &options) {
+                assert!(list.iter().all(|r| r.plan.feasible), "replicas: an export of a plan that does not fit");
+                let raw = exported.text.chars().find(|&c| unsafe_char(c) && c != '\n' && c != '\t');
+                assert!(raw.is_none(), "replicas: {raw:?} reached the export");
+            }
+            return;
+        }
+        _ => return,
+    };
     // As the CLI: a plan file's kinds are its stages' own.
     let options = ExportOptions::for_plan(&plan);
     for target in Target::ALL {

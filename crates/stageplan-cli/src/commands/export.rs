@@ -22,13 +22,18 @@ pub(super) struct ExportRequest {
 /// Exports to `--to`, or to the plan's own engine; exit 1, with nothing printed, when the
 /// plan does not fit.
 pub(super) fn export(path: &Path, request: ExportRequest, format: ExportFormat) -> Result<Outcome, Failure> {
-    let target = request.to.map(|to| to.parse::<Target>().map_err(|e| Failure(format!("`--to`: {e}")))).transpose()?;
+    let target = request
+        .to
+        .as_deref()
+        .map(|to| to.parse::<Target>().map_err(|e| Failure(format!("`--to`: {e}"))))
+        .transpose()?;
     let text = input::read_text(path)?;
     let input = stageplan::export::read_input(&text).map_err(|e| match e {
         ExportError::NotJson(_) => Failure(format!("`{}` {e}", path.display())),
         _ => Failure(format!("`{}`: {e}", path.display())),
     })?;
     let (plan, mut options) = match input {
+        ExportInput::Replicas(replicas) => return export_replicas(&replicas, target, request, format),
         ExportInput::Plan(plan) => {
             let options = ExportOptions::for_plan(&plan);
             (*plan, options)
@@ -51,6 +56,29 @@ pub(super) fn export(path: &Path, request: ExportRequest, format: ExportFormat) 
             "`--to` is needed: the plan's engine is `generic`; give `--to llama.cpp`, vllm, exo, kubernetes, deepspeed or megatron".into(),
         ));
     };
+    given(&mut options, request)?;
+    let export = stageplan::export::export(&plan, target, &options)?;
+    printed(export, format)
+}
+
+/// Replicas, each as llama.cpp runs it, and the balancer's list ([`stageplan::export::replicas`]).
+fn export_replicas(
+    replicas: &[stageplan::export::ReplicaPlan],
+    target: Option<Target>,
+    request: ExportRequest,
+    format: ExportFormat,
+) -> Result<Outcome, Failure> {
+    let mut options = ExportOptions::default();
+    for replica in replicas {
+        options.kinds.extend(ExportOptions::for_plan(&replica.plan).kinds);
+    }
+    given(&mut options, request)?;
+    let export = stageplan::export::replicas(replicas, target.unwrap_or(Target::LlamaCpp), &options)?;
+    printed(export, format)
+}
+
+/// The command line's `--host`, `--main`, `--model` and `--image` into `options`.
+fn given(options: &mut ExportOptions, request: ExportRequest) -> Result<(), Failure> {
     for host in &request.hosts {
         let (node, address) =
             host.split_once('=').filter(|(n, a)| !n.trim().is_empty() && !a.trim().is_empty()).ok_or_else(|| {
@@ -61,7 +89,11 @@ pub(super) fn export(path: &Path, request: ExportRequest, format: ExportFormat) 
     options.main = request.main;
     options.model = request.model;
     options.image = request.image;
-    let export = stageplan::export::export(&plan, target, &options)?;
+    Ok(())
+}
+
+/// An export as `--format` asks: its text with notes on standard error, or JSON.
+fn printed(export: stageplan::export::Export, format: ExportFormat) -> Result<Outcome, Failure> {
     Ok(match format {
         ExportFormat::Json => Outcome::ok(serde_json::to_string_pretty(&export)? + "\n"),
         ExportFormat::Text => {

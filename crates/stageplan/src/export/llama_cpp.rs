@@ -98,6 +98,24 @@ impl Launch {
         let words = std::iter::once(self.program.into()).chain(self.args.iter().map(Word::shell));
         env.collect::<String>() + &words.collect::<Vec<_>>().join(" ")
     }
+
+    /// The command with one flag and its value per line, for reading (as the export prints
+    /// llama-server's), ending in a newline.
+    pub(super) fn flag_lines(&self) -> String {
+        let mut line = self.program.to_owned();
+        let mut rest = self.args.iter();
+        while let Some(word) = rest.next() {
+            let _ = write!(line, " \\\n  {}", word.shell());
+            if let Word::Flag(_) = word
+                && let Some(value) = rest.clone().next().filter(|v| !matches!(v, Word::Flag(_)))
+            {
+                let _ = write!(line, " {}", value.shell());
+                rest.next();
+            }
+        }
+        line.push('\n');
+        line
+    }
 }
 
 /// `--tensor-split` shares for blocks `counts` (in device order): each device's block count,
@@ -581,20 +599,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
     }
     let server =
         Launch { machine: main_machine.to_owned(), env: Vec::new(), program: "llama-server", args, dialed: None };
-    // One flag and its value per line, for reading.
-    let mut line = server.program.to_owned();
-    let mut rest = server.args.iter();
-    while let Some(word) = rest.next() {
-        let _ = write!(line, " \\\n  {}", word.shell());
-        if let Word::Flag(_) = word
-            && let Some(value) = rest.clone().next().filter(|v| !matches!(v, Word::Flag(_)))
-        {
-            let _ = write!(line, " {}", value.shell());
-            rest.next();
-        }
-    }
-    out.push_str(&line);
-    out.push('\n');
+    out.push_str(&server.flag_lines());
     launches.push(server);
     Ok((out, notes, launches))
 }

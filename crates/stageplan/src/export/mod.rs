@@ -18,6 +18,7 @@
 mod exo;
 mod kubernetes;
 mod llama_cpp;
+mod replicas;
 mod training;
 mod vllm;
 
@@ -37,6 +38,7 @@ use crate::presets::ModelPreset;
 use crate::problem::Problem;
 
 pub use llama_cpp::{Launch, RPC_SERVER, Word, llama_cpp_layers, tensor_split};
+pub use replicas::{BALANCER_PORT, REPLICA_PORT, ReplicaPlan, replicas};
 
 /// An engine a plan can be exported to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -658,13 +660,17 @@ fn is_plan(value: &serde_json::Value) -> bool {
 #[derive(Clone, Debug)]
 pub enum ExportInput {
     Plan(Box<Plan>),
+    /// Replicas, from what `stageplan plan --ttft … --format json` printed where they serve
+    /// more users than one server ([`replicas()`]).
+    Replicas(Vec<ReplicaPlan>),
     /// A scenario: plan it through [`crate::check()`] (which reads the text again, for the
     /// paths in its errors).
     Scenario,
 }
 
 /// Reads what an export was given, parsing it once: a plan as `stageplan plan --format
-/// json` prints it (also with `--verify`), a re-plan's output (`{"plan": …}`), or a scenario.
+/// json` prints it (also with `--verify`), a re-plan's output (`{"plan": …}`), the replicas
+/// of `stageplan plan --ttft … --format json` where it found them, or a scenario.
 ///
 /// # Errors
 /// Text that is not JSON, or a plan that is not one, naming the field.
@@ -674,6 +680,22 @@ pub fn read_input(text: &str) -> Result<ExportInput, ExportError> {
         return Ok(ExportInput::Scenario);
     }
     let wrapped = value.get("stages").is_none();
+    if wrapped && let Some(list) = value.get_mut("replicas").and_then(|r| r.get_mut("replicas")) {
+        let count = list.as_array().map_or(0, Vec::len);
+        if count > crate::serving::MAX_REPLICA_MACHINES {
+            return Err(ExportError::Plan {
+                field: "replicas",
+                problem: format!(
+                    "has {count} replicas; export what `stageplan plan` printed (at most {})",
+                    crate::serving::MAX_REPLICA_MACHINES
+                ),
+            });
+        }
+        let replicas: Vec<ReplicaPlan> = serde_json::from_value(list.take()).map_err(|e| {
+            ExportError::Json(format!("has `replicas` that are not what `stageplan plan` prints ({e})"))
+        })?;
+        return Ok(ExportInput::Replicas(replicas));
+    }
     let plan = match value.get_mut("plan") {
         Some(inner) if wrapped => serde_json::from_value(inner.take())
             .map_err(|e| ExportError::Json(format!("has a `plan` that is not one ({e})")))?,
