@@ -678,6 +678,18 @@ export type TargetsHeld = { percentile: Percentile, ttft_s: number | null, tpot_
 
 export type Found = { users: number, limit: Limit, };
 
+export type Replicas = { 
+/**
+ * Every replica's users together.
+ */
+users: number, replicas: Array<Replica>, };
+
+export type Replica = { 
+/**
+ * The machines' names as the scenario gives them (a machine with several GPUs once).
+ */
+machines: Array<string>, users: number, plan: Plan, served: Served, };
+
 export type Limit = { "reason": "target", users: number, missed: Missed, } | { "reason": "memory", users: number, } | { "reason": "stages", users: number, stages: number, } | { "reason": "most" };
 
 export type Missed = { 

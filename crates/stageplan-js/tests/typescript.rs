@@ -63,6 +63,8 @@ fn declarations() -> String {
         stageplan::serving::Served::decl(&cfg),
         stageplan::serving::TargetsHeld::decl(&cfg),
         stageplan::serving::Found::decl(&cfg),
+        stageplan::serving::Replicas::decl(&cfg),
+        stageplan::serving::Replica::decl(&cfg),
         stageplan::serving::Limit::decl(&cfg),
         stageplan::serving::Missed::decl(&cfg),
         stageplan::serving::Percentile::decl(&cfg),
