@@ -20,10 +20,7 @@ fuzz_target!(|data: &[u8]| {
         Ok(ExportInput::Plan(plan)) => plan,
         // Replicas (`stageplan plan --ttft … --format json`): each exported as llama.cpp runs it.
         Ok(ExportInput::Replicas(list)) => {
-            let mut options = ExportOptions::default();
-            for replica in &list {
-                options.kinds.extend(ExportOptions::for_plan(&replica.plan).kinds);
-            }
+            let options = ExportOptions::for_plans(list.iter().map(|r| &r.plan));
             if let Ok(exported) = replicas(&list, Target::LlamaCpp, &options) {
                 assert!(list.iter().all(|r| r.plan.feasible), "replicas: an export of a plan that does not fit");
                 let raw = exported.text.chars().find(|&c| unsafe_char(c) && c != '\n' && c != '\t');

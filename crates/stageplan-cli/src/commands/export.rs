@@ -68,10 +68,7 @@ fn export_replicas(
     request: ExportRequest,
     format: ExportFormat,
 ) -> Result<Outcome, Failure> {
-    let mut options = ExportOptions::default();
-    for replica in replicas {
-        options.kinds.extend(ExportOptions::for_plan(&replica.plan).kinds);
-    }
+    let mut options = ExportOptions::for_plans(replicas.iter().map(|r| &r.plan));
     given(&mut options, request)?;
     let export = stageplan::export::replicas(replicas, target.unwrap_or(Target::LlamaCpp), &options)?;
     printed(export, format)

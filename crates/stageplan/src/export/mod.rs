@@ -177,7 +177,14 @@ impl ExportOptions {
 
     /// Options with each stage's kind as the plan recorded it.
     pub fn for_plan(plan: &Plan) -> ExportOptions {
-        let kinds = plan.stages.iter().filter_map(|s| Some((s.node.clone(), s.kind?))).collect();
+        ExportOptions::for_plans(std::slice::from_ref(plan))
+    }
+
+    /// Options with each stage's kind as its plan recorded it, over several plans (replicas,
+    /// each on machines of its own).
+    pub fn for_plans<'a>(plans: impl IntoIterator<Item = &'a Plan>) -> ExportOptions {
+        let stages = plans.into_iter().flat_map(|plan| &plan.stages);
+        let kinds = stages.filter_map(|s| Some((s.node.clone(), s.kind?))).collect();
         ExportOptions { kinds, ..ExportOptions::default() }
     }
 }

@@ -17,8 +17,8 @@ use super::{Capacity, Load, Served, ServingError, Targets};
 /// 26 s for eight; BENCHMARKS), then the best split found among them.
 pub const MAX_REPLICA_MACHINES: usize = 6;
 
-/// How many machines [`replicas`] splits `problem` into (a machine's GPUs are one): it tries
-/// two to [`MAX_REPLICA_MACHINES`], and a caller says so past that.
+/// How many machines `problem` has as [`replicas`] counts them (a machine's GPUs are one):
+/// it splits two to [`MAX_REPLICA_MACHINES`], and a caller says so past that.
 pub fn replica_machines(problem: &crate::Problem) -> usize {
     machines(problem).len()
 }
