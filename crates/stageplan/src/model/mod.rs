@@ -183,27 +183,32 @@ impl Model {
 /// Is `name` a dense FFN matrix (or its bias)? GGUF: `blk.N.ffn_up|down|gate|gate_up.*`
 /// (not the experts' `_exps`, the shared experts' `_shexp`, the router `ffn_gate_inp` nor the
 /// norm); Hugging Face: a projection under `.mlp.` or `.feed_forward.`.
+///
+/// By the name's dot-separated parts rather than substrings: every cost model sums its
+/// layers from the tensors, once per plan a capacity search makes.
 pub fn is_ffn_matrix(name: &str) -> bool {
-    const GGUF: [&str; 4] = [".ffn_up.", ".ffn_down.", ".ffn_gate.", ".ffn_gate_up."];
-    const HF: [&str; 12] = [
-        "up_proj.",
-        "down_proj.",
-        "gate_proj.",
-        "gate_up_proj.",
-        "fc1.",
-        "fc2.",
-        "c_fc.",
-        "c_proj.",
-        "w1.",
-        "w2.",
-        "w3.",
-        "dense_h_to_4h.",
+    const GGUF: [&str; 4] = ["ffn_up", "ffn_down", "ffn_gate", "ffn_gate_up"];
+    const MLP: [&str; 2] = ["mlp", "feed_forward"];
+    const HF: [&str; 13] = [
+        "up_proj",
+        "down_proj",
+        "gate_proj",
+        "gate_up_proj",
+        "fc1",
+        "fc2",
+        "c_fc",
+        "c_proj",
+        "w1",
+        "w2",
+        "w3",
+        "dense_h_to_4h",
+        "dense_4h_to_h",
     ];
-    if GGUF.iter().any(|p| name.contains(p)) {
-        return true;
-    }
-    let in_mlp = name.contains(".mlp.") || name.contains(".feed_forward.");
-    in_mlp && (HF.iter().any(|p| name.contains(p)) || name.contains("dense_4h_to_h."))
+    // The parts a dot follows; past the first, a dot precedes them too.
+    let Some((followed, _)) = name.rsplit_once('.') else { return false };
+    let between = |names: &[&str]| followed.split('.').skip(1).any(|part| names.contains(&part));
+    between(&GGUF)
+        || between(&MLP) && followed.split('.').any(|part| HF.iter().any(|suffix| part.ends_with(suffix)))
 }
 
 /// What `stageplan model` reports: sizes per layer, parameters, the type mix, KV per token.

@@ -105,3 +105,30 @@ fn a_dense_ffn_beside_experts_moves_with_them() {
     assert_eq!(before.ffn_bytes, before.expert_bytes);
     assert_eq!(after.expert_bytes, before.expert_bytes);
 }
+
+/// [`is_ffn_matrix`] as its rule reads: substrings of the name.
+fn ffn_matrix_by_substrings(name: &str) -> bool {
+    let gguf = [".ffn_up.", ".ffn_down.", ".ffn_gate.", ".ffn_gate_up."];
+    let hf = [
+        "up_proj.", "down_proj.", "gate_proj.", "gate_up_proj.", "fc1.", "fc2.", "c_fc.", "c_proj.", "w1.", "w2.", "w3.",
+        "dense_h_to_4h.", "dense_4h_to_h.",
+    ];
+    gguf.iter().any(|p| name.contains(p))
+        || (name.contains(".mlp.") || name.contains(".feed_forward.")) && hf.iter().any(|p| name.contains(p))
+}
+
+proptest::proptest! {
+    /// The parts-wise rule names the tensors the substring rule does, on names made of the
+    /// pieces both look for (and pieces near them).
+    #[test]
+    fn ffn_matrices_by_parts_are_those_by_substrings(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "blk", "3", "ffn_up", "ffn_down", "ffn_gate", "ffn_gate_up", "ffn_gate_inp", "ffn_up_exps",
+            "mlp", "feed_forward", "model", "layers", "up_proj", "gate_up_proj", "xup_proj", "up_proj_x",
+            "fc1", "w3", "dense_4h_to_h", "weight", "bias", "", "attn_q",
+        ]), 0..7),
+    ) {
+        let name = pieces.join(".");
+        proptest::prop_assert_eq!(is_ffn_matrix(&name), ffn_matrix_by_substrings(&name), "{}", name);
+    }
+}

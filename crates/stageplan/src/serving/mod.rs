@@ -396,12 +396,22 @@ enum Trial {
 /// in `load`, or a problem where one user's plan does not fit or has a tensor-parallel
 /// group.
 pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Result<Capacity, ServingError> {
-    capacity_on(problem, None, load, targets)
+    let found = search_on(problem, None, load, targets)?;
+    Ok(explained(problem, None, found))
 }
 
-/// [`capacity`] on the machines marked in `enabled` (one entry per problem node; `None`:
-/// all), as one replica of several ([`replicas`]).
-fn capacity_on(
+/// `found` with its plan explained (baselines, left-out machines, fixes) for its users, or
+/// for one user when none meets the targets (the nearest).
+fn explained(problem: &crate::Problem, enabled: Option<&[bool]>, found: Capacity) -> Capacity {
+    let options = crate::planner::PlanOptions { enabled, ..crate::planner::PlanOptions::default() };
+    let plan = crate::plan_with(&with_batch(problem, found.users.max(1)), options);
+    Capacity { plan, ..found }
+}
+
+/// [`capacity`]'s search on the machines marked in `enabled` (one entry per problem node;
+/// `None`: all), its plan bare: [`replicas`] search every set of machines and explain only
+/// the sets they choose.
+fn search_on(
     problem: &crate::Problem,
     enabled: Option<&[bool]>,
     load: Load,
@@ -409,10 +419,10 @@ fn capacity_on(
 ) -> Result<Capacity, ServingError> {
     llama_server(problem)?;
     targets.check()?;
-    let options = crate::planner::PlanOptions { enabled, ..crate::planner::PlanOptions::default() };
+    let options = crate::planner::PlanOptions { enabled, bare: true, ..crate::planner::PlanOptions::default() };
     let trial = |users: u32| -> Result<Trial, ServingError> {
         let problem = with_batch(problem, users);
-        let plan = crate::plan_with(&problem, crate::planner::PlanOptions { bare: true, ..options });
+        let plan = crate::plan_with(&problem, options);
         if !plan.feasible {
             return Ok(Trial::Failed(Limit::Memory { users }));
         }
@@ -432,9 +442,8 @@ fn capacity_on(
         Trial::Failed(Limit::Stages { stages, .. }) => return Err(ServingError::Stages { stages }),
         Trial::Failed(_) => return Err(ServingError::NoPlan),
         Trial::Missed(limit, ran) => {
-            // None meets them: the nearest is one user, with the plan's explanations.
-            let (_, load, served) = *ran;
-            let plan = crate::plan_with(&with_batch(problem, 1), options);
+            // None meets them: the nearest is one user.
+            let (plan, load, served) = *ran;
             return Ok(Capacity { users: 0, plan, load, served, limit });
         }
     };
@@ -455,8 +464,7 @@ fn capacity_on(
         }
     }
     let (users, ran) = met;
-    let (_, load, served) = *ran;
-    let plan = crate::plan_with(&with_batch(problem, users), options);
+    let (plan, load, served) = *ran;
     Ok(Capacity { users, plan, load, served, limit: failed.map_or(Limit::Most, |(_, limit)| limit) })
 }
 
@@ -780,7 +788,7 @@ mod tests {
         // Each replica serves what its machine alone serves, and together more than one server.
         let alone = |name: &str| {
             let enabled: Vec<bool> = problem.nodes.iter().map(|n| n.name == name).collect();
-            capacity_on(&problem, Some(&enabled), load(1), targets).unwrap().users
+            search_on(&problem, Some(&enabled), load(1), targets).unwrap().users
         };
         let names: Vec<&[String]> = split.replicas.iter().map(|r| r.machines.as_slice()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
