@@ -34,7 +34,7 @@ pub struct ReplicaPlan {
 ///
 /// # Errors
 /// A target other than llama.cpp, `--main` (each replica's first stage runs its
-/// llama-server), no replicas or more than six, a replica whose users are not its plan's
+/// llama-server), no replicas or more than [`crate::serving::MAX_REPLICA_MACHINES`], a replica whose users are not its plan's
 /// slots, a machine in two replicas, or what [`super::export`] refuses in a replica's plan.
 pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOptions) -> Result<Export, ExportError> {
     if target != Target::LlamaCpp {

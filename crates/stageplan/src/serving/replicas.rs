@@ -12,10 +12,10 @@
 use super::{Capacity, Load, Served, ServingError, Targets};
 
 /// The most machines whose every split into replicas is tried: each set of machines has its
-/// capacity searched (2^m − 1 sets, the exact planner's work on all of them about 3^m / 2^m
-/// times one server's: 2.4 s for six machines and a 70B model on this project's CI machine,
-/// 26 s for eight; BENCHMARKS), then the best split found among them.
-pub const MAX_REPLICA_MACHINES: usize = 6;
+/// capacity searched (2^m − 1 sets; for eight machines holding a 70B model about 0.4 s on
+/// this project's CI machine, twice that for every machine more; BENCHMARKS), then the best
+/// split found among them.
+pub const MAX_REPLICA_MACHINES: usize = 8;
 
 /// How many machines `problem` has as [`replicas`] counts them (a machine's GPUs are one):
 /// it splits two to [`MAX_REPLICA_MACHINES`], and a caller says so past that.
@@ -82,15 +82,18 @@ pub fn replicas(
     }
     let all = (1usize << m) - 1;
     // Each proper set of machines as one replica: what it serves, when it serves anyone.
-    let mut alone: Vec<Option<Capacity>> = vec![None; all];
-    for (set, slot) in alone.iter_mut().enumerate().skip(1) {
+    let enabled = |set: usize| {
         let mut enabled = vec![false; problem.nodes.len()];
         for (i, (_, nodes)) in machines.iter().enumerate() {
             if set >> i & 1 == 1 {
                 nodes.iter().for_each(|&k| enabled[k] = true);
             }
         }
-        match super::capacity_on(problem, Some(&enabled), load, targets) {
+        enabled
+    };
+    let mut alone: Vec<Option<Capacity>> = vec![None; all];
+    for (set, slot) in alone.iter_mut().enumerate().skip(1) {
+        match super::search_on(problem, Some(&enabled(set)), load, targets) {
             Ok(found) if found.users > 0 => *slot = Some(found),
             Ok(_) | Err(ServingError::NoPlan | ServingError::Stages { .. }) => {}
             Err(e) => return Err(e),
@@ -104,6 +107,7 @@ pub fn replicas(
     let mut replicas = Vec::new();
     for set in sets {
         let Some(found) = alone[set].take() else { continue };
+        let found = super::explained(problem, Some(&enabled(set)), found);
         let names = machines.iter().enumerate().filter(|(i, _)| set >> i & 1 == 1);
         replicas.push(Replica {
             machines: names.map(|(_, (name, _))| name.clone()).collect(),
