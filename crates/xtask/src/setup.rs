@@ -44,7 +44,12 @@ pub(crate) const LLAMA_CPP_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02b
 pub(crate) const LLAMA_CPP_TARGETS: [&str; 5] =
     ["llama-server", "ggml-rpc-server", "llama-quantize", "llama-bench", "llama-fit-params"];
 
-pub(crate) const LLAMA_CPP_CMAKE: [&str; 7] = [
+pub(crate) const LLAMA_CPP_CMAKE: [&str; 9] = [
+    // `-march=native` without AMX: a virtual machine may report AMX tiles that it does not
+    // run (a Sapphire Rapids guest: llama-bench's Q8_0 prompt died on `tileloadd` with
+    // SIGILL). GCC keeps ISA flags given explicitly over what `-march` implies.
+    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
     "-DGGML_RPC=ON",
     "-DLLAMA_CURL=OFF",
     "-DCMAKE_BUILD_TYPE=Release",
