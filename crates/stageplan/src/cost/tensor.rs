@@ -181,25 +181,41 @@ fn alike(a: &Node, b: &Node) -> bool {
 
 /// The groups of GPUs of one machine `model` may run on as tensor parallel under `engine`:
 /// every set of two or more of a machine's GPUs whose count the model's heads divide, GPUs
-/// alike taken in index order (the others are the same group renamed).
+/// alike taken in index order (the others are the same group renamed), in the order of
+/// their sets as bit masks.
+///
+/// Made from the machine's classes of alike GPUs, a count of each taken from its first:
+/// 17 sets for 16 GPUs alike, where trying every subset for that rule is 65,535 (and every
+/// cost model builds its groups).
 pub(crate) fn groups(nodes: &[Node], model: &Model, engine: Engine) -> Vec<TensorGroup> {
     let mut out = Vec::new();
     for gpus in machines(nodes) {
-        // Bounded by `MAX_GPUS_PER_MACHINE` (16): at most 65,535 sets to look at.
-        for set in 1u32..(1 << gpus.len()) {
-            let d = set.count_ones();
-            if d < 2 || degree_refused(model, engine, u64::from(d)).is_some() {
-                continue;
-            }
-            let has = |i: usize| set & (1 << i) != 0;
-            // A GPU joins only after every GPU alike before it.
-            let canonical = (0..gpus.len())
-                .filter(|&i| has(i))
-                .all(|i| (0..i).all(|j| has(j) || !alike(&nodes[gpus[i]], &nodes[gpus[j]])));
-            if canonical {
-                out.push(TensorGroup { members: (0..gpus.len()).filter(|&i| has(i)).map(|i| gpus[i]).collect() });
+        let refused: Vec<bool> =
+            (0..=gpus.len()).map(|d| d < 2 || degree_refused(model, engine, d as u64).is_some()).collect();
+        // Positions in `gpus` of each class of alike GPUs, in machine order.
+        let mut classes: Vec<Vec<usize>> = Vec::new();
+        for (i, &k) in gpus.iter().enumerate() {
+            match classes.iter_mut().find(|class| alike(&nodes[gpus[class[0]]], &nodes[k])) {
+                Some(class) => class.push(i),
+                None => classes.push(vec![i]),
             }
         }
+        // Bounded by `MAX_GPUS_PER_MACHINE` (16): at most 65,535 sets, all GPUs unlike.
+        let mut sets = Vec::new();
+        let mut taken = vec![0usize; classes.len()];
+        loop {
+            if !refused[taken.iter().sum::<usize>()] {
+                let positions = classes.iter().zip(&taken).flat_map(|(class, &n)| &class[..n]);
+                sets.push(positions.fold(0u32, |set, &i| set | 1 << i));
+            }
+            // The next count of each class, as an odometer.
+            let Some(c) = (0..classes.len()).find(|&c| taken[c] < classes[c].len()) else { break };
+            taken[c] += 1;
+            taken[..c].fill(0);
+        }
+        sets.sort_unstable();
+        let members = |set: u32| (0..gpus.len()).filter(|&i| set & (1 << i) != 0).map(|i| gpus[i]).collect();
+        out.extend(sets.into_iter().map(|set| TensorGroup { members: members(set) }));
     }
     out
 }
@@ -239,6 +255,55 @@ pub(crate) fn partitions(nodes: &[Node], model: &Model, engine: Engine) -> Vec<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`groups`] by its rule as written: every subset of a machine's GPUs, kept when its
+    /// count is allowed and each GPU in it follows every GPU alike before it.
+    fn groups_by_every_subset(nodes: &[Node], model: &Model, engine: Engine) -> Vec<TensorGroup> {
+        let mut out = Vec::new();
+        for gpus in machines(nodes) {
+            for set in 1u32..(1 << gpus.len()) {
+                let d = set.count_ones();
+                let has = |i: usize| set & (1 << i) != 0;
+                let canonical = (0..gpus.len())
+                    .filter(|&i| has(i))
+                    .all(|i| (0..i).all(|j| has(j) || !alike(&nodes[gpus[i]], &nodes[gpus[j]])));
+                if d >= 2 && degree_refused(model, engine, u64::from(d)).is_none() && canonical {
+                    out.push(TensorGroup { members: (0..gpus.len()).filter(|&i| has(i)).map(|i| gpus[i]).collect() });
+                }
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+        /// Machines of mixed GPUs (a reserve makes a GPU unlike its model's others; RAM
+        /// beside a machine's GPUs makes each alike to none), two engines.
+        #[test]
+        fn groups_by_classes_are_those_of_every_subset(
+            machines in proptest::collection::vec(
+                (proptest::collection::vec((0usize..3, proptest::bool::ANY), 1..=9), proptest::bool::ANY), 1..=2),
+            vllm in proptest::bool::ANY,
+        ) {
+            let devices = ["rtx-3090", "rtx-4090", "rtx-3060-12gb"];
+            let machines: Vec<String> = machines.iter().enumerate().map(|(m, (gpus, ram))| {
+                let gpus: Vec<String> = gpus.iter().map(|&(d, reserve)| {
+                    let reserve = if reserve { r#", "reserve": "1 GiB""# } else { "" };
+                    format!(r#"{{"device": "{}"{reserve}}}"#, devices[d])
+                }).collect();
+                let host = if *ram { r#", "host": {"memory": "64 GiB", "bandwidth": "60 GB/s"}"# } else { "" };
+                format!(r#"{{"name": "box{m}", "gpus": [{}]{host}}}"#, gpus.join(", "))
+            }).collect();
+            let engine = if vllm { "vllm" } else { "llama.cpp" };
+            let json = format!(
+                r#"{{"model": {{"preset": "qwen3-32b", "weights": "q4_k_m"}}, "engine": "{engine}", "nodes": [{}]}}"#,
+                machines.join(", ")
+            );
+            let problem = crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem;
+            let (nodes, model, engine) = (&problem.nodes, &problem.model, problem.workload.engine);
+            proptest::prop_assert_eq!(groups(nodes, model, engine), groups_by_every_subset(nodes, model, engine));
+        }
+    }
 
     #[test]
     fn butterfly_rounds_follow_llama_cpp() {
