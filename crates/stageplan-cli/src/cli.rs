@@ -41,7 +41,7 @@ pub(crate) enum Command {
         /// context each) and simulate its scheduler: their times to first token and per
         /// token at p50/p95, and tok/s in all. The workload's `prompt` and `response` are
         /// each request's; every user sends three, one after another.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         users: Option<u32>,
         /// A time to first token every user must see (`2s`, `800ms`), at `--percentile`:
         /// without `--users`, how many users of one llama-server meet it (and `--tpot`),
@@ -51,9 +51,9 @@ pub(crate) enum Command {
         /// A time per output token every user must see (`80ms`), as `--ttft`.
         #[arg(long, value_name = "TIME")]
         tpot: Option<String>,
-        /// The percentile of requests `--ttft` and `--tpot` hold at.
-        #[arg(long, value_enum, default_value_t = PercentileArg::P95)]
-        percentile: PercentileArg,
+        /// The percentile of requests `--ttft` and `--tpot` hold at [default: p95].
+        #[arg(long, value_enum)]
+        percentile: Option<PercentileArg>,
     },
     /// Re-plan a cluster that changed: the new plan and the fewest moves that reach it.
     Replan {

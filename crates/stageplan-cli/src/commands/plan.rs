@@ -20,15 +20,21 @@ pub(super) struct Overrides {
     pub targets: Option<Targets>,
 }
 
-/// `--ttft` and `--tpot` read as times, held at `percentile`; `None` when neither is given.
+/// `--ttft` and `--tpot` read as times, held at `percentile` (p95 when not given); `None`
+/// when neither is given.
 ///
 /// # Errors
-/// A flag's text is not a time above 0.
+/// A flag's text is not a time above 0, or a percentile without a target to hold at it.
 pub(super) fn targets(
     ttft: Option<&str>,
     tpot: Option<&str>,
-    percentile: PercentileArg,
+    percentile: Option<PercentileArg>,
 ) -> Result<Option<Targets>, Failure> {
+    if percentile.is_some() && ttft.is_none() && tpot.is_none() {
+        return Err(Failure(
+            "`--percentile` is what `--ttft` and `--tpot` hold at; give one of them, or leave it out".into(),
+        ));
+    }
     let time = |flag: &str, text: Option<&str>| -> Result<Option<f64>, Failure> {
         let Some(text) = text else { return Ok(None) };
         match stageplan::units::Seconds::parse(text) {
@@ -39,8 +45,8 @@ pub(super) fn targets(
     };
     let (ttft_s, tpot_s) = (time("--ttft", ttft)?, time("--tpot", tpot)?);
     let percentile = match percentile {
-        PercentileArg::P50 => serving::Percentile::P50,
-        PercentileArg::P95 => serving::Percentile::P95,
+        Some(PercentileArg::P50) => serving::Percentile::P50,
+        Some(PercentileArg::P95) | None => serving::Percentile::P95,
     };
     Ok((ttft_s.is_some() || tpot_s.is_some()).then_some(Targets { ttft_s, tpot_s, percentile }))
 }

@@ -275,19 +275,23 @@ pub(crate) fn answer(problem: &Problem, answer: &Answer) -> String {
 
 fn served(served: &Served) -> String {
     let ms = |s: f64| format!("{:.0} ms", s * 1e3);
+    let plural = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    // A one-token answer has no time between tokens.
+    let per_token = if served.response > 1 {
+        format!("p50 {}  p95 {}", ms(served.tpot_s[0]), ms(served.tpot_s[1]))
+    } else {
+        "none: one token a request".to_owned()
+    };
     format!(
-        "\n{} {} of one llama-server (--parallel {}, continuous batching), {}-token prompts, {} tokens each, {} requests a user, simulated:\n  \
-         first token  p50 {}  p95 {}\n  per token    p50 {}  p95 {}\n  in all       {:.1} tok/s\n",
-        served.users,
-        if served.users == 1 { "user" } else { "users" },
+        "\n{} of one llama-server (--parallel {}, continuous batching), {}-token prompts, {} each, {} a user, simulated:\n  \
+         first token  p50 {}  p95 {}\n  per token    {per_token}\n  in all       {:.1} tok/s\n",
+        plural(served.users, "user", "users"),
         served.users,
         served.prompt,
-        served.response,
-        served.requests_per_user,
+        plural(served.response, "token", "tokens"),
+        plural(served.requests_per_user, "request", "requests"),
         ms(served.ttft_s[0]),
         ms(served.ttft_s[1]),
-        ms(served.tpot_s[0]),
-        ms(served.tpot_s[1]),
         served.tokens_per_s
     )
 }
@@ -322,9 +326,10 @@ fn capacity(targets: &TargetsHeld, found: &Found) -> String {
                 Limit::Target { users, missed: m } => format!("at {users}, {}", missed(p, m)),
                 Limit::Memory { users } => format!("at {users}, their slots' KV caches do not fit"),
                 Limit::Stages { users, stages } => {
-                    format!("at {users}, the plan of {stages} stages runs a tensor-parallel group, not simulated yet")
+                    let stages = if *stages == 1 { "1 stage".to_owned() } else { format!("{stages} stages") };
+                    format!("at {users}, the plan of {stages} runs a tensor-parallel group, not simulated yet")
                 }
-                Limit::Most => format!("{MAX_USERS} users are the most tried"),
+                Limit::Most => format!("{MAX_USERS} slots are the most a llama-server starts with"),
             };
             format!(
                 "\n{users} {} of one llama-server {} {} (simulated, --parallel {users}); {why}\n",
@@ -358,9 +363,10 @@ fn replicas(targets: &TargetsHeld, one_server: u32, split: &Replicas) -> String 
         let machines: Vec<String> = replica.machines.iter().map(|m| format!("`{}`", cell(m))).collect();
         let served = &replica.served;
         let [ttft, tpot] = [served.ttft_s, served.tpot_s].map(|s| ms(p.of(s)));
+        let per_token = if served.response > 1 { format!(", per token {tpot}") } else { String::new() };
         let _ = writeln!(
             text,
-            "  {}: {} {}, {} first token {ttft}, per token {tpot}, {:.1} tok/s in all",
+            "  {}: {} {}, {} first token {ttft}{per_token}, {:.1} tok/s in all",
             machines.join(", "),
             replica.users,
             if replica.users == 1 { "user" } else { "users" },

@@ -169,10 +169,18 @@ pub enum ServingError {
     Engine,
     #[error("no target: give a time to first token, a time per token, or both")]
     NoTarget,
-    #[error("the `{field}` target must be a time above 0")]
+    #[error("the `{field}` target must be a time from 1 µs to 1 h")]
     Target { field: &'static str },
     #[error(
-        "the plan for these users runs a stage on a tensor-parallel group ({stages} stages), whose serving is not simulated yet; a layer split over the same GPUs is: plan it with `--policy memory-proportional`"
+        "{users} users are past llama-server's {MAX_USERS} slots (`--parallel` above llama.cpp's `LLAMA_MAX_SEQ` does not start); give at most {MAX_USERS} a server"
+    )]
+    Slots { users: u32 },
+    #[error(
+        "a request of a {prompt}-token prompt and a {response}-token answer does not fit a user's slot, `workload.context` = {context}: raise the context or shorten `workload.prompt` or `workload.response`"
+    )]
+    Request { prompt: u64, response: u64, context: u64 },
+    #[error(
+        "the plan for these users runs a stage on a tensor-parallel group (of its {stages}), whose serving is not simulated yet; a layer split over the same GPUs is: plan it with `--policy memory-proportional`"
     )]
     Stages { stages: usize },
 }
@@ -269,8 +277,15 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
     })
 }
 
-/// The most users [`capacity`] tries, as `stageplan plan --users` takes.
-pub const MAX_USERS: u32 = 4096;
+/// The most users of one llama-server: a slot each, and llama.cpp refuses a context of more
+/// sequences than `LLAMA_MAX_SEQ` (256, `src/llama-cparams.h`; `llama-context.cpp` throws
+/// "n_seq_max must be <= 256" at start). [`capacity`] tries no more.
+pub const MAX_USERS: u32 = 256;
+
+/// The longest target taken, an hour: past it a target says nothing a person waits for.
+const MAX_TARGET_S: f64 = 3600.0;
+/// The shortest target taken, a microsecond: below it no step of any engine.
+const MIN_TARGET_S: f64 = 1e-6;
 
 /// What users must see, at one percentile of their requests: their first token within
 /// `ttft_s` of sending, and each token after it within `tpot_s` of the one before.
@@ -333,7 +348,7 @@ impl Targets {
             return Err(ServingError::NoTarget);
         }
         for (field, value) in [("ttft", self.ttft_s), ("tpot", self.tpot_s)] {
-            if value.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+            if value.is_some_and(|s| !(MIN_TARGET_S..=MAX_TARGET_S).contains(&s)) {
                 return Err(ServingError::Target { field });
             }
         }
@@ -539,6 +554,10 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     if users == 0 {
         return Err(ServingError::Zero { field: "users" });
     }
+    if users > MAX_USERS {
+        return Err(ServingError::Slots { users });
+    }
+    llama_server(problem)?;
     if let Some(targets) = targets {
         targets.check()?;
     }
@@ -551,12 +570,18 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     Ok(Answer { targets: held(&served), plan, served: Some(served), capacity: None, replicas: None })
 }
 
-/// Whether `problem` runs on llama.cpp, whose server's scheduler is the one simulated.
+/// Whether `problem` runs on llama.cpp, whose server's scheduler is the one simulated, with
+/// requests that fit a user's slot: llama-server gives each of `--parallel` slots its share
+/// of `--ctx-size`, the workload's context, and a request past it is cut short.
 fn llama_server(problem: &crate::Problem) -> Result<(), ServingError> {
-    match problem.workload.engine {
-        crate::engine::Engine::LlamaCpp => Ok(()),
-        _ => Err(ServingError::Engine),
+    if problem.workload.engine != crate::engine::Engine::LlamaCpp {
+        return Err(ServingError::Engine);
     }
+    let crate::problem::Workload { prompt, response, context, .. } = problem.workload;
+    if prompt.saturating_add(response) > context {
+        return Err(ServingError::Request { prompt, response, context });
+    }
+    Ok(())
 }
 
 /// `problem` planned for `users` sequences as llama-server runs them: a slot and its context
@@ -717,7 +742,7 @@ mod tests {
         assert!(missed.seen_s > missed.asked_s && found.served.tpot_s[1] <= missed.asked_s);
         assert_eq!(found.plan.stages.len(), 1);
         // Memory: no time target binds, the slots' KV caches fill the GPU.
-        let found = capacity(&problem, load(1), targets(Some(1e6), None)).unwrap();
+        let found = capacity(&problem, load(1), targets(Some(MAX_TARGET_S), None)).unwrap();
         assert_eq!(found.limit, Limit::Memory { users: found.users + 1 }, "{found:?}");
         assert!((40..=200).contains(&found.users), "{found:?}");
         // None: one user misses the first-token target; the nearest is one user.
@@ -731,7 +756,7 @@ mod tests {
     fn capacity_refuses_what_it_cannot_answer() {
         let problem = one_gpu("12 GB", "");
         assert_eq!(capacity(&problem, load(1), targets(None, None)), Err(ServingError::NoTarget));
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-7, 3601.0] {
             assert_eq!(
                 capacity(&problem, load(1), targets(Some(1.0), Some(bad))),
                 Err(ServingError::Target { field: "tpot" })
@@ -742,6 +767,14 @@ mod tests {
             Err(ServingError::Zero { field: "prompt" })
         );
         assert_eq!(capacity(&one_gpu("1 GB", ""), load(1), targets(Some(1.0), None)), Err(ServingError::NoPlan));
+        // More slots than llama-server starts with; a request longer than a slot.
+        assert_eq!(answer(&problem, Some(MAX_USERS + 1), None), Err(ServingError::Slots { users: MAX_USERS + 1 }));
+        let mut long = problem.clone();
+        long.workload.response = long.workload.context - long.workload.prompt + 1;
+        let (prompt, response, context) = (long.workload.prompt, long.workload.response, long.workload.context);
+        let refused = ServingError::Request { prompt, response, context };
+        assert_eq!(capacity(&long, load(1), targets(Some(1.0), None)).map(|found| found.users), Err(refused.clone()));
+        assert_eq!(answer(&long, Some(2), None).map(|answer| answer.served), Err(refused));
     }
 
     /// Two GPUs of 2 GB over a 1 Gbit/s link: the model needs both, a pipeline.
