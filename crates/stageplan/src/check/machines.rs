@@ -155,11 +155,26 @@ impl Scenario {
         }
         // Repeated names: pairwise, which [`MAX_NODES`] bounds at half a million string
         // comparisons (a sort would cost the web page's download more than it saves here).
+        // A machine's name names its GPUs together (`links.pairs`, replicas, exports), so no
+        // other node may have it.
         for k in 1..nodes.len() {
             if nodes[..k].iter().any(|n| n.name == nodes[k].name) {
                 return Err(ScenarioError::field(
                     format!("nodes[{}].name", spec_of[k]),
-                    format!("`{}` is used twice; give every node a unique name", nodes[k].name),
+                    format!("`{}` is used twice; give every node a unique name", crate::quote::line(&nodes[k].name)),
+                ));
+            }
+            let one_gpu = nodes[k].gpu_of.is_none();
+            if let Some(j) =
+                (0..k).find(|&j| machine(&nodes[j]) == machine(&nodes[k]) && (one_gpu || nodes[j].gpu_of.is_none()))
+            {
+                return Err(ScenarioError::field(
+                    format!("nodes[{}].name", spec_of[k]),
+                    format!(
+                        "`{}` is also the name of nodes[{}]; give every machine a unique name",
+                        crate::quote::line(machine(&nodes[k])),
+                        spec_of[j]
+                    ),
                 ));
             }
         }
@@ -204,10 +219,14 @@ impl Scenario {
         let mut by_name: Vec<(&str, usize)> = nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.gpu_of.as_ref().map_or(n.name.as_str(), |g| g.machine.as_str()), i))
+            .map(|(i, n)| (machine(n), i))
             .chain(nodes.iter().enumerate().filter(|(_, n)| n.gpu_of.is_some()).map(|(i, n)| (n.name.as_str(), i)))
             .collect();
         by_name.sort_unstable();
+        // Which entry set each pair of nodes (1-based, 0: none): two entries that set one
+        // pair would leave the later's figures silently.
+        let mut set_by: Vec<u32> = Vec::new();
+        let n = nodes.len();
         for (i, pair) in self.links.pairs.iter().enumerate() {
             let at = format!("links.pairs[{i}]");
             let link = check_link(pair.bandwidth, pair.latency, &at)?;
@@ -229,14 +248,35 @@ impl Scenario {
                     "names the same machine twice; a link joins two machines (a machine's GPUs are joined by its `gpu_link`)",
                 ));
             }
+            if set_by.is_empty() {
+                set_by = vec![0; n * n];
+            }
             for &(_, a) in a {
                 for &(_, b) in b {
+                    if let Some(earlier) = set_by[a * n + b].checked_sub(1) {
+                        return Err(ScenarioError::field(
+                            format!("{at}.between"),
+                            format!(
+                                "joins `{}` and `{}`, which `links.pairs[{earlier}]` joins already; give each pair of machines one entry",
+                                crate::quote::line(&nodes[a].name),
+                                crate::quote::line(&nodes[b].name)
+                            ),
+                        ));
+                    }
+                    // Bounded by `MAX_LINK_PAIRS`.
+                    let entry = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                    (set_by[a * n + b], set_by[b * n + a]) = (entry, entry);
                     links.set(a, b, link);
                 }
             }
         }
         Ok(links)
     }
+}
+
+/// The machine a node is, or is a GPU of: its name.
+fn machine(node: &Node) -> &str {
+    node.gpu_of.as_ref().map_or(node.name.as_str(), |g| g.machine.as_str())
 }
 
 /// A device's fields as a scenario gives them: a machine's own, or one of its `gpus`.
@@ -656,5 +696,38 @@ mod tests {
         let same = r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}]}],
                        "links": {"pairs": [{"between": ["box", "box/gpu1"], "bandwidth": "1 GB/s", "latency": "1 ms"}]}}"#;
         assert_eq!(problem(same).unwrap_err().path, "links.pairs[0].between");
+        // A machine's name is its GPUs' together: no other node may have it.
+        let named_twice = r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}]},
+                              {"name": "box", "device": "rtx-4090"}]}"#;
+        let error = problem(named_twice).unwrap_err();
+        assert_eq!(
+            (error.path.as_str(), error.problem.as_str()),
+            ("nodes[1].name", "`box` is also the name of nodes[0]; give every machine a unique name")
+        );
+        let before = r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "box", "device": "rtx-4090"},
+                          {"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}]}]}"#;
+        assert_eq!(problem(before).unwrap_err().path, "nodes[1].name");
+    }
+
+    #[test]
+    fn a_pair_of_machines_is_linked_by_one_entry() {
+        let pairs = |pairs: &str| {
+            let json = format!(
+                r#"{{"model": {{"preset": "llama-3.1-8b"}}, "nodes": [{{"name": "desk", "device": "rtx-4090"}}, {{"name": "den", "device": "rtx-3090"}},
+                    {{"name": "box", "gpus": [{{"device": "rtx-3090", "count": 2}}]}}], "links": {{"pairs": [{pairs}]}}}}"#
+            );
+            problem(&json).map(|_| ()).map_err(|e| (e.path, e.problem))
+        };
+        let pair =
+            |a: &str, b: &str| format!(r#"{{"between": ["{a}", "{b}"], "bandwidth": "1 GB/s", "latency": "1 ms"}}"#);
+        assert_eq!(pairs(&[pair("desk", "den"), pair("desk", "box")].join(", ")), Ok(()));
+        for twice in [pair("desk", "den"), pair("den", "desk")] {
+            let (at, words) = pairs(&[pair("desk", "den"), twice].join(", ")).unwrap_err();
+            assert_eq!(at, "links.pairs[1].between");
+            assert!(words.contains("which `links.pairs[0]` joins already"), "{words}");
+        }
+        // A machine's name stands for each of its GPUs.
+        let (at, _) = pairs(&[pair("box", "desk"), pair("desk", "box/gpu1")].join(", ")).unwrap_err();
+        assert_eq!(at, "links.pairs[1].between");
     }
 }
