@@ -146,6 +146,9 @@ pub enum ExportError {
     Option { option: &'static str, value: String, problem: &'static str },
     #[error("the plan {0}; export what `stageplan plan --format json` printed")]
     Json(String),
+    /// What a replica's plan cannot be exported as ([`replicas()`]), naming the replica.
+    #[error("in `replicas.replicas[{index}].plan`: {error}")]
+    InReplica { index: usize, error: Box<ExportError> },
     /// The text is not JSON at all (serde_json's words).
     #[error("is not valid JSON ({0}); give a plan or a scenario")]
     NotJson(String),
@@ -687,20 +690,27 @@ pub fn read_input(text: &str) -> Result<ExportInput, ExportError> {
         return Ok(ExportInput::Scenario);
     }
     let wrapped = value.get("stages").is_none();
-    if wrapped && let Some(list) = value.get_mut("replicas").and_then(|r| r.get_mut("replicas")) {
-        let count = list.as_array().map_or(0, Vec::len);
-        if count > crate::serving::MAX_REPLICA_MACHINES {
-            return Err(ExportError::Plan {
-                field: "replicas",
-                problem: format!(
-                    "has {count} replicas; export what `stageplan plan` printed (at most {})",
-                    crate::serving::MAX_REPLICA_MACHINES
-                ),
-            });
+    if wrapped && let Some(split) = value.get_mut("replicas").filter(|split| !split.is_null()) {
+        let refused = |problem: String| Err(ExportError::Plan { field: "replicas", problem });
+        let count = split.get("replicas").and_then(serde_json::Value::as_array).map_or(0, Vec::len);
+        if !(1..=crate::serving::MAX_REPLICA_MACHINES).contains(&count) {
+            return refused(format!(
+                "has {count} replicas; export what `stageplan plan` printed (1 to {})",
+                crate::serving::MAX_REPLICA_MACHINES
+            ));
         }
-        let replicas: Vec<ReplicaPlan> = serde_json::from_value(list.take()).map_err(|e| {
+        let users = split.get("users").and_then(serde_json::Value::as_u64);
+        let list = split.get_mut("replicas").map(serde_json::Value::take).unwrap_or_default();
+        let replicas: Vec<ReplicaPlan> = serde_json::from_value(list).map_err(|e| {
             ExportError::Json(format!("has `replicas` that are not what `stageplan plan` prints ({e})"))
         })?;
+        let served: u64 = replicas.iter().map(|r| u64::from(r.users)).sum();
+        if users != Some(served) {
+            return refused(format!(
+                "says its replicas serve {} users, and theirs add up to {served}; export what `stageplan plan` printed",
+                users.map_or_else(|| "no count of".to_owned(), |u| u.to_string())
+            ));
+        }
         return Ok(ExportInput::Replicas(replicas));
     }
     let plan = match value.get_mut("plan") {

@@ -18,24 +18,48 @@ pub const REPLICA_PORT: u16 = 8080;
 /// The port the balancer listens on: beside a replica's llama-server, on another port.
 pub const BALANCER_PORT: u16 = 8000;
 
+/// The balancer's configuration, as the export writes it (a here-document: the export stays
+/// a shell script).
+const BALANCER_FILE: &str = "stageplan-balancer.conf";
+
+/// Names as a list in words: `` `a`, `b` ``.
+fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let quoted: Vec<String> = names.map(|name| format!("`{}`", crate::quote::line(name))).collect();
+    if quoted.is_empty() { "none".to_owned() } else { quoted.join(", ") }
+}
+
 /// The most replicas an export takes: what [`crate::serving::replicas`] splits at most.
 const MAX_EXPORTED_REPLICAS: usize = crate::serving::MAX_REPLICA_MACHINES;
 
-/// One replica of what `stageplan plan --ttft … --format json` printed: the users it serves
-/// and its plan.
+/// One replica of what `stageplan plan --ttft … --format json` printed: its machines, the
+/// users it serves and its plan.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ReplicaPlan {
+    pub machines: Vec<String>,
     pub users: u32,
     pub plan: Plan,
 }
 
+/// What every replica behind one balancer must share: the same model, as the same file and
+/// weights, with the same cache for the same context, on llama.cpp.
+fn served_alike(a: &Plan, b: &Plan) -> bool {
+    (&a.model.name, &a.model.weights, &a.model.file, a.engine)
+        == (&b.model.name, &b.model.weights, &b.model.file, b.engine)
+        && (a.workload.context, &a.workload.kv, &a.workload.kv_v)
+            == (b.workload.context, &b.workload.kv, &b.workload.kv_v)
+}
+
 /// Exports replicas to llama.cpp: every replica's processes, each llama-server on
-/// [`REPLICA_PORT`] of every interface, then nginx's list of them.
+/// [`REPLICA_PORT`] of every interface, then nginx's list of them, as a file the script
+/// writes.
 ///
 /// # Errors
 /// A target other than llama.cpp, `--main` (each replica's first stage runs its
-/// llama-server), no replicas or more than [`crate::serving::MAX_REPLICA_MACHINES`], a replica whose users are not its plan's
-/// slots, a machine in two replicas, or what [`super::export`] refuses in a replica's plan.
+/// llama-server), no replicas or more than [`crate::serving::MAX_REPLICA_MACHINES`], a
+/// replica whose users are not its plan's slots or whose machines are not its stages', a
+/// machine in two replicas, replicas of different models, caches or contexts, riders, two
+/// llama-servers at one address, an address nginx reads as a socket, or what
+/// [`super::export`] refuses in a replica's plan.
 pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOptions) -> Result<Export, ExportError> {
     if target != Target::LlamaCpp {
         return Err(ExportError::Option {
@@ -63,7 +87,26 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
     let mut servers: Vec<(String, u32)> = Vec::new();
     let mut machines: Vec<&str> = Vec::new();
     for (i, replica) in replicas.iter().enumerate() {
-        let layout = Layout::new(&replica.plan, options)?;
+        if !served_alike(&replica.plan, &replicas[0].plan) {
+            return invalid(format!(
+                "[{i}] serves `{}` ({}, a {} cache of {} tokens) where [0] serves `{}` ({}, a {} cache of {} tokens); one balancer sends any request to any replica, so export replicas of one plan, as `stageplan plan` printed them",
+                crate::quote::line(&replica.plan.model.name),
+                crate::quote::line(&replica.plan.model.weights),
+                crate::quote::line(&replica.plan.workload.kv),
+                replica.plan.workload.context,
+                crate::quote::line(&replicas[0].plan.model.name),
+                crate::quote::line(&replicas[0].plan.model.weights),
+                crate::quote::line(&replicas[0].plan.workload.kv),
+                replicas[0].plan.workload.context,
+            ));
+        }
+        if replica.plan.engine != crate::engine::Engine::LlamaCpp || !replica.plan.riders.is_empty() {
+            return invalid(format!(
+                "[{i}].plan is not a replica's: replicas are planned for llama.cpp without a draft or projector; export what `stageplan plan` printed"
+            ));
+        }
+        let in_replica = |error| ExportError::InReplica { index: i, error: Box::new(error) };
+        let layout = Layout::new(&replica.plan, options).map_err(in_replica)?;
         if u64::from(replica.users) != replica.plan.workload.batch || replica.users == 0 {
             return invalid(format!(
                 "[{i}].users is {}, and its plan has {} slots (`workload.batch`); export what `stageplan plan` printed",
@@ -81,7 +124,30 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
                 names.push(machine);
             }
         }
-        let (mut export, replica_notes, launches) = llama_cpp::export(&layout)?;
+        if replica.machines.iter().map(String::as_str).ne(names.iter().copied()) {
+            return invalid(format!(
+                "[{i}].machines are {}, and its plan's stages are on {}; export what `stageplan plan` printed",
+                listed(replica.machines.iter().map(String::as_str)),
+                listed(names.iter().copied())
+            ));
+        }
+        let main = layout.main();
+        let address = layout.host_with(main, REPLICA_PORT);
+        // nginx's `server unix:…` is a UNIX socket's path.
+        if layout.host(main).eq_ignore_ascii_case("unix") {
+            return Err(ExportError::Option {
+                option: "--host",
+                value: main.to_owned(),
+                problem: "would be `unix`, which nginx's `server` reads as a socket's path; give the machine's address with `--host NAME=ADDRESS`",
+            });
+        }
+        if let Some(j) = servers.iter().position(|(other, _)| other.eq_ignore_ascii_case(&address)) {
+            return invalid(format!(
+                "[{i}] and [{j}] would both listen at {}; give each replica's first machine its own address with `--host NAME=ADDRESS`",
+                crate::quote::line(&address)
+            ));
+        }
+        let (mut export, replica_notes, launches) = llama_cpp::export(&layout).map_err(in_replica)?;
         // The export ends with llama-server's command: it listens for the balancer too.
         if let Some(server) = launches.last().filter(|l| l.program == "llama-server")
             && let Some(rest) = export.strip_suffix(&server.flag_lines())
@@ -107,7 +173,7 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
         text.push_str(&export);
         text.push('\n');
         machines.extend(names);
-        servers.push((layout.host_with(layout.main(), REPLICA_PORT), replica.users));
+        servers.push((address, replica.users));
         for note in replica_notes {
             if !notes.contains(&note) {
                 notes.push(note);
@@ -116,9 +182,11 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
     }
     let _ = writeln!(
         text,
-        "# ==== The balancer: nginx, in its `http` block, on any machine that reaches them all ====\n\
+        "# ==== The balancer: nginx, on any machine that reaches them all ====\n\
          # Each request goes to the replica with the fewest in flight for its weight, its users:\n\
-         # every replica keeps its planned share. Clients use this machine's port {BALANCER_PORT}."
+         # every replica keeps its planned share. Clients use this machine's port {BALANCER_PORT}.\n\
+         # Include the file written here in nginx's `http` block.\n\
+         cat > {BALANCER_FILE} <<'NGINX'"
     );
     text.push_str("upstream stageplan {\n    least_conn;\n");
     for (address, users) in &servers {
@@ -127,7 +195,7 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
     let _ = write!(
         text,
         "}}\nserver {{\n    listen {BALANCER_PORT};\n    location / {{\n        proxy_pass http://stageplan;\n        \
-         proxy_buffering off;\n        proxy_read_timeout 1h;\n    }}\n}}\n"
+         proxy_buffering off;\n        proxy_read_timeout 1h;\n    }}\n}}\nNGINX\n"
     );
     notes.push(format!(
         "Each llama-server listens on port {REPLICA_PORT} of every interface for the balancer, and has no authentication: keep it on a network only the balancer reaches, or add `--api-key`."
@@ -149,7 +217,7 @@ mod tests {
         let targets = Targets { ttft_s: None, tpot_s: Some(0.02), percentile: Percentile::P95 };
         let answer = crate::serving::answer(&problem, None, Some(targets)).unwrap();
         let split = answer.replicas.expect("two replicas");
-        split.replicas.into_iter().map(|r| ReplicaPlan { users: r.users, plan: r.plan }).collect()
+        split.replicas.into_iter().map(|r| ReplicaPlan { machines: r.machines, users: r.users, plan: r.plan }).collect()
     }
 
     #[test]
@@ -175,6 +243,9 @@ mod tests {
             assert!(blocks[2].contains(&server), "{server} in {}", blocks[2]);
         }
         assert!(blocks[2].contains("least_conn;") && blocks[2].contains("listen 8000;"), "{}", blocks[2]);
+        // nginx's part is a here-document: the export stays a shell script.
+        let balancer = blocks[2].split_once("cat > stageplan-balancer.conf <<'NGINX'\n").unwrap().1;
+        assert!(balancer.starts_with("upstream stageplan {") && balancer.ends_with("}\nNGINX\n"), "{balancer}");
     }
 
     #[test]
@@ -193,5 +264,24 @@ mod tests {
         wrong[0].users += 1;
         assert!(refused(&wrong, Target::LlamaCpp, &options).contains("slots"));
         assert!(refused(&[], Target::LlamaCpp, &options).contains("0 replicas"));
+        let mut elsewhere = replicas.clone();
+        elsewhere[1].machines = vec!["gpu".into()];
+        assert!(refused(&elsewhere, Target::LlamaCpp, &options).contains("[1].machines are `gpu`"));
+        for change in [
+            |p: &mut Plan| p.model.name = "llama-3.1-70b".into(),
+            |p: &mut Plan| p.workload.kv = "q4_0".into(),
+            |p: &mut Plan| p.workload.context *= 2,
+        ] {
+            let mut other = replicas.clone();
+            change(&mut other[1].plan);
+            assert!(refused(&other, Target::LlamaCpp, &options).contains("[1] serves"), "one balancer, one model");
+        }
+        let one_host = ExportOptions {
+            hosts: [("gpu".into(), "10.0.0.1".into()), ("twin".into(), "10.0.0.1".into())].into(),
+            ..ExportOptions::default()
+        };
+        assert!(refused(&replicas, Target::LlamaCpp, &one_host).contains("would both listen at 10.0.0.1:8080"));
+        let socket = ExportOptions { hosts: [("twin".into(), "UNIX".into())].into(), ..ExportOptions::default() };
+        assert!(refused(&replicas, Target::LlamaCpp, &socket).contains("socket"));
     }
 }
