@@ -16,8 +16,8 @@
 //!   `70b-4-machines-8-gpus` (target ≤ 50 ms).
 //!
 //! - `serving`: the most users at a latency target (#47): one llama-server's capacity on
-//!   `home-70b-8` (target ≤ 100 ms) and on its first six machines, and on those six every
-//!   split into replicas as well.
+//!   `home-70b-8` (target ≤ 100 ms) and on its first six machines, and on the six and the
+//!   eight every split into replicas as well.
 //!
 //! `home-70b-8/bare-throughput-8-sequences` plans the same cluster for eight sequences: the
 //! throughput search then tries every micro-batch count. `home-70b-8/replan-node-lost` re-plans after the node holding the most layers drops out.
@@ -154,6 +154,9 @@ fn bench(c: &mut Criterion) {
     group.bench_function("home-70b-8-capacity", |b| b.iter(|| capacity(&throughput)));
     group.bench_function("home-70b-6-capacity", |b| b.iter(|| capacity(&six)));
     group.bench_function("home-70b-6-capacity-and-replicas", |b| b.iter(|| serving::answer(&six, None, Some(targets))));
+    group.bench_function("home-70b-8-capacity-and-replicas", |b| {
+        b.iter(|| serving::answer(&throughput, None, Some(targets)));
+    });
     group.finish();
 
     let mut group = c.benchmark_group("experts-2000x256");

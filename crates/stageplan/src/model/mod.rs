@@ -207,8 +207,7 @@ pub fn is_ffn_matrix(name: &str) -> bool {
     // The parts a dot follows; past the first, a dot precedes them too.
     let Some((followed, _)) = name.rsplit_once('.') else { return false };
     let between = |names: &[&str]| followed.split('.').skip(1).any(|part| names.contains(&part));
-    between(&GGUF)
-        || between(&MLP) && followed.split('.').any(|part| HF.iter().any(|suffix| part.ends_with(suffix)))
+    between(&GGUF) || between(&MLP) && followed.split('.').any(|part| HF.iter().any(|suffix| part.ends_with(suffix)))
 }
 
 /// What `stageplan model` reports: sizes per layer, parameters, the type mix, KV per token.

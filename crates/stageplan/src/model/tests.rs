@@ -110,8 +110,19 @@ fn a_dense_ffn_beside_experts_moves_with_them() {
 fn ffn_matrix_by_substrings(name: &str) -> bool {
     let gguf = [".ffn_up.", ".ffn_down.", ".ffn_gate.", ".ffn_gate_up."];
     let hf = [
-        "up_proj.", "down_proj.", "gate_proj.", "gate_up_proj.", "fc1.", "fc2.", "c_fc.", "c_proj.", "w1.", "w2.", "w3.",
-        "dense_h_to_4h.", "dense_4h_to_h.",
+        "up_proj.",
+        "down_proj.",
+        "gate_proj.",
+        "gate_up_proj.",
+        "fc1.",
+        "fc2.",
+        "c_fc.",
+        "c_proj.",
+        "w1.",
+        "w2.",
+        "w3.",
+        "dense_h_to_4h.",
+        "dense_4h_to_h.",
     ];
     gguf.iter().any(|p| name.contains(p))
         || (name.contains(".mlp.") || name.contains(".feed_forward.")) && hf.iter().any(|p| name.contains(p))
