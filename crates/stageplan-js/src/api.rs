@@ -477,9 +477,12 @@ mod tests {
             "`ttft`/`tpot`: no target: give a time to first token, a time per token, or both"
         );
         assert!(serve(scenario, r#"{"users": 0}"#).unwrap_err().message.starts_with("`users`: `users` is 0"));
-        assert!(
-            serve(scenario, r#"{"ttft": "0 s"}"#).unwrap_err().message.contains("`ttft` target must be a time above 0")
-        );
+        for bad in ["0 s", "3601 s"] {
+            let options = format!(r#"{{"ttft": "{bad}"}}"#);
+            let refused = serve(scenario, &options).unwrap_err().message;
+            assert!(refused.contains("`ttft` target must be a time from 1 µs to 1 h"), "{refused}");
+        }
+        assert!(serve(scenario, r#"{"users": 257}"#).unwrap_err().message.contains("past llama-server's 256 slots"));
         assert!(serve(scenario, r#"{"tftt": "2 s"}"#).unwrap_err().message.contains("unknown field `tftt`"));
     }
 
