@@ -356,6 +356,16 @@ fn check_device(fields: DeviceFields<'_>, at: &dyn Fn(&str) -> String) -> Result
             return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
         }
     }
+    if fields.reserve.is_some() && reserve >= memory {
+        return Err(ScenarioError::field(
+            at("reserve"),
+            format!(
+                "is {}, not under the device's {}: nothing would be left for the model; give less",
+                format_bytes(reserve),
+                format_bytes(memory)
+            ),
+        ));
+    }
     let kind = fields.kind.or(preset.map(|p| p.kind));
     let efficiency = fields.efficiency.unwrap_or_default();
     for (value, field) in [(efficiency.bandwidth, "efficiency.bandwidth"), (efficiency.compute, "efficiency.compute")] {
