@@ -13,7 +13,14 @@ use crate::units::format_bytes;
 
 pub(crate) fn fixes(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Vec<Diagnostic> {
     let mut out = vec![shortfall(problem, cost, allowed)];
-    let fits = |p: &Problem| search::any_fit(&CostModel::new(p), &allowed_for(p, allowed));
+    let fits = |p: &Problem| match &p.manual {
+        // Stages given by hand stay where they are: a fix must make them fit.
+        Some(stages) => {
+            let cost = CostModel::new(p);
+            !stages.is_empty() && stages.iter().all(|s| cost.fits(s.node, s.start, s.end))
+        }
+        None => search::any_fit(&CostModel::new(p), &allowed_for(p, allowed)),
+    };
 
     if let Some(format) = smaller_format(problem, &fits) {
         out.push(fix(
@@ -104,6 +111,12 @@ fn shortfall(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Diagnosti
             format_bytes(needed as f64),
             format_bytes(available as f64),
             format_bytes((needed - available) as f64)
+        )
+    } else if problem.manual.is_some() {
+        format!(
+            "the nodes have {} usable and the model needs {}, but the stages given do not fit: move layers off the machines that are over, or plan without `stages`",
+            format_bytes(available as f64),
+            format_bytes(needed as f64)
         )
     } else {
         format!(
