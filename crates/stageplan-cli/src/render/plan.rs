@@ -262,6 +262,12 @@ pub(crate) fn answer(problem: &Problem, answer: &Answer) -> String {
                     "({} machines: replicas are tried on up to {MAX_REPLICA_MACHINES}; plan a group of machines at a time to compare)",
                     serving::replica_machines(problem)
                 );
+            } else if serving::replica_machines(problem) > 1 && problem.manual.is_some() {
+                text.push_str("(stages given by hand: replicas are not tried; plan without `stages` to compare)\n");
+            } else if serving::replica_machines(problem) > 1 && !problem.riders.is_empty() {
+                text.push_str(
+                    "(a draft or projector rides along, placed once a plan: replicas are not tried; plan without `model.draft` and `model.mmproj` to compare)\n",
+                );
             }
         }
         (Some(targets), None) => text.push_str(&match &targets.missed {
