@@ -358,6 +358,10 @@ impl<'p> Layout<'p> {
             if let Some(shown) = text.and_then(|t| unsafe_text(t)) {
                 return plan_error(field, &format!("{shown}; give a KV-cache format (`f16`, `q8_0`, …)"));
             }
+            // A name no plan has: the cache it was planned with is unknown.
+            if let Some(Err(unknown)) = text.map(|t| crate::tensor_type::kv_format(t)) {
+                return plan_error(field, &format!("{unknown}; export what `stageplan plan` printed"));
+            }
         }
         if plan.workload.prefill_chunk == 0 || plan.workload.prefill_chunk > MAX_PREFILL_CHUNK {
             return plan_error(

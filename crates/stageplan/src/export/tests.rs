@@ -349,6 +349,11 @@ fn k_and_v_cache_formats_apart_reach_their_flags() {
     hostile.workload.kv_v = Some("f16\u{1b}[2J".into());
     let error = export(&hostile, Target::LlamaCpp, &options).unwrap_err().to_string();
     assert!(error.starts_with("`workload.kv_v`"), "{error}");
+    // A name no plan has is refused, not exported as f16 with a note.
+    let mut unknown = plan.clone();
+    unknown.workload.kv = "bogus".into();
+    let error = export(&unknown, Target::LlamaCpp, &options).unwrap_err().to_string();
+    assert!(error.starts_with("`workload.kv` `bogus` is not a KV-cache format"), "{error}");
 }
 
 #[test]
