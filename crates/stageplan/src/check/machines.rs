@@ -22,17 +22,46 @@ impl Scenario {
             spec.kind.or_else(|| spec.device.as_deref().and_then(|d| DevicePreset::find(d).ok()).map(|p| p.kind))
                 == Some(DeviceKind::Gpu)
         };
-        self.nodes
-            .iter()
-            .filter(|spec| spec.gpus.is_none() && spec.count.is_some_and(|c| c > 1) && gpu(spec))
-            .map(|spec| {
-                let (name, count) = (crate::quote::line(spec.name.trim()), spec.count.unwrap_or(1));
-                let device = spec.device.as_deref().map_or_else(String::new, |d| format!("\"device\": \"{}\", ", crate::quote::line(d)));
-                format!(
-                    "`{name}` with `count` {count} is {count} machines, each with its own RAM; for GPUs in one machine, write `\"gpus\": [{{{device}\"count\": {count}}}]`"
-                )
-            })
-            .collect()
+        let counts = self.nodes.iter().filter(|spec| spec.gpus.is_none() && spec.count.is_some_and(|c| c > 1) && gpu(spec)).map(|spec| {
+            let (name, count) = (crate::quote::line(spec.name.trim()), spec.count.unwrap_or(1));
+            let device = spec.device.as_deref().map_or_else(String::new, |d| format!("\"device\": \"{}\", ", crate::quote::line(d)));
+            format!(
+                "`{name}` with `count` {count} is {count} machines, each with its own RAM; for GPUs in one machine, write `\"gpus\": [{{{device}\"count\": {count}}}]`"
+            )
+        });
+        // A reserve given that leaves nothing: valid (the machine holds no stage), but said.
+        let memory = |memory: Option<Bytes>, device: Option<&str>| {
+            memory.map(Bytes::get).or_else(|| device.and_then(|d| DevicePreset::find(d).ok()).map(|p| p.memory))
+        };
+        let mut unused = Vec::new();
+        for spec in &self.nodes {
+            let devices = match &spec.gpus {
+                None => vec![(spec.name.trim().to_owned(), spec.reserve, memory(spec.memory, spec.device.as_deref()))],
+                Some(gpus) => gpus
+                    .iter()
+                    .map(|g| {
+                        (
+                            format!("{}`'s `{}", spec.name.trim(), g.device.as_deref().unwrap_or("GPU")),
+                            g.reserve,
+                            memory(g.memory, g.device.as_deref()),
+                        )
+                    })
+                    .collect(),
+            };
+            for (name, reserve, memory) in devices {
+                if let (Some(reserve), Some(memory)) = (reserve.map(Bytes::get), memory)
+                    && reserve >= memory
+                {
+                    unused.push(format!(
+                        "`{}` keeps {} of its {} as `reserve`: nothing is left for the model there, so no stage goes on it; give a smaller `reserve` to use it",
+                        crate::quote::line(&name),
+                        format_bytes(reserve),
+                        format_bytes(memory)
+                    ));
+                }
+            }
+        }
+        counts.chain(unused).collect()
     }
 
     pub(super) fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
@@ -355,16 +384,6 @@ fn check_device(fields: DeviceFields<'_>, at: &dyn Fn(&str) -> String) -> Result
         if value > MAX_BYTES {
             return Err(ScenarioError::field(at(field), "is over an exabyte; check the unit"));
         }
-    }
-    if fields.reserve.is_some() && reserve >= memory {
-        return Err(ScenarioError::field(
-            at("reserve"),
-            format!(
-                "is {}, not under the device's {}: nothing would be left for the model; give less",
-                format_bytes(reserve),
-                format_bytes(memory)
-            ),
-        ));
     }
     let kind = fields.kind.or(preset.map(|p| p.kind));
     let efficiency = fields.efficiency.unwrap_or_default();
