@@ -102,9 +102,12 @@ await check('both widgets render the plans the CLI computes', async () => {
   // their shapes (constant data, not config.json text read at each plan) and an inline
   // config's reader moved to `more`, loaded for such a scenario: 202,610 measured: 203.1 kB.
   // The scenario read by hand from a JSON tree, not by serde's derived readers: 193,181
-  // measured: 193.6 kB.
+  // measured: 193.6 kB. The third wave's serving refusals (256 slots, a request past its
+  // slot, target bounds), a machine's name used twice, links given twice, fixes that keep
+  // hand-given stages, groups judged per degree: 184,534 → 185,717 by hand (+1.2 kB):
+  // 194.6 kB, the same ratchet while #45 item 7 is open.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip <= 193_600, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip <= 194_600, `the widget loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   // The page's own API call shares the widgets' module: fetched once, within the same bound.
   await page.waitForFunction(() => document.getElementById('api-example').textContent.includes('tok/s'));
   const direct = cliPlan({
@@ -115,7 +118,7 @@ await check('both widgets render the plans the CLI computes', async () => {
   assert.equal(await page.locator('#api-example').textContent(), `desk + gamer: ${sig3(direct.stream_tokens_per_s)} tok/s for one user, ${direct.stages.length} stages`);
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });
   metrics.load_with_api = fetched(from);
-  assert.ok(metrics.load_with_api.gzip <= 193_600, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
+  assert.ok(metrics.load_with_api.gzip <= 194_600, `widgets and API load ${metrics.load_with_api.gzip} bytes gzip`);
   assert.equal(served.slice(from).filter((r) => r.path.endsWith('.wasm')).length, 1, 'one planner module, fetched once');
   assert.ok(!metrics.load_with_api.files.some((f) => f.startsWith('/more/')), 'the model-file module loads only on use');
   await page.locator('#laptops-8b .sp-headline').waitFor({ timeout: 60_000 });

@@ -129,10 +129,13 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // loading on demand what the first plan does not use: presets planned from their shapes
   // (constant data, not config.json text read at each plan) and a pasted config read by the
   // worker: 352,599 measured: 353.1 kB. The scenario read by hand from a JSON tree, not by
-  // serde's derived readers: 345,095 measured: 345.5 kB.
+  // serde's derived readers: 345,095 measured: 345.5 kB. A machine's name used twice and
+  // links given twice refused, fixes that keep hand-given stages, groups judged per
+  // degree (the third wave's defects on the one road): 334,371 → 334,918 by hand (+0.5
+  // kB): 346.1 kB, the same ratchet while #45 item 7 is open.
   // The worker (WebGPU, exports, model-file and config parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 345_500, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 346_100, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);

@@ -240,6 +240,11 @@ impl Links {
         self.overrides[b * self.n + a] = Some(link);
     }
 
+    /// Whether the pair has a link of its own (not the default).
+    pub fn is_set(&self, a: usize, b: usize) -> bool {
+        self.overrides.get(a * self.n + b).is_some_and(Option::is_some)
+    }
+
     /// The link from `a` to `b`.
     pub fn get(&self, a: usize, b: usize) -> Link {
         self.overrides.get(a * self.n + b).copied().flatten().unwrap_or(self.default)

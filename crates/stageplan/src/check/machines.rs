@@ -22,46 +22,17 @@ impl Scenario {
             spec.kind.or_else(|| spec.device.as_deref().and_then(|d| DevicePreset::find(d).ok()).map(|p| p.kind))
                 == Some(DeviceKind::Gpu)
         };
-        let counts = self.nodes.iter().filter(|spec| spec.gpus.is_none() && spec.count.is_some_and(|c| c > 1) && gpu(spec)).map(|spec| {
-            let (name, count) = (crate::quote::line(spec.name.trim()), spec.count.unwrap_or(1));
-            let device = spec.device.as_deref().map_or_else(String::new, |d| format!("\"device\": \"{}\", ", crate::quote::line(d)));
-            format!(
-                "`{name}` with `count` {count} is {count} machines, each with its own RAM; for GPUs in one machine, write `\"gpus\": [{{{device}\"count\": {count}}}]`"
-            )
-        });
-        // A reserve given that leaves nothing: valid (the machine holds no stage), but said.
-        let memory = |memory: Option<Bytes>, device: Option<&str>| {
-            memory.map(Bytes::get).or_else(|| device.and_then(|d| DevicePreset::find(d).ok()).map(|p| p.memory))
-        };
-        let mut unused = Vec::new();
-        for spec in &self.nodes {
-            let devices = match &spec.gpus {
-                None => vec![(spec.name.trim().to_owned(), spec.reserve, memory(spec.memory, spec.device.as_deref()))],
-                Some(gpus) => gpus
-                    .iter()
-                    .map(|g| {
-                        (
-                            format!("{}`'s `{}", spec.name.trim(), g.device.as_deref().unwrap_or("GPU")),
-                            g.reserve,
-                            memory(g.memory, g.device.as_deref()),
-                        )
-                    })
-                    .collect(),
-            };
-            for (name, reserve, memory) in devices {
-                if let (Some(reserve), Some(memory)) = (reserve.map(Bytes::get), memory)
-                    && reserve >= memory
-                {
-                    unused.push(format!(
-                        "`{}` keeps {} of its {} as `reserve`: nothing is left for the model there, so no stage goes on it; give a smaller `reserve` to use it",
-                        crate::quote::line(&name),
-                        format_bytes(reserve),
-                        format_bytes(memory)
-                    ));
-                }
-            }
-        }
-        counts.chain(unused).collect()
+        self.nodes
+            .iter()
+            .filter(|spec| spec.gpus.is_none() && spec.count.is_some_and(|c| c > 1) && gpu(spec))
+            .map(|spec| {
+                let (name, count) = (crate::quote::line(spec.name.trim()), spec.count.unwrap_or(1));
+                let device = spec.device.as_deref().map_or_else(String::new, |d| format!("\"device\": \"{}\", ", crate::quote::line(d)));
+                format!(
+                    "`{name}` with `count` {count} is {count} machines, each with its own RAM; for GPUs in one machine, write `\"gpus\": [{{{device}\"count\": {count}}}]`"
+                )
+            })
+            .collect()
     }
 
     pub(super) fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
@@ -187,23 +158,12 @@ impl Scenario {
         // A machine's name names its GPUs together (`links.pairs`, replicas, exports), so no
         // other node may have it.
         for k in 1..nodes.len() {
-            if nodes[..k].iter().any(|n| n.name == nodes[k].name) {
+            let (name, one_gpu) = (machine(&nodes[k]), nodes[k].gpu_of.is_none());
+            let clash = |n: &Node| n.name == nodes[k].name || machine(n) == name && (one_gpu || n.gpu_of.is_none());
+            if nodes[..k].iter().any(clash) {
                 return Err(ScenarioError::field(
                     format!("nodes[{}].name", spec_of[k]),
-                    format!("`{}` is used twice; give every node a unique name", crate::quote::line(&nodes[k].name)),
-                ));
-            }
-            let one_gpu = nodes[k].gpu_of.is_none();
-            if let Some(j) =
-                (0..k).find(|&j| machine(&nodes[j]) == machine(&nodes[k]) && (one_gpu || nodes[j].gpu_of.is_none()))
-            {
-                return Err(ScenarioError::field(
-                    format!("nodes[{}].name", spec_of[k]),
-                    format!(
-                        "`{}` is also the name of nodes[{}]; give every machine a unique name",
-                        crate::quote::line(machine(&nodes[k])),
-                        spec_of[j]
-                    ),
+                    format!("`{}` is used twice; give every machine a unique name", crate::quote::line(name)),
                 ));
             }
         }
@@ -252,10 +212,6 @@ impl Scenario {
             .chain(nodes.iter().enumerate().filter(|(_, n)| n.gpu_of.is_some()).map(|(i, n)| (n.name.as_str(), i)))
             .collect();
         by_name.sort_unstable();
-        // Which entry set each pair of nodes (1-based, 0: none): two entries that set one
-        // pair would leave the later's figures silently.
-        let mut set_by: Vec<u32> = Vec::new();
-        let n = nodes.len();
         for (i, pair) in self.links.pairs.iter().enumerate() {
             let at = format!("links.pairs[{i}]");
             let link = check_link(pair.bandwidth, pair.latency, &at)?;
@@ -277,24 +233,16 @@ impl Scenario {
                     "names the same machine twice; a link joins two machines (a machine's GPUs are joined by its `gpu_link`)",
                 ));
             }
-            if set_by.is_empty() {
-                set_by = vec![0; n * n];
-            }
             for &(_, a) in a {
                 for &(_, b) in b {
-                    if let Some(earlier) = set_by[a * n + b].checked_sub(1) {
+                    // Two machines are apart, so only an earlier entry set their pair: the
+                    // later's figures would be kept silently.
+                    if links.is_set(a, b) {
                         return Err(ScenarioError::field(
                             format!("{at}.between"),
-                            format!(
-                                "joins `{}` and `{}`, which `links.pairs[{earlier}]` joins already; give each pair of machines one entry",
-                                crate::quote::line(&nodes[a].name),
-                                crate::quote::line(&nodes[b].name)
-                            ),
+                            "joins two machines an earlier entry joins already; give each pair of machines one entry",
                         ));
                     }
-                    // Bounded by `MAX_LINK_PAIRS`.
-                    let entry = u32::try_from(i + 1).unwrap_or(u32::MAX);
-                    (set_by[a * n + b], set_by[b * n + a]) = (entry, entry);
                     links.set(a, b, link);
                 }
             }
@@ -731,7 +679,7 @@ mod tests {
         let error = problem(named_twice).unwrap_err();
         assert_eq!(
             (error.path.as_str(), error.problem.as_str()),
-            ("nodes[1].name", "`box` is also the name of nodes[0]; give every machine a unique name")
+            ("nodes[1].name", "`box` is used twice; give every machine a unique name")
         );
         let before = r#"{"model": {"preset": "llama-3.1-8b"}, "nodes": [{"name": "box", "device": "rtx-4090"},
                           {"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}]}]}"#;
@@ -753,7 +701,7 @@ mod tests {
         for twice in [pair("desk", "den"), pair("den", "desk")] {
             let (at, words) = pairs(&[pair("desk", "den"), twice].join(", ")).unwrap_err();
             assert_eq!(at, "links.pairs[1].between");
-            assert!(words.contains("which `links.pairs[0]` joins already"), "{words}");
+            assert!(words.contains("an earlier entry joins already"), "{words}");
         }
         // A machine's name stands for each of its GPUs.
         let (at, _) = pairs(&[pair("box", "desk"), pair("desk", "box/gpu1")].join(", ")).unwrap_err();

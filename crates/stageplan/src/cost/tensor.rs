@@ -181,41 +181,26 @@ fn alike(a: &Node, b: &Node) -> bool {
 
 /// The groups of GPUs of one machine `model` may run on as tensor parallel under `engine`:
 /// every set of two or more of a machine's GPUs whose count the model's heads divide, GPUs
-/// alike taken in index order (the others are the same group renamed), in the order of
-/// their sets as bit masks.
+/// alike taken in index order (the others are the same group renamed).
 ///
-/// Made from the machine's classes of alike GPUs, a count of each taken from its first:
-/// 17 sets for 16 GPUs alike, where trying every subset for that rule is 65,535 (and every
-/// cost model builds its groups).
+/// Each degree is judged once, and a set is kept when it holds, with each GPU, every GPU
+/// alike before it (a mask each): every cost model builds its groups, up to 65,535 sets a
+/// machine of 16 GPUs.
 pub(crate) fn groups(nodes: &[Node], model: &Model, engine: Engine) -> Vec<TensorGroup> {
     let mut out = Vec::new();
     for gpus in machines(nodes) {
         let refused: Vec<bool> =
             (0..=gpus.len()).map(|d| d < 2 || degree_refused(model, engine, d as u64).is_some()).collect();
-        // Positions in `gpus` of each class of alike GPUs, in machine order.
-        let mut classes: Vec<Vec<usize>> = Vec::new();
-        for (i, &k) in gpus.iter().enumerate() {
-            match classes.iter_mut().find(|class| alike(&nodes[gpus[class[0]]], &nodes[k])) {
-                Some(class) => class.push(i),
-                None => classes.push(vec![i]),
+        let before: Vec<u32> = (0..gpus.len())
+            .map(|i| (0..i).filter(|&j| alike(&nodes[gpus[i]], &nodes[gpus[j]])).fold(0, |mask, j| mask | 1 << j))
+            .collect();
+        // Bounded by `MAX_GPUS_PER_MACHINE` (16).
+        for set in 1u32..(1 << gpus.len()) {
+            let has = |i: usize| set & (1 << i) != 0;
+            if !refused[set.count_ones() as usize] && (0..gpus.len()).all(|i| !has(i) || set & before[i] == before[i]) {
+                out.push(TensorGroup { members: (0..gpus.len()).filter(|&i| has(i)).map(|i| gpus[i]).collect() });
             }
         }
-        // Bounded by `MAX_GPUS_PER_MACHINE` (16): at most 65,535 sets, all GPUs unlike.
-        let mut sets = Vec::new();
-        let mut taken = vec![0usize; classes.len()];
-        loop {
-            if !refused[taken.iter().sum::<usize>()] {
-                let positions = classes.iter().zip(&taken).flat_map(|(class, &n)| &class[..n]);
-                sets.push(positions.fold(0u32, |set, &i| set | 1 << i));
-            }
-            // The next count of each class, as an odometer.
-            let Some(c) = (0..classes.len()).find(|&c| taken[c] < classes[c].len()) else { break };
-            taken[c] += 1;
-            taken[..c].fill(0);
-        }
-        sets.sort_unstable();
-        let members = |set: u32| (0..gpus.len()).filter(|&i| set & (1 << i) != 0).map(|i| gpus[i]).collect();
-        out.extend(sets.into_iter().map(|set| TensorGroup { members: members(set) }));
     }
     out
 }

@@ -112,15 +112,14 @@ fn shortfall(problem: &Problem, cost: &CostModel, allowed: &[bool]) -> Diagnosti
             format_bytes(available as f64),
             format_bytes((needed - available) as f64)
         )
-    } else if problem.manual.is_some() {
-        format!(
-            "the nodes have {} usable and the model needs {}, but the stages given do not fit: move layers off the machines that are over, or plan without `stages`",
-            format_bytes(available as f64),
-            format_bytes(needed as f64)
-        )
     } else {
+        let why = if problem.manual.is_some() {
+            "the stages given do not fit: move layers off the machines that are over, or plan without `stages`"
+        } else {
+            "no contiguous split fits: a stage's layers, embedding or head do not fit the node it would land on"
+        };
         format!(
-            "the nodes have {} usable and the model needs {}, but no contiguous split fits: a stage's layers, embedding or head do not fit the node it would land on",
+            "the nodes have {} usable and the model needs {}, but {why}",
             format_bytes(available as f64),
             format_bytes(needed as f64)
         )
