@@ -313,10 +313,10 @@ impl AppState {
         // never in bytes: "64" in Memory is 64 GiB.
         let quantity = |text: &str, unit: &str| -> Value {
             let t = text.trim();
-            match t.parse::<f64>() {
+            match stageplan::units::parse_decimal(t) {
                 _ if t.is_empty() => Value::Null,
-                Ok(_) => json!(format!("{t} {unit}")),
-                Err(_) => json!(t),
+                Some(_) => json!(format!("{t} {unit}")),
+                None => json!(t),
             }
         };
         // Counts as people write them (`32k`, `8,192`); anything else goes to the core as
