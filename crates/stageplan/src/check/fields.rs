@@ -79,6 +79,7 @@ impl Scenario {
         let links = self.check_links(&nodes)?;
         let manual = self.check_stages(&nodes, model.num_layers())?;
         let fixed_offloads = self.check_stage_offloads(&nodes, manual.as_deref())?;
+        let notes = self.notes(&nodes);
         Ok(Problem {
             model,
             workload,
@@ -90,7 +91,7 @@ impl Scenario {
             fixed_offloads,
             file,
             riders,
-            notes: self.notes(),
+            notes,
         })
     }
 

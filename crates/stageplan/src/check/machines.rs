@@ -16,8 +16,9 @@ use crate::units::{Bandwidth, Bytes, Compute, Seconds, format_bytes};
 impl Scenario {
     /// What a plan of this scenario should say about how its machines are written: a GPU
     /// machine with `count` is that many machines, each with its own RAM, on the network
-    /// (people mean GPUs in one box as often as not).
-    pub(super) fn notes(&self) -> Vec<String> {
+    /// (people mean GPUs in one box as often as not); a device whose reserve leaves it
+    /// nothing, which the planner leaves out (valid, but rarely meant).
+    pub(super) fn notes(&self, nodes: &[Node]) -> Vec<String> {
         let gpu = |spec: &NodeSpec| {
             spec.kind.or_else(|| spec.device.as_deref().and_then(|d| DevicePreset::find(d).ok()).map(|p| p.kind))
                 == Some(DeviceKind::Gpu)
@@ -32,6 +33,14 @@ impl Scenario {
                     "`{name}` with `count` {count} is {count} machines, each with its own RAM; for GPUs in one machine, write `\"gpus\": [{{{device}\"count\": {count}}}]`"
                 )
             })
+            .chain(nodes.iter().filter(|n| n.reserve >= n.memory).map(|n| {
+                format!(
+                    "`{}` keeps {} of its {} as `reserve`: nothing is left for the model there, so no stage goes on it; give a smaller `reserve` to use it",
+                    crate::quote::line(&n.name),
+                    format_bytes(n.reserve as f64),
+                    format_bytes(n.memory as f64)
+                )
+            }))
             .collect()
     }
 
