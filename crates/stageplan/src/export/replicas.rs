@@ -40,13 +40,27 @@ pub struct ReplicaPlan {
     pub plan: Plan,
 }
 
-/// What every replica behind one balancer must share: the same model, as the same file and
-/// weights, with the same cache for the same context, on llama.cpp.
+/// What every replica behind one balancer must share (each is a llama-server, checked
+/// apart): the same model, as the same file and weights, with the same cache for the same
+/// context.
 fn served_alike(a: &Plan, b: &Plan) -> bool {
-    (&a.model.name, &a.model.weights, &a.model.file, a.engine)
-        == (&b.model.name, &b.model.weights, &b.model.file, b.engine)
+    (&a.model.name, &a.model.weights, &a.model.file) == (&b.model.name, &b.model.weights, &b.model.file)
         && (a.workload.context, &a.workload.kv, &a.workload.kv_v)
             == (b.workload.context, &b.workload.kv, &b.workload.kv_v)
+}
+
+/// What a replica serves, as [`served_alike`] compares it: `` `name` (weights from `file`, a
+/// K/V cache of N tokens) ``.
+fn served(plan: &Plan) -> String {
+    let file = plan.model.file.as_deref().map_or_else(String::new, |f| format!(" from `{}`", crate::quote::line(f)));
+    let v = plan.workload.kv_v.as_deref().map_or_else(String::new, |v| format!("/{}", crate::quote::line(v)));
+    format!(
+        "`{}` ({}{file}, a {}{v} cache of {} tokens)",
+        crate::quote::line(&plan.model.name),
+        crate::quote::line(&plan.model.weights),
+        crate::quote::line(&plan.workload.kv),
+        plan.workload.context
+    )
 }
 
 /// Exports replicas to llama.cpp: every replica's processes, each llama-server on
@@ -87,22 +101,16 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
     let mut servers: Vec<(String, u32)> = Vec::new();
     let mut machines: Vec<&str> = Vec::new();
     for (i, replica) in replicas.iter().enumerate() {
-        if !served_alike(&replica.plan, &replicas[0].plan) {
-            return invalid(format!(
-                "[{i}] serves `{}` ({}, a {} cache of {} tokens) where [0] serves `{}` ({}, a {} cache of {} tokens); one balancer sends any request to any replica, so export replicas of one plan, as `stageplan plan` printed them",
-                crate::quote::line(&replica.plan.model.name),
-                crate::quote::line(&replica.plan.model.weights),
-                crate::quote::line(&replica.plan.workload.kv),
-                replica.plan.workload.context,
-                crate::quote::line(&replicas[0].plan.model.name),
-                crate::quote::line(&replicas[0].plan.model.weights),
-                crate::quote::line(&replicas[0].plan.workload.kv),
-                replicas[0].plan.workload.context,
-            ));
-        }
         if replica.plan.engine != crate::engine::Engine::LlamaCpp || !replica.plan.riders.is_empty() {
             return invalid(format!(
                 "[{i}].plan is not a replica's: replicas are planned for llama.cpp without a draft or projector; export what `stageplan plan` printed"
+            ));
+        }
+        if !served_alike(&replica.plan, &replicas[0].plan) {
+            return invalid(format!(
+                "[{i}] serves {} where [0] serves {}; one balancer sends any request to any replica, so export replicas of one plan, as `stageplan plan` printed them",
+                served(&replica.plan),
+                served(&replicas[0].plan),
             ));
         }
         let in_replica = |error| ExportError::InReplica { index: i, error: Box::new(error) };
@@ -271,11 +279,23 @@ mod tests {
             |p: &mut Plan| p.model.name = "llama-3.1-70b".into(),
             |p: &mut Plan| p.workload.kv = "q4_0".into(),
             |p: &mut Plan| p.workload.context *= 2,
+            |p: &mut Plan| p.model.file = Some("other.gguf".into()),
+            |p: &mut Plan| p.workload.kv_v = Some("q8_0".into()),
         ] {
             let mut other = replicas.clone();
             change(&mut other[1].plan);
-            assert!(refused(&other, Target::LlamaCpp, &options).contains("[1] serves"), "one balancer, one model");
+            let said = refused(&other, Target::LlamaCpp, &options);
+            // The two replicas as the message tells them apart.
+            let (this, first) = said.split_once(" where [0] serves ").expect("one balancer, one model");
+            assert_ne!(
+                this.strip_prefix("[1] serves "),
+                first.split_once("; one balancer").map(|(first, _)| first),
+                "{said}"
+            );
         }
+        let mut vllm = replicas.clone();
+        vllm[1].plan.engine = crate::engine::Engine::Vllm;
+        assert!(refused(&vllm, Target::LlamaCpp, &options).contains("[1].plan is not a replica's"));
         let one_host = ExportOptions {
             hosts: [("gpu".into(), "10.0.0.1".into()), ("twin".into(), "10.0.0.1".into())].into(),
             ..ExportOptions::default()
