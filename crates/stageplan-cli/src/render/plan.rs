@@ -7,7 +7,8 @@ use std::fmt::Write;
 
 use stageplan::plan::{Level, Plan};
 use stageplan::serving::{
-    self, Answer, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, Missed, Percentile, Replicas, Served, TargetsHeld,
+    self, Answer, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, Missed, NotSplit, Percentile, Replicas, Served,
+    TargetsHeld,
 };
 use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem};
@@ -256,18 +257,22 @@ pub(crate) fn answer(problem: &Problem, answer: &Answer) -> String {
             text.push_str(&capacity(targets, found));
             if let Some(split) = &answer.replicas {
                 text.push_str(&replicas(targets, found.users, split));
-            } else if serving::replica_machines(problem) > MAX_REPLICA_MACHINES {
-                let _ = writeln!(
-                    text,
-                    "({} machines: replicas are tried on up to {MAX_REPLICA_MACHINES}; plan a group of machines at a time to compare)",
-                    serving::replica_machines(problem)
-                );
-            } else if serving::replica_machines(problem) > 1 && problem.manual.is_some() {
-                text.push_str("(stages given by hand: replicas are not tried; plan without `stages` to compare)\n");
-            } else if serving::replica_machines(problem) > 1 && !problem.riders.is_empty() {
-                text.push_str(
-                    "(a draft or projector rides along, placed once a plan: replicas are not tried; plan without `model.draft` and `model.mmproj` to compare)\n",
-                );
+            } else {
+                match serving::not_split(problem) {
+                    Some(NotSplit::TooMany { machines }) => {
+                        let _ = writeln!(
+                            text,
+                            "({machines} machines: replicas are tried on up to {MAX_REPLICA_MACHINES}; plan a group of machines at a time to compare)"
+                        );
+                    }
+                    Some(NotSplit::ManualStages) => {
+                        text.push_str("(stages given by hand: replicas are not tried; plan without `stages` to compare)\n");
+                    }
+                    Some(NotSplit::Riders) => text.push_str(
+                        "(a draft or projector rides along, placed once a plan: replicas are not tried; plan without `model.draft` and `model.mmproj` to compare)\n",
+                    ),
+                    Some(NotSplit::OneMachine) | None => {}
+                }
             }
         }
         (Some(targets), None) => text.push_str(&match &targets.missed {

@@ -23,7 +23,7 @@ use crate::calibration::quantile;
 
 mod replicas;
 
-pub use replicas::{MAX_REPLICA_MACHINES, Replica, Replicas, replica_machines, replicas};
+pub use replicas::{MAX_REPLICA_MACHINES, NotSplit, Replica, Replicas, not_split, replicas};
 
 /// What a step of the engine costs: a whole step for its first token, then each further
 /// sequence decoding and each prompt token.

@@ -17,10 +17,33 @@ use super::{Capacity, Load, Served, ServingError, Targets};
 /// split found among them.
 pub const MAX_REPLICA_MACHINES: usize = 8;
 
-/// How many machines `problem` has as [`replicas`] counts them (a machine's GPUs are one):
-/// it splits two to [`MAX_REPLICA_MACHINES`], and a caller says so past that.
-pub fn replica_machines(problem: &crate::Problem) -> usize {
-    machines(problem).len()
+/// Why [`replicas`] does not split a problem's machines.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum NotSplit {
+    /// One machine (a machine's GPUs are one): nothing to split.
+    OneMachine,
+    /// More machines than [`MAX_REPLICA_MACHINES`]: their splits are too many to try.
+    TooMany { machines: usize },
+    /// Stages given by hand are one plan's.
+    ManualStages,
+    /// A draft or projector rides along, placed once per plan.
+    Riders,
+}
+
+/// Why [`replicas`] does not split `problem`'s machines, or `None` when it tries every split.
+pub fn not_split(problem: &crate::Problem) -> Option<NotSplit> {
+    let machines = machines(problem).len();
+    if machines < 2 {
+        Some(NotSplit::OneMachine)
+    } else if machines > MAX_REPLICA_MACHINES {
+        Some(NotSplit::TooMany { machines })
+    } else if problem.manual.is_some() {
+        Some(NotSplit::ManualStages)
+    } else if !problem.riders.is_empty() {
+        Some(NotSplit::Riders)
+    } else {
+        None
+    }
 }
 
 /// One llama-server of several: its machines, its plan, and the users it serves within the
@@ -60,9 +83,8 @@ fn machines(problem: &crate::Problem) -> Vec<(String, Vec<usize>)> {
 
 /// The split of `problem`'s machines into replicas that serves the most users within
 /// `targets`, when it serves more than `one_server` (what one llama-server over every machine
-/// serves, [`super::capacity`]); `None` when none does, and for what is not split: one
-/// machine, more than [`MAX_REPLICA_MACHINES`], stages given by hand, or a draft or projector
-/// riding along (placed once per plan).
+/// serves, [`super::capacity`]); `None` when none does, and for what is not split
+/// ([`not_split`] says why).
 ///
 /// Exact: every set of machines has its capacity searched, and the split is the best over
 /// every partition (a machine may serve in no replica), by a dynamic program over subsets.
@@ -75,11 +97,11 @@ pub fn replicas(
     targets: Targets,
     one_server: u32,
 ) -> Result<Option<Replicas>, ServingError> {
-    let machines = machines(problem);
-    let m = machines.len();
-    if !(2..=MAX_REPLICA_MACHINES).contains(&m) || problem.manual.is_some() || !problem.riders.is_empty() {
+    if not_split(problem).is_some() {
         return Ok(None);
     }
+    let machines = machines(problem);
+    let m = machines.len();
     let all = (1usize << m) - 1;
     // Each proper set of machines as one replica: what it serves, when it serves anyone.
     let enabled = |set: usize| {
