@@ -189,7 +189,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
     let first = layout.stages[0].0;
     if main != first {
         return Err(ExportError::Option {
-            option: "main",
+            option: "--main",
             value: main.to_owned(),
             problem: "does not hold the first stage; llama.cpp keeps the token embedding and its host buffers on the machine running llama-server, which this plan puts on the first stage: drop `--main`, or re-plan with that machine first",
         });
@@ -240,7 +240,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
         // One rpc-server per GPU of a machine with several, each on the next port.
         let base = layout.given_port(node).unwrap_or(RPC_PORT);
         let port = base.checked_add(offset).ok_or_else(|| ExportError::Option {
-            option: "hosts",
+            option: "--host",
             value: layout.host_with(node, base),
             problem: "leaves no port for each of the machine's GPUs above it; give a lower port",
         })?;
@@ -287,7 +287,7 @@ pub(super) fn export(layout: &Layout<'_>) -> Result<(String, Vec<String>, Vec<La
             let own = port.parse::<u16>().unwrap_or(RPC_PORT);
             // From the machine's port, whichever of its GPUs asks first.
             let port = own.saturating_sub(layout.port_offset(node)).checked_add(above).ok_or(ExportError::Option {
-                option: "hosts",
+                option: "--host",
                 value: device.clone(),
                 problem: "leaves no port above it for the machine's CPU rpc-server; give a lower port",
             })?;

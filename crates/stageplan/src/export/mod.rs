@@ -140,8 +140,12 @@ pub enum ExportError {
         "the plan runs several GPUs of `{machine}`, which this version exports for llama.cpp, Kubernetes, DeepSpeed and Megatron-LM, and for vLLM when every stage is on that machine or each is a tensor-parallel group on a machine of its own (exo runs one device a machine); export it with `--to {instead}`, or describe `{machine}`'s GPUs as machines of their own for {target}"
     )]
     SeveralGpus { target: Target, machine: String, instead: Target },
+    /// An option named by the command line's flag (`--main`; [`ExportOptions`]' fields
+    /// are the flags' values).
     #[error("`{option}` names `{node}`, which is not a node of the plan; use one of {nodes}")]
     UnknownNode { option: &'static str, node: String, nodes: String },
+    /// An option's value (`--host`, `--main`, `--model`, `--image`, `--to`), named by the
+    /// command line's flag.
     #[error("`{option}` `{value}` {problem}")]
     Option { option: &'static str, value: String, problem: &'static str },
     #[error("the plan {0}; export what `stageplan plan --format json` printed")]
@@ -525,7 +529,7 @@ impl<'p> Layout<'p> {
         if let Some(main) = &options.main
             && !known(main)
         {
-            return Err(ExportError::UnknownNode { option: "main", node: main.clone(), nodes: nodes() });
+            return Err(ExportError::UnknownNode { option: "--main", node: main.clone(), nodes: nodes() });
         }
         // Kinds come from the whole scenario, and users give the addresses of all their
         // machines: one the plan leaves out is noted, not refused.
@@ -537,7 +541,7 @@ impl<'p> Layout<'p> {
                 None => format!("`{shown}` is not in this plan; its address is not used."),
             });
         }
-        for (option, value) in [("model", &options.model), ("image", &options.image)] {
+        for (option, value) in [("--model", &options.model), ("--image", &options.image)] {
             if let Some(value) = value
                 && (value.is_empty() || unsafe_text(value).is_some())
             {
@@ -551,7 +555,7 @@ impl<'p> Layout<'p> {
         for (node, address) in &options.hosts {
             if parse_address(address).is_none() {
                 return Err(ExportError::Option {
-                    option: "hosts",
+                    option: "--host",
                     value: format!("{node}={address}"),
                     problem: "is not a host, host:port (port 1–65535), or [IPv6]:port",
                 });

@@ -44,7 +44,7 @@ fn broken_plans_are_refused_with_the_field() {
     assert!(export(&none, Target::DeepSpeed, &options).unwrap_err().to_string().starts_with("`stages` is empty"));
     let unknown = ExportOptions { main: Some("laptop".into()), ..options.clone() };
     let error = export(&plan, Target::LlamaCpp, &unknown).unwrap_err().to_string();
-    assert!(error.starts_with("`main` names `laptop`"), "{error}");
+    assert!(error.starts_with("`--main` names `laptop`"), "{error}");
     assert!("ollama".parse::<Target>().unwrap_err().to_string().contains("llama.cpp, vllm"));
     let mut backwards = plan.clone();
     backwards.stages[0].layers = [10, 5];
@@ -70,7 +70,7 @@ fn broken_plans_are_refused_with_the_field() {
     for bad in ["host:", "host:0", "host:70000", "a b", "[::1", "x/y"] {
         let hosts = [(plan.stages[1].node.clone(), bad.to_owned())].into();
         let with = ExportOptions { hosts, ..options.clone() };
-        assert!(export(&plan, Target::LlamaCpp, &with).unwrap_err().to_string().starts_with("`hosts`"), "{bad}");
+        assert!(export(&plan, Target::LlamaCpp, &with).unwrap_err().to_string().starts_with("`--host`"), "{bad}");
     }
 }
 
@@ -94,7 +94,7 @@ fn llama_cpp_runs_on_the_first_stage_and_serves_every_machine_on_its_port() {
     // llama.cpp keeps the host's buffers where llama-server runs: the plan put them first.
     let elsewhere = ExportOptions { main: Some(second.clone()), ..options.clone() };
     let error = export(&plan, Target::LlamaCpp, &elsewhere).unwrap_err().to_string();
-    assert!(error.starts_with(&format!("`main` `{second}` does not hold the first stage")), "{error}");
+    assert!(error.starts_with(&format!("`--main` `{second}` does not hold the first stage")), "{error}");
     // Each rpc-server listens on the port `--host` gives (the end-to-end test covers the
     // main machine's own), under its current name.
     let hosts = [(first, "127.0.0.1:50070".to_owned()), (second, "127.0.0.1:50071".to_owned())];
@@ -176,7 +176,7 @@ fn a_plan_files_model_file_is_refused_as_model_is() {
         }
         let given = ExportOptions { model: Some(file.to_owned()), ..options.clone() };
         let refused = export(&plan, Target::LlamaCpp, &given).unwrap_err().to_string();
-        assert!(refused.starts_with("`model` "), "{refused}");
+        assert!(refused.starts_with("`--model` "), "{refused}");
     }
     let mut edited = plan.clone();
     edited.model.file = Some("models/llama 3 70b, q4_k_m.gguf".to_owned());
