@@ -171,23 +171,33 @@ pub fn parse_decimal(text: &str) -> Option<f64> {
         None => (unsigned, "0"),
     };
     let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     let exponent_digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
     if (integer.is_empty() && fraction.is_empty())
-        || !digits(integer)
-        || !digits(fraction)
+        || !all_digits(integer)
+        || !all_digits(fraction)
         || exponent_digits.is_empty()
-        || !digits(exponent_digits)
+        || !all_digits(exponent_digits)
     {
         return None;
     }
-    // The same number in JSON's grammar: no leading zeros or `+`, digits on both sides of
-    // the point.
-    let integer = integer.trim_start_matches('0');
-    let integer = if integer.is_empty() { "0" } else { integer };
+    // The same number as JSON's `DIGITSeEXPONENT`, its digits without leading or trailing
+    // zeros: serde_json then multiplies or divides the digits (exact in an `f64` up to 15
+    // of them) once by an exact power of ten (up to 10^22), which rounds once, as
+    // `str::parse` does. Zeros left in, it would round the digits first.
+    let digits = format!("{integer}{fraction}");
+    let digits = digits.trim_start_matches('0');
+    let significant = digits.trim_end_matches('0');
+    if significant.is_empty() {
+        return Some(if negative { -0.0 } else { 0.0 });
+    }
+    // Past a million either way the number is 0 or infinite whatever its digits.
+    let magnitude = exponent_digits.bytes().fold(0_i64, |e, b| (e * 10 + i64::from(b - b'0')).min(1_000_000));
+    let exponent = if exponent.starts_with('-') { -magnitude } else { magnitude };
+    let shift = (digits.len() - significant.len()) as i64 - fraction.len() as i64;
     let sign = if negative { "-" } else { "" };
-    let json = format!("{sign}{integer}.{fraction}0e{exponent}");
-    // The grammar is JSON's now, so serde_json fails only past `f64::MAX`.
+    let json = format!("{sign}{significant}e{}", exponent + shift);
+    // The grammar is JSON's, so serde_json fails only past `f64::MAX`.
     Some(serde_json::from_str::<f64>(&json).unwrap_or(if negative { f64::NEG_INFINITY } else { f64::INFINITY }))
 }
 
