@@ -458,7 +458,7 @@ impl<'p> Layout<'p> {
                 return Err(ExportError::Node {
                     index,
                     problem: format!(
-                        "`{name}` cannot be a host or resource name; use 1–63 letters, digits, `-`, `_` or `.`"
+                        "`{name}` cannot be a host or resource name; use 1–63 letters, digits, `-`, `_` or `.`, with a letter unless it is an IPv4 address (resolvers read `10.1` as 10.0.0.1)"
                     ),
                 });
             }
@@ -557,7 +557,7 @@ impl<'p> Layout<'p> {
                 return Err(ExportError::Option {
                     option: "--host",
                     value: format!("{node}={address}"),
-                    problem: "is not a host, host:port (port 1–65535), or [IPv6]:port",
+                    problem: "is not a host (a name, or an IPv4 address of four numbers), host:port (port 1–65535), or [IPv6]:port",
                 });
             }
         }
@@ -829,6 +829,19 @@ fn valid_node_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && edge(name.chars().next())
         && edge(name.chars().last())
+        && !read_as_number(name)
+}
+
+/// Whether `getaddrinfo` reads `host` as an IPv4 address other than four decimal numbers:
+/// every label a number as `inet_aton` takes one (decimal, octal, `0x` hex), so `12345` is
+/// 0.0.48.57, `10.1` is 10.0.0.1 and `0x7f.1` is 127.0.0.1 to the engine that connects.
+fn read_as_number(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    let number = |label: &str| match label.strip_prefix("0x").or_else(|| label.strip_prefix("0X")) {
+        Some(hex) => hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        None => !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit()),
+    };
+    !host.is_empty() && host.split('.').all(number) && host.parse::<std::net::Ipv4Addr>().is_err()
 }
 
 /// Whether `text` is a host an export may print: a DNS name or an IP address, no port.
@@ -864,8 +877,12 @@ fn parse_address(address: &str) -> Option<(&str, Option<u16>)> {
     }
 }
 
-/// A DNS name or an IPv4 address (which is one, syntactically).
+/// A DNS name or an IPv4 address (which is one, syntactically), not a name
+/// [`read_as_number`].
 fn host_name(host: &str) -> bool {
+    if read_as_number(host) {
+        return false;
+    }
     let label = |l: &str| {
         !l.is_empty()
             && l.len() <= 63

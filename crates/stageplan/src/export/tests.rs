@@ -59,7 +59,7 @@ fn broken_plans_are_refused_with_the_field() {
     let mut no_workload = plan.clone();
     no_workload.workload = crate::plan::PlannedWorkload::default();
     assert!(export(&no_workload, Target::Vllm, &options).unwrap_err().to_string().starts_with("`workload.context`"));
-    for bad in ["$(reboot)", "a;b", "-lead", "x".repeat(64).as_str(), "über"] {
+    for bad in ["$(reboot)", "a;b", "-lead", "x".repeat(64).as_str(), "über", "12345", "10.1", "0x7f.1", "010.0.0.1"] {
         let mut named = plan.clone();
         named.stages[0].node = bad.to_owned();
         assert!(
@@ -67,10 +67,20 @@ fn broken_plans_are_refused_with_the_field() {
             "{bad}"
         );
     }
-    for bad in ["host:", "host:0", "host:70000", "a b", "[::1", "x/y"] {
+    for bad in ["host:", "host:0", "host:70000", "a b", "[::1", "x/y", "12345", "10.1:50052", "0x7f.1", "1.2.3.4.5"] {
         let hosts = [(plan.stages[1].node.clone(), bad.to_owned())].into();
         let with = ExportOptions { hosts, ..options.clone() };
         assert!(export(&plan, Target::LlamaCpp, &with).unwrap_err().to_string().starts_with("`--host`"), "{bad}");
+    }
+}
+
+#[test]
+fn numbers_resolvers_read_as_addresses_are_not_hosts() {
+    for number in ["12345", "10.1", "1.2.3", "0x7f.1", "0X7F", "010.0.0.1", "1.2.3.4.5", "12345."] {
+        assert!(read_as_number(number) && !is_host(number), "{number}");
+    }
+    for host in ["10.0.0.1", "10.0.0.1.", "box.2", "rack-1", "a1", "0xbox", "gpu0"] {
+        assert!(!read_as_number(host) && is_host(host), "{host}");
     }
 }
 
