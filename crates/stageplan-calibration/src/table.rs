@@ -151,6 +151,7 @@ fn peak_problem(model: Model, count: usize, bandwidth_gb_s: f64, tflops: f64, co
         file: None,
         riders: Default::default(),
         notes: Vec::new(),
+        serving: None,
     }
 }
 

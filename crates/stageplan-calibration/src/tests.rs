@@ -98,6 +98,7 @@ fn two_4090s(backend: Backend) -> Problem {
         file: None,
         riders: Default::default(),
         notes: Vec::new(),
+        serving: None,
     }
 }
 

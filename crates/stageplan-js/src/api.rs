@@ -312,7 +312,8 @@ pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Re
 
 /// How many users of one llama-server meet `ttft`/`tpot`, or with `users` what that many see
 /// (options as JSON text: `{"users": 8}`, `{"ttft": "2 s", "tpot": "80 ms", "percentile":
-/// "p95"}`): `stageplan plan --users`/`--ttft`/`--tpot --format json`.
+/// "p95"}`; `{}` for what the scenario's `serving` asks): `stageplan plan
+/// --users`/`--ttft`/`--tpot --format json`.
 ///
 /// # Errors
 /// A scenario or options that do not parse, or a load that cannot be answered.
@@ -336,8 +337,19 @@ pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer
         percentile: options.percentile,
     });
     let problem = check(scenario)?.problem;
-    let field = if options.users.is_some() { "users" } else { "ttft`/`tpot" };
-    Ok(serving::answer(&problem, options.users, targets).map_err(|e| format!("`{field}`: {e}"))?)
+    // The options, else what the scenario's `serving` asks.
+    let from_scenario = options.users.is_none() && targets.is_none() && problem.serving.is_some();
+    let (users, targets) = match problem.serving {
+        Some(ask) if from_scenario => (ask.users, ask.targets),
+        _ => (options.users, targets),
+    };
+    let field = match (users.is_some(), from_scenario) {
+        (true, false) => "users",
+        (false, false) => "ttft`/`tpot",
+        (true, true) => "serving.users",
+        (false, true) => "serving",
+    };
+    Ok(serving::answer(&problem, users, targets).map_err(|e| format!("`{field}`: {e}"))?)
 }
 
 #[cfg(all(test, feature = "api", feature = "more"))]
@@ -472,6 +484,17 @@ mod tests {
             let json = &expected[expected.find('{').unwrap()..=expected.rfind('}').unwrap()];
             assert_eq!(serde_json::to_string_pretty(&serve(scenario, options).unwrap()).unwrap(), json, "{case}");
         }
+        // A scenario's own `serving` answers as the options would.
+        let asked = include_str!("../../../tests/cli/plan-serving-targets/scenario.json");
+        assert_eq!(
+            serde_json::to_string_pretty(&serve(asked, "{}").unwrap()).unwrap(),
+            serde_json::to_string_pretty(&serve(scenario, r#"{"tpot": "30ms", "percentile": "p50"}"#).unwrap())
+                .unwrap()
+        );
+        assert!(
+            serve(asked, r#"{"users": 0}"#).unwrap_err().message.starts_with("`users`: `users` is 0"),
+            "options first"
+        );
         assert_eq!(
             serve(scenario, "{}").unwrap_err().message,
             "`ttft`/`tpot`: no target: give a time to first token, a time per token, or both"

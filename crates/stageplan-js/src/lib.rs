@@ -128,16 +128,17 @@ pub fn replan(current: JsValue, scenario: JsValue, options: Option<JsValue>) -> 
 /// How many users of one llama-server meet `options.ttft`/`options.tpot` (at
 /// `options.percentile`, `p95` by default), or with `options.users` what that many see: the
 /// plan for them, what they saw, the targets held and how many meet them, as `stageplan plan
-/// --users`/`--ttft`/`--tpot --format json` prints.
+/// --users`/`--ttft`/`--tpot --format json` prints; without options, what the scenario's
+/// `serving` asks.
 ///
 /// # Errors
 /// A JS `Error` with the CLI's message (and the field's `path` for the scenario's).
 #[cfg(feature = "more")]
 #[wasm_bindgen(skip_typescript)]
-pub fn serve(scenario: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+pub fn serve(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsValue> {
     let scenario = text(&scenario, "scenario")?;
-    let options = text(&options, "options")?;
-    Ok(output(&api::serve(&scenario, &options).map_err(js_failure)?)?)
+    let options = options.filter(|o| !o.is_undefined() && !o.is_null()).map(|o| text(&o, "options")).transpose()?;
+    Ok(output(&api::serve(&scenario, options.as_deref().unwrap_or("{}")).map_err(js_failure)?)?)
 }
 
 /// Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,

@@ -27,5 +27,6 @@ export function replan(
 
 /** How many users of one llama-server meet `ttft`/`tpot` (at `percentile`, `p95` by
  *  default), or with `users` what that many see: the plan for them, what they saw, the
- *  targets held and how many meet them, as `stageplan plan --ttft … --format json`. */
-export function serve(scenario: Scenario | string, options: ServeOptions): Answer;
+ *  targets held and how many meet them, as `stageplan plan --ttft … --format json`.
+ *  Without options, what the scenario's `serving` asks. */
+export function serve(scenario: Scenario | string, options?: ServeOptions): Answer;

@@ -17,6 +17,8 @@ export interface Scenario {
   engine?: Engine;
   /** The stages of a `manual` plan, in pipeline order. */
   stages?: { node: string; layers: [number, number] }[];
+  /** Many users of one llama-server: what `serve` answers when given no options. */
+  serving?: ServeOptions;
 }
 
 export interface ModelSpec {
@@ -209,7 +211,7 @@ export interface ReplanOptions {
 /** What `serve` is asked: a count of users, or targets (a time as text with its unit,
  *  `"2 s"`, `"80 ms"`, or seconds as a number), or both. */
 export interface ServeOptions {
-  /** Users of one llama-server, a slot and the scenario's context each (1–4096). */
+  /** Users of one llama-server, a slot and the scenario's context each (1–256). */
   users?: number;
   /** Time to first token every user must see, at `percentile`. */
   ttft?: string | number;

@@ -338,6 +338,10 @@ pub struct Problem {
     /// What the check noticed in a valid scenario that its plan should say, in words (a GPU
     /// machine with `count`, which means whole machines).
     pub notes: Vec<String>,
+    /// The scenario's `serving`: users or latency targets to answer ([`crate::serving::answer`]);
+    /// a question about the plan, not part of what is planned.
+    #[serde(skip)]
+    pub serving: Option<crate::serving::Ask>,
 }
 
 /// What rides along with the model: a draft model for speculative decoding and a vision

@@ -51,6 +51,71 @@ pub struct Scenario {
     /// The stages of a `manual` plan, in pipeline order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<Vec<StageSpec>>,
+    /// Many users of one llama-server: how many, or the latency each must see (what
+    /// `stageplan plan --users`/`--ttft`/`--tpot` ask, written in the scenario).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<ServingSpec>,
+}
+
+/// A scenario's `serving`: `{"users": 8}` to plan and simulate eight users of one
+/// llama-server, or `{"ttft": "2 s", "tpot": "80 ms", "percentile": "p95"}` for how many
+/// meet those targets (and the replicas that serve more), as the CLI's flags and the JS
+/// API's `serve` options ask.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServingSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub users: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpot: Option<Seconds>,
+    /// What `ttft` and `tpot` hold at; p95 when not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percentile: Option<crate::serving::Percentile>,
+}
+
+impl ServingSpec {
+    /// What this asks, checked at its fields: a percentile without a target to hold, no
+    /// users and no target, 0 or more users than llama-server runs, a target outside 1 µs
+    /// to 1 h. The answer itself is [`crate::serving::answer`]'s.
+    ///
+    /// # Errors
+    /// The first of those, at `serving.…`.
+    pub fn ask(&self) -> Result<crate::serving::Ask, ScenarioError> {
+        use crate::serving::{MAX_USERS, ServingError, Targets};
+        let field = |name: &str, problem: String| Err(ScenarioError::field(format!("serving.{name}"), problem));
+        let targets = (self.ttft.is_some() || self.tpot.is_some()).then(|| Targets {
+            ttft_s: self.ttft.map(Seconds::get),
+            tpot_s: self.tpot.map(Seconds::get),
+            percentile: self.percentile.unwrap_or_default(),
+        });
+        if self.percentile.is_some() && targets.is_none() {
+            return field("percentile", "is what `ttft` and `tpot` hold at; give one of them, or leave it out".into());
+        }
+        match self.users {
+            None if targets.is_none() => {
+                return Err(ScenarioError::field(
+                    "serving",
+                    "asks nothing; give `users` (users of one llama-server), or a `ttft` or `tpot` target",
+                ));
+            }
+            Some(0) => return field("users", "is 0; give at least 1".into()),
+            Some(users) if users > MAX_USERS => {
+                return field(
+                    "users",
+                    format!(
+                        "is {users}, past llama-server's {MAX_USERS} slots (`--parallel` above llama.cpp's `LLAMA_MAX_SEQ` does not start); give at most {MAX_USERS} a server"
+                    ),
+                );
+            }
+            _ => {}
+        }
+        if let Some(Err(ServingError::Target { field: name })) = targets.map(|t| t.check()) {
+            return field(name, "must be a time from 1 µs to 1 h".into());
+        }
+        Ok(crate::serving::Ask { users: self.users, targets })
+    }
 }
 
 /// The model: a preset, an inline `config.json`, or (in the CLI) a file.

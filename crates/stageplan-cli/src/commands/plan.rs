@@ -54,11 +54,6 @@ pub(super) fn targets(
 /// Plans the scenario at `path`, as `overrides` change it; exit 1 when nothing fits.
 pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bool) -> Result<Outcome, Failure> {
     let Overrides { objective, policy, users, targets } = overrides;
-    if objective.is_some() && (users.is_some() || targets.is_some()) {
-        return Err(Failure(
-            "`--objective` does not apply to `--users`/`--ttft`/`--tpot`: llama-server steps every user through every stage in turn, so their split is the one with the fastest step; leave `--objective` out".into(),
-        ));
-    }
     let mut scenario = Scenario::from_json(&input::read_text(path)?)?;
     if let Some(objective) = objective {
         scenario.objective = match objective {
@@ -78,8 +73,25 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
         };
     }
     let mut problem = load::problem(path, scenario)?;
+    // The flags, else what the scenario's `serving` asks.
+    let from_scenario = users.is_none() && targets.is_none() && problem.serving.is_some();
+    let (users, targets) = match problem.serving {
+        Some(ask) if from_scenario => (ask.users, ask.targets),
+        _ => (users, targets),
+    };
+    if objective.is_some() && (users.is_some() || targets.is_some()) {
+        let asked = if from_scenario { "the scenario's `serving`" } else { "`--users`/`--ttft`/`--tpot`" };
+        return Err(Failure(format!(
+            "`--objective` does not apply to {asked}: llama-server steps every user through every stage in turn, so their split is the one with the fastest step; leave `--objective` out"
+        )));
+    }
     let (plan, answer) = if users.is_some() || targets.is_some() {
-        let flag = if users.is_some() { "--users" } else { "--ttft`/`--tpot" };
+        let flag = match (users.is_some(), from_scenario) {
+            (true, false) => "--users",
+            (false, false) => "--ttft`/`--tpot",
+            (true, true) => "serving.users",
+            (false, true) => "serving",
+        };
         let answer = serving::answer(&problem, users, targets).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
         // The plan is for the users served: a slot and its context each, the fastest step.
         problem.workload.batch = u64::from(answer.served.as_ref().map_or(users.unwrap_or(1), |s| s.users));

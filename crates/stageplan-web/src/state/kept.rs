@@ -52,6 +52,9 @@ pub fn not_kept(scenario: &Scenario) -> Vec<String> {
     if scenario.stages.is_some() {
         out.push("stages".to_owned());
     }
+    if scenario.serving.is_some() {
+        out.push("serving".to_owned());
+    }
     out
 }
 
@@ -72,7 +75,8 @@ mod tests {
         "objective": "latency",
         "policy": "manual",
         "engine": "vllm",
-        "stages": [{"node": "desk", "layers": [0, 48]}]
+        "stages": [{"node": "desk", "layers": [0, 48]}],
+        "serving": {"users": 4}
     }"#;
 
     #[test]
@@ -97,6 +101,7 @@ mod tests {
                 "policy",
                 "engine",
                 "stages",
+                "serving",
             ]
         );
         // Everything else comes back from the form as it was: the list is the whole loss.
@@ -107,7 +112,7 @@ mod tests {
         let host = kept.nodes[0].host.as_mut().unwrap();
         (host.reserve, host.bandwidth, host.threads, host.link) = (None, None, None, None);
         kept.nodes[0].threads = None;
-        (kept.policy, kept.engine, kept.stages) = (Policy::Optimal, Default::default(), None);
+        (kept.policy, kept.engine, kept.stages, kept.serving) = (Policy::Optimal, Default::default(), None, None);
         let through_the_form = AppState::from_scenario(&full).scenario().unwrap();
         assert_eq!(not_kept(&through_the_form), Vec::<String>::new());
         let expanded = AppState::from_scenario(&kept).scenario().unwrap();

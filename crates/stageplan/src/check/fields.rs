@@ -13,7 +13,7 @@ use crate::presets::ModelPreset;
 use crate::problem::{
     DEFAULT_PROMPT, DEFAULT_RESPONSE, Draft, FixedOffload, Node, Placement, Problem, Projector, Riders, Workload,
 };
-use crate::scenario::{DraftSpec, ModelSpec, Policy, Scenario, WorkloadSpec, Workspace};
+use crate::scenario::{DraftSpec, ModelSpec, Policy, Scenario, ServingSpec, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
 use crate::units::Bytes;
 
@@ -80,6 +80,7 @@ impl Scenario {
         let manual = self.check_stages(&nodes, model.num_layers())?;
         let fixed_offloads = self.check_stage_offloads(&nodes, manual.as_deref())?;
         let notes = self.notes(&nodes);
+        let serving = self.serving.as_ref().map(ServingSpec::ask).transpose()?;
         Ok(Problem {
             model,
             workload,
@@ -92,6 +93,7 @@ impl Scenario {
             file,
             riders,
             notes,
+            serving,
         })
     }
 
@@ -542,6 +544,40 @@ mod tests {
         assert_eq!(p.policy, Policy::Optimal);
         assert_eq!(p.nodes[0].memory, 24564 * 1024 * 1024);
         assert!(p.links.is_uniform());
+    }
+
+    #[test]
+    fn serving_asks_users_or_targets_and_is_refused_at_its_field() {
+        let with = |serving: &str| {
+            problem(&format!(
+                r#"{{"model": {{"preset": "llama-3.1-8b"}}, "nodes": [{{"name": "a", "device": "rtx-4090"}}], "serving": {serving}}}"#
+            ))
+        };
+        assert_eq!(problem(MINIMAL).unwrap().serving, None);
+        let ask = with(r#"{"users": 8}"#).unwrap().serving.unwrap();
+        assert_eq!((ask.users, ask.targets), (Some(8), None));
+        let ask = with(r#"{"ttft": "2 s", "percentile": "p50"}"#).unwrap().serving.unwrap();
+        let targets = ask.targets.unwrap();
+        assert_eq!(
+            (targets.ttft_s, targets.tpot_s, targets.percentile),
+            (Some(2.0), None, crate::serving::Percentile::P50)
+        );
+        assert_eq!(
+            with(r#"{"tpot": "80 ms"}"#).unwrap().serving.unwrap().targets.unwrap().percentile,
+            Default::default()
+        );
+        for (serving, path, words) in [
+            ("{}", "serving", "asks nothing"),
+            (r#"{"percentile": "p95"}"#, "serving.percentile", "is what `ttft` and `tpot` hold at"),
+            (r#"{"users": 0}"#, "serving.users", "is 0"),
+            (r#"{"users": 257}"#, "serving.users", "past llama-server's 256 slots"),
+            (r#"{"ttft": "7200 s"}"#, "serving.ttft", "from 1 µs to 1 h"),
+            (r#"{"users": 2, "tpot": 0}"#, "serving.tpot", "from 1 µs to 1 h"),
+        ] {
+            let error = with(serving).unwrap_err();
+            assert_eq!(error.path, path, "{serving}");
+            assert!(error.to_string().contains(words), "{serving}: {error}");
+        }
     }
 
     #[test]

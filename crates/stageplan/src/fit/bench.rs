@@ -405,6 +405,7 @@ fn bench_scenario(test: &BenchTest, preset: &ModelPreset, node: &NodeSpec, effic
         policy: Policy::default(),
         engine: Engine::default(),
         stages: None,
+        serving: None,
     }
 }
 

@@ -243,6 +243,7 @@ impl Instance {
             fixed_offloads: Vec::new(),
             riders: Default::default(),
             notes: Vec::new(),
+            serving: None,
         }
     }
 }

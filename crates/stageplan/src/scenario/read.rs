@@ -332,7 +332,7 @@ pub(crate) fn scenario(json: &Json) -> Read<Scenario> {
         json,
         "",
         "struct Scenario",
-        &["model", "workload", "nodes", "links", "objective", "policy", "engine", "stages"],
+        &["model", "workload", "nodes", "links", "objective", "policy", "engine", "stages", "serving"],
     )?;
     Ok(Scenario {
         model: f.required("model", model)?,
@@ -343,6 +343,18 @@ pub(crate) fn scenario(json: &Json) -> Read<Scenario> {
         policy: f.or("policy", Policy::default, variant(&Policy::ALL, Policy::name))?,
         engine: f.or("engine", Engine::default, variant(&Engine::ALL, Engine::name))?,
         stages: f.optional("stages", |j, p| array(j, p, stage))?,
+        serving: f.optional("serving", serving)?,
+    })
+}
+
+fn serving(json: &Json, path: &str) -> Read<ServingSpec> {
+    use crate::serving::Percentile;
+    let f = Fields::of(json, path, "struct ServingSpec", &["users", "ttft", "tpot", "percentile"])?;
+    Ok(ServingSpec {
+        users: f.optional("users", unsigned32)?,
+        ttft: f.optional("ttft", seconds)?,
+        tpot: f.optional("tpot", seconds)?,
+        percentile: f.optional("percentile", variant(&Percentile::ALL, Percentile::name))?,
     })
 }
 
@@ -642,6 +654,13 @@ mod tests {
             ),
             (r#""workload": {"context": -1}"#, "workload.context", "invalid value: integer `-1`, expected u64"),
             (r#""workload": null"#, "workload", "invalid type: null, expected struct WorkloadSpec"),
+            (r#""serving": {"users": "8"}"#, "serving.users", "invalid type: string \"8\", expected u32"),
+            (
+                r#""serving": {"percentile": "p90"}"#,
+                "serving.percentile",
+                "unknown variant `p90`, expected `p50` or `p95`",
+            ),
+            (r#""serving": {"user": 8}"#, "serving.user", "unknown field `user`, expected one of `users`"),
             (r#""workload": {"flash_attention": "yes"}"#, "workload.flash_attention", "expected a boolean"),
             (r#""workload": {"workspace": true}"#, "workload.workspace", "expected a size like `2 GiB`, or \"auto\""),
             (

@@ -296,6 +296,13 @@ pub struct Targets {
     pub percentile: Percentile,
 }
 
+/// What a scenario's `serving` asks, checked: users of one llama-server, targets, or both.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Ask {
+    pub users: Option<u32>,
+    pub targets: Option<Targets>,
+}
+
 /// Which of [`Served`]'s percentiles a target holds.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -308,6 +315,8 @@ pub enum Percentile {
 }
 
 impl Percentile {
+    pub const ALL: [Percentile; 2] = [Percentile::P50, Percentile::P95];
+
     /// `p50` or `p95`.
     pub fn name(self) -> &'static str {
         match self {
@@ -343,7 +352,7 @@ impl Targets {
         )
     }
 
-    fn check(&self) -> Result<(), ServingError> {
+    pub(crate) fn check(&self) -> Result<(), ServingError> {
         if self.ttft_s.is_none() && self.tpot_s.is_none() {
             return Err(ServingError::NoTarget);
         }
