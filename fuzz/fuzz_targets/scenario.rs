@@ -12,6 +12,15 @@ fuzz_target!(|data: &[u8]| {
     if problem.nodes.len() > 12 || problem.model.num_layers() > 512 {
         return;
     }
+    // A scenario's `serving` of a few users: answered or refused, never a panic (targets
+    // search many counts, too slow for a fuzz run).
+    if let Some(ask) = problem.serving
+        && ask.targets.is_none()
+        && ask.users.is_some_and(|users| users <= 8)
+        && problem.nodes.len() <= 4
+    {
+        let _ = stageplan::serving::answer(&problem, ask.users, None);
+    }
     let plan = stageplan::plan(&problem);
     if plan.feasible {
         let mut next = 0;
