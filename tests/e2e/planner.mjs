@@ -135,10 +135,13 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // kB): 346.1 kB, the same ratchet while #45 item 7 is open. Quantities' numbers read by
   // serde_json's reader, not core's float parser and its 10 KB table of powers of five, and
   // wasm-opt told the lowest kilobyte is unused: 337,240 → 322,545 bytes of wasm (zlib -9,
-  // as counted here, by hand with Trunk's settings), with the reserve note back: 331.8 kB.
+  // as counted here, by hand with Trunk's settings), with the reserve note back: 331.8 kB;
+  // 331,264 in the `.ci/run` of 2151c5b. #47's serving question in the scenario (read and
+  // checked on the one road: users, targets, percentile): 323,806 bytes of wasm by hand
+  // (+1.3 kB): 332.7 kB, the same ratchet while #45 item 7 is open.
   // The worker (WebGPU, exports, model-file and config parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 331_800, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 332_700, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);
