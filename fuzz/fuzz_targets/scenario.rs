@@ -14,12 +14,12 @@ fuzz_target!(|data: &[u8]| {
     }
     // A scenario's `serving` of a few users: answered or refused, never a panic (targets
     // search many counts, too slow for a fuzz run).
-    if let Some(ask) = problem.serving
-        && ask.targets.is_none()
-        && ask.users.is_some_and(|users| users <= 8)
+    if let Some(demand) = problem.serving
+        && demand.targets.is_none()
+        && demand.users.is_some_and(|users| users <= 8)
         && problem.nodes.len() <= 4
     {
-        let _ = stageplan::serving::answer(&problem, ask.users, None);
+        let _ = stageplan::serving::answer(&problem, demand.users, None);
     }
     let plan = stageplan::plan(&problem);
     if plan.feasible {

@@ -340,7 +340,7 @@ pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer
     // The options, else what the scenario's `serving` asks.
     let from_scenario = options.users.is_none() && targets.is_none() && problem.serving.is_some();
     let (users, targets) = match problem.serving {
-        Some(ask) if from_scenario => (ask.users, ask.targets),
+        Some(demand) if from_scenario => (demand.users, demand.targets),
         _ => (options.users, targets),
     };
     let field = match (users.is_some(), from_scenario) {

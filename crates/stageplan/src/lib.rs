@@ -25,6 +25,7 @@
 pub mod calibration;
 pub mod check;
 pub mod cost;
+pub mod demand;
 pub mod device;
 pub mod engine;
 pub mod error;

@@ -341,7 +341,7 @@ pub struct Problem {
     /// The scenario's `serving`: users or latency targets to answer ([`crate::serving::answer`]);
     /// a question about the plan, not part of what is planned.
     #[serde(skip)]
-    pub serving: Option<crate::serving::Ask>,
+    pub serving: Option<crate::demand::Demand>,
 }
 
 /// What rides along with the model: a draft model for speculative decoding and a vision

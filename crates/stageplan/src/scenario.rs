@@ -72,7 +72,7 @@ pub struct ServingSpec {
     pub tpot: Option<Seconds>,
     /// What `ttft` and `tpot` hold at; p95 when not given.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub percentile: Option<crate::serving::Percentile>,
+    pub percentile: Option<crate::demand::Percentile>,
 }
 
 impl ServingSpec {
@@ -82,8 +82,8 @@ impl ServingSpec {
     ///
     /// # Errors
     /// The first of those, at `serving.…`.
-    pub fn ask(&self) -> Result<crate::serving::Ask, ScenarioError> {
-        use crate::serving::{MAX_USERS, ServingError, Targets};
+    pub fn demand(&self) -> Result<crate::demand::Demand, ScenarioError> {
+        use crate::demand::{MAX_USERS, Targets};
         let field = |name: &str, problem: String| Err(ScenarioError::field(format!("serving.{name}"), problem));
         let targets = (self.ttft.is_some() || self.tpot.is_some()).then(|| Targets {
             ttft_s: self.ttft.map(Seconds::get),
@@ -111,10 +111,10 @@ impl ServingSpec {
             }
             _ => {}
         }
-        if let Some(Err(ServingError::Target { field: name })) = targets.map(|t| t.check()) {
+        if let Some(name) = targets.and_then(|t| t.out_of_range()) {
             return field(name, "must be a time from 1 µs to 1 h".into());
         }
-        Ok(crate::serving::Ask { users: self.users, targets })
+        Ok(crate::demand::Demand { users: self.users, targets })
     }
 }
 

@@ -76,7 +76,7 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
     // The flags, else what the scenario's `serving` asks.
     let from_scenario = users.is_none() && targets.is_none() && problem.serving.is_some();
     let (users, targets) = match problem.serving {
-        Some(ask) if from_scenario => (ask.users, ask.targets),
+        Some(demand) if from_scenario => (demand.users, demand.targets),
         _ => (users, targets),
     };
     if objective.is_some() && (users.is_some() || targets.is_some()) {

@@ -80,7 +80,7 @@ impl Scenario {
         let manual = self.check_stages(&nodes, model.num_layers())?;
         let fixed_offloads = self.check_stage_offloads(&nodes, manual.as_deref())?;
         let notes = self.notes(&nodes);
-        let serving = self.serving.as_ref().map(ServingSpec::ask).transpose()?;
+        let serving = self.serving.as_ref().map(ServingSpec::demand).transpose()?;
         Ok(Problem {
             model,
             workload,
@@ -554,13 +554,13 @@ mod tests {
             ))
         };
         assert_eq!(problem(MINIMAL).unwrap().serving, None);
-        let ask = with(r#"{"users": 8}"#).unwrap().serving.unwrap();
-        assert_eq!((ask.users, ask.targets), (Some(8), None));
-        let ask = with(r#"{"ttft": "2 s", "percentile": "p50"}"#).unwrap().serving.unwrap();
-        let targets = ask.targets.unwrap();
+        let demand = with(r#"{"users": 8}"#).unwrap().serving.unwrap();
+        assert_eq!((demand.users, demand.targets), (Some(8), None));
+        let demand = with(r#"{"ttft": "2 s", "percentile": "p50"}"#).unwrap().serving.unwrap();
+        let targets = demand.targets.unwrap();
         assert_eq!(
             (targets.ttft_s, targets.tpot_s, targets.percentile),
-            (Some(2.0), None, crate::serving::Percentile::P50)
+            (Some(2.0), None, crate::demand::Percentile::P50)
         );
         assert_eq!(
             with(r#"{"tpot": "80 ms"}"#).unwrap().serving.unwrap().targets.unwrap().percentile,

@@ -348,7 +348,7 @@ pub(crate) fn scenario(json: &Json) -> Read<Scenario> {
 }
 
 fn serving(json: &Json, path: &str) -> Read<ServingSpec> {
-    use crate::serving::Percentile;
+    use crate::demand::Percentile;
     let f = Fields::of(json, path, "struct ServingSpec", &["users", "ttft", "tpot", "percentile"])?;
     Ok(ServingSpec {
         users: f.optional("users", unsigned32)?,

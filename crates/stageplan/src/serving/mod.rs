@@ -23,6 +23,7 @@ use crate::calibration::quantile;
 
 mod replicas;
 
+pub use crate::demand::{Demand, MAX_USERS, Percentile, Targets};
 pub use replicas::{MAX_REPLICA_MACHINES, NotSplit, Replica, Replicas, not_split, replicas};
 
 /// What a step of the engine costs: a whole step for its first token, then each further
@@ -277,60 +278,6 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
     })
 }
 
-/// The most users of one llama-server: a slot each, and llama.cpp refuses a context of more
-/// sequences than `LLAMA_MAX_SEQ` (256, `src/llama-cparams.h`; `llama-context.cpp` throws
-/// "n_seq_max must be <= 256" at start). [`capacity`] tries no more.
-pub const MAX_USERS: u32 = 256;
-
-/// The longest target taken, an hour: past it a target says nothing a person waits for.
-const MAX_TARGET_S: f64 = 3600.0;
-/// The shortest target taken, a microsecond: below it no step of any engine.
-const MIN_TARGET_S: f64 = 1e-6;
-
-/// What users must see, at one percentile of their requests: their first token within
-/// `ttft_s` of sending, and each token after it within `tpot_s` of the one before.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct Targets {
-    pub ttft_s: Option<f64>,
-    pub tpot_s: Option<f64>,
-    pub percentile: Percentile,
-}
-
-/// What a scenario's `serving` asks, checked: users of one llama-server, targets, or both.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct Ask {
-    pub users: Option<u32>,
-    pub targets: Option<Targets>,
-}
-
-/// Which of [`Served`]'s percentiles a target holds.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
-pub enum Percentile {
-    P50,
-    /// The tail most teams set targets on.
-    #[default]
-    P95,
-}
-
-impl Percentile {
-    pub const ALL: [Percentile; 2] = [Percentile::P50, Percentile::P95];
-
-    /// `p50` or `p95`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Percentile::P50 => "p50",
-            Percentile::P95 => "p95",
-        }
-    }
-
-    /// This percentile of [`Served`]'s `[p50, p95]`.
-    pub fn of(self, figures: [f64; 2]) -> f64 {
-        figures[self as usize]
-    }
-}
-
 /// A target a load missed: which, what the users saw and what was asked.
 #[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
 #[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
@@ -356,12 +303,10 @@ impl Targets {
         if self.ttft_s.is_none() && self.tpot_s.is_none() {
             return Err(ServingError::NoTarget);
         }
-        for (field, value) in [("ttft", self.ttft_s), ("tpot", self.tpot_s)] {
-            if value.is_some_and(|s| !(MIN_TARGET_S..=MAX_TARGET_S).contains(&s)) {
-                return Err(ServingError::Target { field });
-            }
+        match self.out_of_range() {
+            Some(field) => Err(ServingError::Target { field }),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -751,7 +696,7 @@ mod tests {
         assert!(missed.seen_s > missed.asked_s && found.served.tpot_s[1] <= missed.asked_s);
         assert_eq!(found.plan.stages.len(), 1);
         // Memory: no time target binds, the slots' KV caches fill the GPU.
-        let found = capacity(&problem, load(1), targets(Some(MAX_TARGET_S), None)).unwrap();
+        let found = capacity(&problem, load(1), targets(Some(crate::demand::MAX_TARGET_S), None)).unwrap();
         assert_eq!(found.limit, Limit::Memory { users: found.users + 1 }, "{found:?}");
         assert!((40..=200).contains(&found.users), "{found:?}");
         // None: one user misses the first-token target; the nearest is one user.
