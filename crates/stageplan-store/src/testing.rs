@@ -72,8 +72,9 @@ pub struct EtcdServer {
 }
 
 /// Debian's `etcd` with its data in `dir`, serving clients at `scheme://address` and its one
-/// peer on `peer`, with `extra` arguments.
+/// peer on `peer`, with `extra` arguments; what it says goes to `dir/etcd.log`.
 fn spawn_etcd(dir: &std::path::Path, scheme: &str, address: &str, peer: u16, extra: &[std::ffi::OsString]) -> Child {
+    let log = std::fs::File::create(dir.join("etcd.log")).expect("the temporary folder is writable");
     Command::new("etcd")
         .arg("--data-dir")
         .arg(dir.join("data"))
@@ -84,9 +85,60 @@ fn spawn_etcd(dir: &std::path::Path, scheme: &str, address: &str, peer: u16, ext
         .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("`etcd` runs: install Debian's etcd-server (cargo xtask test does)")
+}
+
+/// How long etcd may take to answer: a loaded 2-core CI machine runs the other tests'
+/// etcds and engines beside it.
+const ETCD_START: Duration = Duration::from_secs(60);
+
+/// Starts etcd on fresh ports until one answers `connect`, trying again when it exits
+/// before answering: a port found free can be taken by another test (or another test's
+/// etcd) before this one binds it.
+///
+/// # Panics
+/// When it does not answer within [`ETCD_START`], or exits three times; the panic quotes
+/// the end of its log.
+fn start_etcd<T>(
+    dir: &std::path::Path,
+    scheme: &str,
+    extra: &[std::ffi::OsString],
+    connect: impl Fn(&str) -> Result<T, StoreError>,
+) -> (Child, String, T) {
+    let log_tail = || {
+        let log = std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join("\n")
+    };
+    for _ in 0..3 {
+        let (client, peer) = (free_port(), free_port());
+        let address = format!("127.0.0.1:{client}");
+        let _ = std::fs::remove_dir_all(dir.join("data"));
+        let mut child = spawn_etcd(dir, scheme, &address, peer, extra);
+        let started = Instant::now();
+        loop {
+            match connect(&address) {
+                Ok(answer) => return (child, address, answer),
+                Err(e) => {
+                    if child.try_wait().ok().flatten().is_some() {
+                        break;
+                    }
+                    if started.elapsed() > ETCD_START {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!(
+                            "etcd did not answer on {address} within {ETCD_START:?} ({e}); its log ends:\n{}",
+                            log_tail()
+                        );
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    panic!("etcd exited before answering, three times; its log ends:\n{}", log_tail());
 }
 
 /// The test user of a secure etcd ([`EtcdServer::start_secure`]) and its password.
@@ -96,17 +148,10 @@ impl EtcdServer {
     /// Starts etcd on free ports and waits until it answers.
     ///
     /// # Panics
-    /// When `etcd` is not installed or does not answer within 30 s.
+    /// When `etcd` is not installed or does not answer within a minute.
     pub fn start() -> EtcdServer {
         let dir = temp_dir("etcd");
-        let (client, peer) = (free_port(), free_port());
-        let address = format!("127.0.0.1:{client}");
-        let child = spawn_etcd(&dir, "http", &address, peer, &[]);
-        let started = Instant::now();
-        while EtcdStore::connect(&address).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start on {address}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let (child, address, _) = start_etcd(&dir, "http", &[], EtcdStore::connect);
         EtcdServer { child, address, dir, tls: None }
     }
 
@@ -115,7 +160,7 @@ impl EtcdServer {
     /// by `openssl` (P-256 keys, for a day).
     ///
     /// # Panics
-    /// When `etcd` or `openssl` is not installed or etcd does not answer within 30 s.
+    /// When `etcd` or `openssl` is not installed or etcd does not answer within a minute.
     pub fn start_secure() -> EtcdServer {
         let dir = temp_dir("etcd-tls");
         let certs = dir.join("certs");
@@ -169,8 +214,6 @@ impl EtcdServer {
                 "san.cnf",
             ]);
         }
-        let (client, peer) = (free_port(), free_port());
-        let address = format!("127.0.0.1:{client}");
         let tls = [
             "--cert-file".into(),
             certs.join("server.pem").into_os_string(),
@@ -180,16 +223,10 @@ impl EtcdServer {
             "--trusted-ca-file".into(),
             certs.join("ca.pem").into_os_string(),
         ];
-        let child = spawn_etcd(&dir, "https", &address, peer, &tls);
+        let options = EtcdServer::options_for(Some(&certs), None);
+        let connect = |address: &str| EtcdStore::connect_with(address, &options);
+        let (child, address, admin) = start_etcd(&dir, "https", &tls, connect);
         let server = EtcdServer { child, address, dir, tls: Some(certs) };
-        let started = Instant::now();
-        let admin = loop {
-            match EtcdStore::connect_with(&server.address, &server.options(None)) {
-                Ok(store) => break store,
-                Err(e) => assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start: {e}"),
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
         admin.enable_auth(ETCD_USER.0, ETCD_USER.1).expect("etcd turns authentication on");
         server
     }
@@ -197,7 +234,11 @@ impl EtcdServer {
     /// How to reach it: its TLS certificates (the CA, the client's certificate and key),
     /// and `user` with its password.
     pub fn options(&self, user: Option<(&str, &str)>) -> crate::EtcdOptions {
-        let tls = self.tls.as_ref().map(|certs| {
+        EtcdServer::options_for(self.tls.as_deref(), user)
+    }
+
+    fn options_for(certs: Option<&std::path::Path>, user: Option<(&str, &str)>) -> crate::EtcdOptions {
+        let tls = certs.map(|certs| {
             let read = |name: &str| std::fs::read(certs.join(name)).expect("the test certificates are there");
             crate::Tls { ca: Some(read("ca.pem")), client: Some((read("client.pem"), read("client-key.pem"))) }
         });
