@@ -45,22 +45,15 @@ pub fn mlp_model(spec: &MlpSpec) -> Model {
     let mut tensors = Vec::with_capacity(spec.layers * 2);
     for i in 0..spec.layers {
         let place = Place::Layer(i as u32);
-        tensors.push(Tensor {
-            name: format!("blk.{i}.ffn_up.weight"),
-            shape: vec![w, w],
-            ty: TensorType::F32,
-            bytes: 4 * w * w,
+        tensors.push(Tensor::new(
+            format!("blk.{i}.ffn_up.weight"),
+            vec![w, w],
+            TensorType::F32,
+            4 * w * w,
             place,
-            expert: false,
-        });
-        tensors.push(Tensor {
-            name: format!("blk.{i}.ffn_up.bias"),
-            shape: vec![w],
-            ty: TensorType::F32,
-            bytes: 4 * w,
-            place,
-            expert: false,
-        });
+            false,
+        ));
+        tensors.push(Tensor::new(format!("blk.{i}.ffn_up.bias"), vec![w], TensorType::F32, 4 * w, place, false));
     }
     Model {
         name: format!("mlp-{}x{}", spec.layers, spec.width),

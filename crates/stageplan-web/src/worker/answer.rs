@@ -208,6 +208,7 @@ fn tensor(o: &Obj) -> Read<Tensor> {
         bytes: o.u64("bytes")?,
         place,
         expert: o.bool("expert")?,
+        ffn: o.bool("ffn")?,
     })
 }
 

@@ -119,14 +119,7 @@ pub fn gguf_model(name: &str, parts: &[GgufHeader]) -> Result<Model, ImportError
                 return Err(ImportError::Tensor { name: t.name.clone(), message: "appears in two parts".into() });
             }
             let (place, expert) = names::gguf(&t.name).map_err(|e| past_limit(&t.name, e))?;
-            tensors.push(Tensor {
-                name: t.name.clone(),
-                shape: t.dims.clone(),
-                ty: t.ty,
-                bytes: t.bytes,
-                place,
-                expert,
-            });
+            tensors.push(Tensor::new(t.name.clone(), t.dims.clone(), t.ty, t.bytes, place, expert));
         }
     }
     if let Some(expected) = first.get("split.tensors.count").and_then(gguf::Value::as_u64)
@@ -324,7 +317,7 @@ pub fn safetensors_model(
             if shape.is_empty() {
                 shape.push(1);
             }
-            tensors.push(Tensor { name: t.name.clone(), shape, ty: t.ty, bytes: t.bytes(), place, expert });
+            tensors.push(Tensor::new(t.name.clone(), shape, t.ty, t.bytes(), place, expert));
         }
     }
     if let Some(index) = index {

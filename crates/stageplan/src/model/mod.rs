@@ -42,9 +42,19 @@ pub struct Tensor {
     pub place: Place,
     /// A routed expert's weights: stored in full, read for the active experts only.
     pub expert: bool,
+    /// A dense FFN matrix or its bias, not an expert's ([`is_ffn_matrix`] of the name): what
+    /// moves to RAM with the layer's FFN. Decided once, where the tensor is read: every cost
+    /// model sums its layers' parts, once per plan a capacity search makes.
+    pub ffn: bool,
 }
 
 impl Tensor {
+    /// A tensor read by `name`, its role in the layer ([`Tensor::ffn`]) decided from it.
+    pub fn new(name: String, shape: Vec<u64>, ty: TensorType, bytes: u64, place: Place, expert: bool) -> Tensor {
+        let ffn = !expert && is_ffn_matrix(&name);
+        Tensor { name, shape, ty, bytes, place, expert, ffn }
+    }
+
     /// Number of elements (saturating: shapes from files are untrusted).
     pub fn elements(&self) -> u64 {
         self.shape.iter().fold(1u64, |acc, &d| acc.saturating_mul(d))
@@ -120,7 +130,7 @@ impl Model {
                 if t.expert {
                     layer.expert_bytes = layer.expert_bytes.saturating_add(t.bytes);
                     layer.expert_params = layer.expert_params.saturating_add(t.elements());
-                } else if is_ffn_matrix(&t.name) {
+                } else if t.ffn {
                     layer.ffn_bytes = layer.ffn_bytes.saturating_add(t.bytes);
                     layer.ffn_params = layer.ffn_params.saturating_add(t.elements());
                 }
@@ -184,8 +194,8 @@ impl Model {
 /// (not the experts' `_exps`, the shared experts' `_shexp`, the router `ffn_gate_inp` nor the
 /// norm); Hugging Face: a projection under `.mlp.` or `.feed_forward.`.
 ///
-/// By the name's dot-separated parts rather than substrings: every cost model sums its
-/// layers from the tensors, once per plan a capacity search makes.
+/// By the name's dot-separated parts rather than substrings; read once a tensor
+/// ([`Tensor::new`]).
 pub fn is_ffn_matrix(name: &str) -> bool {
     const GGUF: [&str; 4] = ["ffn_up", "ffn_down", "ffn_gate", "ffn_gate_up"];
     const MLP: [&str; 2] = ["mlp", "feed_forward"];

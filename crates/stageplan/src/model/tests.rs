@@ -86,13 +86,9 @@ fn a_dense_ffn_beside_experts_moves_with_them() {
     // export's `-ot blk\.N\.ffn_(up|down|gate|gate_up)(_(ch|)exps|\.)` moves both, so the
     // layer's FFN part counts both (#45); shared experts and the router stay.
     let mut model = preset("qwen3-30b-a3b", "q8_0");
-    let dense = |name: &str| Tensor {
-        name: format!("blk.0.{name}.weight"),
-        shape: vec![2048, 4864],
-        ty: TensorType::Q8_0,
-        bytes: 2048 * 4864 * 34 / 32,
-        place: Place::Layer(0),
-        expert: false,
+    let dense = |name: &str| {
+        let name = format!("blk.0.{name}.weight");
+        Tensor::new(name, vec![2048, 4864], TensorType::Q8_0, 2048 * 4864 * 34 / 32, Place::Layer(0), false)
     };
     let before = model.layers()[0].clone();
     model.tensors.extend(["ffn_up", "ffn_gate", "ffn_down", "ffn_up_shexp"].map(dense));

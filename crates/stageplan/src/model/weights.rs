@@ -138,7 +138,7 @@ impl WeightFormat {
             .zip(types.drain(..))
             .map(|(s, ty)| {
                 let elements: u64 = s.shape.iter().product();
-                Tensor { bytes: ty.bytes(elements), name: s.name, shape: s.shape, ty, place: s.place, expert: s.expert }
+                Tensor::new(s.name, s.shape, ty, ty.bytes(elements), s.place, s.expert)
             })
             .collect()
     }

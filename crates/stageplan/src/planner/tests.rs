@@ -160,13 +160,9 @@ impl Instance {
                 sparse_layers: vec![true; l as usize],
             }),
         };
-        let tensor = |name: String, bytes: u64, params: u64, place: Place| Tensor {
-            expert: name.contains("_exps"),
-            name,
-            shape: vec![params],
-            ty: TensorType::F16,
-            bytes,
-            place,
+        let tensor = |name: String, bytes: u64, params: u64, place: Place| {
+            let expert = name.contains("_exps");
+            Tensor::new(name, vec![params], TensorType::F16, bytes, place, expert)
         };
         let mut tensors = vec![tensor("token_embd.weight".into(), self.embed, self.embed / 2, Place::Embedding)];
         for (i, &(bytes, params)) in self.layers.iter().enumerate() {

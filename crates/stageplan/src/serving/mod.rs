@@ -365,7 +365,7 @@ enum Trial {
 /// in `load`, or a problem where one user's plan does not fit or has a tensor-parallel
 /// group.
 pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Result<Capacity, ServingError> {
-    let found = search_on(problem, None, load, targets)?;
+    let found = search_on(problem, None, load, targets, 1)?;
     Ok(explained(problem, None, found))
 }
 
@@ -377,49 +377,92 @@ fn explained(problem: &crate::Problem, enabled: Option<&[bool]>, found: Capacity
     Capacity { plan, ..found }
 }
 
+/// Counts of users tried on one set of machines: the problem copied once (a model's tensors
+/// are hundreds of allocations to copy), its batch set by each try.
+struct Trials<'a> {
+    batched: crate::Problem,
+    options: crate::planner::PlanOptions<'a>,
+    load: Load,
+    targets: Targets,
+}
+
+impl<'a> Trials<'a> {
+    /// Tries on the machines marked in `enabled` (one entry per problem node; `None`: all),
+    /// their plans bare.
+    fn new(
+        problem: &crate::Problem,
+        enabled: Option<&'a [bool]>,
+        load: Load,
+        targets: Targets,
+    ) -> Result<Trials<'a>, ServingError> {
+        llama_server(problem)?;
+        targets.check()?;
+        let options = crate::planner::PlanOptions { enabled, bare: true, ..crate::planner::PlanOptions::default() };
+        Ok(Trials { batched: with_batch(problem, 1), options, load, targets })
+    }
+
+    /// `users` planned, simulated and held to the targets.
+    fn run(&mut self, users: u32) -> Result<Trial, ServingError> {
+        self.batched.workload.batch = u64::from(users);
+        let problem = &self.batched;
+        let plan = crate::plan_with(problem, self.options);
+        if !plan.feasible {
+            return Ok(Trial::Failed(Limit::Memory { users }));
+        }
+        let cost = match ServingCost::of(problem, &plan) {
+            Err(ServingError::Stages { stages }) => return Ok(Trial::Failed(Limit::Stages { users, stages })),
+            cost => cost?,
+        };
+        let load = Load { users, ..self.load };
+        let served = simulate(load, cost)?;
+        Ok(match self.targets.missed(&served) {
+            None => Trial::Met(Box::new((plan, load, served))),
+            Some(missed) => Trial::Missed(Limit::Target { users, missed }, Box::new((plan, load, served))),
+        })
+    }
+}
+
 /// [`capacity`]'s search on the machines marked in `enabled` (one entry per problem node;
 /// `None`: all), its plan bare: [`replicas`] search every set of machines and explain only
-/// the sets they choose.
+/// the sets they choose. It starts at `from` users, a count fewer of these machines met
+/// (1 when none is known): met, the search goes up from there; else it starts again at one.
 fn search_on(
     problem: &crate::Problem,
     enabled: Option<&[bool]>,
     load: Load,
     targets: Targets,
+    from: u32,
 ) -> Result<Capacity, ServingError> {
-    llama_server(problem)?;
-    targets.check()?;
-    let options = crate::planner::PlanOptions { enabled, bare: true, ..crate::planner::PlanOptions::default() };
-    let trial = |users: u32| -> Result<Trial, ServingError> {
-        let problem = with_batch(problem, users);
-        let plan = crate::plan_with(&problem, options);
-        if !plan.feasible {
-            return Ok(Trial::Failed(Limit::Memory { users }));
-        }
-        let cost = match ServingCost::of(&problem, &plan) {
-            Err(ServingError::Stages { stages }) => return Ok(Trial::Failed(Limit::Stages { users, stages })),
-            cost => cost?,
-        };
-        let load = Load { users, ..load };
-        let served = simulate(load, cost)?;
-        Ok(match targets.missed(&served) {
-            None => Trial::Met(Box::new((plan, load, served))),
-            Some(missed) => Trial::Missed(Limit::Target { users, missed }, Box::new((plan, load, served))),
-        })
+    let mut trials = Trials::new(problem, enabled, load, targets)?;
+    let mut trial = |users: u32| trials.run(users);
+    // A count fewer machines met, when these meet it too.
+    let started = match from.min(MAX_USERS) {
+        0 | 1 => None,
+        from => match trial(from)? {
+            Trial::Met(ran) => Some((from, ran)),
+            Trial::Missed(..) | Trial::Failed(_) => None,
+        },
     };
-    let mut met = match trial(1)? {
-        Trial::Met(ran) => (1, ran),
-        Trial::Failed(Limit::Stages { stages, .. }) => return Err(ServingError::Stages { stages }),
-        Trial::Failed(_) => return Err(ServingError::NoPlan),
-        Trial::Missed(limit, ran) => {
-            // None meets them: the nearest is one user.
-            let (plan, load, served) = *ran;
-            return Ok(Capacity { users: 0, plan, load, served, limit });
-        }
+    let mut met = match started {
+        Some(met) => met,
+        None => match trial(1)? {
+            Trial::Met(ran) => (1, ran),
+            Trial::Failed(Limit::Stages { stages, .. }) => return Err(ServingError::Stages { stages }),
+            Trial::Failed(_) => return Err(ServingError::NoPlan),
+            Trial::Missed(limit, ran) => {
+                // None meets them: the nearest is one user.
+                let (plan, load, served) = *ran;
+                return Ok(Capacity { users: 0, plan, load, served, limit });
+            }
+        },
     };
-    // Double until a count fails (or the most is met), then halve the gap.
+    // Up by a step that doubles until a count fails (or the most is met), then halve the
+    // gap. From one user the counts tried double: 2, 4, 8.
     let mut failed = None;
+    let mut step = 1u32;
     while failed.is_none() && met.0 < MAX_USERS {
-        let next = met.0.saturating_mul(2).min(MAX_USERS);
+        let next = met.0.saturating_add(step).min(MAX_USERS);
+        step = step.saturating_mul(2);
         match trial(next)? {
             Trial::Met(ran) => met = (next, ran),
             Trial::Missed(limit, _) | Trial::Failed(limit) => failed = Some((next, limit)),
@@ -666,12 +709,14 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, ..Default::default() })]
 
         /// The search's answer is what trying every count gives: each count up to it meets
-        /// the targets and the next does not.
+        /// the targets and the next does not; and started at any count (as replicas start
+        /// it at what fewer machines met), it finds the same.
         #[test]
         fn capacity_is_what_trying_every_count_gives(
             tpot_steps in 1.0..2.5f64,
             ttft_prompts in proptest::option::of(1.0..12.0f64),
             p50 in proptest::bool::ANY,
+            from in 0.0..1.5f64,
         ) {
             let problem = one_gpu("12 GB", "");
             let one = served_by(&problem, 1).unwrap();
@@ -686,6 +731,10 @@ mod tests {
                 proptest::prop_assert_eq!(meets, users <= found.users, "{} users; found {}", users, found.users);
             }
             proptest::prop_assert_eq!(found.load.users, found.users.max(1));
+            let from = (f64::from(found.users) * from).round() as u32;
+            let started = search_on(&problem, None, load(1), targets, from).unwrap();
+            proptest::prop_assert_eq!(started.users, found.users, "started at {}", from);
+            proptest::prop_assert_eq!(started.load.users, found.users.max(1));
         }
     }
 
@@ -780,7 +829,7 @@ mod tests {
         // Each replica serves what its machine alone serves, and together more than one server.
         let alone = |name: &str| {
             let enabled: Vec<bool> = problem.nodes.iter().map(|n| n.name == name).collect();
-            search_on(&problem, Some(&enabled), load(1), targets).unwrap().users
+            search_on(&problem, Some(&enabled), load(1), targets, 1).unwrap().users
         };
         let names: Vec<&[String]> = split.replicas.iter().map(|r| r.machines.as_slice()).collect();
         assert_eq!(names.len(), 2, "{names:?}");

@@ -9,7 +9,7 @@
 //! (nginx's `least_conn` with each server's `weight=` its users) serves them all. Machines
 //! that share a board (a machine's GPUs) stay in one replica: they share its RAM and CPU.
 
-use super::{Capacity, Load, Served, ServingError, Targets};
+use super::{Capacity, Load, MAX_USERS, Served, ServingError, Targets, Trial, Trials};
 
 /// The most machines whose every split into replicas is tried: each set of machines has its
 /// capacity searched (2^m − 1 sets; for eight machines holding a 70B model about 0.4 s on
@@ -113,16 +113,51 @@ pub fn replicas(
         }
         enabled
     };
+    // Each set's users, and its search's result where it was searched in full. A set that
+    // does not serve one user more than the best of it less one machine is taken to serve
+    // that many, untried: most sets of a cluster do, and it halves the plans made.
+    let mut users = vec![0u32; all];
     let mut alone: Vec<Option<Capacity>> = vec![None; all];
-    for (set, slot) in alone.iter_mut().enumerate().skip(1) {
-        match super::search_on(problem, Some(&enabled(set)), load, targets) {
-            Ok(found) if found.users > 0 => *slot = Some(found),
-            Ok(_) | Err(ServingError::NoPlan | ServingError::Stages { .. }) => {}
+    let mut assumed = vec![false; all];
+    let search = |set: usize, from: u32, users: &mut [u32], alone: &mut [Option<Capacity>]| {
+        match super::search_on(problem, Some(&enabled(set)), load, targets, from) {
+            Ok(found) => {
+                users[set] = found.users;
+                alone[set] = Some(found).filter(|found| found.users > 0);
+            }
+            Err(ServingError::NoPlan | ServingError::Stages { .. }) => (users[set], alone[set]) = (0, None),
             Err(e) => return Err(e),
         }
+        Ok(())
+    };
+    for set in 1..all {
+        // Each set less one machine is smaller, so searched before it.
+        let from = (0..m).filter(|i| set >> i & 1 == 1).map(|i| users[set ^ 1 << i]).max().unwrap_or(0);
+        if from > 0 {
+            let more = from < MAX_USERS
+                && matches!(Trials::new(problem, Some(&enabled(set)), load, targets)?.run(from + 1)?, Trial::Met(_));
+            if !more {
+                (users[set], assumed[set]) = (from, true);
+                continue;
+            }
+        }
+        // One more than the set less one machine met, or one.
+        search(set, from + 1, &mut users, &mut alone)?;
     }
-    let users = |set: usize| alone.get(set).and_then(Option::as_ref).map_or(0, |found| found.users);
-    let (most, sets) = best_split(m, &users);
+    // An untried set's count is at least its own (one more failed; that one is not tried),
+    // so the best split with them bounds the best there is: when its sets are all searched
+    // it is the best; else they are, and the split is found again.
+    let (most, sets) = loop {
+        let (most, sets) = best_split(m, &|set| users.get(set).copied().unwrap_or(0));
+        let untried: Vec<usize> = sets.iter().copied().filter(|&set| assumed[set]).collect();
+        if untried.is_empty() {
+            break (most, sets);
+        }
+        for set in untried {
+            assumed[set] = false;
+            search(set, users[set], &mut users, &mut alone)?;
+        }
+    };
     if most <= one_server {
         return Ok(None);
     }
@@ -199,6 +234,52 @@ mod tests {
         let names: Vec<(&str, &[usize])> = machines.iter().map(|(n, k)| (n.as_str(), k.as_slice())).collect();
         // `count` is whole machines: each its own.
         assert_eq!(names, [("box", &[0, 1][..]), ("desk", &[2][..]), ("den-1", &[3][..]), ("den-2", &[4][..])]);
+    }
+
+    /// The split is the best over every set of machines searched in full, though most sets
+    /// are taken to serve what they serve less one machine, untried: on six home machines
+    /// holding a 70B model in pipelines (most sets serve what their best subset serves),
+    /// and on GPUs that each hold a 1B model (every set serves more than its subsets).
+    #[test]
+    fn the_split_is_what_searching_every_set_in_full_gives() {
+        let home = include_str!("../../../../tests/scenarios/home-70b-8.json");
+        let mut scenario = crate::Scenario::from_json(home).unwrap();
+        scenario.nodes.truncate(6);
+        let home = crate::check(scenario, crate::check::no_model_files).unwrap().problem;
+        let gpus = r#"{"model": {"preset": "llama-3.2-1b", "weights": "q8_0"},
+            "workload": {"context": 4096, "prompt": 128, "response": 64},
+            "nodes": [{"name": "a", "device": "rtx-3060-12gb"}, {"name": "b", "device": "rtx-4090"},
+                      {"name": "c", "device": "m2-max-96gb"}, {"name": "d", "device": "rtx-3090"}]}"#;
+        let gpus = crate::check(gpus, crate::check::no_model_files).unwrap().problem;
+        let percentile = super::super::Percentile::P95;
+        for (problem, targets) in [
+            (&home, Targets { ttft_s: Some(5.0), tpot_s: Some(0.2), percentile }),
+            (&gpus, Targets { ttft_s: Some(2.0), tpot_s: Some(0.05), percentile }),
+        ] {
+            let load = Load::llama_server(problem, 1);
+            let machines = machines(problem);
+            let all = (1usize << machines.len()) - 1;
+            let in_full: Vec<u32> = (0..all)
+                .map(|set| {
+                    let enabled: Vec<bool> = (0..problem.nodes.len())
+                        .map(|k| {
+                            machines.iter().enumerate().any(|(i, (_, nodes))| set >> i & 1 == 1 && nodes.contains(&k))
+                        })
+                        .collect();
+                    let found = super::super::search_on(problem, Some(&enabled), load, targets, 1);
+                    if set == 0 { 0 } else { found.map_or(0, |found| found.users) }
+                })
+                .collect();
+            let (most, _) = best_split(machines.len(), &|set| in_full.get(set).copied().unwrap_or(0));
+            let found = replicas(problem, load, targets, 0).unwrap().expect("replicas serve someone");
+            assert_eq!(found.users, most, "{found:?}");
+            for replica in &found.replicas {
+                let set = machines.iter().enumerate().filter(|(_, (name, _))| replica.machines.contains(name));
+                let set = set.fold(0, |set, (i, _)| set | 1 << i);
+                assert_eq!(replica.users, in_full[set], "{:?}", replica.machines);
+            }
+            assert!(found.replicas.len() > 1, "{found:?}");
+        }
     }
 
     /// Every way to give each machine a replica number or none: the best sum of users over
