@@ -11,10 +11,10 @@
 
 use super::{Capacity, Load, MAX_USERS, Served, ServingError, Targets, Trial, Trials};
 
-/// The most machines whose every split into replicas is tried: each set of machines has its
-/// capacity searched (2^m − 1 sets; for eight machines holding a 70B model about 0.4 s on
-/// this project's CI machine, twice that for every machine more; BENCHMARKS), then the best
-/// split found among them.
+/// The most machines whose every split into replicas is tried: each set of machines is
+/// tried (2^m − 1 sets; for eight machines holding a 70B model 65 ms on this project's CI
+/// machine, about twice that for every machine more; BENCHMARKS), then the best split found
+/// among them.
 pub const MAX_REPLICA_MACHINES: usize = 8;
 
 /// Why [`replicas`] does not split a problem's machines.
