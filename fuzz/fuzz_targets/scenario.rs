@@ -1,11 +1,15 @@
-//! Scenario JSON from untrusted text, all the way through planning: bad input must be an
-//! error, never a panic, and every plan must be well formed.
+//! Scenario JSON from untrusted text, all the way through planning, and the same text as one
+//! machine's entry: bad input must be an error, never a panic, and every plan well formed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
+    // The same text as one machine (an agent's `--node-file`): read and checked, or refused.
+    if let Ok(spec) = stageplan::scenario::NodeSpec::from_json(text) {
+        let _ = stageplan::check::machine_nodes(&spec);
+    }
     let Ok(checked) = stageplan::check(text, stageplan::check::no_model_files) else { return };
     let problem = checked.problem;
     // Keep each run short: the planner is exponential in distinct nodes by design.

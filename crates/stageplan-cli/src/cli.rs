@@ -299,9 +299,14 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "IP")]
     pub bind: Option<String>,
     /// Join the fleet with this much memory for stages (as `nodes add --memory`);
-    /// without it, the node must have been added.
-    #[arg(long, value_name = "SIZE")]
+    /// without it or `--node-file`, the node must have been added.
+    #[arg(long, value_name = "SIZE", conflicts_with = "node_file")]
     pub memory: Option<String>,
+    /// Join the fleet as this machine: a scenario's `nodes[]` entry (`{"name": …, "device":
+    /// "rtx-4090"}`, `gpus` for several), or what `stageplan probe --format json` prints.
+    /// It offers each device's memory less its reserve, and its GPUs; `--node` names it.
+    #[arg(long, value_name = "FILE")]
+    pub node_file: Option<PathBuf>,
     /// With `--memory`: the machine's GPUs.
     #[arg(long, default_value_t = 0, requires = "memory")]
     pub gpus: u32,

@@ -399,3 +399,42 @@ fn a_damaged_store_is_reported_at_once_and_reading_never_writes() {
     drop(holder);
     assert_eq!(status(&dir)["assignments"], 10);
 }
+
+/// An agent joins the fleet as the machine its node file describes: a scenario's entry, or
+/// what `stageplan probe --format json` prints; it offers each device's memory less its
+/// reserve, and its GPUs, under the name `--node` gives.
+#[test]
+fn an_agent_joins_as_its_node_file_says() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-agent-node-file");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("engine")).unwrap();
+    // The agent asks only that llama-server be there: with nothing bound, it starts nothing.
+    std::fs::write(dir.join("engine/llama-server"), "").unwrap();
+    std::fs::write(dir.join("box.json"), r#"{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}]}"#).unwrap();
+    let probed = r#"{"cpu": {}, "engine_runs": [],
+        "nodes": [{"name": "this-cpu", "kind": "cpu", "memory": "64 GiB", "reserve": "8 GiB",
+                   "bandwidth": "50 GB/s", "compute": "1 TFLOPS", "threads": 8}]}"#;
+    std::fs::write(dir.join("probed.json"), probed).unwrap();
+    let agent = |node: &str, file: &str| {
+        let args = ["agent", "--node", node, "--engine", "engine", "--node-file", file, "--passes", "1"];
+        try_run(&dir, &[&args[..], &["--interval", "100ms", "--lease", "1s"]].concat())
+    };
+    let (code, _, stderr) = agent("box", "box.json");
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = agent("cpu-box", "probed.json");
+    assert_eq!(code, Some(0), "{stderr}");
+    let nodes: serde_json::Value = serde_json::from_str(&run(&dir, &["nodes", "list", "--format", "json"])).unwrap();
+    let offered = |name: &str| {
+        let node = nodes.as_array().unwrap().iter().find(|n| n["name"] == name).unwrap_or_else(|| panic!("{nodes}"));
+        (node["memory"].as_u64().unwrap(), node["gpus"].as_u64().unwrap())
+    };
+    // Two 24 GiB GPUs, each keeping the preset's 1 GiB; the CPU's 64 GiB less its 8.
+    assert_eq!(offered("box"), (46 << 30, 2));
+    assert_eq!(offered("cpu-box"), (56 << 30, 0));
+    // A file of two machines is refused, naming the file and the fix.
+    let two = r#"{"nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-4090"}]}"#;
+    std::fs::write(dir.join("two.json"), two).unwrap();
+    let (code, _, stderr) = agent("box", "two.json");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("`--node-file` two.json: lists 2 nodes; give one machine"), "{stderr}");
+}

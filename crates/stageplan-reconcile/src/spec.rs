@@ -293,6 +293,23 @@ pub struct Node {
     pub gpus: u32,
 }
 
+impl Node {
+    /// What a machine offers stages, from its devices as a scenario checks them
+    /// ([`stageplan::check::machine_nodes`]): each device's memory less what it keeps back,
+    /// as a stage asks for its memory less its reserve ([`planned_stages`]); its GPUs, a
+    /// device each (a Mac's or a CPU's memory is RAM, which takes none). System RAM beside a
+    /// GPU is not counted: stages ask for device memory.
+    pub fn offered(name: &str, devices: &[stageplan::problem::Node]) -> Node {
+        let gpus =
+            devices.iter().filter(|d| d.gpu_of.is_some() || d.kind == Some(stageplan::device::DeviceKind::Gpu)).count();
+        Node {
+            name: name.to_owned(),
+            memory: devices.iter().map(|d| d.memory.saturating_sub(d.reserve)).fold(0, u64::saturating_add),
+            gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
+        }
+    }
+}
+
 /// One stage of one replica bound to a node: what the store persists, keyed by
 /// [`assignment_key`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

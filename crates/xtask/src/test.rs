@@ -289,6 +289,16 @@ pub(crate) fn seed_corpus(target: &str, seeds: &Path, corpus: &Path) -> Result<(
             }
         }
         bytes.truncate(128 << 10);
+        // A scenario's machines, each alone: what an agent's `--node-file` holds.
+        if target == "scenario"
+            && let Ok(serde_json::Value::Object(scenario)) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && let Some(serde_json::Value::Array(nodes)) = scenario.get("nodes")
+        {
+            for (k, node) in nodes.iter().enumerate() {
+                std::fs::write(corpus.join(format!("seed-{i}-node-{k}")), node.to_string())
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         std::fs::write(corpus.join(format!("seed-{i}")), bytes).map_err(|e| e.to_string())?;
     }
     Ok(())

@@ -28,7 +28,11 @@ pub(super) fn agent(request: AgentArgs) -> Result<Outcome, Failure> {
             line(&node)
         )));
     }
-    let joining = request.memory.as_ref().map(|memory| super::nodes::node(&node, memory, request.gpus)).transpose()?;
+    let joining = match (&request.memory, &request.node_file) {
+        (Some(memory), _) => Some(super::nodes::node(&node, memory, request.gpus)?.0),
+        (None, Some(file)) => Some(super::nodes::node_from_file(&node, file)?),
+        (None, None) => None,
+    };
     let interval = duration("--interval", &request.interval)?;
     let lease = duration("--lease", &request.lease)?;
     if lease < interval * 2 {
@@ -75,13 +79,13 @@ pub(super) fn agent(request: AgentArgs) -> Result<Outcome, Failure> {
     let log_dir = request.log_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("stageplan-agent-{node}")));
     let mut etcd = store::open_for_loop(&request.store)?;
     init_logging();
-    if let Some((record, bytes)) = joining {
-        let gpus = record.gpus;
+    if let Some(record) = joining {
+        let (gpus, bytes) = (record.gpus, record.memory);
         with_store(&request.store, &mut etcd, |store| {
             Controller::default().handle(store, Event::NodeJoined(record), &NoMetrics).map(|_| ())
         })
         .map_err(|e| store::failure(&request.store, &e))?;
-        info!(node = %node, memory = %stageplan::units::format_bytes(bytes.get()), gpus, "joined the fleet");
+        info!(node = %node, memory = %stageplan::units::format_bytes(bytes as f64), gpus, "joined the fleet");
     }
     if bind.is_unspecified() {
         warn!(%bind, "the engines listen on every interface, and llama.cpp's RPC server has no authentication: anyone who reaches this machine can use them");

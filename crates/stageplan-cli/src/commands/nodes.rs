@@ -1,5 +1,8 @@
 //! `stageplan nodes add`, `remove` and `list`: the machines the loop places stages on.
 
+use std::path::Path;
+
+use stageplan::scenario::NodeSpec;
 use stageplan::units::Bytes;
 use stageplan_reconcile::store::NODES;
 use stageplan_reconcile::{Controller, Event, NoMetrics, Node, Snapshot};
@@ -27,6 +30,36 @@ pub(super) fn node(name: &str, memory: &str, gpus: u32) -> Result<(Node, Bytes),
     let node = Node { name: name.to_owned(), memory: bytes.get() as u64, gpus };
     node.check().map_err(|e| Failure(format!("node {e}")))?;
     Ok((node, bytes))
+}
+
+/// A node's record from `--node-file`: one machine as a scenario's `nodes[]` entry, or what
+/// `stageplan probe --format json` prints (its one node), checked as a scenario checks it;
+/// `name` names it whatever the file calls it (a probe calls its node `this-cpu`).
+pub(super) fn node_from_file(name: &str, path: &Path) -> Result<Node, Failure> {
+    let at = |e: &dyn std::fmt::Display| Failure(format!("`--node-file` {}: {e}", path.display()));
+    let text = crate::input::read_text(path)?;
+    let spec = match probed_node(&text) {
+        Some(node) => node.map_err(|e| at(&e))?,
+        None => NodeSpec::from_json(&text).map_err(|e| at(&e))?,
+    };
+    let devices = stageplan::check::machine_nodes(&spec).map_err(|e| at(&e))?;
+    let node = Node::offered(name, &devices);
+    node.check().map_err(|e| at(&format!("node {e}")))?;
+    Ok(node)
+}
+
+/// The one node of `stageplan probe --format json`'s output (an object with `nodes`), or
+/// `None` for other text.
+fn probed_node(text: &str) -> Option<Result<NodeSpec, String>> {
+    let serde_json::Value::Object(output) = serde_json::from_str(text).ok()? else { return None };
+    let serde_json::Value::Array(nodes) = output.get("nodes")? else { return None };
+    Some(match nodes.as_slice() {
+        [node] => NodeSpec::from_json(&node.to_string()).map_err(|e| format!("`nodes[0]`: {e}")),
+        _ => Err(format!(
+            "lists {} nodes; give one machine (several GPUs of one machine are its `gpus`: `{{\"name\": \"box\", \"gpus\": [{{\"device\": \"rtx-3090\", \"count\": 2}}]}}`)",
+            nodes.len()
+        )),
+    })
 }
 
 /// `stageplan nodes remove`.

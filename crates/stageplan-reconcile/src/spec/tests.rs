@@ -46,3 +46,22 @@ fn the_hourly_limit_is_bounded_so_the_moves_it_counts_are() {
     let error = options.check().unwrap_err().to_string();
     assert!(error.contains(&format!("from 0 to {MAX_MOVES_PER_HOUR} ")), "{error}");
 }
+
+/// A machine offers its devices' memory less what each keeps back, as a plan's stage asks
+/// for its own, and a GPU a device; a Mac's memory is RAM, with no GPU to take.
+#[test]
+fn a_machine_offers_its_devices_memory_less_their_reserve() {
+    let machine = |text: &str| {
+        let spec = stageplan::scenario::NodeSpec::from_json(text).unwrap();
+        stageplan::check::machine_nodes(&spec).unwrap()
+    };
+    let gib = 1u64 << 30;
+    let box_ = machine(r#"{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2, "reserve": "2 GiB"}]}"#);
+    assert_eq!(Node::offered("box", &box_), Node { name: "box".into(), memory: 2 * 22 * gib, gpus: 2 });
+    let desk = machine(
+        r#"{"name": "desk", "device": "rtx-4090", "memory": "24 GiB", "host": {"ram": "ddr5-6000-2ch", "memory": "64 GiB"}}"#,
+    );
+    assert_eq!(Node::offered("desk", &desk), Node { name: "desk".into(), memory: 23 * gib, gpus: 1 });
+    let mac = machine(r#"{"name": "mac", "device": "m2-max-96gb", "reserve": "16 GiB"}"#);
+    assert_eq!(Node::offered("mac", &mac), Node { name: "mac".into(), memory: 80 * gib, gpus: 0 });
+}

@@ -45,138 +45,7 @@ impl Scenario {
     }
 
     pub(super) fn check_nodes(&self) -> Result<Vec<Node>, ScenarioError> {
-        if self.nodes.is_empty() {
-            return Err(ScenarioError::field(
-                "nodes",
-                "is empty; list at least one machine, e.g. `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`",
-            ));
-        }
-        // The machines `count` expands to, checked before any is built.
-        let mut total = 0usize;
-        for (i, spec) in self.nodes.iter().enumerate() {
-            let count = spec.count.unwrap_or(1);
-            if count == 0 {
-                return Err(ScenarioError::field(format!("nodes[{i}].count"), "is 0; give at least 1"));
-            }
-            let gpus = gpus_per_machine(spec, &|field| format!("nodes[{i}].{field}"))?;
-            total = total.saturating_add((count as usize).saturating_mul(gpus));
-            if total > MAX_NODES {
-                return Err(ScenarioError::field(
-                    format!("nodes[{i}].count"),
-                    format!(
-                        "brings the cluster past {MAX_NODES} devices; plan at most {MAX_NODES} (group alike machines with `count`)"
-                    ),
-                ));
-            }
-        }
-        let mut nodes: Vec<Node> = Vec::with_capacity(total);
-        // Which spec each node came from, to name the field of a repeated name.
-        let mut spec_of: Vec<usize> = Vec::with_capacity(total);
-        for (i, spec) in self.nodes.iter().enumerate() {
-            let at = |field: &str| format!("nodes[{i}].{field}");
-            let name = spec.name.trim();
-            if name.chars().count() > MAX_NAME_CHARS {
-                return Err(ScenarioError::field(
-                    at("name"),
-                    format!("is {} characters long; give a name of at most {MAX_NAME_CHARS}", name.chars().count()),
-                ));
-            }
-            if let Some(c) = name.chars().find(|&c| c.is_control()) {
-                return Err(ScenarioError::field(
-                    at("name"),
-                    format!("holds the control character U+{:04X}; use letters, digits and punctuation", u32::from(c)),
-                ));
-            }
-            if name.is_empty() {
-                return Err(ScenarioError::field(at("name"), "is empty; give every node a unique name"));
-            }
-            // Checked once for both kinds of machine (one copy of the check in the page).
-            let host = spec.host.as_ref().map(|host| check_host(host, &at)).transpose()?;
-            if let Some(gpus) = &spec.gpus {
-                // Counted and bounded in the first pass.
-                let machine = check_gpus(spec, gpus, &at)?;
-                for k in 1..=spec.count.unwrap_or(1) {
-                    let name = spec.machine_name(k);
-                    for (index, gpu) in machine.gpus.iter().enumerate() {
-                        spec_of.push(i);
-                        let index = index as u32;
-                        let gpu_of = GpuOf { machine: name.clone(), index, link: machine.link, peer: machine.peer };
-                        // The machine's one RAM beside each of its GPUs: `-ot` keeps tensors of
-                        // any GPU's layers there. The cost model divides it among them
-                        // (`cost::RamShare`), so it is counted once.
-                        nodes.push(Node {
-                            host: host.clone(),
-                            ..gpu.node(crate::problem::gpu_node_name(&name, index), Some(gpu_of))
-                        });
-                    }
-                }
-                continue;
-            }
-            let device = check_device(
-                DeviceFields {
-                    device: spec.device.as_deref(),
-                    kind: spec.kind,
-                    memory: spec.memory,
-                    bandwidth: spec.bandwidth,
-                    compute: spec.compute,
-                    reserve: spec.reserve,
-                    efficiency: spec.efficiency,
-                    backend: spec.backend,
-                },
-                &at,
-            )?;
-            let kind = device.kind;
-            if let Some(probe) = &spec.probe {
-                check_probe(probe, &at)?;
-            }
-            if let Some(threads) = spec.threads
-                && !(1..=MAX_THREADS).contains(&threads)
-            {
-                return Err(ScenarioError::field(
-                    at("threads"),
-                    format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
-                ));
-            }
-            // A CPU's or a unified memory's RAM is its `memory`: a `host` beside it would be
-            // the same RAM counted twice.
-            if spec.host.is_some()
-                && let Some(kind @ (DeviceKind::Cpu | DeviceKind::Unified)) = kind
-            {
-                return Err(ScenarioError::field(
-                    at("host"),
-                    format!(
-                        "is given for a `{}` machine, whose RAM is its `memory`: the plan would count that RAM twice; remove `host`, or set `kind` to `gpu` for a GPU beside system RAM",
-                        kind.name()
-                    ),
-                ));
-            }
-            let count = spec.count.unwrap_or(1);
-            for k in 1..=count {
-                let name = spec.machine_name(k);
-                spec_of.push(i);
-                nodes.push(Node {
-                    threads: spec.threads,
-                    probe: spec.probe.clone(),
-                    host: host.clone(),
-                    ..device.node(name, None)
-                });
-            }
-        }
-        // Repeated names: pairwise, which [`MAX_NODES`] bounds at half a million string
-        // comparisons (a sort would cost the web page's download more than it saves here).
-        // A machine's name names its GPUs together (`links.pairs`, replicas, exports), so no
-        // other node may have it.
-        for k in 1..nodes.len() {
-            let (name, one_gpu) = (machine(&nodes[k]), nodes[k].gpu_of.is_none());
-            let clash = |n: &Node| n.name == nodes[k].name || machine(n) == name && (one_gpu || n.gpu_of.is_none());
-            if nodes[..k].iter().any(clash) {
-                return Err(ScenarioError::field(
-                    format!("nodes[{}].name", spec_of[k]),
-                    format!("`{}` is used twice; give every machine a unique name", crate::quote::line(name)),
-                ));
-            }
-        }
-        Ok(nodes)
+        check_nodes(&self.nodes)
     }
 
     pub(super) fn check_links(&self, nodes: &[Node]) -> Result<Links, ScenarioError> {
@@ -258,6 +127,163 @@ impl Scenario {
         }
         Ok(links)
     }
+}
+
+/// One machine written as a scenario's `nodes[]` entry (what `stageplan probe` prints),
+/// checked as a scenario holding it checks it: its nodes, one a GPU of a machine with
+/// several. What a machine offers when it joins a fleet (`stageplan agent --node-file`).
+///
+/// # Errors
+/// What a scenario would refuse in it, at the field within the entry (`memory`,
+/// `gpus[1].device`), or a `count` past one: an entry for one machine.
+pub fn machine_nodes(spec: &NodeSpec) -> Result<Vec<Node>, ScenarioError> {
+    if let Some(count) = spec.count.filter(|&count| count > 1) {
+        return Err(ScenarioError::field(
+            "count",
+            format!("is {count}, and this is one machine; leave `count` out (each machine joins with its own entry)"),
+        ));
+    }
+    check_nodes(std::slice::from_ref(spec)).map_err(|mut e| {
+        e.path = e.path.strip_prefix("nodes[0].").unwrap_or(&e.path).to_owned();
+        e
+    })
+}
+
+/// A scenario's `nodes` checked into nodes, one a device: a machine's each GPU, `count`
+/// machines each.
+fn check_nodes(specs: &[NodeSpec]) -> Result<Vec<Node>, ScenarioError> {
+    if specs.is_empty() {
+        return Err(ScenarioError::field(
+            "nodes",
+            "is empty; list at least one machine, e.g. `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`",
+        ));
+    }
+    // The machines `count` expands to, checked before any is built.
+    let mut total = 0usize;
+    for (i, spec) in specs.iter().enumerate() {
+        let count = spec.count.unwrap_or(1);
+        if count == 0 {
+            return Err(ScenarioError::field(format!("nodes[{i}].count"), "is 0; give at least 1"));
+        }
+        let gpus = gpus_per_machine(spec, &|field| format!("nodes[{i}].{field}"))?;
+        total = total.saturating_add((count as usize).saturating_mul(gpus));
+        if total > MAX_NODES {
+            return Err(ScenarioError::field(
+                format!("nodes[{i}].count"),
+                format!(
+                    "brings the cluster past {MAX_NODES} devices; plan at most {MAX_NODES} (group alike machines with `count`)"
+                ),
+            ));
+        }
+    }
+    let mut nodes: Vec<Node> = Vec::with_capacity(total);
+    // Which spec each node came from, to name the field of a repeated name.
+    let mut spec_of: Vec<usize> = Vec::with_capacity(total);
+    for (i, spec) in specs.iter().enumerate() {
+        let at = |field: &str| format!("nodes[{i}].{field}");
+        let name = spec.name.trim();
+        if name.chars().count() > MAX_NAME_CHARS {
+            return Err(ScenarioError::field(
+                at("name"),
+                format!("is {} characters long; give a name of at most {MAX_NAME_CHARS}", name.chars().count()),
+            ));
+        }
+        if let Some(c) = name.chars().find(|&c| c.is_control()) {
+            return Err(ScenarioError::field(
+                at("name"),
+                format!("holds the control character U+{:04X}; use letters, digits and punctuation", u32::from(c)),
+            ));
+        }
+        if name.is_empty() {
+            return Err(ScenarioError::field(at("name"), "is empty; give every node a unique name"));
+        }
+        // Checked once for both kinds of machine (one copy of the check in the page).
+        let host = spec.host.as_ref().map(|host| check_host(host, &at)).transpose()?;
+        if let Some(gpus) = &spec.gpus {
+            // Counted and bounded in the first pass.
+            let machine = check_gpus(spec, gpus, &at)?;
+            for k in 1..=spec.count.unwrap_or(1) {
+                let name = spec.machine_name(k);
+                for (index, gpu) in machine.gpus.iter().enumerate() {
+                    spec_of.push(i);
+                    let index = index as u32;
+                    let gpu_of = GpuOf { machine: name.clone(), index, link: machine.link, peer: machine.peer };
+                    // The machine's one RAM beside each of its GPUs: `-ot` keeps tensors of
+                    // any GPU's layers there. The cost model divides it among them
+                    // (`cost::RamShare`), so it is counted once.
+                    nodes.push(Node {
+                        host: host.clone(),
+                        ..gpu.node(crate::problem::gpu_node_name(&name, index), Some(gpu_of))
+                    });
+                }
+            }
+            continue;
+        }
+        let device = check_device(
+            DeviceFields {
+                device: spec.device.as_deref(),
+                kind: spec.kind,
+                memory: spec.memory,
+                bandwidth: spec.bandwidth,
+                compute: spec.compute,
+                reserve: spec.reserve,
+                efficiency: spec.efficiency,
+                backend: spec.backend,
+            },
+            &at,
+        )?;
+        let kind = device.kind;
+        if let Some(probe) = &spec.probe {
+            check_probe(probe, &at)?;
+        }
+        if let Some(threads) = spec.threads
+            && !(1..=MAX_THREADS).contains(&threads)
+        {
+            return Err(ScenarioError::field(
+                at("threads"),
+                format!("is {threads}; give the threads llama.cpp runs with, 1 to {MAX_THREADS}"),
+            ));
+        }
+        // A CPU's or a unified memory's RAM is its `memory`: a `host` beside it would be
+        // the same RAM counted twice.
+        if spec.host.is_some()
+            && let Some(kind @ (DeviceKind::Cpu | DeviceKind::Unified)) = kind
+        {
+            return Err(ScenarioError::field(
+                at("host"),
+                format!(
+                    "is given for a `{}` machine, whose RAM is its `memory`: the plan would count that RAM twice; remove `host`, or set `kind` to `gpu` for a GPU beside system RAM",
+                    kind.name()
+                ),
+            ));
+        }
+        let count = spec.count.unwrap_or(1);
+        for k in 1..=count {
+            let name = spec.machine_name(k);
+            spec_of.push(i);
+            nodes.push(Node {
+                threads: spec.threads,
+                probe: spec.probe.clone(),
+                host: host.clone(),
+                ..device.node(name, None)
+            });
+        }
+    }
+    // Repeated names: pairwise, which [`MAX_NODES`] bounds at half a million string
+    // comparisons (a sort would cost the web page's download more than it saves here).
+    // A machine's name names its GPUs together (`links.pairs`, replicas, exports), so no
+    // other node may have it.
+    for k in 1..nodes.len() {
+        let (name, one_gpu) = (machine(&nodes[k]), nodes[k].gpu_of.is_none());
+        let clash = |n: &Node| n.name == nodes[k].name || machine(n) == name && (one_gpu || n.gpu_of.is_none());
+        if nodes[..k].iter().any(clash) {
+            return Err(ScenarioError::field(
+                format!("nodes[{}].name", spec_of[k]),
+                format!("`{}` is used twice; give every machine a unique name", crate::quote::line(name)),
+            ));
+        }
+    }
+    Ok(nodes)
 }
 
 /// The machine a node is, or is a GPU of: its name.

@@ -13,6 +13,8 @@
 mod fields;
 mod machines;
 
+pub use machines::machine_nodes;
+
 use crate::error::ModelError;
 use crate::error::ScenarioError;
 use crate::import::ProjectorSize;
@@ -217,6 +219,32 @@ mod tests {
     use super::*;
 
     const HOME: &str = include_str!("../../../../tests/scenarios/home-70b.json");
+
+    /// One machine read and checked alone, as a scenario's entry is: a GPU box its GPUs,
+    /// its errors at the field within the entry.
+    #[test]
+    fn a_machine_alone_checks_as_in_a_scenario() {
+        let text = r#"{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}], "gpu_link": "pcie4-x8",
+            "host": {"ram": "ddr4-3200-2ch", "memory": "64 GiB"}}"#;
+        let nodes = machine_nodes(&crate::scenario::NodeSpec::from_json(text).unwrap()).unwrap();
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["box/gpu0", "box/gpu1"]);
+        let in_scenario = format!(r#"{{"model": {{"preset": "llama-3.1-8b"}}, "nodes": [{text}]}}"#);
+        assert_eq!(check(in_scenario.as_str(), no_model_files).unwrap().problem.nodes, nodes);
+
+        let error = crate::scenario::NodeSpec::from_json(r#"{"name": "a", "memory": "lots"}"#).unwrap_err();
+        assert!(error.to_string().starts_with("`memory`"), "{error}");
+        let error = crate::scenario::NodeSpec::from_json(r#"{"device": "rtx-4090"}"#).unwrap_err();
+        assert!(error.to_string().contains("a machine needs at least a `name`"), "{error}");
+        let spec = crate::scenario::NodeSpec::from_json(r#"{"name": "a", "device": "rtx-4090", "reserve": "30 GB"}"#);
+        assert_eq!(machine_nodes(&spec.unwrap()).unwrap()[0].reserve, 30_000_000_000);
+        let spec = crate::scenario::NodeSpec::from_json(r#"{"name": "a", "device": "rtx-4090", "count": 2}"#);
+        assert_eq!(machine_nodes(&spec.unwrap()).unwrap_err().path, "count");
+        let spec = crate::scenario::NodeSpec::from_json(
+            r#"{"name": "a", "gpus": [{"device": "rtx-4090", "bandwidth": "0 GB/s"}]}"#,
+        );
+        assert_eq!(machine_nodes(&spec.unwrap()).unwrap_err().path, "gpus[0].bandwidth");
+    }
 
     #[test]
     fn text_and_value_check_alike() {
