@@ -319,6 +319,7 @@ pub fn replan(current: &str, scenario: &str, options: Option<&str>) -> Result<Re
 /// A scenario or options that do not parse, or a load that cannot be answered.
 #[cfg(feature = "more")]
 pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer, Failure> {
+    use stageplan::demand::{Asked, Demand};
     use stageplan::serving::{self, Percentile, Targets};
     use stageplan::units::Seconds;
     #[derive(serde::Deserialize)]
@@ -337,18 +338,9 @@ pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer
         percentile: options.percentile,
     });
     let problem = check(scenario)?.problem;
-    // The options, else what the scenario's `serving` asks.
-    let from_scenario = options.users.is_none() && targets.is_none() && problem.serving.is_some();
-    let (users, targets) = match problem.serving {
-        Some(demand) if from_scenario => (demand.users, demand.targets),
-        _ => (options.users, targets),
-    };
-    let field = match (users.is_some(), from_scenario) {
-        (true, false) => "users",
-        (false, false) => "ttft`/`tpot",
-        (true, true) => "serving.users",
-        (false, true) => "serving",
-    };
+    let asked = Asked::of(Demand { users: options.users, targets }, problem.serving);
+    let field = asked.field("users", "ttft`/`tpot");
+    let Demand { users, targets } = asked.demand;
     Ok(serving::answer(&problem, users, targets).map_err(|e| format!("`{field}`: {e}"))?)
 }
 

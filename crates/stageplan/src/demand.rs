@@ -7,6 +7,14 @@
 /// "n_seq_max must be <= 256" at start). [`crate::serving::capacity`] tries no more.
 pub const MAX_USERS: u32 = 256;
 
+/// Why a count past [`MAX_USERS`] is refused, and the fix: the scenario's `serving.users` and
+/// the answer's [`ServingError::Slots`](crate::serving::ServingError::Slots) say it alike.
+pub(crate) fn past_slots() -> String {
+    format!(
+        "past llama-server's {MAX_USERS} slots (`--parallel` above llama.cpp's `LLAMA_MAX_SEQ` does not start); give at most {MAX_USERS} a server"
+    )
+}
+
 /// The longest target taken, an hour: past it a target says nothing a person waits for.
 pub(crate) const MAX_TARGET_S: f64 = 3600.0;
 /// The shortest target taken, a microsecond: below it no step of any engine.
@@ -26,6 +34,36 @@ pub struct Targets {
 pub struct Demand {
     pub users: Option<u32>,
     pub targets: Option<Targets>,
+}
+
+/// The question a surface answers: its own (flags or options) when it asks one, else the
+/// scenario's `serving`. One rule for the CLI's `plan` and the JS API's `serve`.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Asked {
+    pub demand: Demand,
+    /// The scenario's `serving` asked it: the surface asked nothing.
+    pub from_scenario: bool,
+}
+
+impl Asked {
+    /// `given` when it asks anything, else `scenario`'s (a problem's `serving`).
+    pub fn of(given: Demand, scenario: Option<Demand>) -> Asked {
+        match scenario {
+            Some(demand) if given.users.is_none() && given.targets.is_none() => Asked { demand, from_scenario: true },
+            _ => Asked { demand: given, from_scenario: false },
+        }
+    }
+
+    /// Where an error of the answer is: the scenario's `serving.users` or `serving`, else
+    /// the surface's own name for `users` or for the targets.
+    pub fn field<'a>(&self, users: &'a str, targets: &'a str) -> &'a str {
+        match (self.demand.users.is_some(), self.from_scenario) {
+            (true, false) => users,
+            (false, false) => targets,
+            (true, true) => "serving.users",
+            (false, true) => "serving",
+        }
+    }
 }
 
 /// Which of [`Served`](crate::serving::Served)'s percentiles a target holds.

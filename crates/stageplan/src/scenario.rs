@@ -102,12 +102,7 @@ impl ServingSpec {
             }
             Some(0) => return field("users", "is 0; give at least 1".into()),
             Some(users) if users > MAX_USERS => {
-                return field(
-                    "users",
-                    format!(
-                        "is {users}, past llama-server's {MAX_USERS} slots (`--parallel` above llama.cpp's `LLAMA_MAX_SEQ` does not start); give at most {MAX_USERS} a server"
-                    ),
-                );
+                return field("users", format!("is {users}, {}", crate::demand::past_slots()));
             }
             _ => {}
         }

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use stageplan::demand::{Asked, Demand};
 use stageplan::serving::{self, Targets};
 use stageplan::{Objective, Policy, Scenario};
 
@@ -73,25 +74,16 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
         };
     }
     let mut problem = load::problem(path, scenario)?;
-    // The flags, else what the scenario's `serving` asks.
-    let from_scenario = users.is_none() && targets.is_none() && problem.serving.is_some();
-    let (users, targets) = match problem.serving {
-        Some(demand) if from_scenario => (demand.users, demand.targets),
-        _ => (users, targets),
-    };
+    let asked = Asked::of(Demand { users, targets }, problem.serving);
+    let Demand { users, targets } = asked.demand;
     if objective.is_some() && (users.is_some() || targets.is_some()) {
-        let asked = if from_scenario { "the scenario's `serving`" } else { "`--users`/`--ttft`/`--tpot`" };
+        let asked = if asked.from_scenario { "the scenario's `serving`" } else { "`--users`/`--ttft`/`--tpot`" };
         return Err(Failure(format!(
             "`--objective` does not apply to {asked}: llama-server steps every user through every stage in turn, so their split is the one with the fastest step; leave `--objective` out"
         )));
     }
     let (plan, answer) = if users.is_some() || targets.is_some() {
-        let flag = match (users.is_some(), from_scenario) {
-            (true, false) => "--users",
-            (false, false) => "--ttft`/`--tpot",
-            (true, true) => "serving.users",
-            (false, true) => "serving",
-        };
+        let flag = asked.field("--users", "--ttft`/`--tpot");
         let answer = serving::answer(&problem, users, targets).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
         // The plan is for the users served: a slot and its context each, the fastest step.
         problem.workload.batch = u64::from(answer.served.as_ref().map_or(users.unwrap_or(1), |s| s.users));

@@ -172,9 +172,7 @@ pub enum ServingError {
     NoTarget,
     #[error("the `{field}` target must be a time from 1 µs to 1 h")]
     Target { field: &'static str },
-    #[error(
-        "{users} users are past llama-server's {MAX_USERS} slots (`--parallel` above llama.cpp's `LLAMA_MAX_SEQ` does not start); give at most {MAX_USERS} a server"
-    )]
+    #[error("{users} users are {}", crate::demand::past_slots())]
     Slots { users: u32 },
     #[error(
         "a request of a {prompt}-token prompt and a {response}-token answer does not fit a user's slot, `workload.context` = {context}: raise the context or shorten `workload.prompt` or `workload.response`"
