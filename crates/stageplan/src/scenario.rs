@@ -596,12 +596,10 @@ impl Scenario {
     /// The text is not a JSON object or not a scenario's shape: a [`ScenarioError`] with the
     /// JSON path of the offending field and the value written there.
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
-        from_json(
-            text,
-            "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`",
-            "; a scenario needs at least `model` and `nodes`",
-            read::scenario,
-        )
+        const MISSING: &str = "; a scenario needs at least `model` and `nodes`";
+        let object = "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`";
+        let json = parse(text, object, MISSING)?;
+        read::scenario(&json).map_err(|wrong| located(text, MISSING, wrong))
     }
 }
 
@@ -612,42 +610,32 @@ impl NodeSpec {
     /// # Errors
     /// As [`Scenario::from_json`], at the field within the entry.
     pub fn from_json(text: &str) -> Result<NodeSpec, ScenarioError> {
-        from_json(
-            text,
-            "a machine is a JSON object like `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`",
-            "; a machine needs at least a `name`",
-            |json| read::node(json, ""),
-        )
+        const MISSING: &str = "; a machine needs at least a `name`";
+        let object = "a machine is a JSON object like `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`";
+        let json = parse(text, object, MISSING)?;
+        read::node(&json, "").map_err(|wrong| located(text, MISSING, wrong))
     }
 }
 
-/// `text` read by `read`, its errors at their JSON paths with the value there; `object` says
-/// what the text must be, `missing` what a missing field's message adds.
-fn from_json<T>(
-    text: &str,
-    object: &str,
-    missing: &str,
-    read: impl Fn(&Json) -> read::Read<T>,
-) -> Result<T, ScenarioError> {
+/// `text` as JSON, or where it is not: `object` says what it must be, `missing` what a
+/// missing field's message adds.
+fn parse(text: &str, object: &str, missing: &str) -> Result<Json, ScenarioError> {
     if !text.trim_start().starts_with('{') {
         return Err(ScenarioError::field("", object));
     }
-    let at_root = |message: String| {
-        let hint = if message.starts_with("missing field") { missing } else { "" };
-        ScenarioError::field("", format!("{message}{hint}"))
-    };
-    let json: Json = crate::json::from_str(text).map_err(|(path, inner)| {
+    crate::json::from_str(text).map_err(|(path, inner)| {
         // serde_json appends " at line L column C"; keep it, it helps find the spot.
-        let message = inner.to_string();
-        let error = if path.is_empty() { at_root(message) } else { ScenarioError::syntax(path, message) };
-        error.with_value_from(text)
-    })?;
-    read(&json).map_err(|wrong| {
-        let error = if wrong.path.is_empty() {
-            at_root(wrong.message)
-        } else {
-            ScenarioError::syntax(wrong.path, wrong.message)
-        };
-        error.with_value_from(text)
+        located(text, missing, read::Wrong { path, message: inner.to_string() })
     })
+}
+
+/// What a reader found wrong, at its JSON path with the value written there.
+fn located(text: &str, missing: &str, wrong: read::Wrong) -> ScenarioError {
+    let error = if wrong.path.is_empty() {
+        let hint = if wrong.message.starts_with("missing field") { missing } else { "" };
+        ScenarioError::field("", format!("{}{hint}", wrong.message))
+    } else {
+        ScenarioError::syntax(wrong.path, wrong.message)
+    };
+    error.with_value_from(text)
 }

@@ -134,7 +134,7 @@ pub(crate) struct Wrong {
     pub message: String,
 }
 
-pub(crate) type Read<T> = Result<T, Wrong>;
+type Read<T> = Result<T, Wrong>;
 
 fn wrong(path: &str, message: String) -> Wrong {
     Wrong { path: path.to_owned(), message }
