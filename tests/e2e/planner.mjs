@@ -67,6 +67,13 @@ function cliPlan(scenarioJson) {
   }
 }
 
+/** What `stageplan plan SCENARIO ARGS… --format json` answers (many users: `--ttft 2s`). */
+function cliAnswer(scenarioJson, args) {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-cli-')), 'scenario.json');
+  fs.writeFileSync(file, scenarioJson);
+  return JSON.parse(execFileSync(cli, ['plan', file, ...args, '--format', 'json'], { encoding: 'utf8' }));
+}
+
 function samePlan(page, cliPlanJson) {
   assert.deepEqual(page.stages.map((s) => [s.node, s.layers]), cliPlanJson.stages.map((s) => [s.node, s.layers]));
   assert.equal(sig3(page.tokens_per_s), sig3(cliPlanJson.tokens_per_s));
@@ -561,7 +568,7 @@ await check('axe-core finds no serious accessibility violations, on a plan and o
   await page.close();
 });
 
-await check('weight formats side by side, and speed and memory against context length (#18: charts)', async () => {
+await check('weight formats side by side, speed and memory against context length, users against latency (#18, #47: charts)', async () => {
   const page = await open();
   await page.click('#sweeps > summary');
   await page.waitForSelector('#formats tr.format-row');
@@ -591,6 +598,17 @@ await check('weight formats side by side, and speed and memory against context l
   assert.ok(stages.every((n) => chart.memory.includes(n)) && chart.memory.every((n) => ['desk', 'gamer', 'mac'].includes(n)), JSON.stringify(chart.memory));
   assert.ok(chart.speed >= 5, `${chart.speed} points`);
   assert.match(chart.label, /for contexts from 1k to 128k/);
+  // Users against latency (#47): a line each for p95 first token and per token, and the
+  // users of one llama-server the CLI's `plan --ttft 2s` finds.
+  await page.waitForSelector('#users-chart polyline.ttft');
+  const users = await page.$eval('#users-chart', (svg) => ({
+    ttft: svg.querySelector('polyline.ttft').getAttribute('points').split(' ').length,
+    tpot: svg.querySelector('polyline.tpot').getAttribute('points').split(' ').length,
+  }));
+  assert.ok(users.ttft >= 2 && users.ttft === users.tpot, JSON.stringify(users));
+  const answered = cliAnswer(JSON.stringify(scenario), ['--ttft', '2s']);
+  const n = answered.capacity.users;
+  assert.match(await text(page, '#users-found'), new RegExp(`: ${n} users? of one llama-server`));
   await page.locator('#sweeps').screenshot({ path: path.join(artifacts, '05c-sweeps.png') });
   await page.close();
 });

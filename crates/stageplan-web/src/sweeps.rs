@@ -1,4 +1,5 @@
-//! The weight-format table and the context chart, as markup the page sets in place. Built
+//! The weight-format table, the context chart and the users chart, as markup the page sets
+//! in place. Built
 //! in the page's worker from the core's sweeps (every point a plan on the same machines),
 //! so neither the twenty-odd plans nor the drawing code are in the page's download, and
 //! an open panel never slows the page's re-plan. Text from input (machine names) is
@@ -9,18 +10,153 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use stageplan::Problem;
+use stageplan::serving::{Found, Limit, Percentile, ServingError, Targets, UsersPoint, by_users};
 use stageplan::sweep::{FormatRow, by_context, by_weights};
 use stageplan::units::{format_bytes, group_digits, sig3};
 
 use stageplan::view::hue;
 
-/// The table and the chart for `problem` on the enabled machines.
+/// The table and the charts for `problem` on the enabled machines.
 pub fn sweeps_html(problem: &Problem, enabled: &[bool]) -> String {
     let index = |name: &str| problem.nodes.iter().position(|n| n.name == name).unwrap_or(0);
     let mut html = table_html(&by_weights(problem, enabled));
     if let Some(chart) = context_chart(&by_context(problem, enabled), problem.workload.context, &index) {
         html += &chart_html(&chart);
     }
+    html + &users_html(problem, enabled)
+}
+
+/// The users chart's question (issue #47's): how many users see their first token within
+/// 2 s at the 95th percentile.
+pub const USERS_TARGET: Targets = Targets { ttft_s: Some(2.0), tpot_s: None, percentile: Percentile::P95 };
+
+/// Users of one llama-server against what they see: p95 time to first token and per token
+/// for 1, 2, 4, … users (each count planned and simulated as `stageplan plan --users N`),
+/// and how many meet [`USERS_TARGET`]; or why there is no chart.
+fn users_html(problem: &Problem, enabled: &[bool]) -> String {
+    let heading = "<h3>Users against latency</h3>";
+    match by_users(problem, enabled, USERS_TARGET) {
+        Ok((points, found)) => match users_chart(&points) {
+            Some(chart) => format!("{heading}{}{}", users_chart_html(&chart), found_html(&found)),
+            None => String::new(),
+        },
+        Err(ServingError::Engine) => format!(
+            "{heading}<p class=\"hint\">What many users see is simulated for llama.cpp's server; choose llama.cpp as the engine to see it.</p>"
+        ),
+        Err(e) => format!("{heading}<p class=\"hint\">Not simulated: {}</p>", escape(&e.to_string())),
+    }
+}
+
+/// How many users meet [`USERS_TARGET`], and what stops one more.
+fn found_html(found: &Found) -> String {
+    let more = match &found.limit {
+        Limit::Target { missed, .. } => {
+            format!("one more would see its first token in {} s at p95", sig3(missed.seen_s))
+        }
+        Limit::Memory { .. } => "one more user's slot and KV cache would not fit".to_owned(),
+        Limit::Stages { .. } => "one more would need a tensor-parallel stage, which is not simulated".to_owned(),
+        Limit::Most => "llama-server runs no more slots".to_owned(),
+    };
+    let users = match found.users {
+        1 => "1 user".to_owned(),
+        n => format!("{n} users"),
+    };
+    format!(
+        "<p id=\"users-found\">At p95 first token ≤ 2 s: <strong>{users}</strong> of one llama-server on these machines; {more}. <span class=\"hint\">(<code>stageplan plan SCENARIO --ttft 2s</code> answers the same, and tries splitting the machines into replicas.)</span></p>"
+    )
+}
+
+/// A users chart laid out in the `WIDTH × HEIGHT` view box: x is log2 of the users, each
+/// line its own scale (its top in the legend).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsersChart {
+    /// `points` of the p95 time to first token and per token, where the users' slots fit.
+    pub ttft: String,
+    pub tpot: String,
+    pub ttft_top_s: f64,
+    pub tpot_top_s: f64,
+    /// The 2 s target's height on the first token's scale, when within the chart.
+    pub target_y: Option<f64>,
+    pub ticks: Vec<(f64, String)>,
+    /// Where the slots stop fitting: x and label.
+    pub limit: Option<(f64, String)>,
+}
+
+/// Lays out `points` (at least one that fits).
+pub fn users_chart(points: &[UsersPoint]) -> Option<UsersChart> {
+    let served: Vec<(u32, &stageplan::serving::Served)> =
+        points.iter().filter_map(|p| p.served.as_ref().map(|s| (p.users, s))).collect();
+    let (first, last) = (points.first()?.users, points.last()?.users);
+    if served.is_empty() {
+        return None;
+    }
+    let span = (f64::from(last).log2() - f64::from(first).log2()).max(1.0);
+    let x = |u: u32| PAD + (f64::from(u).log2() - f64::from(first).log2()) / span * (WIDTH - 2.0 * PAD);
+    let y = |share: f64| HEIGHT - PAD - share.clamp(0.0, 1.25) * (HEIGHT - 2.0 * PAD) * 0.8;
+    let p95 = |pair: [f64; 2]| Percentile::P95.of(pair);
+    let ttft_top_s = served.iter().map(|(_, s)| p95(s.ttft_s)).fold(0.0, f64::max).max(1e-9);
+    let tpot_top_s = served.iter().map(|(_, s)| p95(s.tpot_s)).fold(0.0, f64::max).max(1e-9);
+    let line = |of: &dyn Fn(&stageplan::serving::Served) -> f64, top: f64| {
+        let pairs = served.iter().map(|(u, s)| format!("{:.1},{:.1}", x(*u), y(of(s) / top)));
+        pairs.collect::<Vec<_>>().join(" ")
+    };
+    let target = USERS_TARGET.ttft_s.unwrap_or_default() / ttft_top_s;
+    Some(UsersChart {
+        ttft: line(&|s| p95(s.ttft_s), ttft_top_s),
+        tpot: line(&|s| p95(s.tpot_s), tpot_top_s),
+        ttft_top_s,
+        tpot_top_s,
+        target_y: (target <= 1.25).then(|| y(target)),
+        ticks: points.iter().map(|p| (x(p.users), p.users.to_string())).collect(),
+        limit: points.last().filter(|p| p.served.is_none()).map(|p| (x(p.users), format!("{} do not fit", p.users))),
+    })
+}
+
+/// The users chart as SVG, with its legend.
+fn users_chart_html(c: &UsersChart) -> String {
+    let last = c.ticks.last().map(|t| t.1.as_str()).unwrap_or_default();
+    let mut html = format!(
+        "<svg id=\"users-chart\" class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"p95 time to first token (up to {} s) and per token (up to {} ms) for 1 to {last} users of one llama-server\">",
+        sig3(c.ttft_top_s),
+        sig3(c.tpot_top_s * 1e3)
+    );
+    let bottom = HEIGHT - PAD;
+    if let Some(y) = c.target_y {
+        let _ = write!(
+            html,
+            "<line class=\"target\" x1=\"{PAD}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"></line><text class=\"axis\" x=\"{}\" y=\"{:.1}\">first token 2 s</text>",
+            WIDTH - PAD,
+            PAD + 2.0,
+            y - 3.0
+        );
+    }
+    if let Some((x, text)) = &c.limit {
+        let _ = write!(
+            html,
+            "<line class=\"limit\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"8\" y2=\"{bottom}\"></line><text class=\"axis limit-label\" x=\"{:.1}\" y=\"16\" text-anchor=\"end\">{}</text>",
+            x - 3.0,
+            escape(text)
+        );
+    }
+    let _ = write!(
+        html,
+        "<polyline class=\"ttft\" points=\"{}\"></polyline><polyline class=\"tpot\" points=\"{}\"></polyline>",
+        c.ttft, c.tpot
+    );
+    for (x, text) in &c.ticks {
+        let _ = write!(
+            html,
+            "<text class=\"axis\" x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            HEIGHT - 8.0,
+            escape(text)
+        );
+    }
+    let _ = write!(
+        html,
+        "</svg><p class=\"legend\"><span class=\"key ttft\"></span>p95 time to first token (top: {} s)<span class=\"key tpot\"></span>p95 time per token (top: {} ms) · users along the bottom</p>",
+        sig3(c.ttft_top_s),
+        sig3(c.tpot_top_s * 1e3)
+    );
     html
 }
 
@@ -225,6 +361,38 @@ mod tests {
         assert!((chart.own_x - eight).abs() < 1e-9);
         assert_eq!(short_count(131_072), "128k");
         assert_eq!(short_count(1000), "1000");
+    }
+
+    /// The users chart stays in its box, ends where the slots stop fitting, and says the
+    /// count the capacity search finds at p95 first token ≤ 2 s.
+    #[test]
+    fn the_users_chart_stays_in_its_box_and_says_how_many_fit() {
+        let state = AppState::default();
+        let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
+        let (points, found) = by_users(&problem, &state.enabled(), USERS_TARGET).unwrap();
+        let chart = users_chart(&points).unwrap();
+        for line in [&chart.ttft, &chart.tpot] {
+            assert!(
+                line.split(' ').all(|p| {
+                    let (x, y) = p.split_once(',').unwrap();
+                    let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
+                    (0.0..=WIDTH).contains(&x) && (0.0..=HEIGHT).contains(&y)
+                }),
+                "{line}"
+            );
+        }
+        assert_eq!(chart.ticks.first().unwrap().1, "1");
+        let load = stageplan::serving::Load::llama_server(&problem, 1);
+        let capacity = stageplan::serving::capacity(&problem, load, USERS_TARGET).unwrap();
+        assert_eq!(found.users, capacity.users);
+        let html = sweeps_html(&problem, &state.enabled());
+        let said = format!("<strong>{} user", capacity.users);
+        assert!(html.contains("<svg id=\"users-chart\"") && html.contains(&said), "{html}");
+        // Another engine's users are not simulated: said, not drawn.
+        let mut vllm = problem.clone();
+        vllm.workload.engine = stageplan::engine::Engine::Vllm;
+        let html = users_html(&vllm, &state.enabled());
+        assert!(!html.contains("<svg") && html.contains("choose llama.cpp"), "{html}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The same machines across weight formats and context lengths: a table and a chart, each
-//! point a plan, made in the page's worker ([`crate::sweeps`]) while the panel is open — so
+//! The same machines across weight formats, context lengths and counts of users: a table
+//! and two charts, each point a plan, made in the page's worker ([`crate::sweeps`]) while the panel is open — so
 //! an edit re-plans once on the page, and the drawing code is not in its download.
 
 use leptos::prelude::*;
@@ -8,8 +8,9 @@ use crate::planning::Computed;
 use crate::state::AppState;
 use crate::worker::{PageWorker, Reply, Request};
 
-/// Weight formats (fits?, one user's tok/s, size, longest context) and tok/s and memory
-/// against context length; asked for again on every edit while open.
+/// Weight formats (fits?, one user's tok/s, size, longest context), tok/s and memory
+/// against context length, and users of one llama-server against their p95 latency; asked
+/// for again on every edit while open.
 #[component]
 pub fn SweepsPanel(
     state: RwSignal<AppState>,
@@ -46,9 +47,9 @@ pub fn SweepsPanel(
     let toggle = move |ev: leptos::ev::Event| open.set(event_target::<web_sys::HtmlDetailsElement>(&ev).open());
     view! {
         <details class="panel sweeps" id="sweeps" on:toggle=toggle>
-            <summary><h2>"Weight formats and context lengths"</h2>
+            <summary><h2>"Weight formats, context lengths and users"</h2>
                 <span class="hint">"the same machines, each point planned"</span></summary>
-            <p class="hint" aria-live="polite">{move || if waiting.get() != 0 { "planning every format and context…".to_owned() } else { failed.get() }}</p>
+            <p class="hint" aria-live="polite">{move || if waiting.get() != 0 { "planning every format, context and count of users…".to_owned() } else { failed.get() }}</p>
             <div id="sweeps-body" inner_html=move || html.get()></div>
         </details>
     }

@@ -22,9 +22,11 @@
 use crate::calibration::quantile;
 
 mod replicas;
+mod users;
 
 pub use crate::demand::{Demand, MAX_USERS, Percentile, Targets};
 pub use replicas::{MAX_REPLICA_MACHINES, NotSplit, Replica, Replicas, not_split, replicas};
+pub use users::{UsersPoint, by_users};
 
 /// What a step of the engine costs: a whole step for its first token, then each further
 /// sequence decoding and each prompt token.
