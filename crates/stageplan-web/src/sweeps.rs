@@ -112,6 +112,10 @@ pub fn users_chart(points: &[UsersPoint]) -> Option<UsersChart> {
     })
 }
 
+/// The per-token line's colour, given in the markup: the page's style sheet is
+/// part of its download, this markup is the worker's.
+const TPOT_COLOUR: &str = "hsl(200 70% 38%)";
+
 /// The users chart as SVG, with its legend.
 fn users_chart_html(c: &UsersChart) -> String {
     let last = c.ticks.last().map(|t| t.1.as_str()).unwrap_or_default();
@@ -124,7 +128,7 @@ fn users_chart_html(c: &UsersChart) -> String {
     if let Some(y) = c.target_y {
         let _ = write!(
             html,
-            "<line class=\"target\" x1=\"{PAD}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"></line><text class=\"axis\" x=\"{}\" y=\"{:.1}\">first token 2 s</text>",
+            "<line class=\"budget\" x1=\"{PAD}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"></line><text class=\"axis\" x=\"{}\" y=\"{:.1}\">first token 2 s</text>",
             WIDTH - PAD,
             PAD + 2.0,
             y - 3.0
@@ -140,7 +144,7 @@ fn users_chart_html(c: &UsersChart) -> String {
     }
     let _ = write!(
         html,
-        "<polyline class=\"ttft\" points=\"{}\"></polyline><polyline class=\"tpot\" points=\"{}\"></polyline>",
+        "<polyline class=\"speed ttft\" points=\"{}\"></polyline><polyline class=\"tpot\" points=\"{}\" style=\"stroke:{TPOT_COLOUR};stroke-dasharray:6 3\"></polyline>",
         c.ttft, c.tpot
     );
     for (x, text) in &c.ticks {
@@ -153,7 +157,7 @@ fn users_chart_html(c: &UsersChart) -> String {
     }
     let _ = write!(
         html,
-        "</svg><p class=\"legend\"><span class=\"key ttft\"></span>p95 time to first token (top: {} s)<span class=\"key tpot\"></span>p95 time per token (top: {} ms) · users along the bottom</p>",
+        "</svg><p class=\"legend\"><span class=\"key speed\"></span>p95 time to first token (top: {} s)<span class=\"key\" style=\"background:{TPOT_COLOUR}\"></span>p95 time per token (top: {} ms) · users along the bottom</p>",
         sig3(c.ttft_top_s),
         sig3(c.tpot_top_s * 1e3)
     );
