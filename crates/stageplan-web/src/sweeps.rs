@@ -114,7 +114,7 @@ pub fn users_chart(points: &[UsersPoint]) -> Option<UsersChart> {
 
 /// The per-token line's colour, given in the markup: the page's style sheet is
 /// part of its download, this markup is the worker's.
-const TPOT_COLOUR: &str = "hsl(200 70% 38%)";
+const TPOT_COLOUR: &str = "hsl(30 90% 38%)";
 
 /// The users chart as SVG, with its legend.
 fn users_chart_html(c: &UsersChart) -> String {
