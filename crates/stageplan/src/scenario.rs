@@ -596,10 +596,10 @@ impl Scenario {
     /// The text is not a JSON object or not a scenario's shape: a [`ScenarioError`] with the
     /// JSON path of the offending field and the value written there.
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
-        const MISSING: &str = "; a scenario needs at least `model` and `nodes`";
+        let missing = "; a scenario needs at least `model` and `nodes`";
         let object = "a scenario is a JSON object like `{\"model\": {\"preset\": \"llama-3.1-8b\"}, \"nodes\": [...]}`";
-        let json = parse(text, object, MISSING)?;
-        read::scenario(&json).map_err(|wrong| located(text, MISSING, wrong))
+        let json = parse(text, object, missing)?;
+        read::scenario(&json).map_err(|wrong| located(text, missing, wrong))
     }
 }
 
@@ -610,10 +610,10 @@ impl NodeSpec {
     /// # Errors
     /// As [`Scenario::from_json`], at the field within the entry.
     pub fn from_json(text: &str) -> Result<NodeSpec, ScenarioError> {
-        const MISSING: &str = "; a machine needs at least a `name`";
+        let missing = "; a machine needs at least a `name`";
         let object = "a machine is a JSON object like `{\"name\": \"desk\", \"device\": \"rtx-4090\"}`";
-        let json = parse(text, object, MISSING)?;
-        read::node(&json, "").map_err(|wrong| located(text, MISSING, wrong))
+        let json = parse(text, object, missing)?;
+        read::node(&json, "").map_err(|wrong| located(text, missing, wrong))
     }
 }
 
