@@ -124,37 +124,19 @@ fn users_chart_html(c: &UsersChart) -> String {
         sig3(c.ttft_top_s),
         sig3(c.tpot_top_s * 1e3)
     );
-    let bottom = HEIGHT - PAD;
     if let Some(y) = c.target_y {
-        let _ = write!(
-            html,
-            "<line class=\"budget\" x1=\"{PAD}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"></line><text class=\"axis\" x=\"{}\" y=\"{:.1}\">first token 2 s</text>",
-            WIDTH - PAD,
-            PAD + 2.0,
-            y - 3.0
-        );
+        level_html(&mut html, y, "first token 2 s");
     }
     if let Some((x, text)) = &c.limit {
-        let _ = write!(
-            html,
-            "<line class=\"limit\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"8\" y2=\"{bottom}\"></line><text class=\"axis limit-label\" x=\"{:.1}\" y=\"16\" text-anchor=\"end\">{}</text>",
-            x - 3.0,
-            escape(text)
-        );
+        // At the right edge: its label to the left of it.
+        limit_html(&mut html, *x, text, "end");
     }
     let _ = write!(
         html,
         "<polyline class=\"speed ttft\" points=\"{}\"></polyline><polyline class=\"tpot\" points=\"{}\" style=\"stroke:{TPOT_COLOUR};stroke-dasharray:6 3\"></polyline>",
         c.ttft, c.tpot
     );
-    for (x, text) in &c.ticks {
-        let _ = write!(
-            html,
-            "<text class=\"axis\" x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            HEIGHT - 8.0,
-            escape(text)
-        );
-    }
+    ticks_html(&mut html, &c.ticks);
     let _ = write!(
         html,
         "</svg><p class=\"legend\"><span class=\"key speed\"></span>p95 time to first token (top: {} s)<span class=\"key\" style=\"background:{TPOT_COLOUR}\"></span>p95 time per token (top: {} ms) · users along the bottom</p>",
@@ -216,22 +198,15 @@ fn chart_html(c: &ContextChart) -> String {
         "<h3>Speed and memory against context length</h3><svg id=\"context-chart\" class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"one user's speed (up to {}) and each machine's memory against its budget, for contexts from {first} to {last}\">",
         c.speed_top
     );
-    let (bottom, y) = (HEIGHT - PAD, c.budget_y);
+    level_html(&mut html, c.budget_y, "100% of memory");
     let _ = write!(
         html,
-        "<line class=\"budget\" x1=\"{PAD}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"></line><text class=\"axis\" x=\"{}\" y=\"{:.1}\">100% of memory</text><line class=\"own\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"8\" y2=\"{bottom}\"></line>",
-        WIDTH - PAD,
-        PAD + 2.0,
-        y - 3.0,
+        "<line class=\"own\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"8\" y2=\"{}\"></line>",
+        HEIGHT - PAD,
         x = c.own_x
     );
     if let Some((x, text)) = &c.limit {
-        let _ = write!(
-            html,
-            "<line class=\"limit\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"8\" y2=\"{bottom}\"></line><text class=\"axis limit-label\" x=\"{:.1}\" y=\"16\">{}</text>",
-            x + 3.0,
-            escape(text)
-        );
+        limit_html(&mut html, *x, text, "start");
     }
     let _ = write!(html, "<polyline class=\"speed\" points=\"{}\"></polyline>", c.speed);
     for (name, hue, points) in &c.memory {
@@ -241,14 +216,7 @@ fn chart_html(c: &ContextChart) -> String {
             escape(name)
         );
     }
-    for (x, text) in &c.ticks {
-        let _ = write!(
-            html,
-            "<text class=\"axis\" x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            HEIGHT - 8.0,
-            escape(text)
-        );
-    }
+    ticks_html(&mut html, &c.ticks);
     let _ = write!(
         html,
         "</svg><p class=\"legend\"><span class=\"key speed\"></span>one user's tok/s (top: {})",
@@ -263,6 +231,41 @@ fn chart_html(c: &ContextChart) -> String {
     }
     html.push_str(" · the grey line is this scenario's context</p>");
     html
+}
+
+/// A dashed level across a chart at `y`, labelled at its left end.
+fn level_html(html: &mut String, y: f64, label: &str) {
+    let _ = write!(
+        html,
+        "<line class=\"budget\" x1=\"{PAD}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"></line><text class=\"axis\" x=\"{}\" y=\"{:.1}\">{label}</text>",
+        WIDTH - PAD,
+        PAD + 2.0,
+        y - 3.0
+    );
+}
+
+/// A limit up the chart at `x`, its label beside it at the top (`anchor`: SVG's
+/// `text-anchor`, `start` to its right or `end` to its left).
+fn limit_html(html: &mut String, x: f64, label: &str, anchor: &str) {
+    let beside = if anchor == "end" { x - 3.0 } else { x + 3.0 };
+    let _ = write!(
+        html,
+        "<line class=\"limit\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"8\" y2=\"{}\"></line><text class=\"axis limit-label\" x=\"{beside:.1}\" y=\"16\" text-anchor=\"{anchor}\">{}</text>",
+        HEIGHT - PAD,
+        escape(label)
+    );
+}
+
+/// The labels along a chart's bottom.
+fn ticks_html(html: &mut String, ticks: &[(f64, String)]) {
+    for (x, text) in ticks {
+        let _ = write!(
+            html,
+            "<text class=\"axis\" x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            HEIGHT - 8.0,
+            escape(text)
+        );
+    }
 }
 
 /// A chart of the same machines across context lengths, as SVG coordinates in a
