@@ -360,10 +360,14 @@ pub(crate) enum NodesAction {
     Add {
         name: String,
         /// Memory stages may take, e.g. `80 GiB`.
-        #[arg(long)]
-        memory: String,
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, required_unless_present = "node_file", conflicts_with = "node_file")]
+        memory: Option<String>,
+        #[arg(long, default_value_t = 0, requires = "memory")]
         gpus: u32,
+        /// Instead of `--memory` and `--gpus`: the machine as a scenario's `nodes[]` entry,
+        /// or what `stageplan probe --format json` prints (as `agent --node-file` reads it).
+        #[arg(long, value_name = "FILE")]
+        node_file: Option<PathBuf>,
         #[arg(long, default_value = STORE_DEFAULT)]
         store: String,
     },

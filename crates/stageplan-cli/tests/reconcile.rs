@@ -402,7 +402,7 @@ fn a_damaged_store_is_reported_at_once_and_reading_never_writes() {
 
 /// An agent joins the fleet as the machine its node file describes: a scenario's entry, or
 /// what `stageplan probe --format json` prints; it offers each device's memory less its
-/// reserve, and its GPUs, under the name `--node` gives.
+/// reserve, and its GPUs, under the name `--node` gives. `nodes add` reads one alike.
 #[test]
 fn an_agent_joins_as_its_node_file_says() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-agent-node-file");
@@ -423,6 +423,9 @@ fn an_agent_joins_as_its_node_file_says() {
     assert_eq!(code, Some(0), "{stderr}");
     let (code, _, stderr) = agent("cpu-box", "probed.json");
     assert_eq!(code, Some(0), "{stderr}");
+    // `nodes add` reads a node file as the agent does.
+    let added = run(&dir, &["nodes", "add", "twin", "--node-file", "box.json"]);
+    assert_eq!(added, "node `twin`: 46.0 GiB, 2 GPUs\n");
     let nodes: serde_json::Value = serde_json::from_str(&run(&dir, &["nodes", "list", "--format", "json"])).unwrap();
     let offered = |name: &str| {
         let node = nodes.as_array().unwrap().iter().find(|n| n["name"] == name).unwrap_or_else(|| panic!("{nodes}"));
@@ -430,6 +433,7 @@ fn an_agent_joins_as_its_node_file_says() {
     };
     // Two 24 GiB GPUs, each keeping the preset's 1 GiB; the CPU's 64 GiB less its 8.
     assert_eq!(offered("box"), (46 << 30, 2));
+    assert_eq!(offered("twin"), (46 << 30, 2));
     assert_eq!(offered("cpu-box"), (56 << 30, 0));
     // A file of two machines is refused, naming the file and the fix.
     let two = r#"{"nodes": [{"name": "a", "device": "rtx-4090"}, {"name": "b", "device": "rtx-4090"}]}"#;

@@ -29,7 +29,7 @@ pub(super) fn agent(request: AgentArgs) -> Result<Outcome, Failure> {
         )));
     }
     let joining = match (&request.memory, &request.node_file) {
-        (Some(memory), _) => Some(super::nodes::node(&node, memory, request.gpus)?.0),
+        (Some(memory), _) => Some(super::nodes::node(&node, memory, request.gpus)?),
         (None, Some(file)) => Some(super::nodes::node_from_file(&node, file)?),
         (None, None) => None,
     };

@@ -45,7 +45,9 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Deploy { deployment, store } => deploy::deploy(&store, &deployment),
         Command::Undeploy { name, store } => deploy::undeploy(&store, &name),
         Command::Nodes { action } => match action {
-            NodesAction::Add { name, memory, gpus, store } => nodes::add(&store, &name, &memory, gpus),
+            NodesAction::Add { name, memory, gpus, node_file, store } => {
+                nodes::add(&store, &name, memory.as_deref(), gpus, node_file.as_deref())
+            }
             NodesAction::Remove { name, store } => nodes::remove(&store, &name),
             NodesAction::List { store, format } => nodes::list(&store, format),
         },

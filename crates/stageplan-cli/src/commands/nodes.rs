@@ -12,16 +12,28 @@ use crate::cluster::ClusterStatus;
 use crate::outcome::{Failure, Outcome};
 use crate::{render, store};
 
-/// `stageplan nodes add`.
-pub(super) fn add(store: &str, name: &str, memory: &str, gpus: u32) -> Result<Outcome, Failure> {
-    let (node, bytes) = node(name, memory, gpus)?;
+/// `stageplan nodes add`: with `--memory` and `--gpus`, or from `--node-file`.
+pub(super) fn add(
+    store: &str,
+    name: &str,
+    memory: Option<&str>,
+    gpus: u32,
+    file: Option<&Path>,
+) -> Result<Outcome, Failure> {
+    let node = match (memory, file) {
+        (Some(memory), _) => node(name, memory, gpus)?,
+        (None, Some(file)) => node_from_file(name, file)?,
+        // clap requires one of them.
+        (None, None) => return Err(Failure("give `--memory` or `--node-file`".to_owned())),
+    };
+    let (bytes, gpus) = (node.memory, node.gpus);
     let mut store = store::open(store)?;
     Controller::default().handle(&mut store, Event::NodeJoined(node), &NoMetrics)?;
     Ok(Outcome::ok(render::cluster::node_added(name, bytes, gpus)))
 }
 
 /// A node's record from `--memory` and `--gpus`, checked as the loop will read it.
-pub(super) fn node(name: &str, memory: &str, gpus: u32) -> Result<(Node, Bytes), Failure> {
+pub(super) fn node(name: &str, memory: &str, gpus: u32) -> Result<Node, Failure> {
     let bytes = Bytes::parse(memory).map_err(|e| Failure(format!("`--memory`: {e}")))?;
     // The scenario's limit, with its words: past it the number would be stored clamped.
     if bytes.get() > 1e18 {
@@ -29,7 +41,7 @@ pub(super) fn node(name: &str, memory: &str, gpus: u32) -> Result<(Node, Bytes),
     }
     let node = Node { name: name.to_owned(), memory: bytes.get() as u64, gpus };
     node.check().map_err(|e| Failure(format!("node {e}")))?;
-    Ok((node, bytes))
+    Ok(node)
 }
 
 /// A node's record from `--node-file`: one machine as a scenario's `nodes[]` entry, or what

@@ -2,7 +2,7 @@
 //! changes the store (`deploy`, `undeploy`, `nodes add`, `nodes remove`) ends with.
 
 use stageplan::quote::{line, shell};
-use stageplan::units::{Bytes, format_bytes};
+use stageplan::units::format_bytes;
 use stageplan_reconcile::Deployment;
 use stageplan_reconcile::store::{ASSIGNMENTS, DEPLOYMENTS, NODES};
 
@@ -200,7 +200,8 @@ pub(crate) fn undeployed(name: &str, held: usize, left: usize) -> String {
 }
 
 /// `nodes add`.
-pub(crate) fn node_added(name: &str, memory: Bytes, gpus: u32) -> String {
+pub(crate) fn node_added(name: &str, memory: u64, gpus: u32) -> String {
+    let memory = format_bytes(memory as f64);
     format!("node `{name}`: {memory}, {gpus} GPU{}\n", if gpus == 1 { "" } else { "s" })
 }
 
