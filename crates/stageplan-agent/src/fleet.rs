@@ -7,8 +7,9 @@
 //! the model file. Ports are each agent's to choose (a block per replica, kept while the
 //! replica runs there) and published in its report; the machine that serves a replica
 //! starts llama-server only once every other machine's agent reports its rpc-servers for it
-//! serving. A replica whose bindings do not yet match its deployment's stages (a move under
-//! way) runs nothing new.
+//! serving. A replica runs the split it is bound with: during a roll, one waiting its turn
+//! keeps serving its old split, and one whose bindings are not a whole pipeline (a move
+//! under way) runs nothing.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 use stageplan::export::{ExportOptions, Launch};
 use stageplan::scenario::StageSpec;
 use stageplan::{Plan, Problem, Scenario};
-use stageplan_reconcile::spec::parse_assignment_key;
-use stageplan_reconcile::{Deployment, Expect, Op, Planned, Snapshot, Store, StoreError};
+use stageplan_reconcile::spec::is_whole_pipeline;
+use stageplan_reconcile::{Expect, Op, Planned, Snapshot, Store, StoreError};
 
 use crate::launch::SERVER;
 use crate::report::{AGENTS, AgentReport, ProcessReport, ReplicaReport};
@@ -64,6 +65,22 @@ struct Run {
     port: u16,
     specs: BTreeMap<String, Spec>,
     served: Option<Served>,
+}
+
+/// A replica as it is bound: its deployment's plan, and its stages in pipeline order.
+#[derive(Clone, Debug)]
+pub struct Bound<'s> {
+    pub planned: &'s Planned,
+    pub split: Vec<BoundStage>,
+}
+
+/// One stage of a replica as it is bound.
+#[derive(Clone, Debug)]
+pub struct BoundStage {
+    pub machine: String,
+    /// The plan's name for its node ([`Planned::plan_node`]): the machine, or its GPU.
+    pub node: String,
+    pub layers: [usize; 2],
 }
 
 /// What the machine that serves a replica planned.
@@ -144,7 +161,6 @@ impl Agent {
         let mut replicas = BTreeMap::new();
         let mut runs = BTreeMap::new();
         for (key, bound) in self.bound_here(&snapshot) {
-            let (deployment, planned) = bound;
             let mut replica = ReplicaReport {
                 port: 0,
                 endpoint: None,
@@ -155,7 +171,7 @@ impl Agent {
                 hosts: BTreeMap::new(),
                 launches: Vec::new(),
             };
-            match self.replica(&key, deployment, planned, &reports) {
+            match self.replica(&key, &bound, &reports) {
                 Ok(run) => {
                     replica.port = run.port;
                     if let Some(served) = &run.served {
@@ -231,32 +247,22 @@ impl Agent {
         Ok(())
     }
 
-    /// The replicas with a stage bound to this node whose every stage is bound as its
-    /// deployment's stages say, by `deployment/replica`.
-    fn bound_here<'s>(&self, snapshot: &'s Snapshot) -> Vec<(String, (&'s Deployment, &'s Planned))> {
+    /// The replicas with a stage bound to this node whose bindings are a whole pipeline
+    /// ([`is_whole_pipeline`]), by `deployment/replica`: the split each serves, which during
+    /// a roll may be an older plan's than its deployment's.
+    fn bound_here<'s>(&self, snapshot: &'s Snapshot) -> Vec<(String, Bound<'s>)> {
         let mut out = Vec::new();
         for (name, (deployment, _)) in &snapshot.deployments {
             let Some(planned) = deployment.planned.as_deref() else { continue };
-            let mut by_replica: BTreeMap<u32, Vec<(usize, &stageplan_reconcile::Assignment)>> = BTreeMap::new();
-            for (key, (assignment, _)) in &snapshot.assignments {
-                if let Some((d, replica, stage)) = parse_assignment_key(key)
-                    && d == name
-                {
-                    by_replica.entry(replica).or_default().push((stage, assignment));
+            for (replica, bindings) in snapshot.bindings(name) {
+                if !is_whole_pipeline(&bindings) || !bindings.values().any(|a| a.node == self.config.node) {
+                    continue;
                 }
-            }
-            for (replica, bindings) in by_replica {
-                let complete = bindings.len() == deployment.stages.len()
-                    && bindings.iter().all(|(stage, a)| {
-                        deployment.stages.get(*stage).is_some_and(|s| {
-                            s.node.as_deref() == Some(a.node.as_str())
-                                && s.layers == a.layers
-                                && a.status == stageplan_reconcile::Status::Running
-                        })
-                    });
-                if complete && bindings.iter().any(|(_, a)| a.node == self.config.node) {
-                    out.push((format!("{name}/{replica}"), (deployment, planned)));
-                }
+                let split = bindings
+                    .values()
+                    .map(|a| BoundStage { machine: a.node.clone(), node: planned.plan_node(a), layers: a.layers })
+                    .collect();
+                out.push((format!("{name}/{replica}"), Bound { planned, split }));
             }
         }
         out
@@ -269,19 +275,17 @@ impl Agent {
     fn replica(
         &mut self,
         key: &str,
-        deployment: &Deployment,
-        planned: &Planned,
+        bound: &Bound<'_>,
         reports: &BTreeMap<String, AgentReport>,
     ) -> Result<Run, String> {
         let me = self.config.node.clone();
-        let has_gpus =
-            deployment.stages.iter().any(|s| s.node.as_deref() == Some(me.as_str()) && !s.gpu_ids.is_empty());
+        let has_gpus = bound.split.iter().any(|s| s.machine == me && s.node != me);
         let (port, len) = self.block(key, block_len(has_gpus))?;
-        let head = deployment.stages.first().and_then(|s| s.node.clone()).unwrap_or_default();
+        let head = bound.split.first().map(|s| s.machine.clone()).unwrap_or_default();
         if head != me {
             return self.follow(key, port, reports.get(&head).filter(|r| !r.stopped).and_then(|r| r.replicas.get(key)));
         }
-        let plan = replica_plan(deployment, planned, self.config.resolve)?;
+        let plan = replica_plan(bound, self.config.resolve)?;
         let model = plan
             .model
             .file
@@ -442,19 +446,15 @@ impl Agent {
 ///
 /// # Errors
 /// The scenario no longer reads (a model file gone), or the split does not fit.
-pub fn replica_plan(
-    deployment: &Deployment,
-    planned: &Planned,
-    resolve: fn(&Scenario) -> Result<Problem, String>,
-) -> Result<Plan, String> {
-    let mut scenario = planned.scenario.clone();
+pub fn replica_plan(bound: &Bound<'_>, resolve: fn(&Scenario) -> Result<Problem, String>) -> Result<Plan, String> {
+    let mut scenario = bound.planned.scenario.clone();
     scenario.policy = stageplan::Policy::Manual;
     scenario.stages = Some(
-        deployment
-            .stages
+        bound
+            .split
             .iter()
             .map(|s| StageSpec {
-                node: s.plan_node().unwrap_or_default(),
+                node: s.node.clone(),
                 layers: [s.layers[0] as u64, s.layers[1] as u64],
                 offload: None,
             })

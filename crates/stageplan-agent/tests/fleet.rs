@@ -11,7 +11,7 @@ use stageplan_agent::fleet::{Agent, AgentConfig};
 use stageplan_agent::report::{AGENTS, AgentReport, Liveness};
 use stageplan_agent::{Policy, Supervisor};
 use stageplan_reconcile::{
-    Controller, Deployment, Event, MemoryStore, NoMetrics, Node, Planned, Store, planned_stages,
+    Controller, Deployment, Event, MemoryStore, NoMetrics, Node, Planned, Snapshot, Store, planned_stages,
 };
 
 fn resolve(scenario: &Scenario) -> Result<Problem, String> {
@@ -203,6 +203,29 @@ fn a_machine_that_does_not_serve_runs_what_the_serving_one_published() {
     follower.pass(&mut store).unwrap();
     let refused = follower.report().replicas["tiny/0"].problem.clone().unwrap();
     assert!(refused.contains("starts `llama-server` and `ggml-rpc-server` only"), "{refused}");
+
+    // Re-planned (a layer moved between the stages) while `min_replicas` holds its only
+    // replica: it serves its old split until its turn, and this machine its rpc-server.
+    publish(&mut store, "127.0.0.1:47000", "ggml-rpc-server");
+    follower.pass(&mut store).unwrap();
+    let serving = follower.report().replicas["tiny/0"].processes.clone();
+    assert_eq!(serving.len(), 1, "{serving:?}");
+    let (mut replanned, _) = Snapshot::load(&mut store).unwrap().deployments["tiny"].clone();
+    replanned.min_replicas = Some(1);
+    replanned.stages[0].layers[1] -= 1;
+    replanned.stages[1].layers[0] -= 1;
+    let mut controller = Controller::default();
+    controller.handle(&mut store, Event::DeploymentChanged(replanned), &NoMetrics).unwrap();
+    let held = controller.pass(&mut store, 2, &NoMetrics).unwrap();
+    assert!(held.released.is_empty(), "{held:?}");
+    follower.pass(&mut store).unwrap();
+    assert_eq!(follower.report().replicas["tiny/0"].processes, serving, "the old split runs on");
+
+    // A replica whose bindings are not a whole pipeline (a stage gone) runs nothing.
+    let bound = format!("{}tiny/0/1", stageplan_reconcile::store::ASSIGNMENTS);
+    store.commit(&[Op::Delete { key: bound, expect: Expect::Any }]).unwrap();
+    follower.pass(&mut store).unwrap();
+    assert!(!follower.report().replicas.contains_key("tiny/0"), "{:?}", follower.report());
     drop(follower);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -37,9 +37,10 @@
 //! ([`balance`]): a stage skewed against the others for several passes refits its
 //! machines' speed, a node whose free memory falls under its reserve sheds layers at once,
 //! and the deployment is re-planned with the fewest-moves search and written back with an
-//! event that says why. Changed stages then move one replica at a time, never leaving
-//! fewer complete replicas than `min_replicas`, and where [`Metrics::replica_serving`] knows
-//! (the agents' reports), only once the replica moved before serves again.
+//! event that says why. Changed stages then move one replica at a time, the whole replica
+//! at once (a replica waiting its turn keeps its old split bound, and serves it), never
+//! leaving fewer complete replicas than `min_replicas`, and where [`Metrics::replica_serving`]
+//! knows (the agents' reports), only once the replica moved before serves again.
 //!
 //! [`store::MemoryStore`] serves tests, simulations and the browser; the native stores
 //! (redb, etcd) live in `crates/stageplan-store`.

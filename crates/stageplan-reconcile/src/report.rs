@@ -13,6 +13,9 @@ pub struct PassReport {
     pub released: Vec<(String, Release)>,
     /// Replicas (`deployment/replica`) still without a full pipeline.
     pub pending: Vec<String>,
+    /// Replicas (`deployment/replica`) with changed stages that serve their old split until
+    /// their turn in a roll (one replica at a time, `min_replicas` kept serving).
+    pub waiting: Vec<String>,
     /// Deployments autoscaled: name, from, to.
     pub rescaled: Vec<(String, u32, u32)>,
     /// Planned deployments re-balanced from measurements: name, and what was measured and

@@ -55,6 +55,23 @@ impl Snapshot {
         Ok(snapshot)
     }
 
+    /// A deployment's bindings by replica, then by stage.
+    pub fn bindings(&self, deployment: &str) -> BTreeMap<u32, BTreeMap<usize, &Assignment>> {
+        let mut out: BTreeMap<u32, BTreeMap<usize, &Assignment>> = BTreeMap::new();
+        let prefix = format!("{deployment}/");
+        for (key, (assignment, _)) in self.assignments.range(prefix.clone()..) {
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            if let Some((name, replica, stage)) = parse_assignment_key(key)
+                && name == deployment
+            {
+                out.entry(replica).or_default().insert(stage, assignment);
+            }
+        }
+        out
+    }
+
     /// Names of the deployments and nodes whose records are quarantined, and whether an
     /// assignment is.
     pub(crate) fn quarantine(&self) -> (BTreeSet<&str>, BTreeSet<&str>, bool) {

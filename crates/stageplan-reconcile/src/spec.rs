@@ -231,6 +231,18 @@ impl StageRequest {
         Some(self.gpu_ids.first().map_or_else(|| node.to_owned(), |&gpu| stageplan::problem::gpu_node_name(node, gpu)))
     }
 
+    /// Whether `assignment` binds this request as it stands: its layers, memory and GPUs, on
+    /// its node and GPU ids where it names them. Otherwise the stage changed and moves, its
+    /// replica's turn in the roll.
+    pub fn bound_by(&self, assignment: &Assignment) -> bool {
+        self.memory == assignment.memory
+            && self.gpus as usize == assignment.gpus.len()
+            && self.layers == assignment.layers
+            && self.node.as_ref().is_none_or(|n| *n == assignment.node)
+            // A re-plan may move a stage to other GPUs of its machine.
+            && (self.gpu_ids.is_empty() || self.gpu_ids == assignment.gpus)
+    }
+
     /// The stage's node in words, with its GPUs there when the plan names them
     /// (`box/gpu1+gpu2`), as a plan labels its stages.
     pub fn label(&self) -> String {
@@ -325,6 +337,21 @@ pub struct Assignment {
     /// Bytes reserved on `node`.
     pub memory: u64,
     pub status: Status,
+}
+
+/// Whether a replica's bindings, by stage, are a pipeline that serves: every stage from the
+/// first bound and running, the first from block 0 and each from where the one before ends.
+/// During a roll a replica serves the split it was bound with, which may be an older plan's
+/// than its deployment's (other layers, more or fewer stages) until its turn.
+pub fn is_whole_pipeline(bindings: &BTreeMap<usize, &Assignment>) -> bool {
+    let mut next_layer = 0;
+    for (expected, (&stage, assignment)) in bindings.iter().enumerate() {
+        if stage != expected || assignment.status != Status::Running || assignment.layers[0] != next_layer {
+            return false;
+        }
+        next_layer = assignment.layers[1];
+    }
+    !bindings.is_empty()
 }
 
 /// A bound stage's state. A replica with no binding yet is pending (see the pass report).
@@ -576,6 +603,21 @@ impl Deployment {
 }
 
 impl Planned {
+    /// The plan's name for the node of a bound stage: its machine, or on a machine with
+    /// several GPUs (a `gpus` list in the scenario) the first GPU the stage holds there
+    /// (`box/gpu1`), as the planner names it.
+    pub fn plan_node(&self, assignment: &Assignment) -> String {
+        let machine = assignment.node.as_str();
+        // A checked scenario has at most `MAX_NODES` machines, so `count` is that small.
+        let several = self.scenario.nodes.iter().filter(|n| n.gpus.is_some()).any(|n| {
+            (1..=n.count.unwrap_or(1).min(stageplan::limits::MAX_NODES as u32)).any(|k| n.machine_name(k) == machine)
+        });
+        match assignment.gpus.first() {
+            Some(&gpu) if several => stageplan::problem::gpu_node_name(machine, gpu),
+            _ => machine.to_owned(),
+        }
+    }
+
     /// Checks what re-balancing relies on: every machine of the scenario a possible node,
     /// one prediction per stage, every stage on a named node, figures that are numbers.
     ///

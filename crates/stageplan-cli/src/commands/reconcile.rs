@@ -126,6 +126,7 @@ fn run_loop(target: &str, mut etcd: Option<AnyStore>, options: &LoopOptions) -> 
                     scheduled = report.scheduled.len(),
                     released = report.released.len(),
                     pending = report.pending.len(),
+                    waiting = report.waiting.len(),
                     rescaled = report.rescaled.len(),
                     rebalanced = report.rebalanced.len(),
                     commits = report.commits,

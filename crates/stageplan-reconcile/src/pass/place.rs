@@ -1,6 +1,7 @@
-//! The pass's last step: place every replica that misses stages, all of them in one
-//! transaction or none, on the fullest or emptiest node that fits; back off the replicas
-//! that do not fit, and after a few tries have a partial one give back what it holds.
+//! The pass's last step: place every replica that misses stages (but one that waits its turn
+//! in a roll), all of them in one transaction or none, on the fullest or emptiest node that
+//! fits; back off the replicas that do not fit, and after a few tries have a partial one give
+//! back what it holds.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -45,6 +46,12 @@ pub(crate) fn place(
     for (name, (deployment, _)) in &snapshot.deployments {
         for replica in 0..deployment.replicas {
             let id = format!("{name}/{replica}");
+            if report.waiting.contains(&id) {
+                // Serving the split it was bound with until its turn in the roll: a stage
+                // added to it now would join no pipeline.
+                backoff.remove(&id);
+                continue;
+            }
             let missing: Vec<usize> =
                 (0..deployment.stages.len()).filter(|&s| !bound(&assignment_key(name, replica, s))).collect();
             if missing.is_empty() {

@@ -8,10 +8,12 @@ use crate::capacity::{Capacity, Unreplayable};
 use crate::metrics::Metrics;
 use crate::report::{PassReport, Release};
 use crate::snapshot::Snapshot;
-use crate::spec::{Assignment, Deployment, Status, assignment_key, parse_assignment_key};
+use crate::spec::{Assignment, Deployment, Status, assignment_key, is_whole_pipeline, parse_assignment_key};
 use crate::store::{ASSIGNMENTS, Expect, Op, Store, StoreError};
 use crate::writes::commit_groups;
 
+/// Replicas whose changed stages wait their turn go to [`PassReport::waiting`]: they serve
+/// the split they were bound with, so the place step leaves them alone.
 pub(crate) fn release(
     store: &mut impl Store,
     snapshot: &Snapshot,
@@ -36,23 +38,15 @@ pub(crate) fn release(
             let _ = capacity.replay(assignment);
             continue;
         }
+        // A desired replica's stage: its request, or none past a re-plan with fewer stages
+        // (that stage goes with its replica's turn in the roll, as a changed one does).
         let desired = parse_assignment_key(key).and_then(|(name, replica, stage)| {
             let (deployment, _) = snapshot.deployments.get(name)?;
-            (replica < deployment.replicas).then_some(())?;
-            deployment.stages.get(stage)
+            (replica < deployment.replicas).then(|| deployment.stages.get(stage))
         });
         let reason = match desired {
             None => Some(Release::NotDesired),
-            Some(request)
-                if request.memory != assignment.memory
-                    || request.gpus as usize != assignment.gpus.len()
-                    || request.layers != assignment.layers
-                    || request.node.as_ref().is_some_and(|n| *n != assignment.node)
-                    // A re-plan may move a stage to other GPUs of its machine.
-                    || (!request.gpu_ids.is_empty() && request.gpu_ids != assignment.gpus) =>
-            {
-                Some(Release::Changed)
-            }
+            Some(request) if !request.is_some_and(|r| r.bound_by(assignment)) => Some(Release::Changed),
             Some(_) if key.rsplit_once('/').is_some_and(|(replica, _)| failed.contains(replica)) => {
                 Some(Release::Failed)
             }
@@ -76,21 +70,46 @@ pub(crate) fn release(
         }
     }
     // Changed stages move a replica at a time, so the others keep serving.
-    for (name, replicas) in changed {
+    for (name, mut replicas) in changed {
         let Some((deployment, _)) = snapshot.deployments.get(name) else { continue };
+        // A replica that no longer serves its old split (a stage of it released above or
+        // failed, its node gone, or its agents say it does not serve) has nothing to keep:
+        // its changed stages go at once.
+        let released: BTreeSet<&str> = report.released.iter().map(|(k, _)| k.as_str()).collect();
+        let bindings = snapshot.bindings(name);
+        let broken: Vec<u32> = replicas
+            .keys()
+            .copied()
+            .filter(|&replica| {
+                let mut kept = bindings.get(&replica).cloned().unwrap_or_default();
+                kept.retain(|&stage, _| !released.contains(assignment_key(name, replica, stage).as_str()));
+                !is_whole_pipeline(&kept)
+                    || kept.values().any(|a| !snapshot.nodes.contains_key(&a.node))
+                    || metrics.replica_serving(name, replica) == Some(false)
+            })
+            .collect();
+        let mut release_now = |stages: Vec<(&String, &Assignment, u64)>, report: &mut PassReport| {
+            for (key, _, revision) in stages {
+                report.released.push((key.clone(), Release::Changed));
+                groups
+                    .push(vec![Op::Delete { key: format!("{ASSIGNMENTS}{key}"), expect: Expect::Revision(revision) }]);
+            }
+        };
+        for replica in broken {
+            if let Some(stages) = replicas.remove(&replica) {
+                release_now(stages, report);
+            }
+        }
         let rolling = rolling_replica(name, deployment, snapshot, &report.released, &replicas, metrics);
         for (replica, stages) in replicas {
-            for (key, assignment, revision) in stages {
-                if Some(replica) == rolling {
-                    report.released.push((key.clone(), Release::Changed));
-                    groups.push(vec![Op::Delete {
-                        key: format!("{ASSIGNMENTS}{key}"),
-                        expect: Expect::Revision(revision),
-                    }]);
-                } else {
-                    // Still serving with its old stages until its turn.
-                    let _ = capacity.replay(assignment);
-                }
+            if Some(replica) == rolling {
+                release_now(stages, report);
+                continue;
+            }
+            // Still serving with its old stages until its turn.
+            report.waiting.push(format!("{name}/{replica}"));
+            for (_, assignment, _) in stages {
+                let _ = capacity.replay(assignment);
             }
         }
     }
@@ -123,12 +142,12 @@ fn rolling_replica(
     };
     let replicas = deployment.replicas.min(crate::spec::MAX_REPLICAS);
     let mut complete = 0u32;
-    for replica in 0..replicas {
+    for replica in (0..replicas).filter(|r| !changed.contains_key(r)) {
         let held = bound(replica);
         if held > 0 && held < stages {
             return None;
         }
-        if held == stages && !changed.contains_key(&replica) {
+        if held == stages {
             if metrics.replica_serving(name, replica) == Some(false) {
                 return None;
             }

@@ -422,6 +422,61 @@ fn changed_stages_roll_one_replica_at_a_time() {
     assert!(world.pass(5).released.is_empty(), "min_replicas 3 of 3 holds every replica");
 }
 
+/// A re-plan into more or fewer stages rolls as a change does: a replica waiting its turn
+/// keeps its old split whole (no new stage added beside it, no stage past the new count
+/// taken away), and the one rolling goes whole.
+#[test]
+fn a_replan_into_more_or_fewer_stages_rolls_whole_replicas() {
+    let nodes = [node("a", 100, 0), node("b", 100, 0)];
+    let mut d = deployment("chat", 2, &[(10, 0), (10, 0)]);
+    d.min_replicas = Some(1);
+    let mut world = World::new(&nodes, std::slice::from_ref(&d));
+    world.pass(0);
+    let splits = |world: &mut World| -> Vec<Vec<[usize; 2]>> {
+        let snapshot = world.snapshot();
+        let bindings = snapshot.bindings("chat");
+        (0..2).map(|r| bindings.get(&r).map_or(Vec::new(), |b| b.values().map(|a| a.layers).collect())).collect()
+    };
+    assert_eq!(splits(&mut world), [vec![[0, 1], [1, 2]], vec![[0, 1], [1, 2]]]);
+    for layers in [vec![[0, 1], [1, 2], [2, 3]], vec![[0, 3]]] {
+        d.stages = layers
+            .iter()
+            .map(|&layers| StageRequest { layers, memory: 5 * GIB, gpus: 0, node: None, gpu_ids: Vec::new() })
+            .collect();
+        world.event(Event::DeploymentChanged(d.clone()));
+        let old = splits(&mut world)[1].clone();
+        let first = world.pass(1);
+        assert!(first.released.iter().all(|(k, _)| k.starts_with("chat/0/")), "{first:?}");
+        assert_eq!(first.waiting, ["chat/1"]);
+        assert_eq!(splits(&mut world), [layers.clone(), old], "replica 0 rolled whole, replica 1 kept its split");
+        let second = world.pass(2);
+        assert!(second.released.iter().all(|(k, _)| k.starts_with("chat/1/")), "{second:?}");
+        assert_eq!(splits(&mut world), [layers.clone(), layers.clone()]);
+        assert!(world.pass(3).is_quiet());
+    }
+}
+
+/// `min_replicas` keeps serving replicas serving; a replica that cannot serve its old split
+/// (a stage's node gone) is no such replica, and moves at once.
+#[test]
+fn a_replica_whose_node_left_moves_despite_min_replicas() {
+    let nodes = [node("a", 100, 0), node("b", 100, 0), node("c", 100, 0)];
+    let mut d = deployment("chat", 1, &[(60, 0), (60, 0)]);
+    d.min_replicas = Some(1);
+    let mut world = World::new(&nodes, std::slice::from_ref(&d));
+    world.pass(0);
+    let bound = world.snapshot().bindings("chat")[&0][&1].node.clone();
+    // A re-plan for the machines left: the stage moves (here, a little larger).
+    d.stages[1].memory = 61 * GIB;
+    world.event(Event::DeploymentChanged(d.clone()));
+    world.event(Event::NodeLeft(bound.clone()));
+    let report = world.pass(1);
+    assert_eq!(report.released, [("chat/0/1".to_owned(), Release::Changed)], "{report:?}");
+    let snapshot = world.snapshot();
+    let now = snapshot.bindings("chat");
+    assert!(now[&0].len() == 2 && now[&0].values().all(|a| a.node != bound), "{now:?}");
+}
+
 /// Where the agents say which replicas serve, a roll moves the next replica only once the
 /// one it moved serves again: never two pipelines down at once while one loads.
 #[test]
