@@ -86,21 +86,14 @@ impl ClusterStatus {
             .deployments
             .values()
             .map(|(d, _)| {
+                // Every replica bound, whatever its split: during a roll, ones waiting their
+                // turn on an older split, and one placed beside them (make before break).
                 let (mut running, mut failed) = (0, 0);
-                for replica in 0..d.replicas {
-                    let stages: Vec<Option<Status>> = (0..d.stages.len())
-                        .map(|s| {
-                            let key = stageplan_reconcile::assignment_key(&d.name, replica, s);
-                            snapshot
-                                .assignments
-                                .get(&key)
-                                .filter(|(a, _)| snapshot.nodes.contains_key(&a.node))
-                                .map(|(a, _)| a.status)
-                        })
-                        .collect();
-                    if stages.contains(&Some(Status::Failed)) {
+                for (_, mut bindings) in snapshot.bindings(&d.name) {
+                    bindings.retain(|_, a| snapshot.nodes.contains_key(&a.node));
+                    if bindings.values().any(|a| a.status == Status::Failed) {
                         failed += 1;
-                    } else if stages.iter().all(Option::is_some) {
+                    } else if stageplan_reconcile::spec::is_whole_pipeline(&bindings) {
                         running += 1;
                     }
                 }
@@ -111,7 +104,7 @@ impl ClusterStatus {
                         .zip(&p.predicted)
                         .enumerate()
                         .map(|(s, (request, predicted))| {
-                            let mut measured: Vec<f64> = (0..d.replicas)
+                            let mut measured: Vec<f64> = (0..=d.replicas)
                                 .filter_map(|r| seen.and_then(|o| o.stage_step_s(&d.name, r, s)))
                                 .collect();
                             measured.sort_by(f64::total_cmp);
@@ -130,7 +123,7 @@ impl ClusterStatus {
                     desired: d.replicas,
                     running,
                     failed,
-                    pending: d.replicas - running - failed,
+                    pending: d.replicas.saturating_sub(running + failed),
                     stages,
                     predicted_token_s: planned.map(|p| p.predicted.iter().map(|s| s.step_s).sum()),
                     measured_token_s: seen.and_then(|o| o.token_s.get(&d.name).copied()),
@@ -184,5 +177,28 @@ impl ClusterStatus {
             quarantined,
             agents: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stageplan_reconcile::{Assignment, Deployment, Node, StageRequest, assignment_key};
+
+    /// A roll's surge: a replica more than desired runs, and none is pending.
+    #[test]
+    fn a_replica_placed_beside_the_others_counts_as_running() {
+        let request = StageRequest { layers: [0, 4], memory: 1, gpus: 0, node: None, gpu_ids: Vec::new() };
+        let mut snapshot = Snapshot::default();
+        snapshot.deployments.insert("chat".into(), (Deployment::new("chat", 1, vec![request]), 1));
+        snapshot.nodes.insert("a".into(), (Node { name: "a".into(), memory: 8, gpus: 0 }, 1));
+        for replica in [0, 1] {
+            let bound =
+                Assignment { node: "a".into(), layers: [0, 4], gpus: Vec::new(), memory: 1, status: Status::Running };
+            snapshot.assignments.insert(assignment_key("chat", replica, 0), (bound, 1));
+        }
+        let status = ClusterStatus::of(&snapshot, None);
+        let chat = &status.deployments[0];
+        assert_eq!((chat.desired, chat.running, chat.pending), (1, 2, 0));
     }
 }

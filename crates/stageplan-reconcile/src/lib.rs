@@ -39,8 +39,10 @@
 //! and the deployment is re-planned with the fewest-moves search and written back with an
 //! event that says why. Changed stages then move one replica at a time, the whole replica
 //! at once (a replica waiting its turn keeps its old split bound, and serves it), never
-//! leaving fewer complete replicas than `min_replicas`, and where [`Metrics::replica_serving`]
-//! knows (the agents' reports), only once the replica moved before serves again.
+//! leaving fewer complete replicas than `min_replicas` (where that would, one more is placed
+//! on the new split first, in the index past the replicas: make before break), and where
+//! [`Metrics::replica_serving`] knows (the agents' reports), only once the replica moved or
+//! placed before serves.
 //!
 //! [`store::MemoryStore`] serves tests, simulations and the browser; the native stores
 //! (redb, etcd) live in `crates/stageplan-store`.

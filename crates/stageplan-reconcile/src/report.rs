@@ -16,6 +16,9 @@ pub struct PassReport {
     /// Replicas (`deployment/replica`) with changed stages that serve their old split until
     /// their turn in a roll (one replica at a time, `min_replicas` kept serving).
     pub waiting: Vec<String>,
+    /// Deployments whose roll `min_replicas` holds: one replica more is placed beside the
+    /// waiting ones (make before break), and the roll goes on once it serves.
+    pub surging: Vec<String>,
     /// Deployments autoscaled: name, from, to.
     pub rescaled: Vec<(String, u32, u32)>,
     /// Planned deployments re-balanced from measurements: name, and what was measured and

@@ -36,6 +36,8 @@ pub(crate) fn place(
         return Ok(());
     }
     let released: BTreeSet<String> = report.released.iter().map(|(k, _)| k.clone()).collect();
+    let (waiting, surging): (BTreeSet<String>, BTreeSet<String>) =
+        (report.waiting.iter().cloned().collect(), report.surging.iter().cloned().collect());
     let bound = |key: &str| snapshot.assignments.contains_key(key) && !released.contains(key);
     let max_ops = store.max_ops().max(2);
     let mut batch: Vec<Op> = Vec::new();
@@ -44,19 +46,37 @@ pub(crate) fn place(
     let mut batch_keys: Vec<(String, String)> = Vec::new();
     let mut live_replicas: BTreeSet<String> = BTreeSet::new();
     for (name, (deployment, _)) in &snapshot.deployments {
-        for replica in 0..deployment.replicas {
+        let stages = deployment.stages.len();
+        let missing = |replica: u32| -> Vec<usize> {
+            (0..stages).filter(|&s| !bound(&assignment_key(name, replica, s))).collect()
+        };
+        // Replicas with anything bound serve, wait their turn or are being placed; empty
+        // ones are filled, lowest first, up to the replicas wanted (one more while a roll
+        // surges, the slot past them).
+        let slots = super::release::slots(deployment);
+        let waiting = |replica: u32| waiting.contains(&format!("{name}/{replica}"));
+        let occupied = (0..=slots).filter(|&r| waiting(r) || missing(r).len() < stages).count();
+        let wanted = deployment.replicas as usize + usize::from(surging.contains(name));
+        let mut to_fill = wanted.saturating_sub(occupied);
+        for replica in 0..=slots {
             let id = format!("{name}/{replica}");
-            if report.waiting.contains(&id) {
+            if waiting(replica) {
                 // Serving the split it was bound with until its turn in the roll: a stage
                 // added to it now would join no pipeline.
                 backoff.remove(&id);
                 continue;
             }
-            let missing: Vec<usize> =
-                (0..deployment.stages.len()).filter(|&s| !bound(&assignment_key(name, replica, s))).collect();
+            let missing = missing(replica);
             if missing.is_empty() {
                 backoff.remove(&id);
                 continue;
+            }
+            if missing.len() == stages {
+                if to_fill == 0 {
+                    backoff.remove(&id);
+                    continue;
+                }
+                to_fill -= 1;
             }
             live_replicas.insert(id.clone());
             if backoff.get(&id).is_some_and(|b| now_ms < b.next_ms) {

@@ -115,7 +115,8 @@ fn stage_views<'a>(
             // On a machine with several GPUs, the stage's GPU as the plan names it.
             let plan_node = request.plan_node().unwrap_or_default();
             let machine = problem.nodes.iter().find(|n| n.name == plan_node);
-            let mut measured: Vec<f64> = (0..deployment.replicas)
+            // Every replica, the one a roll places past them included.
+            let mut measured: Vec<f64> = (0..=super::release::slots(deployment))
                 .filter(|&r| {
                     assignments.get(&assignment_key(name, r, s)).is_some_and(|(a, _)| {
                         a.node == node && a.layers == request.layers && a.status == Status::Running

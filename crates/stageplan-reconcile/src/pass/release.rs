@@ -42,7 +42,7 @@ pub(crate) fn release(
         // (that stage goes with its replica's turn in the roll, as a changed one does).
         let desired = parse_assignment_key(key).and_then(|(name, replica, stage)| {
             let (deployment, _) = snapshot.deployments.get(name)?;
-            (replica < deployment.replicas).then(|| deployment.stages.get(stage))
+            (replica <= slots(deployment)).then(|| deployment.stages.get(stage))
         });
         let reason = match desired {
             None => Some(Release::NotDesired),
@@ -100,7 +100,14 @@ pub(crate) fn release(
                 release_now(stages, report);
             }
         }
-        let rolling = rolling_replica(name, deployment, snapshot, &report.released, &replicas, metrics);
+        let rolling = match roll(name, deployment, snapshot, &report.released, &replicas, metrics) {
+            Roll::Release(replica) => Some(replica),
+            Roll::Wait => None,
+            Roll::Surge => {
+                report.surging.push(name.to_owned());
+                None
+            }
+        };
         for (replica, stages) in replicas {
             if Some(replica) == rolling {
                 release_now(stages, report);
@@ -113,50 +120,98 @@ pub(crate) fn release(
             }
         }
     }
+    // Past its replicas a deployment keeps none once no roll needs one (a surge's work
+    // done, replicas scaled down): half-placed ones go first, then the highest.
+    let released: BTreeSet<String> = report.released.iter().map(|(k, _)| k.clone()).collect();
+    for (name, (deployment, _)) in &snapshot.deployments {
+        let rolling = |w: &String| w.rsplit_once('/').is_some_and(|(d, _)| d == name);
+        if held_deployments.contains(name.as_str()) || report.waiting.iter().any(rolling) {
+            continue;
+        }
+        let mut kept: Vec<Kept> = snapshot
+            .bindings(name)
+            .into_iter()
+            .map(|(replica, bindings)| {
+                let keys: Vec<(String, u64)> = bindings
+                    .keys()
+                    .map(|&stage| assignment_key(name, replica, stage))
+                    .filter(|key| !released.contains(key))
+                    .filter_map(|key| {
+                        let (assignment, revision) = snapshot.assignments.get(&key)?;
+                        (!held_nodes.contains(assignment.node.as_str())).then_some((key, *revision))
+                    })
+                    .collect();
+                Kept { whole: keys.len() == deployment.stages.len(), replica, keys }
+            })
+            .filter(|k| !k.keys.is_empty())
+            .collect();
+        let extra = kept.len().saturating_sub(deployment.replicas as usize);
+        kept.sort_by_key(|k| (k.whole, std::cmp::Reverse(k.replica)));
+        for (key, revision) in kept.into_iter().take(extra).flat_map(|k| k.keys) {
+            groups.push(vec![Op::Delete { key: format!("{ASSIGNMENTS}{key}"), expect: Expect::Revision(revision) }]);
+            report.released.push((key, Release::NotDesired));
+        }
+    }
     commit_groups(store, groups, report)
 }
 
-/// The replica of `deployment` whose changed stages are released this pass, if any: one at
-/// a time, none while another replica is half-placed (mid-roll) or placed but not serving
-/// yet (its engines loading, where the metrics say: the agents' reports), and only while the
-/// replicas left complete are at least `min_replicas` (when it is given; a deployment
-/// without it may pause its only pipeline to move it). So a roll takes a replica down only
-/// once the one moved before serves again.
-fn rolling_replica(
+/// A replica's bindings a pass leaves bound: whether they are its whole split, and their
+/// keys with their revisions.
+struct Kept {
+    whole: bool,
+    replica: u32,
+    keys: Vec<(String, u64)>,
+}
+
+/// What a roll does this pass.
+enum Roll {
+    /// This replica's changed stages are released.
+    Release(u32),
+    /// Nothing moves: a replica is half-placed (mid-roll) or placed but not serving yet (its
+    /// engines loading, where the metrics say: the agents' reports).
+    Wait,
+    /// Releasing one would leave fewer serving than `min_replicas`: a replica is placed
+    /// beside them first (the place step), and the roll goes on once it serves.
+    Surge,
+}
+
+/// The next step of `deployment`'s roll: one replica at a time, none while another is
+/// half-placed or loading, and only while the replicas left serving are at least
+/// `min_replicas` (when it is given; a deployment without it may pause its only pipeline to
+/// move it). So a roll takes a replica down only once the one placed before serves.
+fn roll(
     name: &str,
     deployment: &Deployment,
     snapshot: &Snapshot,
     released: &[(String, Release)],
     changed: &BTreeMap<u32, Vec<(&String, &Assignment, u64)>>,
     metrics: &dyn Metrics,
-) -> Option<u32> {
+) -> Roll {
+    let Some(&first) = changed.keys().next() else { return Roll::Wait };
     let released: BTreeSet<&str> = released.iter().map(|(k, _)| k.as_str()).collect();
     let stages = deployment.stages.len();
-    let bound = |replica: u32| {
-        (0..stages)
-            .filter(|&s| {
-                let key = assignment_key(name, replica, s);
-                snapshot.assignments.contains_key(&key) && !released.contains(key.as_str())
-            })
-            .count()
-    };
-    let replicas = deployment.replicas.min(crate::spec::MAX_REPLICAS);
     let mut complete = 0u32;
-    for replica in (0..replicas).filter(|r| !changed.contains_key(r)) {
-        let held = bound(replica);
-        if held > 0 && held < stages {
-            return None;
+    for (replica, mut bindings) in snapshot.bindings(name) {
+        if changed.contains_key(&replica) || replica > slots(deployment) {
+            continue;
         }
-        if held == stages {
-            if metrics.replica_serving(name, replica) == Some(false) {
-                return None;
-            }
-            complete += 1;
+        bindings.retain(|&stage, _| !released.contains(assignment_key(name, replica, stage).as_str()));
+        if bindings.is_empty() {
+            continue;
         }
+        if bindings.len() < stages || metrics.replica_serving(name, replica) == Some(false) {
+            return Roll::Wait;
+        }
+        complete += 1;
     }
-    let first = *changed.keys().next()?;
     let floor = deployment.min_replicas.unwrap_or(0);
     // Replicas with changed stages still serve until released: all but the one rolling.
     let serving = complete + (changed.len() as u32 - 1);
-    (serving >= floor).then_some(first)
+    if serving >= floor { Roll::Release(first) } else { Roll::Surge }
+}
+
+/// The highest replica index a deployment may bind: one past its replicas, the slot a
+/// replica is placed in beside the others while a roll needs one more serving.
+pub(crate) fn slots(deployment: &Deployment) -> u32 {
+    deployment.replicas.min(crate::spec::MAX_REPLICAS)
 }

@@ -415,11 +415,31 @@ fn changed_stages_roll_one_replica_at_a_time() {
         assert_eq!(complete(&mut world), 3, "each replica is placed again in the pass that released it");
     }
     assert!(world.pass(4).released.is_empty(), "all three rolled");
-    // With `min_replicas` equal to `replicas`, no replica may go: the change waits.
+    // With `min_replicas` equal to `replicas`, no replica may go before one more serves:
+    // each is made (in the slot the last one left) before one is broken, never fewer than
+    // three whole.
     d.min_replicas = Some(3);
     d.stages[1].memory = 11 * GIB;
     world.event(Event::DeploymentChanged(d));
-    assert!(world.pass(5).released.is_empty(), "min_replicas 3 of 3 holds every replica");
+    let whole = |world: &mut World| {
+        let snapshot = world.snapshot();
+        snapshot.bindings("chat").values().filter(|b| spec::is_whole_pipeline(b)).count()
+    };
+    let surge = world.pass(5);
+    assert!(surge.released.is_empty() && surge.scheduled == ["chat/3/0", "chat/3/1"], "{surge:?}");
+    for now in 6..13 {
+        world.pass(now);
+        assert!(whole(&mut world) >= 3, "pass {now}");
+    }
+    let snapshot = world.snapshot();
+    let current: Vec<u32> = snapshot
+        .bindings("chat")
+        .into_iter()
+        .filter(|(_, b)| b.values().all(|a| a.memory != 12 * GIB))
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(current.len(), 3, "all three moved: {current:?}");
+    assert!(world.pass(13).is_quiet());
 }
 
 /// A re-plan into more or fewer stages rolls as a change does: a replica waiting its turn
@@ -475,6 +495,56 @@ fn a_replica_whose_node_left_moves_despite_min_replicas() {
     let snapshot = world.snapshot();
     let now = snapshot.bindings("chat");
     assert!(now[&0].len() == 2 && now[&0].values().all(|a| a.node != bound), "{now:?}");
+}
+
+/// Make before break: where `min_replicas` holds a roll, a replica is placed beside the
+/// waiting ones (in the slot past the replicas) and a waiting one goes only once it serves.
+/// With room the change lands without a moment below `min_replicas`; without room it waits,
+/// the new replica pending.
+#[test]
+fn a_roll_held_by_min_replicas_places_a_replica_first() {
+    let nodes = [node("a", 100, 0), node("b", 100, 0)];
+    let mut d = deployment("chat", 1, &[(30, 0), (30, 0)]);
+    d.min_replicas = Some(1);
+    let mut world = World::new(&nodes, std::slice::from_ref(&d));
+    world.pass(0);
+    d.stages[1].memory = 32 * GIB;
+    world.event(Event::DeploymentChanged(d.clone()));
+    let whole = |world: &mut World| -> Vec<u32> {
+        let snapshot = world.snapshot();
+        snapshot.bindings("chat").into_iter().filter(|(_, b)| spec::is_whole_pipeline(b)).map(|(r, _)| r).collect()
+    };
+    let mut seen = crate::observe::Observations::default();
+    let first = world.controller.pass(&mut world.store, 1, &seen).unwrap();
+    assert!(first.released.is_empty(), "{first:?}");
+    assert_eq!(
+        (first.waiting.as_slice(), first.surging.as_slice()),
+        (["chat/0".to_owned()].as_slice(), ["chat".to_owned()].as_slice())
+    );
+    assert_eq!(first.scheduled, ["chat/1/0", "chat/1/1"], "the new split beside the old");
+    assert_eq!(whole(&mut world), [0, 1]);
+    // The new replica loads: the old one serves on.
+    seen.serving.insert(("chat".into(), 1), false);
+    for now in 2..4 {
+        let report = world.controller.pass(&mut world.store, now, &seen).unwrap();
+        assert!(report.released.is_empty() && report.scheduled.is_empty(), "{report:?}");
+    }
+    // It serves: the old replica goes, whole, and nothing takes its place.
+    seen.serving.insert(("chat".into(), 1), true);
+    let swap = world.controller.pass(&mut world.store, 4, &seen).unwrap();
+    assert_eq!(swap.released.len(), 2, "{swap:?}");
+    assert!(swap.released.iter().all(|(k, _)| k.starts_with("chat/0/")) && swap.scheduled.is_empty(), "{swap:?}");
+    assert_eq!(whole(&mut world), [1]);
+    assert!(world.controller.pass(&mut world.store, 5, &seen).unwrap().is_quiet());
+    world.check();
+
+    // The next change surges into the slot the first left free; without room it waits.
+    d.stages[1].memory = 150 * GIB;
+    world.event(Event::DeploymentChanged(d.clone()));
+    let held = world.controller.pass(&mut world.store, 6, &seen).unwrap();
+    assert_eq!(held.pending, ["chat/0"], "{held:?}");
+    assert!(held.released.is_empty() && held.waiting == ["chat/1"], "{held:?}");
+    assert_eq!(whole(&mut world), [1]);
 }
 
 /// Where the agents say which replicas serve, a roll moves the next replica only once the
