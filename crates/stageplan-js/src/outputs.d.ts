@@ -645,10 +645,17 @@ export type Answer = {
 /**
  * For the users of `served` (a count given that does not fit: for those, infeasible).
  */
-plan: Plan, served?: Served, targets?: TargetsHeld, capacity?: Found, 
+plan: Plan, served?: Served, targets?: TargetsHeld, 
 /**
- * Without a count of users: the machines split into replicas, where that serves more
- * users within the targets than one llama-server over all of them.
+ * How many meet the targets on one llama-server: without a count of users, or with one
+ * that one server misses where its machines could be split.
+ */
+capacity?: Found, 
+/**
+ * The machines split into replicas, where that serves more users within the targets
+ * than one llama-server over all of them: without a count of users, each at what it
+ * serves; with one that one server misses, the users spread over the split (each
+ * replica's share in proportion to what it serves), where it serves them all.
  */
 replicas?: Replicas, };
 

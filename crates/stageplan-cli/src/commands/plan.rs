@@ -125,17 +125,21 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
                 text.push_str(&render::plan::verification(&plan, exhaustive));
             }
             if let Some(answer) = &answer {
-                text.push_str(&render::plan::answer(&problem, answer));
+                text.push_str(&render::plan::answer(&problem, answer, Demand { users, targets }));
             }
             text
         }
     };
-    // No user meeting the targets (on one server or replicas) is, as nothing fitting, a plan
-    // that does not answer.
-    let answered = answer
-        .as_ref()
-        .and_then(|a| a.capacity.as_ref().map(|found| found.users != 0 || a.replicas.is_some()))
-        .is_none_or(|served| served);
-    let code = if plan.feasible && answered { ExitCode::SUCCESS } else { ExitCode::from(1) };
+    // What answers: a plan that fits; asked how many meet the targets, one user at least
+    // (on one server or replicas); asked a count, its users on one server or spread over
+    // replicas.
+    let answered = match (&answer, users) {
+        (None, _) => plan.feasible,
+        (Some(a), None) => {
+            plan.feasible && a.capacity.as_ref().is_none_or(|found| found.users != 0 || a.replicas.is_some())
+        }
+        (Some(a), Some(users)) => plan.feasible || a.replicas.as_ref().is_some_and(|r| r.users >= users),
+    };
+    let code = if answered { ExitCode::SUCCESS } else { ExitCode::from(1) };
     Ok(Outcome { stdout, stderr: String::new(), code })
 }

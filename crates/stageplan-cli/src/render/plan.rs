@@ -7,8 +7,8 @@ use std::fmt::Write;
 
 use stageplan::plan::{Level, Plan};
 use stageplan::serving::{
-    self, Answer, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, Missed, NotSplit, Percentile, Replicas, Served,
-    TargetsHeld,
+    self, Answer, Demand, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, Missed, NotSplit, Percentile, Replicas,
+    Served, TargetsHeld,
 };
 use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem};
@@ -249,37 +249,48 @@ pub(crate) fn verification(plan: &Plan, exhaustive: &Plan) -> String {
 }
 
 /// `--users`, `--ttft`, `--tpot`: what the simulated users of one llama-server saw, the
-/// targets held, and how many users meet them.
-pub(crate) fn answer(problem: &Problem, answer: &Answer) -> String {
+/// targets held, how many users meet them, and the machines split into replicas where that
+/// serves more (or, asked a count one server misses, the users spread over them).
+pub(crate) fn answer(problem: &Problem, answer: &Answer, demand: Demand) -> String {
     let mut text = answer.served.as_ref().map(served).unwrap_or_default();
-    match (&answer.targets, &answer.capacity) {
-        (Some(targets), Some(found)) => {
-            text.push_str(&capacity(targets, found));
-            if let Some(split) = &answer.replicas {
-                text.push_str(&replicas(targets, found.users, split));
-            } else {
-                match serving::not_split(problem) {
-                    Some(NotSplit::TooMany { machines }) => {
-                        let _ = writeln!(
-                            text,
-                            "({machines} machines: replicas are tried on up to {MAX_REPLICA_MACHINES}; plan a group of machines at a time to compare)"
-                        );
-                    }
-                    Some(NotSplit::ManualStages) => {
-                        text.push_str("(stages given by hand: replicas are not tried; plan without `stages` to compare)\n");
-                    }
-                    Some(NotSplit::Riders) => text.push_str(
-                        "(a draft or projector rides along, placed once a plan: replicas are not tried; plan without `model.draft` and `model.mmproj` to compare)\n",
-                    ),
-                    Some(NotSplit::OneMachine) | None => {}
-                }
-            }
+    let Some(targets) = demand.targets else { return text };
+    // One server's plan that does not fit has no users seen, only the targets asked.
+    let held = answer.targets.clone().unwrap_or(TargetsHeld {
+        percentile: targets.percentile,
+        ttft_s: targets.ttft_s,
+        tpot_s: targets.tpot_s,
+        missed: None,
+    });
+    if demand.users.is_some() && answer.served.is_some() {
+        text.push_str(&match &held.missed {
+            None => format!("  meets {}\n", asked(&held)),
+            Some(m) => format!("  misses {}: {}\n", asked(&held), missed(held.percentile, m)),
+        });
+    }
+    let Some(found) = &answer.capacity else { return text };
+    text.push_str(&capacity(&held, found));
+    if let Some(split) = &answer.replicas {
+        text.push_str(&replicas(&held, found.users, split, demand.users));
+        return text;
+    }
+    match serving::not_split(problem) {
+        Some(NotSplit::TooMany { machines }) => {
+            let _ = writeln!(
+                text,
+                "({machines} machines: replicas are tried on up to {MAX_REPLICA_MACHINES}; plan a group of machines at a time to compare)"
+            );
         }
-        (Some(targets), None) => text.push_str(&match &targets.missed {
-            None => format!("  meets {}\n", asked(targets)),
-            Some(m) => format!("  misses {}: {}\n", asked(targets), missed(targets.percentile, m)),
-        }),
-        _ => {}
+        Some(NotSplit::ManualStages) => {
+            text.push_str("(stages given by hand: replicas are not tried; plan without `stages` to compare)\n");
+        }
+        Some(NotSplit::Riders) => text.push_str(
+            "(a draft or projector rides along, placed once a plan: replicas are not tried; plan without `model.draft` and `model.mmproj` to compare)\n",
+        ),
+        Some(NotSplit::OneMachine) => {}
+        None if demand.users.is_some() => {
+            text.push_str("(no split of the machines into replicas serves more users within them than one server)\n");
+        }
+        None => {}
     }
     text
 }
@@ -354,21 +365,30 @@ fn capacity(targets: &TargetsHeld, found: &Found) -> String {
 
 /// The machines split into replicas that serve more users than one server: each replica's
 /// machines, users and what they see.
-fn replicas(targets: &TargetsHeld, one_server: u32, split: &Replicas) -> String {
+fn replicas(targets: &TargetsHeld, one_server: u32, split: &Replicas, asked: Option<u32>) -> String {
     let ms = |s: f64| format!("{:.0} ms", s * 1e3);
     let p = targets.percentile;
     let count = split.replicas.len();
     let tokens_per_s: f64 = split.replicas.iter().map(|r| r.served.tokens_per_s).sum();
+    // Asked more than the best split serves: what it serves, the nearest.
+    let short = asked.filter(|&asked| split.users < asked);
     let mut text = format!(
-        "\nas {count} {}, {} {} users meet them{}, {tokens_per_s:.1} tok/s in all:\n",
+        "\nas {count} {}, {} {} users meet them{}{}, {tokens_per_s:.1} tok/s in all:\n",
         if count == 1 { "llama-server on fewer machines" } else { "replicas (a llama-server each)" },
-        if count == 1 { "its" } else { "their" },
+        if short.is_some() {
+            "at most"
+        } else if count == 1 {
+            "its"
+        } else {
+            "their"
+        },
         split.users,
         if one_server == 0 {
             String::new()
         } else {
             format!(" ({:.1}× one server's {one_server})", f64::from(split.users) / f64::from(one_server))
         },
+        short.map_or(String::new(), |asked| format!(", fewer than the {asked} asked")),
     );
     for replica in &split.replicas {
         let machines: Vec<String> = replica.machines.iter().map(|m| format!("`{}`", cell(m))).collect();

@@ -493,11 +493,15 @@ pub struct Answer {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "typescript", ts(optional))]
     pub targets: Option<TargetsHeld>,
+    /// How many meet the targets on one llama-server: without a count of users, or with one
+    /// that one server misses where its machines could be split.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "typescript", ts(optional))]
     pub capacity: Option<Found>,
-    /// Without a count of users: the machines split into replicas, where that serves more
-    /// users within the targets than one llama-server over all of them.
+    /// The machines split into replicas, where that serves more users within the targets
+    /// than one llama-server over all of them: without a count of users, each at what it
+    /// serves; with one that one server misses, the users spread over the split (each
+    /// replica's share in proportion to what it serves), where it serves them all.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "typescript", ts(optional))]
     pub replicas: Option<Replicas>,
@@ -558,13 +562,27 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     if let Some(targets) = targets {
         targets.check()?;
     }
-    let problem = with_batch(problem, users);
-    let plan = crate::plan(&problem);
-    if !plan.feasible {
-        return Ok(Answer { plan, served: None, targets: None, capacity: None, replicas: None });
+    let batched = with_batch(problem, users);
+    let plan = crate::plan(&batched);
+    let served = match plan.feasible {
+        true => Some(simulate(Load::llama_server(&batched, users), ServingCost::of(&batched, &plan)?)?),
+        false => None,
+    };
+    let mut answer = Answer { targets: served.as_ref().and_then(held), plan, served, capacity: None, replicas: None };
+    // Missed on one server (or its slots do not fit): spread over replicas where a split
+    // of the machines serves them all.
+    let missed = answer.served.is_none() || answer.targets.as_ref().is_some_and(|t| t.missed.is_some());
+    if let Some(targets) = targets.filter(|_| missed && not_split(problem).is_none()) {
+        let load = Load::llama_server(problem, 1);
+        let one_server = match capacity(problem, load, targets) {
+            Ok(found) => Found { users: found.users, limit: found.limit },
+            Err(ServingError::NoPlan) => Found { users: 0, limit: Limit::Memory { users: 1 } },
+            Err(e) => return Err(e),
+        };
+        answer.replicas = replicas::spread(problem, load, targets, users, one_server.users)?;
+        answer.capacity = Some(one_server);
     }
-    let served = simulate(Load::llama_server(&problem, users), ServingCost::of(&problem, &plan)?)?;
-    Ok(Answer { targets: held(&served), plan, served: Some(served), capacity: None, replicas: None })
+    Ok(answer)
 }
 
 /// Whether `problem` runs on llama.cpp, whose server's scheduler is the one simulated, with
@@ -845,6 +863,35 @@ mod tests {
         let both = answer(&pipeline(), None, Some(targets)).unwrap();
         assert!(both.capacity.is_some() && both.replicas.is_none(), "{:?}", both.replicas);
         assert!(answer(&problem, Some(2), Some(targets)).unwrap().replicas.is_none());
+    }
+
+    /// Asked a count one server misses, the users spread over the replicas: each its share,
+    /// in proportion to what it serves and never more, meeting the targets at that share.
+    /// Asked more than any split serves, the split at what it serves: the nearest.
+    #[test]
+    fn users_one_server_misses_spread_over_replicas() {
+        let problem = one_gpu("12 GB", r#", {"name": "twin", "device": "rtx-3060-12gb"}"#);
+        let one = served_by(&problem, 1).unwrap();
+        let targets = targets(None, Some(one.tpot_s[1] * 1.5));
+        let most = answer(&problem, None, Some(targets)).unwrap();
+        let (one_server, split) = (most.capacity.unwrap().users, most.replicas.unwrap());
+        let asked = one_server + 1;
+        assert!(asked < split.users, "{asked} of {split:?}");
+        let spread = answer(&problem, Some(asked), Some(targets)).unwrap();
+        assert!(spread.targets.unwrap().missed.is_some(), "one server misses {asked}");
+        assert_eq!(spread.capacity.map(|found| found.users), Some(one_server));
+        let replicas = spread.replicas.expect("spread over replicas");
+        assert_eq!(replicas.users, asked);
+        assert_eq!(replicas.replicas.iter().map(|r| r.users).sum::<u32>(), asked);
+        for replica in &replicas.replicas {
+            let most = split.replicas.iter().find(|r| r.machines == replica.machines).unwrap().users;
+            assert!(replica.users <= most && replica.served.users == replica.users, "{replica:?}");
+            assert!(targets.missed(&replica.served).is_none(), "{replica:?}");
+        }
+        let beyond = answer(&problem, Some(split.users + 1), Some(targets)).unwrap();
+        assert_eq!(beyond.replicas, Some(split), "the nearest");
+        // Met on one server: nothing to spread.
+        assert!(answer(&problem, Some(one_server), Some(targets)).unwrap().replicas.is_none());
     }
 
     #[test]

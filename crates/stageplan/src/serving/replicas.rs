@@ -177,6 +177,72 @@ pub fn replicas(
     Ok(Some(Replicas { users: most, replicas }))
 }
 
+/// `users` users on the split of `problem`'s machines into replicas that serves the most
+/// within `targets` ([`replicas`], given what one llama-server over every machine serves,
+/// `one_server`): each replica takes a share in proportion to what it serves (never more),
+/// planned and simulated at that share. Where the split serves fewer than `users`, it as
+/// [`replicas`] gives it, each replica at what it serves: the nearest. `None` when no split
+/// serves more than one server, or when a share, simulated, misses the targets.
+///
+/// # Errors
+/// As [`replicas`].
+pub(super) fn spread(
+    problem: &crate::Problem,
+    load: Load,
+    targets: Targets,
+    users: u32,
+    one_server: u32,
+) -> Result<Option<Replicas>, ServingError> {
+    let Some(split) = replicas(problem, load, targets, one_server)? else { return Ok(None) };
+    if split.users < users {
+        return Ok(Some(split));
+    }
+    let capacities: Vec<u32> = split.replicas.iter().map(|r| r.users).collect();
+    let machines = machines(problem);
+    let mut spread = Vec::new();
+    for (replica, share) in split.replicas.into_iter().zip(shares(users, &capacities)) {
+        if share == 0 {
+            continue;
+        }
+        let mut enabled = vec![false; problem.nodes.len()];
+        for (_, nodes) in machines.iter().filter(|(name, _)| replica.machines.contains(name)) {
+            nodes.iter().for_each(|&k| enabled[k] = true);
+        }
+        let Trial::Met(ran) = Trials::new(problem, Some(&enabled), load, targets)?.run(share)? else {
+            return Ok(None);
+        };
+        let (plan, load, served) = *ran;
+        let found = Capacity { users: share, plan, load, served, limit: super::Limit::Most };
+        let found = super::explained(problem, Some(&enabled), found);
+        spread.push(Replica { machines: replica.machines, users: share, plan: found.plan, served: found.served });
+    }
+    Ok(Some(Replicas { users, replicas: spread }))
+}
+
+/// `users` shared in proportion to `capacities` (whose sum is at least `users`), each share
+/// at most its capacity: the floors, then one more to the largest remainders.
+fn shares(users: u32, capacities: &[u32]) -> Vec<u32> {
+    let total: u64 = capacities.iter().map(|&c| u64::from(c)).sum();
+    if total == 0 {
+        return vec![0; capacities.len()];
+    }
+    let exact: Vec<u64> = capacities.iter().map(|&c| u64::from(users) * u64::from(c)).collect();
+    let mut shares: Vec<u32> = exact.iter().map(|&e| (e / total) as u32).collect();
+    let mut left = users - shares.iter().sum::<u32>();
+    let mut order: Vec<usize> = (0..capacities.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(exact[i] % total));
+    for i in order.into_iter().cycle().take(capacities.len() * 2) {
+        if left == 0 {
+            break;
+        }
+        if shares[i] < capacities[i] {
+            shares[i] += 1;
+            left -= 1;
+        }
+    }
+    shares
+}
+
 /// The split of `machines` machines into replicas (disjoint proper sets, as bit masks; a
 /// machine may serve in none) whose `users` sum most, and that sum: a dynamic program over
 /// subsets, each taking its lowest machine into no replica or into one with others.
@@ -223,6 +289,20 @@ fn best_split(machines: usize, users: &dyn Fn(usize) -> u32) -> (u32, Vec<usize>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn users_are_shared_by_capacity_and_never_past_it() {
+        assert_eq!(shares(24, &[18, 8]), [17, 7]);
+        assert_eq!(shares(10, &[5, 5]), [5, 5]);
+        assert_eq!(shares(3, &[1, 1, 8]), [0, 0, 3]);
+        assert_eq!(shares(0, &[4, 4]), [0, 0]);
+        for users in 0..=20u32 {
+            let capacities = [7, 1, 12];
+            let given = shares(users, &capacities);
+            assert_eq!(given.iter().sum::<u32>(), users, "{users}: {given:?}");
+            assert!(given.iter().zip(capacities).all(|(&g, c)| g <= c), "{users}: {given:?}");
+        }
+    }
 
     #[test]
     fn a_machines_gpus_stay_in_one_replica() {
