@@ -133,8 +133,22 @@ pub fn degree_refused(model: &Model, engine: Engine, d: u64) -> Option<String> {
         Engine::LlamaCpp if llama_cpp_lacks => {
             return Some(format!("llama.cpp's `--split-mode tensor` does not run `{}`", arch.model_type));
         }
-        Engine::Vllm if !arch.intermediate_size.is_multiple_of(d) => {
-            return Some(format!("{d} does not divide the FFN width {}", arch.intermediate_size));
+        // vLLM divides each MLP it shards by the degree (`divide` asserts it): a dense
+        // layer's (`MergedColumnParallelLinear`), each routed expert's (`FusedMoE`'s
+        // `intermediate_size_per_partition`) and a shared expert's.
+        Engine::Vllm => {
+            let moe = arch.moe.as_ref();
+            let dense = moe.is_none_or(|m| m.sparse_layers.iter().any(|sparse| !sparse));
+            let widths = [
+                ("FFN width", dense.then_some(arch.intermediate_size)),
+                ("experts' FFN width", moe.map(|m| m.expert_intermediate)),
+                ("shared expert's FFN width", moe.and_then(|m| m.shared_intermediate)),
+            ];
+            if let Some((what, width)) =
+                widths.into_iter().find_map(|(what, w)| Some((what, w?)).filter(|(_, w)| !w.is_multiple_of(d)))
+            {
+                return Some(format!("{d} does not divide the {what} {width}"));
+            }
         }
         _ => {}
     }

@@ -159,3 +159,18 @@ fn vllm_runs_more_gpus_than_kv_heads_with_each_head_on_several() {
     // Six: 64 attention heads do not split six ways.
     assert!(crate::cost::degree_refused(&problem.model, problem.workload.engine, 6).is_some());
 }
+
+/// vLLM shards each routed expert's MLP by the degree: an expert width the degree does not
+/// divide is refused by its name, though the model's unused dense width divides.
+#[test]
+fn vllm_divides_the_experts_ffn_width() {
+    let mut model = boxes(&[&["h100"; 4]], "nvlink4", ("qwen3-30b-a3b", "bf16"), 4096, false, "vllm").model;
+    let vllm = crate::engine::Engine::Vllm;
+    assert!(crate::cost::degree_refused(&model, vllm, 4).is_none());
+    // Qwen3-30B-A3B has no dense layer: its `intermediate_size` (6144) is not read.
+    model.arch.intermediate_size = 6145;
+    assert!(crate::cost::degree_refused(&model, vllm, 4).is_none());
+    model.arch.moe.as_mut().unwrap().expert_intermediate = 770;
+    let refused = crate::cost::degree_refused(&model, vllm, 4).unwrap();
+    assert_eq!(refused, "4 does not divide the experts' FFN width 770");
+}
