@@ -1,0 +1,290 @@
+use super::*;
+
+const COST: ServingCost = ServingCost { step_s: 0.05, sequence_s: 0.02, token_s: 0.01 };
+
+fn load(users: u32) -> Load {
+    Load { users, prompt: 128, response: 64, requests_per_user: 3, n_batch: 2048, n_ubatch: 512 }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9 * b.abs().max(1.0)
+}
+
+#[test]
+fn one_user_waits_for_its_prompt_then_one_step_a_token() {
+    let served = simulate(load(1), COST).unwrap();
+    let ttft = 0.05 + 127.0 * 0.01;
+    assert!(close(served.ttft_s[0], ttft) && close(served.ttft_s[1], ttft), "{served:?}");
+    assert!(close(served.tpot_s[0], 0.05), "{served:?}");
+    // Three requests one after another: each its prompt and 63 steps.
+    assert!(close(served.wall_s, 3.0 * (ttft + 63.0 * 0.05)), "{served:?}");
+    assert!(close(served.tokens_per_s, 192.0 / served.wall_s));
+}
+
+#[test]
+fn users_who_start_together_share_their_prompts_step_and_every_decode_step() {
+    // Four prompts in one step (one graph) of 512 tokens, then steps of four sequences.
+    let served = simulate(load(4), COST).unwrap();
+    assert!(close(served.ttft_s[0], 0.05 + 511.0 * 0.01), "{served:?}");
+    assert!(close(served.tpot_s[0], 0.05 + 3.0 * 0.02), "{served:?}");
+    assert!(close(served.tpot_s[1], 0.05 + 3.0 * 0.02), "{served:?}");
+}
+
+#[test]
+fn a_prompt_past_n_batch_takes_several_steps() {
+    let served = simulate(Load { prompt: 5000, n_batch: 2048, ..load(1) }, COST).unwrap();
+    // 2048 + 2048 + 904 tokens in three steps, of four, four and two graphs of 512.
+    let ttft = 10.0 * 0.05 + (5000.0 - 3.0) * 0.01;
+    assert!(close(served.ttft_s[0], ttft), "{served:?}");
+}
+
+#[test]
+fn a_prompt_that_arrives_mid_stream_slows_the_others_tokens() {
+    // Two 3000-token prompts and a 2048-token step put the users a step apart: each
+    // one's next prompt then lands among the other's tokens.
+    let staggered = Load { users: 2, prompt: 3000, response: 10, requests_per_user: 4, n_batch: 2048, n_ubatch: 512 };
+    let (two, one) = (simulate(staggered, COST).unwrap(), simulate(Load { users: 1, ..staggered }, COST).unwrap());
+    assert!(close(one.tpot_s[1], 0.05), "alone, every gap is one step: {one:?}");
+    assert!(two.tpot_s[1] > 10.0 * one.tpot_s[1], "{two:?} vs {one:?}");
+    assert!(two.tokens_per_s > one.tokens_per_s, "two users are served faster in all");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Any load ends, every request counted: its first token after one step at least,
+    /// no gap between tokens shorter than one sequence's step, no more tokens a second
+    /// than every user stepping alone in parallel would get, and the percentiles in order.
+    #[test]
+    fn every_load_ends_and_its_figures_hold_together(
+        users in 1u32..=12,
+        prompt in 1u32..=3000,
+        response in 1u32..=40,
+        requests_per_user in 1u32..=3,
+        n_batch in 1u32..=4096,
+        n_ubatch in 1u32..=1024,
+        step_s in 1e-3..1.0f64,
+        sequence_s in 0.0..1e-1f64,
+        token_s in 1e-5..1e-1f64,
+    ) {
+        let load = Load { users, prompt, response, requests_per_user, n_batch, n_ubatch };
+        let served = simulate(load, ServingCost { step_s, sequence_s, token_s }).unwrap();
+        // Times are differences of one clock summed step by step: each sum rounds by up
+        // to half an ulp of the clock, so a gap of a 1 ms step read at 127 s is off by
+        // about 1e-14 s, far more than 1e-12 of the step (a 1,369-token prompt at 93 ms a
+        // token, then 33 tokens of 1 ms, failed so).
+        let rounding = 4.0 * f64::EPSILON * served.wall_s;
+        proptest::prop_assert!(served.ttft_s[0] >= step_s * (1.0 - 1e-12) - rounding);
+        proptest::prop_assert!(served.ttft_s[0] <= served.ttft_s[1] && served.tpot_s[0] <= served.tpot_s[1]);
+        if response > 1 {
+            proptest::prop_assert!(served.tpot_s[0] >= step_s * (1.0 - 1e-12) - rounding, "{served:?}");
+        }
+        let tokens = f64::from(users) * f64::from(requests_per_user) * f64::from(response);
+        proptest::prop_assert!((served.tokens_per_s * served.wall_s - tokens).abs() <= 1e-6 * tokens);
+        proptest::prop_assert!(served.tokens_per_s <= f64::from(users) / step_s * (1.0 + 1e-9));
+    }
+}
+
+/// One GPU of 12 GB and a 1B model: about 80 users' slots of 4,096 tokens fit.
+fn one_gpu(memory: &str, extra_nodes: &str) -> crate::Problem {
+    let json = format!(
+        r#"{{"model": {{"preset": "llama-3.2-1b", "weights": "q8_0"}},
+            "workload": {{"context": 4096, "prompt": 128, "response": 64}},
+            "nodes": [{{"name": "gpu", "device": "rtx-3060-12gb", "memory": "{memory}"}}{extra_nodes}]}}"#
+    );
+    crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
+}
+
+fn targets(ttft_s: Option<f64>, tpot_s: Option<f64>) -> Targets {
+    Targets { ttft_s, tpot_s, percentile: Percentile::P95 }
+}
+
+/// What `users` users of `problem` see, planned and simulated as [`capacity`] does.
+fn served_by(problem: &crate::Problem, users: u32) -> Option<Served> {
+    let problem = with_batch(problem, users);
+    let plan = crate::plan_with(&problem, crate::planner::PlanOptions::bare());
+    let cost = ServingCost::of(&problem, &plan).ok()?;
+    simulate(Load { users, ..load(1) }, cost).ok()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, ..Default::default() })]
+
+    /// The search's answer is what trying every count gives: each count up to it meets
+    /// the targets and the next does not; and started at any count (as replicas start
+    /// it at what fewer machines met), it finds the same.
+    #[test]
+    fn capacity_is_what_trying_every_count_gives(
+        tpot_steps in 1.0..2.5f64,
+        ttft_prompts in proptest::option::of(1.0..12.0f64),
+        p50 in proptest::bool::ANY,
+        from in 0.0..1.5f64,
+    ) {
+        let problem = one_gpu("12 GB", "");
+        let one = served_by(&problem, 1).unwrap();
+        let targets = Targets {
+            ttft_s: ttft_prompts.map(|n| one.ttft_s[0] * n),
+            tpot_s: Some(one.tpot_s[0] * tpot_steps),
+            percentile: if p50 { Percentile::P50 } else { Percentile::P95 },
+        };
+        let found = capacity(&problem, load(1), targets).unwrap();
+        for users in 1..=found.users + 1 {
+            let meets = served_by(&problem, users).is_some_and(|s| targets.missed(&s).is_none());
+            proptest::prop_assert_eq!(meets, users <= found.users, "{} users; found {}", users, found.users);
+        }
+        proptest::prop_assert_eq!(found.load.users, found.users.max(1));
+        let from = (f64::from(found.users) * from).round() as u32;
+        let started = search_on(&problem, None, load(1), targets, from).unwrap();
+        proptest::prop_assert_eq!(started.users, found.users, "started at {}", from);
+        proptest::prop_assert_eq!(started.load.users, found.users.max(1));
+    }
+}
+
+#[test]
+fn capacity_names_what_stops_one_more_user() {
+    let problem = one_gpu("12 GB", "");
+    let one = served_by(&problem, 1).unwrap();
+    // Per token: a user more than the target allows.
+    let found = capacity(&problem, load(1), targets(None, Some(one.tpot_s[1] * 1.5))).unwrap();
+    assert!(found.users > 1, "{found:?}");
+    let Limit::Target { users, missed } = found.limit else { panic!("{:?}", found.limit) };
+    assert_eq!((users, missed.target), (found.users + 1, "tpot"));
+    assert!(missed.seen_s > missed.asked_s && found.served.tpot_s[1] <= missed.asked_s);
+    assert_eq!(found.plan.stages.len(), 1);
+    // Memory: no time target binds, the slots' KV caches fill the GPU.
+    let found = capacity(&problem, load(1), targets(Some(crate::demand::MAX_TARGET_S), None)).unwrap();
+    assert_eq!(found.limit, Limit::Memory { users: found.users + 1 }, "{found:?}");
+    assert!((40..=200).contains(&found.users), "{found:?}");
+    // None: one user misses the first-token target; the nearest is one user.
+    let found = capacity(&problem, load(1), targets(Some(one.ttft_s[0] / 2.0), None)).unwrap();
+    assert_eq!(found.users, 0);
+    assert!(matches!(found.limit, Limit::Target { users: 1, missed: Missed { target: "ttft", .. } }));
+    assert_eq!(found.load.users, 1);
+}
+
+#[test]
+fn capacity_refuses_what_it_cannot_answer() {
+    let problem = one_gpu("12 GB", "");
+    assert_eq!(capacity(&problem, load(1), targets(None, None)), Err(ServingError::NoTarget));
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-7, 3601.0] {
+        assert_eq!(
+            capacity(&problem, load(1), targets(Some(1.0), Some(bad))),
+            Err(ServingError::Target { field: "tpot" })
+        );
+    }
+    assert_eq!(
+        capacity(&problem, Load { prompt: 0, ..load(1) }, targets(Some(1.0), None)),
+        Err(ServingError::Zero { field: "prompt" })
+    );
+    assert_eq!(capacity(&one_gpu("1 GB", ""), load(1), targets(Some(1.0), None)), Err(ServingError::NoPlan));
+    // More slots than llama-server starts with; a request longer than a slot.
+    assert_eq!(answer(&problem, Some(MAX_USERS + 1), None), Err(ServingError::Slots { users: MAX_USERS + 1 }));
+    let mut long = problem.clone();
+    long.workload.response = long.workload.context - long.workload.prompt + 1;
+    let (prompt, response, context) = (long.workload.prompt, long.workload.response, long.workload.context);
+    let refused = ServingError::Request { prompt, response, context };
+    assert_eq!(capacity(&long, load(1), targets(Some(1.0), None)).map(|found| found.users), Err(refused.clone()));
+    assert_eq!(answer(&long, Some(2), None).map(|answer| answer.served), Err(refused));
+}
+
+/// Two GPUs of 2 GB over a 1 Gbit/s link: the model needs both, a pipeline.
+fn pipeline() -> crate::Problem {
+    let json = r#"{"model": {"preset": "llama-3.2-1b", "weights": "q8_0"},
+        "workload": {"context": 1024, "prompt": 128, "response": 64},
+        "nodes": [{"name": "gpu", "device": "rtx-3060-12gb", "memory": "2 GB"},
+                  {"name": "other", "device": "rtx-3060-12gb", "memory": "2 GB"}],
+        "links": {"default": {"bandwidth": "1 Gbit/s", "latency": "2 ms"}}}"#;
+    crate::check(json, crate::check::no_model_files).unwrap().problem
+}
+
+#[test]
+fn a_pipeline_steps_through_every_stage_and_hop_in_turn() {
+    let problem = pipeline();
+    let plan = crate::plan_with(&with_batch(&problem, 1), crate::planner::PlanOptions::bare());
+    assert_eq!(plan.stages.len(), 2, "{plan:?}");
+    let cost = ServingCost::of(&with_batch(&problem, 1), &plan).unwrap();
+    // One user: a step is the plan's latency, both stages and both hops (2 ms each).
+    let latency = plan.latency_s.unwrap();
+    assert!(close(cost.step_s, latency), "{cost:?} against {latency}");
+    assert!(cost.step_s > 4e-3 + plan.stages.iter().map(|s| s.time.memory_s).sum::<f64>());
+    let prefill: f64 = plan.stages.iter().map(|s| s.time.prefill_s).sum();
+    assert!(close(cost.token_s, prefill) && cost.token_s > 1.0 / plan.prefill_tokens_per_s);
+    // Four users: their further sequences add each stage's share; the hops are paid once.
+    let four = with_batch(&problem, 4);
+    let plan = crate::plan_with(&four, crate::planner::PlanOptions::bare());
+    let cost = ServingCost::of(&four, &plan).unwrap();
+    assert!(cost.sequence_s > 0.0 && cost.sequence_s < cost.step_s / 2.0, "{cost:?}");
+    // And the pipeline's users are counted as one server's.
+    let one = served_by(&problem, 1).unwrap();
+    let found = capacity(&problem, load(1), targets(None, Some(one.tpot_s[1] * 1.5))).unwrap();
+    assert!(found.users > 1 && found.plan.stages.len() == 2, "{found:?}");
+}
+
+#[test]
+fn machines_that_each_hold_the_model_serve_more_as_replicas() {
+    let problem = one_gpu("12 GB", r#", {"name": "twin", "device": "rtx-3060-12gb"}"#);
+    let one = served_by(&problem, 1).unwrap();
+    let targets = targets(None, Some(one.tpot_s[1] * 1.5));
+    let found = answer(&problem, None, Some(targets)).unwrap();
+    let one_server = found.capacity.unwrap().users;
+    let split = found.replicas.expect("two GPUs that each hold the model serve more apart");
+    // Each replica serves what its machine alone serves, and together more than one server.
+    let alone = |name: &str| {
+        let enabled: Vec<bool> = problem.nodes.iter().map(|n| n.name == name).collect();
+        search_on(&problem, Some(&enabled), load(1), targets, 1).unwrap().users
+    };
+    let names: Vec<&[String]> = split.replicas.iter().map(|r| r.machines.as_slice()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    for replica in &split.replicas {
+        assert_eq!(replica.users, alone(&replica.machines[0]), "{replica:?}");
+        assert_eq!(replica.plan.stages.len(), 1);
+        assert_eq!(replica.plan.stages[0].node, replica.machines[0]);
+        assert!(targets.missed(&replica.served).is_none(), "{replica:?}");
+    }
+    assert_eq!(split.users, split.replicas.iter().map(|r| r.users).sum::<u32>());
+    assert!(split.users > one_server, "{} against {one_server}", split.users);
+    // A model that needs both machines has no replicas, nor has a count of users asked.
+    let both = answer(&pipeline(), None, Some(targets)).unwrap();
+    assert!(both.capacity.is_some() && both.replicas.is_none(), "{:?}", both.replicas);
+    assert!(answer(&problem, Some(2), Some(targets)).unwrap().replicas.is_none());
+}
+
+/// Asked a count one server misses, the users spread over the replicas: each its share,
+/// in proportion to what it serves and never more, meeting the targets at that share.
+/// Asked more than any split serves, the split at what it serves: the nearest.
+#[test]
+fn users_one_server_misses_spread_over_replicas() {
+    let problem = one_gpu("12 GB", r#", {"name": "twin", "device": "rtx-3060-12gb"}"#);
+    let one = served_by(&problem, 1).unwrap();
+    let targets = targets(None, Some(one.tpot_s[1] * 1.5));
+    let most = answer(&problem, None, Some(targets)).unwrap();
+    let (one_server, split) = (most.capacity.unwrap().users, most.replicas.unwrap());
+    let asked = one_server + 1;
+    assert!(asked < split.users, "{asked} of {split:?}");
+    let spread = answer(&problem, Some(asked), Some(targets)).unwrap();
+    assert!(spread.targets.unwrap().missed.is_some(), "one server misses {asked}");
+    assert_eq!(spread.capacity.map(|found| found.users), Some(one_server));
+    let replicas = spread.replicas.expect("spread over replicas");
+    assert_eq!(replicas.users, asked);
+    assert_eq!(replicas.replicas.iter().map(|r| r.users).sum::<u32>(), asked);
+    for replica in &replicas.replicas {
+        let most = split.replicas.iter().find(|r| r.machines == replica.machines).unwrap().users;
+        assert!(replica.users <= most && replica.served.users == replica.users, "{replica:?}");
+        assert!(targets.missed(&replica.served).is_none(), "{replica:?}");
+    }
+    let beyond = answer(&problem, Some(split.users + 1), Some(targets)).unwrap();
+    assert_eq!(beyond.replicas, Some(split), "the nearest");
+    // Met on one server: nothing to spread.
+    assert!(answer(&problem, Some(one_server), Some(targets)).unwrap().replicas.is_none());
+}
+
+#[test]
+fn a_load_that_cannot_run_says_which_field() {
+    assert_eq!(simulate(Load { users: 0, ..load(1) }, COST), Err(ServingError::Zero { field: "users" }));
+    assert_eq!(simulate(Load { response: 0, ..load(1) }, COST), Err(ServingError::Zero { field: "response" }));
+    let many = Load { users: u32::MAX, requests_per_user: u32::MAX, ..load(1) };
+    assert!(matches!(simulate(many, COST), Err(ServingError::TooMany { .. })));
+    for step_s in [0.0, f64::NAN, f64::INFINITY] {
+        assert!(matches!(simulate(load(1), ServingCost { step_s, ..COST }), Err(ServingError::Cost { .. })));
+    }
+}
