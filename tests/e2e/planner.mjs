@@ -145,10 +145,13 @@ await check('the page loads, plans at once, and sets a Content-Security-Policy',
   // as counted here, by hand with Trunk's settings), with the reserve note back: 331.8 kB;
   // 331,264 in the `.ci/run` of 2151c5b. #47's serving question in the scenario (read and
   // checked on the one road: users, targets, percentile): 323,806 bytes of wasm by hand
-  // (+1.3 kB): 332.7 kB, the same ratchet while #45 item 7 is open.
+  // (+1.3 kB): 332.7 kB, the same ratchet while #45 item 7 is open. vLLM's tensor parallel
+  // dividing each routed and shared expert's FFN width (a degree it refuses was planned) and
+  // a stage's nodes read in one place: 323,946 → 324,098 bytes of wasm by hand (+152 B):
+  // 332.85 kB, the same ratchet.
   // The worker (WebGPU, exports, model-file and config parsers) is fetched only when asked for.
   metrics.load_to_plan = fetched(from);
-  assert.ok(metrics.load_to_plan.gzip < 332_700, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
+  assert.ok(metrics.load_to_plan.gzip < 332_850, `the page loads ${metrics.load_to_plan.gzip} bytes gzip to plan`);
   await page.waitForLoadState('networkidle');
   const settled = fetched(from).files;
   assert.ok(!settled.some((f) => f.includes('worker')), `fetched without being asked: ${settled}`);

@@ -140,14 +140,12 @@ pub fn degree_refused(model: &Model, engine: Engine, d: u64) -> Option<String> {
             let moe = arch.moe.as_ref();
             let dense = moe.is_none_or(|m| m.sparse_layers.iter().any(|sparse| !sparse));
             let widths = [
-                ("FFN width", dense.then_some(arch.intermediate_size)),
-                ("experts' FFN width", moe.map(|m| m.expert_intermediate)),
-                ("shared expert's FFN width", moe.and_then(|m| m.shared_intermediate)),
+                dense.then_some(arch.intermediate_size),
+                moe.map(|m| m.expert_intermediate),
+                moe.and_then(|m| m.shared_intermediate),
             ];
-            if let Some((what, width)) =
-                widths.into_iter().find_map(|(what, w)| Some((what, w?)).filter(|(_, w)| !w.is_multiple_of(d)))
-            {
-                return Some(format!("{d} does not divide the {what} {width}"));
+            if let Some(width) = widths.into_iter().flatten().find(|w| !w.is_multiple_of(d)) {
+                return Some(format!("{d} does not divide the FFN width {width}"));
             }
         }
         _ => {}

@@ -172,5 +172,5 @@ fn vllm_divides_the_experts_ffn_width() {
     assert!(crate::cost::degree_refused(&model, vllm, 4).is_none());
     model.arch.moe.as_mut().unwrap().expert_intermediate = 770;
     let refused = crate::cost::degree_refused(&model, vllm, 4).unwrap();
-    assert_eq!(refused, "4 does not divide the experts' FFN width 770");
+    assert_eq!(refused, "4 does not divide the FFN width 770");
 }
