@@ -697,7 +697,7 @@ export type Replica = {
  */
 machines: Array<string>, users: number, plan: Plan, served: Served, };
 
-export type Limit = { "reason": "target", users: number, missed: Missed, } | { "reason": "memory", users: number, } | { "reason": "stages", users: number, stages: number, } | { "reason": "most" };
+export type Limit = { "reason": "target", users: number, missed: Missed, } | { "reason": "memory", users: number, } | { "reason": "most" };
 
 export type Missed = { 
 /**

@@ -54,7 +54,6 @@ fn found_html(found: &Found) -> String {
             format!("one more would see its first token in {} s at p95", sig3(missed.seen_s))
         }
         Limit::Memory { .. } => "one more user's slot and KV cache would not fit".to_owned(),
-        Limit::Stages { .. } => "one more would need a tensor-parallel stage, which is not simulated".to_owned(),
         Limit::Most => "llama-server runs no more slots".to_owned(),
     };
     let users = match found.users {

@@ -362,6 +362,21 @@ impl Stage {
             _ => self.node.clone(),
         }
     }
+
+    /// The problem's nodes the stage runs on: its node, or a tensor-parallel stage's GPUs in
+    /// their machine's order. None where the problem has no such node (another problem's
+    /// plan).
+    pub fn nodes<'a>(&'a self, problem: &'a crate::Problem) -> impl Iterator<Item = usize> + 'a {
+        let group = self.gpu_of.as_ref().filter(|_| !self.tensor_parallel.is_empty());
+        problem.nodes.iter().enumerate().filter_map(move |(k, n)| {
+            let member = match (group, &n.gpu_of) {
+                (Some(machine), Some(g)) => g.machine == machine.machine && self.tensor_parallel.contains(&g.index),
+                (Some(_), None) => false,
+                (None, _) => n.name == self.node,
+            };
+            member.then_some(k)
+        })
+    }
 }
 
 impl StageOffload {

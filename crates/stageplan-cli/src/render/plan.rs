@@ -347,10 +347,6 @@ fn capacity(targets: &TargetsHeld, found: &Found) -> String {
             let why = match limit {
                 Limit::Target { users, missed: m } => format!("at {users}, {}", missed(p, m)),
                 Limit::Memory { users } => format!("at {users}, their slots' KV caches do not fit"),
-                Limit::Stages { users, stages } => {
-                    let stages = if *stages == 1 { "1 stage".to_owned() } else { format!("{stages} stages") };
-                    format!("at {users}, the plan of {stages} runs a tensor-parallel group, not simulated yet")
-                }
                 Limit::Most => format!("{MAX_USERS} slots are the most a llama-server starts with"),
             };
             format!(

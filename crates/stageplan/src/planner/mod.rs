@@ -627,18 +627,7 @@ fn left_out(
     let mut used: Vec<&str> = plan.stages.iter().map(|s| s.node.as_str()).collect();
     // A tensor-parallel stage uses each of its GPUs.
     for stage in plan.stages.iter().filter(|s| !s.tensor_parallel.is_empty()) {
-        let machine = stage.gpu_of.as_ref().map(|g| g.machine.as_str());
-        used.extend(
-            problem
-                .nodes
-                .iter()
-                .filter(|n| {
-                    n.gpu_of.as_ref().is_some_and(|g| {
-                        Some(g.machine.as_str()) == machine && stage.tensor_parallel.contains(&g.index)
-                    })
-                })
-                .map(|n| n.name.as_str()),
-        );
+        used.extend(stage.nodes(problem).map(|k| problem.nodes[k].name.as_str()));
     }
     let mut out = Vec::new();
     let mut unexplained = 0usize;

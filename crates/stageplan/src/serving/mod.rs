@@ -53,26 +53,30 @@ impl ServingCost {
     /// device has events, which the RPC backend has not; so a prompt token costs every
     /// stage's prefill in turn too.
     ///
+    /// A tensor-parallel stage (llama.cpp's `--split-mode tensor`) is one device of the
+    /// step: its GPUs run each layer together, as the cost model prices its group.
+    ///
     /// # Errors
-    /// A plan that does not fit, or that has a tensor-parallel group (not simulated yet).
+    /// A plan that does not fit, or whose stages are not the problem's.
     pub fn of(problem: &crate::Problem, plan: &crate::Plan) -> Result<ServingCost, ServingError> {
         if plan.stages.is_empty() || !plan.feasible {
             return Err(ServingError::NoPlan);
         }
+        let all = crate::CostModel::new(problem);
+        // Each stage as the cost model knows it: a node, or a group's node past them.
         let stages: Option<Vec<crate::problem::Placement>> = plan
             .stages
             .iter()
             .map(|stage| {
-                let node = problem.nodes.iter().position(|n| n.name == stage.node)?;
-                stage.tensor_parallel.is_empty().then_some(crate::problem::Placement::new(
-                    node,
-                    stage.layers[0],
-                    stage.layers[1],
-                ))
+                let node = match stage.nodes(problem).collect::<Vec<_>>().as_slice() {
+                    [] => return None,
+                    [node] => *node,
+                    members => all.node_count() + all.groups().iter().position(|g| g.members == members)?,
+                };
+                Some(crate::problem::Placement::new(node, stage.layers[0], stage.layers[1]))
             })
             .collect();
-        let Some(stages) = stages else { return Err(ServingError::Stages { stages: plan.stages.len() }) };
-        let all = crate::CostModel::new(problem);
+        let Some(stages) = stages else { return Err(ServingError::NoPlan) };
         let batch = problem.workload.batch;
         // A step through every stage, each sending to the next and the last back to the first.
         let step = |cost: &crate::CostModel| -> f64 {
@@ -180,10 +184,6 @@ pub enum ServingError {
         "a request of a {prompt}-token prompt and a {response}-token answer does not fit a user's slot, `workload.context` = {context}: raise the context or shorten `workload.prompt` or `workload.response`"
     )]
     Request { prompt: u64, response: u64, context: u64 },
-    #[error(
-        "the plan for these users runs a stage on a tensor-parallel group (of its {stages}), whose serving is not simulated yet; a layer split over the same GPUs is: plan it with `--policy memory-proportional`"
-    )]
-    Stages { stages: usize },
 }
 
 /// One slot's request.
@@ -333,9 +333,6 @@ pub enum Limit {
     Target { users: u32, missed: Missed },
     /// `users` users' slots and KV cache do not fit one machine.
     Memory { users: u32 },
-    /// `users` users' plan runs a stage on a tensor-parallel group, which is not simulated
-    /// yet ([`ServingError::Stages`]).
-    Stages { users: u32, stages: usize },
     /// [`MAX_USERS`] users meet the targets; more are not tried.
     Most,
 }
@@ -362,8 +359,7 @@ enum Trial {
 ///
 /// # Errors
 /// An engine other than llama.cpp, no target, a target that is not a positive time, a zero
-/// in `load`, or a problem where one user's plan does not fit or has a tensor-parallel
-/// group.
+/// in `load`, or a problem where one user's plan does not fit.
 pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Result<Capacity, ServingError> {
     let found = search_on(problem, None, load, targets, 1)?;
     Ok(explained(problem, None, found))
@@ -409,10 +405,7 @@ impl<'a> Trials<'a> {
         if !plan.feasible {
             return Ok(Trial::Failed(Limit::Memory { users }));
         }
-        let cost = match ServingCost::of(problem, &plan) {
-            Err(ServingError::Stages { stages }) => return Ok(Trial::Failed(Limit::Stages { users, stages })),
-            cost => cost?,
-        };
+        let cost = ServingCost::of(problem, &plan)?;
         let load = Load { users, ..self.load };
         let served = simulate(load, cost)?;
         Ok(match self.targets.missed(&served) {
@@ -447,7 +440,6 @@ fn search_on(
         Some(met) => met,
         None => match trial(1)? {
             Trial::Met(ran) => (1, ran),
-            Trial::Failed(Limit::Stages { stages, .. }) => return Err(ServingError::Stages { stages }),
             Trial::Failed(_) => return Err(ServingError::NoPlan),
             Trial::Missed(limit, ran) => {
                 // None meets them: the nearest is one user.

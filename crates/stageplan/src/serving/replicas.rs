@@ -125,7 +125,7 @@ pub fn replicas(
                 users[set] = found.users;
                 alone[set] = Some(found).filter(|found| found.users > 0);
             }
-            Err(ServingError::NoPlan | ServingError::Stages { .. }) => (users[set], alone[set]) = (0, None),
+            Err(ServingError::NoPlan) => (users[set], alone[set]) = (0, None),
             Err(e) => return Err(e),
         }
         Ok(())

@@ -220,6 +220,26 @@ fn a_pipeline_steps_through_every_stage_and_hop_in_turn() {
     assert!(found.users > 1 && found.plan.stages.len() == 2, "{found:?}");
 }
 
+/// Two 3090s on an NVLink bridge that plan Qwen3 32B as one tensor-parallel group
+/// (llama.cpp's `--split-mode tensor`): the group is one device of each step, its GPUs
+/// running each layer together, and its users are simulated as one server's.
+#[test]
+fn a_tensor_parallel_stage_is_one_device_of_the_step() {
+    let json = r#"{"model": {"preset": "qwen3-32b", "weights": "q4_k_m"},
+        "workload": {"context": 4096, "prompt": 128, "response": 64},
+        "nodes": [{"name": "box", "gpus": [{"device": "rtx-3090", "count": 2}], "gpu_link": "nvlink-bridge"}]}"#;
+    let problem = crate::check(json, crate::check::no_model_files).unwrap().problem;
+    let one = with_batch(&problem, 1);
+    let plan = crate::plan_with(&one, crate::planner::PlanOptions::bare());
+    assert!(plan.stages.len() == 1 && plan.stages[0].tensor_parallel.len() == 2, "{:?}", plan.stages);
+    let cost = ServingCost::of(&one, &plan).unwrap();
+    let latency = plan.latency_s.unwrap();
+    assert!(close(cost.step_s, latency), "{cost:?} against {latency}");
+    assert!(close(cost.token_s, plan.stages[0].time.prefill_s), "{cost:?}");
+    let served = answer(&problem, Some(4), None).unwrap().served.expect("four users served");
+    assert!(served.tpot_s[0] > cost.step_s && served.tokens_per_s > 1.0 / cost.step_s, "{served:?}");
+}
+
 #[test]
 fn machines_that_each_hold_the_model_serve_more_as_replicas() {
     let problem = one_gpu("12 GB", r#", {"name": "twin", "device": "rtx-3060-12gb"}"#);

@@ -1,7 +1,7 @@
 //! Users against latency: what one llama-server's users see as their number grows, each
 //! count planned and simulated as `stageplan plan --users N` does — the page's users chart.
 
-use super::{Found, Limit, Load, MAX_USERS, Served, ServingError, Targets, Trial, Trials};
+use super::{Found, Load, MAX_USERS, Served, ServingError, Targets, Trial, Trials};
 
 /// One count of users on the enabled machines: what they saw, or `None` where their slots
 /// and KV caches do not fit.
@@ -34,7 +34,6 @@ pub fn by_users(
                 Some(ran.2)
             }
             Trial::Missed(_, ran) => Some(ran.2),
-            Trial::Failed(Limit::Stages { stages, .. }) => return Err(ServingError::Stages { stages }),
             Trial::Failed(_) => None,
         };
         let fits = served.is_some();
