@@ -13,6 +13,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
+import { pathToFileURL } from 'node:url';
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
 const embed = path.resolve(root, process.env.STAGEPLAN_EMBED ?? 'dist/embed');
@@ -338,9 +339,69 @@ test('the package packs clean: every export and the types are in it, nothing els
   const leaves = (e) => (typeof e === 'string' ? [e] : Object.values(e).flatMap(leaves));
   const targets = [manifest.main, manifest.types, ...leaves(manifest.exports)];
   for (const target of targets) assert.ok(files.has(target.replace(/^\.\//, '')), `${target} is exported but not packed`);
-  for (const needed of ['stageplan_bg.wasm', 'node/stageplan_bg.wasm', 'more/stageplan_bg.wasm', 'README.md', 'package.json']) {
+  for (const needed of ['stageplan_bg.wasm', 'stageplan_rest.wasm', 'node/stageplan_bg.wasm', 'more/stageplan_bg.wasm', 'README.md', 'package.json']) {
     assert.ok(files.has(needed), `${needed} is not packed`);
   }
-  assert.ok(![...files].some((f) => f === 'index.html' || f.startsWith('scenarios/')), 'the example page is not part of the package');
+  assert.ok(![...files].some((f) => f === 'index.html' || f === 'api.html' || f.startsWith('scenarios/')), 'the example pages are not part of the package');
   assert.equal(packed.name, 'stageplan');
+});
+
+/** Every scenario file of the tests and the example pages: the example page's inline one too. */
+function scenarioFiles() {
+  const found = [];
+  const walk = (dir) => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      const file = path.join(dir, entry.name);
+      if (entry.isDirectory() && !['node_modules', 'artifacts'].includes(entry.name)) walk(file);
+      else if (entry.name.endsWith('.json') && fs.statSync(file).size < 65_536) found.push(file);
+    }
+  };
+  walk(path.join(root, 'tests'));
+  walk(path.join(root, 'web/embed/scenarios'));
+  return found;
+}
+
+test("the browser module's two parts plan every fixture as the whole module does, the rest loaded once, on the first call that needs it", async () => {
+  // The widget's module (`crates/xtask/src/split.rs`): its first part alone plans the example
+  // page's widgets; a call that needs more traps, `firstOrRest` loads the rest and runs it again.
+  const glue = await import(pathToFileURL(path.join(embed, 'stageplan.js')));
+  const instantiate = WebAssembly.instantiate;
+  let rests = 0;
+  WebAssembly.instantiate = (source, imports) => {
+    if (imports?.first) rests += 1;
+    return instantiate(source, imports);
+  };
+  try {
+    await glue.initFirst({
+      module_or_path: fs.readFileSync(path.join(embed, 'stageplan_bg.wasm')),
+      rest: fs.readFileSync(path.join(embed, 'stageplan_rest.wasm')),
+    });
+    const page = fs.readFileSync(path.join(embed, 'index.html'), 'utf8');
+    const inline = JSON.parse(page.match(/<script type="application\/json">([\s\S]*?)<\/script>/)[1]);
+    for (const scenario of [inline, JSON.parse(read('web/embed/scenarios/laptops-8b.json'))]) {
+      const view = await glue.firstOrRest(() => glue.planView(scenario, { enabled: scenario.nodes.map(() => true) }));
+      assert.deepEqual(view, stageplan.planView(scenario, { enabled: scenario.nodes.map(() => true) }));
+    }
+    assert.equal(rests, 0, "the example page's first plans need only the first part");
+    const outcome = async (call) => {
+      try {
+        return { view: await call() };
+      } catch (e) {
+        return { error: e.message, path: e.path };
+      }
+    };
+    let compared = 0;
+    for (const file of scenarioFiles()) {
+      const text = fs.readFileSync(file, 'utf8');
+      const split = await outcome(() => glue.firstOrRest(() => glue.planView(text)));
+      // An inline config.json is read by `stageplan/more`, which the Node build includes.
+      if (split.error?.includes('stageplan/more')) continue;
+      assert.deepEqual(split, await outcome(async () => stageplan.planView(text)), path.relative(root, file));
+      compared += 1;
+    }
+    assert.ok(compared > 150, `${compared} fixtures compared`);
+    assert.equal(rests, 1, 'the rest loads once');
+  } finally {
+    WebAssembly.instantiate = instantiate;
+  }
 });

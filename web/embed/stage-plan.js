@@ -9,30 +9,42 @@
 //
 // Each element renders into its own shadow root, so several can share a page and neither the
 // page's styles nor the widget's leak across. The planner is the package's one module
-// (`stageplan.js`), loaded once per page and shared with any API call the page makes. What
+// (`stageplan.js`), loaded once per page and shared with any API call the page makes; a
+// widget loads its first part and the rest only when an edit needs it. What
 // the element draws — positions, colours, every text — is the planner's `planView`; this
 // file only puts it in the DOM and turns edits into a changed scenario.
 
-import init, { planView, presets } from './stageplan.js';
+import init, { firstOrRest, initFirst, planView, presets } from './stageplan.js';
 
 const here = import.meta.url;
+const parts = { module_or_path: new URL('stageplan_bg.wasm', here), rest: new URL('stageplan_rest.wasm', here) };
 let loading;
+let first;
 
-/** Loads the planner once for every widget on the page; a page that also calls the API
- *  (`import { plan } from 'stageplan'`) awaits this first and shares the one module. */
+/** Loads the whole planner once for the page: a page that also calls the API
+ *  (`import { plan } from 'stageplan'`) awaits this first, and every call answers at once.
+ *  The widgets share its module. */
 export function ready() {
-  loading ??= init({ module_or_path: new URL('stageplan_bg.wasm', here) });
+  loading ??= init(parts);
   return loading;
 }
 
-/** The `planView` that reads `scenario`: this module's, or for a model (or draft) given as
- *  an inline `config.json`, whose reader is not in it, that of `stageplan/more`, loaded the
- *  first time a widget needs it. */
+/** The planner's first part, what a widget's first plan runs: a widget's calls go through
+ *  `firstOrRest`, which loads the rest the first time a call needs it. */
+function firstPart() {
+  first ??= initFirst(parts);
+  return first;
+}
+
+/** The `planView` that reads `scenario` (as a promise of the view): this module's, or for a
+ *  model (or draft) given as an inline `config.json`, whose reader is not in it, that of
+ *  `stageplan/more`, loaded the first time a widget needs it. */
 let more;
 async function viewerFor(scenario) {
+  const view = (s, options) => firstOrRest(() => planView(s, options));
   try {
-    planView(scenario);
-    return planView;
+    await view(scenario);
+    return view;
   } catch (error) {
     const config = error.path === 'model.config' || error.path === 'model.draft.config';
     if (!config || !String(error.message).includes('stageplan/more')) throw error;
@@ -42,7 +54,7 @@ async function viewerFor(scenario) {
     });
     const { planView: fromMore } = await more;
     fromMore(scenario);
-    return fromMore;
+    return async (s, options) => fromMore(s, options);
   }
 }
 
@@ -144,15 +156,19 @@ class Widget {
     this.render();
   }
 
-  /** Plans the edited scenario and draws it; a planner error is shown in its place. */
-  render() {
+  /** Plans the edited scenario and draws it; a planner error is shown in its place. A
+   *  later edit's drawing wins over an earlier one still waiting for the planner's rest. */
+  async render() {
+    this.drawing = (this.drawing ?? 0) + 1;
+    const drawing = this.drawing;
     let view;
     let error;
     try {
-      view = this.planView(this.scenario, { enabled: this.enabled });
+      view = await this.planView(this.scenario, { enabled: this.enabled });
     } catch (e) {
       error = e.message ?? String(e);
     }
+    if (drawing !== this.drawing) return;
     const focused = this.root.activeElement?.dataset?.focus;
     this.box.replaceChildren(this.controls(view), this.machines(),
       ...(error ? [el('p', { class: 'sp-error', role: 'alert' }, prose(error))] : this.results(view)));
@@ -245,11 +261,11 @@ class StagePlan extends HTMLElement {
     try {
       // Inside the `try`: a scenario the table cannot show still ends in a message.
       if (!this.querySelector('table')) fallback.append(scenarioTable(scenario));
-      await ready();
+      await firstPart();
       loaded = true;
       // A scenario that does not plan keeps the fallback and says why.
       const viewer = await viewerFor(scenario);
-      const catalog = presets();
+      const catalog = await firstOrRest(presets);
       fallback.remove();
       status.remove();
       new Widget(root, scenario, catalog, viewer);

@@ -36,6 +36,7 @@ mod checks;
 mod cpu_check;
 mod serve_check;
 mod setup;
+mod split;
 mod test;
 mod web;
 
