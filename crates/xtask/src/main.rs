@@ -34,6 +34,7 @@ mod bench;
 mod calibrate;
 mod checks;
 mod cpu_check;
+mod parts;
 mod serve_check;
 mod setup;
 mod split;

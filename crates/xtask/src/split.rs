@@ -1,18 +1,22 @@
-//! The widget's module in two parts: what its first plans run, and the rest, loaded when a
-//! call first reaches it (issue #45 item 7: the two-widget page's first plan within 150 KB).
+//! A module in two parts: what its first plans run, and the rest (issue #45 item 7: the
+//! page's first plan within 300 KB, the two-widget page's within 150 KB). `parts.rs` runs it
+//! on the widget's module and the page's as they are built.
 //!
 //! The split is guided by a profile, not by hand: [`instrument`] marks each function as it
 //! runs, `split/first_plans.mjs` runs the example page's first plans on that module in Node,
 //! and [`split`] keeps what ran in the first part. Every other function's body moves to the
 //! rest; in the first part it becomes a trampoline through an empty table (`split`), so a
 //! call that reaches it before the rest is loaded traps, and the rest, once instantiated,
-//! fills the table (its one element segment) and the same call runs through. The glue's
-//! `firstOrRest` (`split/rest.js`) turns that trap into "load the rest and run the call
-//! again": the planner's calls are pure functions of their input, so a call abandoned at
-//! the trap can run again. What one abandons — its heap blocks and stack — is lost once;
+//! fills the table (its one element segment) and the same call runs through. The widget's
+//! glue (`split/rest.js`, `firstOrRest`) turns that trap into "load the rest and run the
+//! call again": the planner's calls are pure functions of their input, so a call abandoned
+//! at the trap can run again. What one abandons — its heap blocks and stack — is lost once;
 //! the stack pointer is put back; and the functions that keep state across calls (the
 //! allocator's, the table of JS values') are never split, so a trap cannot stop them
-//! half-way (see [`kept_first`]).
+//! half-way (see [`kept_first`]). The page is not pure (a Leptos app mid-update cannot run
+//! a call again), so its glue (`split/page.js`) answers no input until the rest is loaded,
+//! asks for it once the first plan is drawn, and starts over with both parts if anything
+//! traps before.
 //!
 //! Binaryen's `wasm-split` does the same, but no pinned build of it is on the registries
 //! (Debian's 108 exports the wrong table of a module with two); walrus is wasm-bindgen's own

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{
-    WASM_TARGET, root,
+    WASM_TARGET, parts, root,
     setup::{NIGHTLY, tool_path, web_tools},
-    split, step, target_dir,
+    step, target_dir,
 };
 
 /// Builds `dist/` with Trunk (release, size-optimised, [`smallest_wasm`]), then pins the page's
@@ -24,6 +24,7 @@ pub(crate) fn build_web() -> Result<PathBuf, String> {
     smallest_wasm(&mut trunk);
     step("build the web planner (Trunk)", trunk)?;
     let dist = root().join("dist");
+    parts::page(&dist)?;
     minify_glue(&dist)?;
     pin_inline_script(&dist.join("index.html"))?;
     Ok(dist)
@@ -33,8 +34,6 @@ pub(crate) fn build_web() -> Result<PathBuf, String> {
 /// minifier cannot parse it; 6.7 → 5.2 KB gzip for the page's), and writes the page glue's
 /// new SHA-384 into the `integrity` of the tag Trunk wrote for it.
 fn minify_glue(dist: &Path) -> Result<(), String> {
-    use base64::Engine;
-    use sha2::Digest;
     for script in ["stageplan-web.js", "stageplan-worker.js"] {
         let file = dist.join(script);
         let mut minify = Command::new("terser");
@@ -44,22 +43,28 @@ fn minify_glue(dist: &Path) -> Result<(), String> {
     let index = dist.join("index.html");
     let html = std::fs::read_to_string(&index).map_err(|e| format!("{}: {e}", index.display()))?;
     let glue = std::fs::read(dist.join("stageplan-web.js")).map_err(|e| e.to_string())?;
-    let integrity = format!("sha384-{}", base64::engine::general_purpose::STANDARD.encode(sha2::Sha384::digest(&glue)));
-    // The tag that names the glue, and the `integrity=` value inside it (quoted or not).
-    let at = ["href=/stageplan-web.js", "href=\"/stageplan-web.js\""]
+    std::fs::write(&index, set_integrity(&html, "/stageplan-web.js", &glue)?).map_err(|e| e.to_string())
+}
+
+/// `html` with the `integrity` of the tag that names `href` set to the SHA-384 of `bytes`.
+pub(crate) fn set_integrity(html: &str, href: &str, bytes: &[u8]) -> Result<String, String> {
+    use base64::Engine;
+    use sha2::Digest;
+    let integrity = format!("sha384-{}", base64::engine::general_purpose::STANDARD.encode(sha2::Sha384::digest(bytes)));
+    // The tag that names the file, and the `integrity=` value inside it (quoted or not).
+    let at = [format!("href={href}"), format!("href=\"{href}\"")]
         .iter()
-        .find_map(|href| html.find(href))
-        .ok_or("dist/index.html has no tag for /stageplan-web.js")?;
-    let tag_start = html[..at].rfind('<').ok_or("no tag around /stageplan-web.js")?;
-    let tag_end = at + html[at..].find('>').ok_or("the glue's tag does not end")?;
+        .find_map(|named| html.find(named.as_str()))
+        .ok_or(format!("dist/index.html has no tag for {href}"))?;
+    let tag_start = html[..at].rfind('<').ok_or(format!("no tag around {href}"))?;
+    let tag_end = at + html[at..].find('>').ok_or(format!("the tag of {href} does not end"))?;
     let tag = &html[tag_start..tag_end];
-    let value_at = tag.find("integrity=").ok_or("the glue's tag has no integrity")? + "integrity=".len();
+    let value_at = tag.find("integrity=").ok_or(format!("the tag of {href} has no integrity"))? + "integrity=".len();
     let quoted = tag[value_at..].starts_with('"');
     let value_start = value_at + usize::from(quoted);
     let value_len = tag[value_start..].find(if quoted { '"' } else { ' ' }).unwrap_or(tag.len() - value_start);
     let from = tag_start + value_start;
-    let pinned = format!("{}{integrity}{}", &html[..from], &html[from + value_len..]);
-    std::fs::write(&index, pinned).map_err(|e| e.to_string())
+    Ok(format!("{}{integrity}{}", &html[..from], &html[from + value_len..]))
 }
 
 /// Replaces `'unsafe-inline'` in the CSP's `script-src` by the SHA-256 of the one inline
@@ -130,7 +135,7 @@ pub(crate) fn build_embed() -> Result<PathBuf, String> {
             let split = feature == "api";
             optimise(&module, split, &format!("wasm-opt ({feature}, {bindgen_target})"))?;
             if split {
-                split_first_plans(dir)?;
+                parts::widget(dir)?;
             }
         }
     }
@@ -149,7 +154,7 @@ pub(crate) fn build_embed() -> Result<PathBuf, String> {
 }
 
 /// `wasm-opt -Oz` in place, keeping the name section when `names`.
-fn optimise(module: &Path, names: bool, title: &str) -> Result<(), String> {
+pub(crate) fn optimise(module: &Path, names: bool, title: &str) -> Result<(), String> {
     let mut opt = Command::new("wasm-opt");
     opt.arg("-Oz").args(WASM_FEATURES).arg(LOW_MEMORY_UNUSED);
     if names {
@@ -157,92 +162,6 @@ fn optimise(module: &Path, names: bool, title: &str) -> Result<(), String> {
     }
     opt.arg(module).arg("-o").arg(module).env("PATH", tool_path());
     step(title, opt)
-}
-
-/// The scenarios whose first plans the widget's first module holds (see `split.rs`): the
-/// example page's two widgets. A first plan that runs more loads the rest (one request):
-/// with one GPU and its system RAM (`tests/scenarios/desktop-70b-ram.json`) the first part
-/// is 5.6 KB larger, past the two-widget page's 150 KB.
-const FIRST_PLANS: [&str; 2] = ["web/embed/index.html", "web/embed/scenarios/laptops-8b.json"];
-
-/// Splits the widget's module in `dir` (`stageplan_bg.wasm`, with names) into the functions
-/// [`FIRST_PLANS`] run and the rest (`stageplan_rest.wasm`), and gives wasm-bindgen's glue
-/// and its declarations the loaders of `split/rest.js`.
-fn split_first_plans(dir: &Path) -> Result<(), String> {
-    let read = |file: &Path| std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()));
-    let write = |file: &Path, bytes: &[u8]| std::fs::write(file, bytes).map_err(|e| format!("{}: {e}", file.display()));
-    let module = dir.join("stageplan_bg.wasm");
-    let wasm = read(&module)?;
-    let profile = target_dir().join("widget-profile");
-    let _ = std::fs::remove_dir_all(&profile);
-    std::fs::create_dir_all(&profile).map_err(|e| format!("{}: {e}", profile.display()))?;
-    // Kept for a look at what moved (`twiggy top profile/whole.wasm`): the module with names.
-    write(&profile.join("whole.wasm"), &wasm)?;
-    write(&profile.join("stageplan_bg.wasm"), &split::instrument(&wasm)?)?;
-    write(&profile.join("stageplan.js"), &read(&dir.join("stageplan.js"))?)?;
-    write(&profile.join("package.json"), b"{\"type\": \"module\"}\n")?;
-    let mut node = Command::new("node");
-    node.arg(root().join("crates/xtask/split/first_plans.mjs")).arg(&profile);
-    node.args(FIRST_PLANS.map(|file| root().join(file)));
-    println!("==> the widget's first plans, profiled: {}", crate::describe(&node));
-    let out = node.output().map_err(|e| format!("node: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("profiling the widget's first plans failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    write(&profile.join("ran.txt"), &out.stdout)?;
-    let ran = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(|index| index.parse().map_err(|e| format!("the profile's `{index}`: {e}")))
-        .collect::<Result<_, String>>()?;
-    let parts = split::split(&wasm, &ran)?;
-    println!("    the widget's module split: {} of {} functions load on demand", parts.moved, parts.functions);
-    let rest = dir.join("stageplan_rest.wasm");
-    write(&module, &parts.first)?;
-    write(&rest, &parts.rest)?;
-    optimise(&module, false, "wasm-opt (the widget's first part)")?;
-    optimise(&rest, false, "wasm-opt (the widget's rest)")?;
-    patch(
-        &dir.join("stageplan.js"),
-        &[("export { initSync, __wbg_init as default };", "")],
-        include_str!("../split/rest.js"),
-    )?;
-    patch(
-        &dir.join("stageplan.d.ts"),
-        &[
-            (
-                "export function initSync(module: { module: SyncInitInput } | SyncInitInput): InitOutput;",
-                "export function initSync(module: { module: SyncInitInput, rest: SyncInitInput }): InitOutput;",
-            ),
-            (
-                "export default function __wbg_init (module_or_path?: { module_or_path: InitInput | Promise<InitInput> } | InitInput | Promise<InitInput>): Promise<InitOutput>;",
-                INIT_DECLARATIONS,
-            ),
-        ],
-        "",
-    )
-}
-
-/// The loaders' declarations in place of wasm-bindgen's `default` (`split/rest.js`).
-const INIT_DECLARATIONS: &str = "export type SplitInit = { module_or_path?: InitInput | Promise<InitInput>, rest?: RequestInfo | URL | BufferSource | WebAssembly.Module } | InitInput | Promise<InitInput>;
-/** Loads the whole module: the first part and the rest (beside it unless `rest` says where). */
-export default function init(options?: SplitInit): Promise<InitOutput>;
-/** Loads the first part only: what a widget's first plans run. Run calls through `firstOrRest`. */
-export function initFirst(options?: SplitInit): Promise<InitOutput>;
-/** Runs `call`; if it needed the rest before the rest was loaded, loads it and runs `call` again. */
-export function firstOrRest<T>(call: () => T): Promise<T>;";
-
-/// Replaces each `(from, to)` in `file` — each `from` found exactly once, or the pinned
-/// wasm-bindgen's output changed — and appends `tail`.
-fn patch(file: &Path, replacements: &[(&str, &str)], tail: &str) -> Result<(), String> {
-    let mut text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    for (from, to) in replacements {
-        if text.matches(from).count() != 1 {
-            return Err(format!("{}: expected `{from}` once (wasm-bindgen's output changed?)", file.display()));
-        }
-        text = text.replacen(from, to, 1);
-    }
-    text.push_str(tail);
-    std::fs::write(file, text).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// Makes the `cargo` a command runs (itself, or Trunk's) build the smallest wasm: the pinned
