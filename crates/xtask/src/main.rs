@@ -30,6 +30,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod artifacts;
 mod bench;
 mod calibrate;
 mod checks;

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use crate::{root, split, target_dir, web::optimise};
+use crate::artifacts::{copy_tree, optimise, set_integrity};
+use crate::{root, split, target_dir};
 
 fn read(file: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))
@@ -133,12 +134,12 @@ pub(crate) fn page(dist: &Path) -> Result<(), String> {
     }
     let wasm = read(&module)?;
     let profile_dir = fresh("page-profile")?;
-    crate::web::copy_tree(dist, &profile_dir)?;
+    copy_tree(dist, &profile_dir)?;
     write(&profile_dir.join("whole.wasm"), &wasm)?;
     let instrumented = split::instrument(&wasm)?;
     let index = profile_dir.join("index.html");
     let html = std::fs::read_to_string(&index).map_err(|e| format!("{}: {e}", index.display()))?;
-    write(&index, crate::web::set_integrity(&html, "/stageplan-web_bg.wasm", &instrumented)?.as_bytes())?;
+    write(&index, set_integrity(&html, "/stageplan-web_bg.wasm", &instrumented)?.as_bytes())?;
     write(&profile_dir.join("stageplan-web_bg.wasm"), &instrumented)?;
     let mut node = Command::new("node");
     node.arg(root().join("crates/xtask/split/page_first_plan.mjs")).arg(&profile_dir).current_dir(root());
@@ -151,5 +152,5 @@ pub(crate) fn page(dist: &Path) -> Result<(), String> {
     )?;
     let index = dist.join("index.html");
     let html = std::fs::read_to_string(&index).map_err(|e| format!("{}: {e}", index.display()))?;
-    write(&index, crate::web::set_integrity(&html, "/stageplan-web_bg.wasm", &read(&module)?)?.as_bytes())
+    write(&index, set_integrity(&html, "/stageplan-web_bg.wasm", &read(&module)?)?.as_bytes())
 }
