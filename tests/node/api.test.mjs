@@ -226,6 +226,31 @@ test('results have the shapes stageplan.d.ts declares', () => {
   conforms(replan, 'Replan');
   replan.moves.forEach((m) => conforms(m, 'Move'));
   conforms(JSON.parse(read('tests/scenarios/home-70b-8.json')), 'Scenario');
+  const users = stageplan.usersView(read('web/embed/scenarios/laptops-8b.json'));
+  conforms(users, 'UsersView');
+  conforms(users.chart, 'UsersChart');
+  users.chart.ticks.forEach((t) => conforms(t, 'Tick'));
+});
+
+test('usersView() counts the users `stageplan plan --ttft 2s` finds, its lines in their box', () => {
+  const scenario = JSON.parse(read('web/embed/scenarios/laptops-8b.json'));
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'stageplan-node-')), 'scenario.json');
+  fs.writeFileSync(file, JSON.stringify(scenario));
+  let cliAnswer;
+  try {
+    cliAnswer = runCli('plan', file, '--ttft', '2s', '--format', 'json');
+  } catch (e) {
+    if (e.status !== 1) throw e;
+    cliAnswer = JSON.parse(e.stdout);
+  }
+  const view = stageplan.usersView(scenario);
+  assert.equal(view.users, cliAnswer.capacity.users);
+  for (const pair of `${view.chart.ttft} ${view.chart.tpot}`.split(' ')) {
+    const [x, y] = pair.split(',').map(Number);
+    assert.ok(x >= 0 && x <= view.width && y >= 0 && y <= view.height, pair);
+  }
+  // The wrong count of switches is refused, naming the option.
+  assert.throws(() => stageplan.usersView(scenario, { enabled: [true] }), /`enabled` has 1 entries/);
 });
 
 test('importHeader() reads the reference writers\' files as the CLI does', { skip: !fixtures && 'STAGEPLAN_FIXTURES is not set' }, () => {

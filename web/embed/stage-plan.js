@@ -14,7 +14,7 @@
 // the element draws — positions, colours, every text — is the planner's `planView`; this
 // file only puts it in the DOM and turns edits into a changed scenario.
 
-import init, { firstOrRest, initFirst, planView, presets } from './stageplan.js';
+import init, { firstOrRest, initFirst, planView, presets, usersView } from './stageplan.js';
 
 const here = import.meta.url;
 const parts = { module_or_path: new URL('stageplan_bg.wasm', here), rest: new URL('stageplan_rest.wasm', here) };
@@ -36,15 +36,19 @@ function firstPart() {
   return first;
 }
 
-/** The `planView` that reads `scenario` (as a promise of the view): this module's, or for a
- *  model (or draft) given as an inline `config.json`, whose reader is not in it, that of
- *  `stageplan/more`, loaded the first time a widget needs it. */
+/** The planner that reads `scenario`: `view` (`planView`) and `users` (`usersView`), each
+ *  returning a promise. This module's, or for a model (or draft) given as an inline
+ *  `config.json`, whose reader is not in it, that of `stageplan/more`, loaded the first time
+ *  a widget needs it. */
 let more;
 async function viewerFor(scenario) {
-  const view = (s, options) => firstOrRest(() => planView(s, options));
+  const first = {
+    view: (s, options) => firstOrRest(() => planView(s, options)),
+    users: (s, options) => firstOrRest(() => usersView(s, options)),
+  };
   try {
-    await view(scenario);
-    return view;
+    await first.view(scenario);
+    return first;
   } catch (error) {
     const config = error.path === 'model.config' || error.path === 'model.draft.config';
     if (!config || !String(error.message).includes('stageplan/more')) throw error;
@@ -52,9 +56,9 @@ async function viewerFor(scenario) {
       await module.default({ module_or_path: new URL('more/stageplan_bg.wasm', here) });
       return module;
     });
-    const { planView: fromMore } = await more;
-    fromMore(scenario);
-    return async (s, options) => fromMore(s, options);
+    const module = await more;
+    module.planView(scenario);
+    return { view: async (s, options) => module.planView(s, options), users: async (s, options) => module.usersView(s, options) };
   }
 }
 
@@ -143,11 +147,44 @@ function stages(view) {
   return [diagram, el('div', { class: 'table-scroll', tabindex: 0, role: 'region', 'aria-label': 'stages' }, table)];
 }
 
+/** An SVG element with attributes and children (strings become text). */
+function svg(tag, attributes = {}, ...children) {
+  const node = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  node.append(...children);
+  return node;
+}
+
+/** The users chart as the planner laid it out (`usersView`), its legend and its count. */
+function usersChart(users) {
+  const found = el('p', { class: 'sp-users-found' }, users.found);
+  const chart = users.chart;
+  if (!chart) return [found];
+  const { width, height } = users;
+  const marks = [];
+  if (chart.target_y !== null && chart.target_y !== undefined) {
+    marks.push(svg('line', { x1: 0, x2: width, y1: chart.target_y, y2: chart.target_y }),
+      svg('text', { x: 4, y: chart.target_y - 4 }, 'first token 2 s'));
+  }
+  if (chart.limit) {
+    marks.push(svg('line', { x1: chart.limit.x, x2: chart.limit.x, y1: 8, y2: height - 20 }),
+      svg('text', { x: chart.limit.x - 4, y: 16, 'text-anchor': 'end' }, chart.limit.label));
+  }
+  marks.push(svg('polyline', { class: 'ttft', points: chart.ttft }), svg('polyline', { class: 'tpot', points: chart.tpot }));
+  for (const tick of chart.ticks) marks.push(svg('text', { x: tick.x, y: height - 6, 'text-anchor': 'middle' }, tick.label));
+  return [
+    svg('svg', { class: 'sp-users-chart', viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': users.label }, ...marks),
+    el('p', { class: 'sp-details' }, el('span', { class: 'key ttft' }), users.legend[0], el('span', { class: 'key tpot' }), users.legend[1], ' · users along the bottom'),
+    found,
+  ];
+}
+
 /** One widget: the scenario as edited, and which machines are on. */
 class Widget {
   constructor(root, scenario, catalog, viewer) {
     this.root = root;
-    this.planView = viewer;
+    this.planView = viewer.view;
+    this.usersView = viewer.users;
     this.scenario = scenario;
     this.enabled = scenario.nodes.map(() => true);
     this.catalog = catalog;
@@ -234,7 +271,36 @@ class Widget {
       ...stages(view),
       el('p', { class: 'sp-details' }, view.details.map((line) => el('span', { class: 'line' }, prose(line)))),
       best ? el('p', { class: 'sp-baseline' }, `best split other tools make here (${best.policy}): ${best.figure}`) : null,
+      this.users(),
     ].filter(Boolean);
+  }
+
+  /** How many users fit, and what they see: simulated when opened (the planner's rest
+   *  loads then), kept open across edits. */
+  users() {
+    const body = el('div', {});
+    const panel = el('details', { class: 'sp-users', open: this.usersOpen },
+      el('summary', { 'data-focus': 'users' }, 'Users against latency'), body);
+    let filled = false;
+    const fill = async () => {
+      if (filled) return;
+      filled = true;
+      const drawing = this.drawing;
+      body.replaceChildren(el('p', { class: 'sp-status', role: 'status' }, 'Simulating…'));
+      let drawn;
+      try {
+        drawn = usersChart(await this.usersView(this.scenario, { enabled: this.enabled }));
+      } catch (e) {
+        drawn = [el('p', { class: 'sp-error' }, prose(e.message ?? String(e)))];
+      }
+      if (drawing === this.drawing) body.replaceChildren(...drawn);
+    };
+    panel.addEventListener('toggle', () => {
+      this.usersOpen = panel.open;
+      if (panel.open) fill();
+    });
+    if (this.usersOpen) fill();
+    return panel;
   }
 }
 

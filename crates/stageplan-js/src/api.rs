@@ -21,6 +21,7 @@ use stageplan::presets::ModelPreset;
 #[cfg(feature = "more")]
 use stageplan::problem::Workload;
 use stageplan::view::PlanView;
+use stageplan::view::users::{self, UsersView};
 use stageplan::{Checked, Model, Plan, ScenarioError};
 #[cfg(feature = "more")]
 use stageplan::{Replan, WeightFormat};
@@ -133,29 +134,51 @@ pub fn plan_with_file(scenario: &str, file: ModelFile<'_>) -> Result<Plan, Failu
 /// The scenario's first problem, or an `enabled` of the wrong length.
 pub fn plan_view(scenario: &str, enabled: Option<&[bool]>) -> Result<PlanView, Failure> {
     let Checked { scenario: parsed, problem } = check(scenario)?;
-    let per_node = match enabled {
-        None => vec![true; problem.nodes.len()],
-        Some(enabled) if enabled.len() == parsed.nodes.len() => parsed
-            .nodes
-            .iter()
-            .zip(enabled)
-            .flat_map(|(node, &on)| std::iter::repeat_n(on, node.count.unwrap_or(1) as usize))
-            .collect(),
-        Some(enabled) => {
-            return Err(Failure {
-                message: format!(
-                    "`enabled` has {} entries for {} nodes; give one per scenario node",
-                    enabled.len(),
-                    parsed.nodes.len()
-                ),
-                path: Some("enabled".into()),
-                value: None,
-            });
-        }
-    };
+    let per_node = per_problem_node(&parsed, problem.nodes.len(), enabled)?;
     let plan = stageplan::plan_with(&problem, stageplan::planner::PlanOptions::default().enabled(&per_node));
     let index = |name: &str| problem.nodes.iter().position(|n| n.name == name).unwrap_or(0);
     Ok(stageplan::view::plan_view(&plan, problem.model.num_layers(), &index))
+}
+
+/// The users chart of a scenario on its enabled machines (`enabled` as [`plan_view`]'s):
+/// p95 time to first token and per token for 1, 2, 4, … users of one llama-server, and how
+/// many see their first token within 2 s, laid out in the widget's box.
+///
+/// # Errors
+/// The scenario's first problem, an `enabled` of the wrong length, or what stops the
+/// simulation (an engine other than llama.cpp, a plan for one user that does not fit).
+pub fn users_view(scenario: &str, enabled: Option<&[bool]>) -> Result<UsersView, Failure> {
+    let Checked { scenario: parsed, problem } = check(scenario)?;
+    let per_node = per_problem_node(&parsed, problem.nodes.len(), enabled)?;
+    Ok(users::users_view(&problem, &per_node, WIDGET_FRAME).map_err(|e| e.to_string())?)
+}
+
+/// The widget's users chart box, the page's size: drawn at the widget's width.
+const WIDGET_FRAME: users::Frame = users::Frame { width: 600.0, height: 160.0, pad: 24.0 };
+
+/// `enabled`, one entry per scenario node, as one per problem node: a node with `count`
+/// switches all its copies. Without it, each of the problem's `nodes` is on.
+fn per_problem_node(
+    parsed: &stageplan::Scenario,
+    nodes: usize,
+    enabled: Option<&[bool]>,
+) -> Result<Vec<bool>, Failure> {
+    let copies = |node: &stageplan::scenario::NodeSpec| node.count.unwrap_or(1) as usize;
+    match enabled {
+        None => Ok(vec![true; nodes]),
+        Some(enabled) if enabled.len() == parsed.nodes.len() => {
+            Ok(parsed.nodes.iter().zip(enabled).flat_map(|(node, &on)| std::iter::repeat_n(on, copies(node))).collect())
+        }
+        Some(enabled) => Err(Failure {
+            message: format!(
+                "`enabled` has {} entries for {} nodes; give one per scenario node",
+                enabled.len(),
+                parsed.nodes.len()
+            ),
+            path: Some("enabled".into()),
+            value: None,
+        }),
+    }
 }
 
 /// A model file's first bytes (at least its whole header) and its name.

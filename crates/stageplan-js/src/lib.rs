@@ -69,14 +69,31 @@ pub fn plan(
 /// is invalid.
 #[wasm_bindgen(js_name = planView, skip_typescript)]
 pub fn plan_view(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsValue> {
-    #[derive(Default, serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct ViewOptions {
-        enabled: Option<Vec<bool>>,
-    }
     let scenario = text(&scenario, "scenario")?;
     let options: ViewOptions = read_options(options)?;
     Ok(output(&api::plan_view(&scenario, options.enabled.as_deref()).map_err(js_failure)?)?)
+}
+
+/// `planView`'s and `usersView`'s options: which scenario nodes are on.
+#[derive(Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ViewOptions {
+    enabled: Option<Vec<bool>>,
+}
+
+/// The users chart of a scenario's plan, laid out for drawing as `<stage-plan>`'s users
+/// panel shows it: p95 time to first token and per token for 1, 2, 4, … users of one
+/// llama-server (each count planned and simulated as `stageplan plan --users N`), and how
+/// many see their first token within 2 s (`stageplan plan --ttft 2s`).
+///
+/// # Errors
+/// A JS `Error` with the CLI's message: an invalid scenario (with `path` and `value`), or
+/// what stops the simulation.
+#[wasm_bindgen(js_name = usersView, skip_typescript)]
+pub fn users_view(scenario: JsValue, options: Option<JsValue>) -> Result<JsValue, JsValue> {
+    let scenario = text(&scenario, "scenario")?;
+    let options: ViewOptions = read_options(options)?;
+    Ok(output(&api::users_view(&scenario, options.enabled.as_deref()).map_err(js_failure)?)?)
 }
 
 /// A model's parameters, bytes per layer, type mix and KV bytes per token, from a preset name

@@ -8,6 +8,9 @@ export function plan(scenario: Scenario | string, modelFile?: ModelFile): Plan;
  *  first module does not read: what `<stage-plan>` loads this module for. */
 export function planView(scenario: Scenario | string, options?: { enabled?: boolean[] }): PlanView;
 
+/** `usersView` for such a scenario: the users chart `<stage-plan>`'s users panel draws. */
+export function usersView(scenario: Scenario | string, options?: { enabled?: boolean[] }): UsersView;
+
 /** Reads a model file's header from its first bytes (`.gguf`, `.safetensors`,
  *  `config.json`): `{ model }` when they hold the whole header, else `{ needMore }`, the
  *  number of bytes to read from the start of the file before calling again. */

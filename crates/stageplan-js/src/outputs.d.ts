@@ -471,6 +471,40 @@ ours_figure: string, ours_pct: number, left_out: Array<string>,
  */
 figures: Array<string>, notes: Array<Note>, search: string, };
 
+export type UsersView = { 
+/**
+ * In a `width × height` box; `None` when not even one user's slot fits.
+ */
+chart: UsersChart | null, width: number, height: number, 
+/**
+ * How many users meet [`USERS_TARGET`].
+ */
+users: number, 
+/**
+ * That count and what stops one more, as a sentence.
+ */
+found: string, 
+/**
+ * The chart for assistive technology, and its legend's two lines.
+ */
+label: string, legend: [string, string], };
+
+export type UsersChart = { 
+/**
+ * SVG `points` of the p95 time to first token and per token, where the users' slots fit.
+ */
+ttft: string, tpot: string, ttft_top_s: number, tpot_top_s: number, 
+/**
+ * The 2 s target's height on the first token's scale, when within the chart.
+ */
+target_y: number | null, ticks: Array<Tick>, 
+/**
+ * Where the slots stop fitting.
+ */
+limit: Tick | null, };
+
+export type Tick = { x: number, label: string, };
+
 export type StageRow = { node: string, 
 /**
  * `0–37`: the stage's `[start, end)`.

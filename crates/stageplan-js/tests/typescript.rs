@@ -8,6 +8,7 @@ use stageplan::model::{LayerSummary, ModelSummary, TypeBytes};
 use stageplan::plan::*;
 use stageplan::planner::replan::{Move, Replan};
 use stageplan::presets::{Catalog, DevicePreset, ModelEntry, RamPreset};
+use stageplan::view::users::{Tick, UsersChart, UsersView};
 use stageplan::view::{Band, BaselineRow, MemoryBar, Note, PlanView, Segment, StageRow};
 use ts_rs::{Config, TS};
 
@@ -43,6 +44,9 @@ fn declarations() -> String {
         stageplan::device::Backend::decl(&cfg),
         stageplan::TensorType::decl(&cfg),
         PlanView::decl(&cfg),
+        UsersView::decl(&cfg),
+        UsersChart::decl(&cfg),
+        Tick::decl(&cfg),
         StageRow::decl(&cfg),
         Band::decl(&cfg),
         MemoryBar::decl(&cfg),

@@ -10,11 +10,12 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use stageplan::Problem;
-use stageplan::serving::{Found, Limit, Percentile, ServingError, Targets, UsersPoint, by_users};
+use stageplan::serving::{Found, ServingError, by_users};
 use stageplan::sweep::{FormatRow, by_context, by_weights};
 use stageplan::units::{format_bytes, group_digits, sig3};
 
 use stageplan::view::hue;
+use stageplan::view::users::{Frame, USERS_TARGET, UsersChart, one_more, users_chart, users_word};
 
 /// The table and the charts for `problem` on the enabled machines.
 pub fn sweeps_html(problem: &Problem, enabled: &[bool]) -> String {
@@ -26,17 +27,13 @@ pub fn sweeps_html(problem: &Problem, enabled: &[bool]) -> String {
     html + &users_html(problem, enabled)
 }
 
-/// The users chart's question (issue #47's): how many users see their first token within
-/// 2 s at the 95th percentile.
-pub const USERS_TARGET: Targets = Targets { ttft_s: Some(2.0), tpot_s: None, percentile: Percentile::P95 };
-
 /// Users of one llama-server against what they see: p95 time to first token and per token
 /// for 1, 2, 4, … users (each count planned and simulated as `stageplan plan --users N`),
 /// and how many meet [`USERS_TARGET`]; or why there is no chart.
 fn users_html(problem: &Problem, enabled: &[bool]) -> String {
     let heading = "<h3>Users against latency</h3>";
     match by_users(problem, enabled, USERS_TARGET) {
-        Ok((points, found)) => match users_chart(&points) {
+        Ok((points, found)) => match users_chart(&points, FRAME) {
             Some(chart) => format!("{heading}{}{}", users_chart_html(&chart), found_html(&found)),
             None => String::new(),
         },
@@ -49,67 +46,15 @@ fn users_html(problem: &Problem, enabled: &[bool]) -> String {
 
 /// How many users meet [`USERS_TARGET`], and what stops one more.
 fn found_html(found: &Found) -> String {
-    let more = match &found.limit {
-        Limit::Target { missed, .. } => {
-            format!("one more would see its first token in {} s at p95", sig3(missed.seen_s))
-        }
-        Limit::Memory { .. } => "one more user's slot and KV cache would not fit".to_owned(),
-        Limit::Most => "llama-server runs no more slots".to_owned(),
-    };
-    let users = match found.users {
-        1 => "1 user".to_owned(),
-        n => format!("{n} users"),
-    };
     format!(
-        "<p id=\"users-found\">At p95 first token ≤ 2 s: <strong>{users}</strong> of one llama-server on these machines; {more}. <span class=\"hint\">(<code>stageplan plan SCENARIO --ttft 2s</code> answers the same, and tries splitting the machines into replicas.)</span></p>"
+        "<p id=\"users-found\">At p95 first token ≤ 2 s: <strong>{}</strong> of one llama-server on these machines; {}. <span class=\"hint\">(<code>stageplan plan SCENARIO --ttft 2s</code> answers the same, and tries splitting the machines into replicas.)</span></p>",
+        users_word(found.users),
+        one_more(found)
     )
 }
 
-/// A users chart laid out in the `WIDTH × HEIGHT` view box: x is log2 of the users, each
-/// line its own scale (its top in the legend).
-#[derive(Clone, Debug, PartialEq)]
-pub struct UsersChart {
-    /// `points` of the p95 time to first token and per token, where the users' slots fit.
-    pub ttft: String,
-    pub tpot: String,
-    pub ttft_top_s: f64,
-    pub tpot_top_s: f64,
-    /// The 2 s target's height on the first token's scale, when within the chart.
-    pub target_y: Option<f64>,
-    pub ticks: Vec<(f64, String)>,
-    /// Where the slots stop fitting: x and label.
-    pub limit: Option<(f64, String)>,
-}
-
-/// Lays out `points` (at least one that fits).
-pub fn users_chart(points: &[UsersPoint]) -> Option<UsersChart> {
-    let served: Vec<(u32, &stageplan::serving::Served)> =
-        points.iter().filter_map(|p| p.served.as_ref().map(|s| (p.users, s))).collect();
-    let (first, last) = (points.first()?.users, points.last()?.users);
-    if served.is_empty() {
-        return None;
-    }
-    let span = (f64::from(last).log2() - f64::from(first).log2()).max(1.0);
-    let x = |u: u32| PAD + (f64::from(u).log2() - f64::from(first).log2()) / span * (WIDTH - 2.0 * PAD);
-    let y = |share: f64| HEIGHT - PAD - share.clamp(0.0, 1.25) * (HEIGHT - 2.0 * PAD) * 0.8;
-    let p95 = |pair: [f64; 2]| Percentile::P95.of(pair);
-    let ttft_top_s = served.iter().map(|(_, s)| p95(s.ttft_s)).fold(0.0, f64::max).max(1e-9);
-    let tpot_top_s = served.iter().map(|(_, s)| p95(s.tpot_s)).fold(0.0, f64::max).max(1e-9);
-    let line = |of: &dyn Fn(&stageplan::serving::Served) -> f64, top: f64| {
-        let pairs = served.iter().map(|(u, s)| format!("{:.1},{:.1}", x(*u), y(of(s) / top)));
-        pairs.collect::<Vec<_>>().join(" ")
-    };
-    let target = USERS_TARGET.ttft_s.unwrap_or_default() / ttft_top_s;
-    Some(UsersChart {
-        ttft: line(&|s| p95(s.ttft_s), ttft_top_s),
-        tpot: line(&|s| p95(s.tpot_s), tpot_top_s),
-        ttft_top_s,
-        tpot_top_s,
-        target_y: (target <= 1.25).then(|| y(target)),
-        ticks: points.iter().map(|p| (x(p.users), p.users.to_string())).collect(),
-        limit: points.last().filter(|p| p.served.is_none()).map(|p| (x(p.users), format!("{} do not fit", p.users))),
-    })
-}
+/// The charts' box.
+const FRAME: Frame = Frame { width: WIDTH, height: HEIGHT, pad: PAD };
 
 /// The per-token line's colour, given in the markup: the page's style sheet is
 /// part of its download, this markup is the worker's.
@@ -117,7 +62,7 @@ const TPOT_COLOUR: &str = "hsl(30 90% 38%)";
 
 /// The users chart as SVG, with its legend.
 fn users_chart_html(c: &UsersChart) -> String {
-    let last = c.ticks.last().map(|t| t.1.as_str()).unwrap_or_default();
+    let last = c.ticks.last().map(|t| t.label.as_str()).unwrap_or_default();
     let mut html = format!(
         "<svg id=\"users-chart\" class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"p95 time to first token (up to {} s) and per token (up to {} ms) for 1 to {last} users of one llama-server\">",
         sig3(c.ttft_top_s),
@@ -126,16 +71,17 @@ fn users_chart_html(c: &UsersChart) -> String {
     if let Some(y) = c.target_y {
         level_html(&mut html, y, "first token 2 s");
     }
-    if let Some((x, text)) = &c.limit {
+    if let Some(limit) = &c.limit {
         // At the right edge: its label to the left of it.
-        limit_html(&mut html, *x, text, "end");
+        limit_html(&mut html, limit.x, &limit.label, "end");
     }
     let _ = write!(
         html,
         "<polyline class=\"speed ttft\" points=\"{}\"></polyline><polyline class=\"tpot\" points=\"{}\" style=\"stroke:{TPOT_COLOUR};stroke-dasharray:6 3\"></polyline>",
         c.ttft, c.tpot
     );
-    ticks_html(&mut html, &c.ticks);
+    let ticks: Vec<(f64, String)> = c.ticks.iter().map(|t| (t.x, t.label.clone())).collect();
+    ticks_html(&mut html, &ticks);
     let _ = write!(
         html,
         "</svg><p class=\"legend\"><span class=\"key speed\"></span>p95 time to first token (top: {} s)<span class=\"key\" style=\"background:{TPOT_COLOUR}\"></span>p95 time per token (top: {} ms) · users along the bottom</p>",
@@ -376,7 +322,7 @@ mod tests {
         let state = AppState::default();
         let problem = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap().problem;
         let (points, found) = by_users(&problem, &state.enabled(), USERS_TARGET).unwrap();
-        let chart = users_chart(&points).unwrap();
+        let chart = users_chart(&points, FRAME).unwrap();
         for line in [&chart.ttft, &chart.tpot] {
             assert!(
                 line.split(' ').all(|p| {
@@ -387,7 +333,7 @@ mod tests {
                 "{line}"
             );
         }
-        assert_eq!(chart.ticks.first().unwrap().1, "1");
+        assert_eq!(chart.ticks.first().unwrap().label, "1");
         let load = stageplan::serving::Load::llama_server(&problem, 1);
         let capacity = stageplan::serving::capacity(&problem, load, USERS_TARGET).unwrap();
         assert_eq!(found.users, capacity.users);

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+pub mod users;
+
 use crate::plan::{Bound, Change, Level, MemoryBreakdown, Plan};
 use crate::scenario::{Objective, Policy};
 use crate::units::{format_bytes, format_seconds, sig3};
