@@ -273,6 +273,15 @@ await check('a machine with several GPUs, typed as people say it ("2× RTX 3090,
   // Both GPUs hold the model as one tensor-parallel group, named as the CLI's table names it.
   assert.deepEqual(shown.stages[0].tensor_parallel, [0, 1]);
   assert.ok((await text(page, '.stage-row')).includes('/gpu0+gpu1'), await text(page, '.stage-row'));
+  // Mixed GPUs as people say them: each a preset in the scenario, planned as the CLI does.
+  await box.locator('.node-gpus').fill('RTX 5090 + 2× RTX 4090');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('#scenario-json').textContent).nodes[0].gpus.length === 2);
+  const mixed = await text(page, '#scenario-json');
+  assert.deepEqual(JSON.parse(mixed).nodes[0].gpus, [{ device: 'rtx-5090' }, { device: 'rtx-4090', count: 2 }]);
+  await page.waitForFunction((s) => JSON.parse(document.querySelector('#plan-json').textContent).stages.length > 0
+    && document.querySelector('#scenario-json').textContent === s, mixed);
+  samePlan(JSON.parse(await text(page, '#plan-json')), cliPlan(mixed));
+  await shot(page, '03d-mixed-gpus');
   // More GPUs than a machine takes is marked at the field.
   await box.locator('.node-gpus').fill('17');
   await page.waitForSelector('.node-gpus[aria-invalid="true"]');

@@ -110,9 +110,44 @@ pub fn count(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(scale)
 }
 
+/// Mixed GPUs as people write them: `RTX 5090 + RTX 4090`, `2× rtx-3090 + rtx-4090` — each
+/// term a count (`2×`, `2x`, `2 x`) and a device preset, named by its id or its title
+/// (`RTX 3060 12GB` is `rtx-3060-12gb`). `None` without a `+`: not a list.
+pub fn gpu_list(text: &str) -> Option<Vec<(u64, String)>> {
+    if !text.contains('+') {
+        return None;
+    }
+    text.split('+')
+        .map(|term| {
+            let term = term.trim();
+            let split = term.find(|c: char| !c.is_ascii_digit()).unwrap_or(term.len());
+            let (digits, rest) = term.split_at(split);
+            let (count, device) = match rest.trim_start().strip_prefix(['×', 'x', 'X', '*']) {
+                Some(device) if !digits.is_empty() => (digits.parse().ok()?, device),
+                _ => (1, term),
+            };
+            let id: Vec<String> = device.split_whitespace().map(str::to_lowercase).collect();
+            (count > 0 && !id.is_empty()).then(|| (count, id.join("-")))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mixed_gpus_read_as_people_write_them() {
+        let list = |pairs: &[(u64, &str)]| Some(pairs.iter().map(|&(n, d)| (n, d.to_owned())).collect::<Vec<_>>());
+        assert_eq!(gpu_list("RTX 5090 + RTX 4090"), list(&[(1, "rtx-5090"), (1, "rtx-4090")]));
+        assert_eq!(gpu_list("2× rtx-3090+rtx-4090"), list(&[(2, "rtx-3090"), (1, "rtx-4090")]));
+        assert_eq!(gpu_list("2 x RTX 3060 12GB + 1x A100 80GB"), list(&[(2, "rtx-3060-12gb"), (1, "a100-80gb")]));
+        // A name that starts with digits is a device, not a count.
+        assert_eq!(gpu_list("rtx-4090 + 4090"), list(&[(1, "rtx-4090"), (1, "4090")]));
+        for text in ["2", "rtx-4090", "rtx-4090 + ", "0× rtx-4090 + rtx-3090", "+"] {
+            assert_eq!(gpu_list(text).filter(|l| !l.is_empty()), None, "{text}");
+        }
+    }
 
     #[test]
     fn counts_read_as_people_write_them() {

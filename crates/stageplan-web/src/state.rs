@@ -161,8 +161,9 @@ pub struct NodeDraft {
     pub ram: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub ram_memory: String,
-    /// GPUs of the device in this machine (`2` for "2× RTX 3090"), or a scenario's list of
-    /// mixed GPUs as JSON; empty for a machine of one device. With `gpu_link`, the link
+    /// GPUs of the device in this machine (`2` for "2× RTX 3090"), mixed GPUs as people
+    /// write them (`rtx-5090 + 2× rtx-4090`, each a preset), or a scenario's list of mixed
+    /// GPUs as JSON; empty for a machine of one device. With `gpu_link`, the link
     /// between them (a preset; empty for the default).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub gpus: String,
@@ -186,7 +187,10 @@ impl NodeDraft {
         match serde_json::from_str::<Value>(self.gpus.trim()) {
             _ if self.gpus.trim().is_empty() => 1,
             Ok(Value::Array(list)) => list.iter().map(count).sum::<usize>().max(1),
-            _ => crate::fields::count(&self.gpus).map_or(1, |n| n.clamp(1, 64) as usize),
+            _ => match crate::fields::gpu_list(&self.gpus) {
+                Some(list) => list.iter().map(|&(n, _)| n.clamp(1, 64) as usize).sum::<usize>().clamp(1, 64),
+                None => crate::fields::count(&self.gpus).map_or(1, |n| n.clamp(1, 64) as usize),
+            },
         }
     }
 
@@ -368,8 +372,16 @@ impl AppState {
                     }
                 }
                 if several {
-                    let gpus = match serde_json::from_str::<Value>(n.gpus.trim()) {
-                        Ok(list @ Value::Array(_)) => list,
+                    let gpus = match (serde_json::from_str::<Value>(n.gpus.trim()), crate::fields::gpu_list(&n.gpus)) {
+                        (Ok(list @ Value::Array(_)), _) => list,
+                        // Mixed GPUs as people write them: each a device preset, its own figures.
+                        (_, Some(list)) => list
+                            .into_iter()
+                            .map(|(count, device)| match count {
+                                1 => json!({"device": device}),
+                                _ => json!({"device": device, "count": count}),
+                            })
+                            .collect(),
                         _ => {
                             device.insert("count".into(), integer(&n.gpus));
                             json!([Value::Object(std::mem::take(&mut device))])
@@ -647,9 +659,25 @@ fn node_drafts(spec: &NodeSpec) -> Vec<NodeDraft> {
     }
 }
 
-/// Mixed GPUs as the scenario's JSON, field by field (serialising the type would add its
-/// serde code to the page's first download).
+/// Mixed GPUs as people write them where each is a preset (`rtx-5090 + 2× rtx-4090`), else
+/// as the scenario's JSON, field by field (serialising the type would add its serde code to
+/// the page's first download).
 fn gpus_text(gpus: &[stageplan::scenario::GpuSpec]) -> String {
+    let presets: Option<Vec<String>> = gpus
+        .iter()
+        .map(|g| {
+            let plain = g.memory.is_none() && g.bandwidth.is_none() && g.compute.is_none() && g.reserve.is_none();
+            let written = |d: &&String| !d.contains(['+', ' ']) && !d.chars().any(char::is_uppercase);
+            let device = g.device.as_ref().filter(|d| plain && g.backend.is_none() && written(d))?;
+            Some(match g.count {
+                Some(n) if n != 1 => format!("{n}× {device}"),
+                _ => device.clone(),
+            })
+        })
+        .collect();
+    if let Some(terms) = presets.filter(|t| t.len() > 1) {
+        return terms.join(" + ");
+    }
     let list: Vec<Value> = gpus
         .iter()
         .map(|g| {

@@ -335,3 +335,35 @@ fn a_machines_gpus_travel_with_it() {
         assert_eq!(placed.place, Some(Place::Node(id, part)), "{placed:?}");
     }
 }
+
+/// Mixed GPUs typed as people say them ("RTX 5090 + 2× RTX 4090"): each a preset in the
+/// scenario's `gpus`, each a node of the checked scenario, planned as the CLI plans the same
+/// list; a scenario's list of presets reads back in the same words; an unknown one is an
+/// error on the machine.
+#[test]
+fn mixed_gpus_typed_as_people_say_them() {
+    let mut state = AppState::default();
+    state.nodes.truncate(1);
+    state.nodes[0].gpus = "RTX 5090 + 2× RTX 4090".into();
+    let scenario = state.scenario().unwrap();
+    let gpus = scenario.nodes[0].gpus.clone().unwrap();
+    let written: Vec<(Option<&str>, Option<u32>)> = gpus.iter().map(|g| (g.device.as_deref(), g.count)).collect();
+    assert_eq!(written, [(Some("rtx-5090"), None), (Some("rtx-4090"), Some(2))]);
+    assert_eq!(state.nodes[0].devices(), 3);
+    assert_eq!(state.enabled(), [true, true, true]);
+    let json = r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"}, "nodes": [{"name": "box",
+        "gpus": [{"device": "rtx-5090"}, {"device": "rtx-4090", "count": 2}]}]}"#;
+    let listed = Scenario::from_json(json).unwrap();
+    let read_back = AppState::from_scenario(&listed);
+    assert_eq!(read_back.nodes[0].gpus, "rtx-5090 + 2× rtx-4090");
+    let checked = |s: Scenario| stageplan::check(s, stageplan::check::no_model_files).unwrap().problem;
+    assert_eq!(checked(read_back.scenario().unwrap()).nodes.len(), 3);
+    state.model.preset = "llama-3.1-70b".into();
+    state.model.weights = "q4_k_m".into();
+    let outcome = crate::planning::compute(&state, &[], &[]).unwrap();
+    let cli = stageplan::plan(&checked(state.scenario().unwrap()));
+    assert!(outcome.plan.feasible && outcome.plan.stream_tokens_per_s == cli.stream_tokens_per_s);
+    state.nodes[0].gpus = "rtx-5090 + rtx-9999".into();
+    let error = stageplan::check(state.scenario().unwrap(), stageplan::check::no_model_files).unwrap_err();
+    assert!(error.path.starts_with("nodes[0].gpus[1]"), "{error:?}");
+}
