@@ -281,6 +281,7 @@ await check('a machine with several GPUs, typed as people say it ("2× RTX 3090,
   await page.waitForFunction((s) => JSON.parse(document.querySelector('#plan-json').textContent).stages.length > 0
     && document.querySelector('#scenario-json').textContent === s, mixed);
   samePlan(JSON.parse(await text(page, '#plan-json')), cliPlan(mixed));
+  assert.ok(await box.locator('.node-device').isDisabled(), 'the row\'s device stands for none of mixed GPUs');
   await shot(page, '03d-mixed-gpus');
   // More GPUs than a machine takes is marked at the field.
   await box.locator('.node-gpus').fill('17');

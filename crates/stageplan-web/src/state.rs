@@ -194,6 +194,12 @@ impl NodeDraft {
         }
     }
 
+    /// Whether `gpus` names each GPU's device (a list, typed or JSON): the row's device
+    /// and figures then stand for none of them.
+    pub fn mixed_gpus(&self) -> bool {
+        self.gpus.trim_start().starts_with('[') || crate::fields::gpu_list(&self.gpus).is_some()
+    }
+
     /// A node from a device preset.
     pub fn preset(name: &str, device: &str) -> NodeDraft {
         NodeDraft { name: name.into(), device: device.into(), enabled: true, ..NodeDraft::default() }

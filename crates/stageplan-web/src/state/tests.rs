@@ -350,6 +350,7 @@ fn mixed_gpus_typed_as_people_say_them() {
     let written: Vec<(Option<&str>, Option<u32>)> = gpus.iter().map(|g| (g.device.as_deref(), g.count)).collect();
     assert_eq!(written, [(Some("rtx-5090"), None), (Some("rtx-4090"), Some(2))]);
     assert_eq!(state.nodes[0].devices(), 3);
+    assert!(state.nodes[0].mixed_gpus() && !NodeDraft { gpus: "2".into(), ..NodeDraft::default() }.mixed_gpus());
     assert_eq!(state.enabled(), [true, true, true]);
     let json = r#"{"model": {"preset": "llama-3.1-70b", "weights": "q4_k_m"}, "nodes": [{"name": "box",
         "gpus": [{"device": "rtx-5090"}, {"device": "rtx-4090", "count": 2}]}]}"#;

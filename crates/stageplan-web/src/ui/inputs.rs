@@ -273,6 +273,9 @@ pub fn ModelPanel(
 /// One machine: name, device or figures, what-if switch, duplicate, remove.
 #[component]
 fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>) -> impl IntoView {
+    // Mixed GPUs name their devices in the GPUs field: the row's device stands for none.
+    let mixed =
+        Signal::derive(move || state.with(|s| s.nodes.iter().find(|n| n.id == id).is_some_and(NodeDraft::mixed_gpus)));
     let get = move |f: fn(&NodeDraft) -> String| {
         Signal::derive(move || state.with(|s| s.nodes.iter().find(|n| n.id == id).map(f).unwrap_or_default()))
     };
@@ -326,9 +329,9 @@ fn NodeRow(state: RwSignal<AppState>, id: u64, problem: Memo<Option<InputError>>
                     <span class="visually-hidden">"use "<bdi>{move || get(|n| n.name.clone()).get()}</bdi></span>
                 </label>
                 {input("name", "Name", "desk", get(|n| n.name.clone()), Box::new(set(|n, v| n.name = v)))}
-                <label class="field small device">
+                <label class="field small device" title=move || mixed.get().then_some("each GPU's device is named in GPUs")>
                     <span>"Device"</span>
-                    <select class="node-device" on:change=move |ev| {
+                    <select class="node-device" disabled=mixed on:change=move |ev| {
                         let device = event_target_value(&ev);
                         state.update(|s| if let Some(n) = s.nodes.iter_mut().find(|n| n.id == id) { n.choose_device(&device) });
                     }>
