@@ -199,6 +199,11 @@ test('serve() answers as stageplan plan --users/--ttft/--tpot', () => {
   conforms(found.capacity, 'Found');
   assert.throws(() => stageplan.serve(scenario, {}), /no target/);
   assert.throws(() => stageplan.serve(scenario, { users: 0 }), /`users` is 0/);
+  // vLLM's users, from its own scheduler, as the CLI simulates them.
+  const vllm = stageplan.serve(read('tests/cli/plan-users-vllm/scenario.json'), { users: 4 });
+  assert.deepStrictEqual(vllm, runCli('plan', 'tests/cli/plan-users-vllm/scenario.json', '--users', '4', '--format', 'json'));
+  assert.equal(vllm.served.scheduler.server, 'vllm');
+  conforms(vllm.served, 'Served');
 });
 
 test('results have the shapes stageplan.d.ts declares', () => {

@@ -37,14 +37,15 @@ pub(crate) enum Command {
         /// confirm the plan is optimal.
         #[arg(long)]
         verify: bool,
-        /// Plan for this many users of one llama-server (`--parallel`, a slot and its
-        /// context each) and simulate its scheduler: their times to first token and per
-        /// token at p50/p95, and tok/s in all. The workload's `prompt` and `response` are
-        /// each request's; every user sends three, one after another.
+        /// Plan for this many users of one server and simulate its scheduler: llama-server
+        /// (`--parallel`, a slot and its context each), or with `"engine": "vllm"` vLLM's
+        /// (requests admitted while their KV blocks last). Their times to first token and
+        /// per token at p50/p95, and tok/s in all. The workload's `prompt` and `response`
+        /// are each request's; every user sends three, one after another.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         users: Option<u32>,
         /// A time to first token every user must see (`2s`, `800ms`), at `--percentile`:
-        /// without `--users`, how many users of one llama-server meet it (and `--tpot`),
+        /// without `--users`, how many users of one server meet it (and `--tpot`),
         /// the plan remade for each count; with `--users`, whether they do.
         #[arg(long, value_name = "TIME")]
         ttft: Option<String>,

@@ -16,6 +16,6 @@ export function presets(): Catalog;
 export function planView(scenario: Scenario | string, options?: { enabled?: boolean[] }): PlanView;
 
 /** The users chart of a scenario's plan, as `<stage-plan>`'s users panel draws it: p95 time
- *  to first token and per token for 1, 2, 4, … users of one llama-server, and how many see
+ *  to first token and per token for 1, 2, 4, … users of one server, and how many see
  *  their first token within 2 s (`stageplan plan --ttft 2s`). `enabled` as `planView`'s. */
 export function usersView(scenario: Scenario | string, options?: { enabled?: boolean[] }): UsersView;

@@ -28,7 +28,7 @@ export function replan(
   options?: ReplanOptions,
 ): Replan;
 
-/** How many users of one llama-server meet `ttft`/`tpot` (at `percentile`, `p95` by
+/** How many users of one server meet `ttft`/`tpot` (at `percentile`, `p95` by
  *  default), or with `users` what that many see: the plan for them, what they saw, the
  *  targets held and how many meet them, as `stageplan plan --ttft … --format json`.
  *  Without options, what the scenario's `serving` asks. */

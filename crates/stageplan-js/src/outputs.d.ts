@@ -681,19 +681,23 @@ export type Answer = {
  */
 plan: Plan, served?: Served, targets?: TargetsHeld, 
 /**
- * How many meet the targets on one llama-server: without a count of users, or with one
+ * How many meet the targets on one server: without a count of users, or with one
  * that one server misses where its machines could be split.
  */
 capacity?: Found, 
 /**
  * The machines split into replicas, where that serves more users within the targets
- * than one llama-server over all of them: without a count of users, each at what it
+ * than one server over all of them: without a count of users, each at what it
  * serves; with one that one server misses, the users spread over the split (each
  * replica's share in proportion to what it serves), where it serves them all.
  */
 replicas?: Replicas, };
 
 export type Served = { users: number, 
+/**
+ * The server they used and its settings.
+ */
+scheduler: Scheduler, 
 /**
  * Prompt tokens of every request.
  */
@@ -714,6 +718,8 @@ tpot_s: [number, number],
  * Tokens generated over the time from the first request to the last token.
  */
 tokens_per_s: number, };
+
+export type Scheduler = { "server": "llama-server", n_batch: number, n_ubatch: number, } | { "server": "vllm", max_num_seqs: number, max_num_batched_tokens: number, };
 
 export type TargetsHeld = { percentile: Percentile, ttft_s: number | null, tpot_s: number | null, missed: Missed | null, };
 

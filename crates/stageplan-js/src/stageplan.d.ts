@@ -17,7 +17,7 @@ export interface Scenario {
   engine?: Engine;
   /** The stages of a `manual` plan, in pipeline order. */
   stages?: { node: string; layers: [number, number] }[];
-  /** Many users of one llama-server: what `serve` answers when given no options. */
+  /** Many users of one server (llama-server, or vLLM's where the scenario's `engine` is `vllm`): what `serve` answers when given no options. */
   serving?: ServeOptions;
 }
 
@@ -211,7 +211,7 @@ export interface ReplanOptions {
 /** What `serve` is asked: a count of users, or targets (a time as text with its unit,
  *  `"2 s"`, `"80 ms"`, or seconds as a number), or both. */
 export interface ServeOptions {
-  /** Users of one llama-server, a slot and the scenario's context each (1–256). */
+  /** Users of one server (1–256): llama-server's a slot and the scenario's context each, vLLM's their requests' KV blocks from its pool. */
   users?: number;
   /** Time to first token every user must see, at `percentile`. */
   ttft?: string | number;

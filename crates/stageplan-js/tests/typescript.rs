@@ -65,6 +65,7 @@ fn declarations() -> String {
         Move::decl(&cfg),
         stageplan::serving::Answer::decl(&cfg),
         stageplan::serving::Served::decl(&cfg),
+        stageplan::serving::Scheduler::decl(&cfg),
         stageplan::serving::TargetsHeld::decl(&cfg),
         stageplan::serving::Found::decl(&cfg),
         stageplan::serving::Replicas::decl(&cfg),

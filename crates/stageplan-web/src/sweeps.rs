@@ -15,7 +15,7 @@ use stageplan::sweep::{FormatRow, by_context, by_weights};
 use stageplan::units::{format_bytes, group_digits, sig3};
 
 use stageplan::view::hue;
-use stageplan::view::users::{Frame, USERS_TARGET, UsersChart, one_more, users_chart, users_word};
+use stageplan::view::users::{Frame, USERS_TARGET, UsersChart, one_more, server_name, users_chart, users_word};
 
 /// The table and the charts for `problem` on the enabled machines.
 pub fn sweeps_html(problem: &Problem, enabled: &[bool]) -> String {
@@ -27,29 +27,33 @@ pub fn sweeps_html(problem: &Problem, enabled: &[bool]) -> String {
     html + &users_html(problem, enabled)
 }
 
-/// Users of one llama-server against what they see: p95 time to first token and per token
+/// Users of one server (llama-server, or vLLM's) against what they see: p95 time to first token and per token
 /// for 1, 2, 4, … users (each count planned and simulated as `stageplan plan --users N`),
 /// and how many meet [`USERS_TARGET`]; or why there is no chart.
 fn users_html(problem: &Problem, enabled: &[bool]) -> String {
     let heading = "<h3>Users against latency</h3>";
     match by_users(problem, enabled, USERS_TARGET) {
         Ok((points, found)) => match users_chart(&points, FRAME) {
-            Some(chart) => format!("{heading}{}{}", users_chart_html(&chart), found_html(&found)),
+            Some(chart) => {
+                let engine = problem.workload.engine;
+                format!("{heading}{}{}", users_chart_html(&chart, server_name(engine)), found_html(&found, engine))
+            }
             None => String::new(),
         },
         Err(ServingError::Engine) => format!(
-            "{heading}<p class=\"hint\">What many users see is simulated for llama.cpp's server; choose llama.cpp as the engine to see it.</p>"
+            "{heading}<p class=\"hint\">What many users see is simulated for llama.cpp's and vLLM's servers; choose one of them as the engine to see it.</p>"
         ),
         Err(e) => format!("{heading}<p class=\"hint\">Not simulated: {}</p>", escape(&e.to_string())),
     }
 }
 
-/// How many users meet [`USERS_TARGET`], and what stops one more.
-fn found_html(found: &Found) -> String {
+/// How many users of `engine`'s server meet [`USERS_TARGET`], and what stops one more.
+fn found_html(found: &Found, engine: stageplan::engine::Engine) -> String {
     format!(
-        "<p id=\"users-found\">At p95 first token ≤ 2 s: <strong>{}</strong> of one llama-server on these machines; {}. <span class=\"hint\">(<code>stageplan plan SCENARIO --ttft 2s</code> answers the same, and tries splitting the machines into replicas.)</span></p>",
+        "<p id=\"users-found\">At p95 first token ≤ 2 s: <strong>{}</strong> of one {} on these machines; {}. <span class=\"hint\">(<code>stageplan plan SCENARIO --ttft 2s</code> answers the same, and tries splitting the machines into replicas.)</span></p>",
         users_word(found.users),
-        one_more(found)
+        server_name(engine),
+        one_more(found, engine)
     )
 }
 
@@ -60,11 +64,11 @@ const FRAME: Frame = Frame { width: WIDTH, height: HEIGHT, pad: PAD };
 /// part of its download, this markup is the worker's.
 const TPOT_COLOUR: &str = "hsl(30 90% 38%)";
 
-/// The users chart as SVG, with its legend.
-fn users_chart_html(c: &UsersChart) -> String {
+/// The users chart of one `server` as SVG, with its legend.
+fn users_chart_html(c: &UsersChart, server: &str) -> String {
     let last = c.ticks.last().map(|t| t.label.as_str()).unwrap_or_default();
     let mut html = format!(
-        "<svg id=\"users-chart\" class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"p95 time to first token (up to {} s) and per token (up to {} ms) for 1 to {last} users of one llama-server\">",
+        "<svg id=\"users-chart\" class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"p95 time to first token (up to {} s) and per token (up to {} ms) for 1 to {last} users of one {server}\">",
         sig3(c.ttft_top_s),
         sig3(c.tpot_top_s * 1e3)
     );
@@ -340,11 +344,15 @@ mod tests {
         let html = sweeps_html(&problem, &state.enabled());
         let said = format!("<strong>{} user", capacity.users);
         assert!(html.contains("<svg id=\"users-chart\"") && html.contains(&said), "{html}");
-        // Another engine's users are not simulated: said, not drawn.
+        // vLLM's users are drawn from its own scheduler, its server named.
         let mut vllm = problem.clone();
         vllm.workload.engine = stageplan::engine::Engine::Vllm;
         let html = users_html(&vllm, &state.enabled());
-        assert!(!html.contains("<svg") && html.contains("choose llama.cpp"), "{html}");
+        assert!(html.contains("<svg") && html.contains("of one vLLM server"), "{html}");
+        // An engine whose scheduler is not simulated: said, not drawn.
+        vllm.workload.engine = stageplan::engine::Engine::Generic;
+        let html = users_html(&vllm, &state.enabled());
+        assert!(!html.contains("<svg") && html.contains("choose one of them"), "{html}");
     }
 
     #[test]

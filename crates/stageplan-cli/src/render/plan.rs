@@ -8,7 +8,7 @@ use std::fmt::Write;
 use stageplan::plan::{Level, Plan};
 use stageplan::serving::{
     self, Answer, Demand, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, Missed, NotSplit, Percentile, Replicas,
-    Served, TargetsHeld,
+    Scheduler, Served, TargetsHeld,
 };
 use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem};
@@ -248,7 +248,7 @@ pub(crate) fn verification(plan: &Plan, exhaustive: &Plan) -> String {
     format!("\nverified by {}: {verdict}\n", exhaustive.search.detail)
 }
 
-/// `--users`, `--ttft`, `--tpot`: what the simulated users of one llama-server saw, the
+/// `--users`, `--ttft`, `--tpot`: what the simulated users of one server saw, the
 /// targets held, how many users meet them, and the machines split into replicas where that
 /// serves more (or, asked a count one server misses, the users spread over them).
 pub(crate) fn answer(problem: &Problem, answer: &Answer, demand: Demand) -> String {
@@ -268,9 +268,10 @@ pub(crate) fn answer(problem: &Problem, answer: &Answer, demand: Demand) -> Stri
         });
     }
     let Some(found) = &answer.capacity else { return text };
-    text.push_str(&capacity(&held, found));
+    let vllm = problem.workload.engine == stageplan::engine::Engine::Vllm;
+    text.push_str(&capacity(&held, found, vllm));
     if let Some(split) = &answer.replicas {
-        text.push_str(&replicas(&held, found.users, split, demand.users));
+        text.push_str(&replicas(&held, found.users, split, demand.users, vllm));
         return text;
     }
     match serving::not_split(problem) {
@@ -304,11 +305,17 @@ fn served(served: &Served) -> String {
     } else {
         "none: one token a request".to_owned()
     };
+    let server = match served.scheduler {
+        Scheduler::LlamaServer { .. } => format!("one llama-server (--parallel {}, continuous batching)", served.users),
+        Scheduler::Vllm { max_num_seqs, max_num_batched_tokens } => format!(
+            "one vLLM server (--max-num-seqs {max_num_seqs}, {max_num_batched_tokens} tokens a step, KV cache in blocks{})",
+            if max_num_seqs < served.users { ": the rest wait their turn" } else { "" }
+        ),
+    };
     format!(
-        "\n{} of one llama-server (--parallel {}, continuous batching), {}-token prompts, {} each, {} a user, simulated:\n  \
+        "\n{} of {server}, {}-token prompts, {} each, {} a user, simulated:\n  \
          first token  p50 {}  p95 {}\n  per token    {per_token}\n  in all       {:.1} tok/s\n",
         plural(served.users, "user", "users"),
-        served.users,
         served.prompt,
         plural(served.response, "token", "tokens"),
         plural(served.requests_per_user, "request", "requests"),
@@ -334,8 +341,9 @@ fn missed(percentile: Percentile, missed: &Missed) -> String {
     format!("{} {what} {} > {}", percentile.name(), format_seconds(missed.seen_s), format_seconds(missed.asked_s))
 }
 
-/// The most users that meet the targets, and what stops one more.
-fn capacity(targets: &TargetsHeld, found: &Found) -> String {
+/// The most users that meet the targets, and what stops one more (of a vLLM server where
+/// `vllm`, else of a llama-server).
+fn capacity(targets: &TargetsHeld, found: &Found, vllm: bool) -> String {
     let p = targets.percentile;
     match (&found.limit, found.users) {
         (Limit::Target { missed: m, .. }, 0) => format!(
@@ -347,10 +355,13 @@ fn capacity(targets: &TargetsHeld, found: &Found) -> String {
             let why = match limit {
                 Limit::Target { users, missed: m } => format!("at {users}, {}", missed(p, m)),
                 Limit::Memory { users } => format!("at {users}, their slots' KV caches do not fit"),
+                Limit::Most if vllm => format!("{MAX_USERS} users are the most simulated"),
                 Limit::Most => format!("{MAX_USERS} slots are the most a llama-server starts with"),
             };
+            let (server, flags) =
+                if vllm { ("vLLM server", String::new()) } else { ("llama-server", format!(", --parallel {users}")) };
             format!(
-                "\n{users} {} of one llama-server {} {} (simulated, --parallel {users}); {why}\n",
+                "\n{users} {} of one {server} {} {} (simulated{flags}); {why}\n",
                 if users == 1 { "user" } else { "users" },
                 if users == 1 { "meets" } else { "meet" },
                 asked(targets),
@@ -361,7 +372,7 @@ fn capacity(targets: &TargetsHeld, found: &Found) -> String {
 
 /// The machines split into replicas that serve more users than one server: each replica's
 /// machines, users and what they see.
-fn replicas(targets: &TargetsHeld, one_server: u32, split: &Replicas, asked: Option<u32>) -> String {
+fn replicas(targets: &TargetsHeld, one_server: u32, split: &Replicas, asked: Option<u32>, vllm: bool) -> String {
     let ms = |s: f64| format!("{:.0} ms", s * 1e3);
     let p = targets.percentile;
     let count = split.replicas.len();
@@ -370,7 +381,12 @@ fn replicas(targets: &TargetsHeld, one_server: u32, split: &Replicas, asked: Opt
     let short = asked.filter(|&asked| split.users < asked);
     let mut text = format!(
         "\nas {count} {}, {} {} users meet them{}{}, {tokens_per_s:.1} tok/s in all:\n",
-        if count == 1 { "llama-server on fewer machines" } else { "replicas (a llama-server each)" },
+        match (count, vllm) {
+            (1, false) => "llama-server on fewer machines",
+            (1, true) => "vLLM server on fewer machines",
+            (_, false) => "replicas (a llama-server each)",
+            (_, true) => "replicas (a vLLM server each)",
+        },
         if short.is_some() {
             "at most"
         } else if count == 1 {

@@ -219,6 +219,21 @@ pub const QUANTIZED_KV_REREADS_FROM_MEMORY: f64 = 0.7;
 /// `--gpu-memory-utilization` as the vLLM export passes it (vLLM's default).
 pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
+/// Tokens of one vLLM KV block (`--block-size`, 16 on CUDA and ROCm): its scheduler gives a
+/// request blocks as its tokens grow (`KVCacheManager.allocate_slots`).
+pub const VLLM_BLOCK_TOKENS: u64 = 16;
+
+/// The tokens a step of `vllm serve` computes when not told (`--max-num-batched-tokens`,
+/// `EngineArgs.get_batch_defaults` in `vllm/engine/arg_utils.py`): 8192 on a GPU of 70 GiB
+/// or more that is not an A100 ("Setting large `max_num_batched_tokens` for A100 reduces
+/// throughput", vLLM PR #17885), else 2048. Chunked prefill is on, so a longer prompt takes
+/// several steps. (Its `--max-num-seqs`, 1024 or 256, the export always writes.)
+pub fn vllm_max_num_batched_tokens(gpu_memory: u64, device: Option<&str>) -> u32 {
+    const LARGE: u64 = 70 << 30;
+    let a100 = device.is_some_and(|d| d.to_ascii_lowercase().contains("a100"));
+    if gpu_memory >= LARGE && !a100 { 8192 } else { 2048 }
+}
+
 /// A vLLM plan's typical error in tok/s: the median |error| of the published one-user vLLM
 /// decode figures the cost model holds (`tests/calibration/tensor-parallel.csv`, planned
 /// with the nearest presets; a test recomputes it). The fit's figures are llama.cpp's, so

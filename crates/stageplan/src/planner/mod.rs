@@ -598,7 +598,22 @@ fn accuracy(problem: &Problem, cost: &CostModel, stages: &[Placement], tokens_pe
 /// The longest context at which every stage of this split still fits, capped at the model's
 /// own maximum when it states one.
 fn max_context(problem: &Problem, cost: &CostModel, stages: &[Placement]) -> Option<u64> {
-    let cap = problem.model.arch.max_context.unwrap_or(1 << 26).max(1);
+    longest_fitting(cost, stages, problem.model.arch.max_context.unwrap_or(MOST_CONTEXT))
+}
+
+/// The most context searched for: 64 Mi tokens.
+const MOST_CONTEXT: u64 = 1 << 26;
+
+/// The tokens of KV cache each of the problem's sequences can hold on this split, past the
+/// model's own maximum context (0 when none fits): with vLLM, whose blocks hold any
+/// request's tokens, `× batch` is its pool.
+pub(crate) fn kv_tokens(cost: &CostModel, stages: &[Placement]) -> u64 {
+    longest_fitting(cost, stages, MOST_CONTEXT).unwrap_or(0)
+}
+
+/// The longest context up to `cap` at which every stage of this split fits.
+fn longest_fitting(cost: &CostModel, stages: &[Placement], cap: u64) -> Option<u64> {
+    let cap = cap.max(1);
     let fits = |context: u64| stages.iter().all(|p| cost.fits_at_context(p.node, p.start, p.end, context));
     if !fits(1) {
         return None;

@@ -15,6 +15,10 @@
 //! 4-user step against 55.2 for one), a prompt token its products at the prompt's rate
 //! ([`ServingCost::token_s`]).
 //!
+//! vLLM's scheduler is simulated as vLLM runs it (`serving/vllm.rs`): a budget of tokens a step, KV
+//! blocks from a pool, the newest request preempted when they run out, and as many batches
+//! in flight as the pipeline has stages.
+//!
 //! The load is the serve check's and most published concurrency tables': `users` each send a
 //! request, read it to its end and send the next at once (a fixed concurrency, as vLLM's
 //! `benchmark_serving --max-concurrency`), all starting together.
@@ -23,14 +27,16 @@ use crate::calibration::quantile;
 
 mod replicas;
 mod users;
+mod vllm;
 
 pub use crate::demand::{Demand, MAX_USERS, Percentile, Targets};
 pub use replicas::{MAX_REPLICA_MACHINES, NotSplit, Replica, Replicas, not_split, replicas};
 pub use users::{UsersPoint, by_users};
 
 /// What a step of the engine costs: a whole step for its first token, then each further
-/// sequence decoding and each prompt token.
-#[derive(Copy, Clone, Debug, PartialEq)]
+/// sequence decoding and each prompt token; how the step divides among the pipeline's
+/// stages, and the KV cache the split holds.
+#[derive(Clone, Debug, PartialEq)]
 pub struct ServingCost {
     /// One sequence's decode step (a one-user plan's `1 ÷ stream_tokens_per_s`).
     pub step_s: f64,
@@ -39,12 +45,19 @@ pub struct ServingCost {
     pub sequence_s: f64,
     /// Each further prompt token of a step: the plan's `1 ÷ prefill_tokens_per_s`.
     pub token_s: f64,
+    /// Each stage's share of a step, in pipeline order, summing to 1 (`[1.0]` for one):
+    /// vLLM keeps a batch in each stage at once.
+    pub stage_shares: Vec<f64>,
+    /// Tokens of KV cache the split holds beside its weights for all its sequences
+    /// together: vLLM's pool of blocks (llama-server sizes each slot up front).
+    pub kv_tokens: u64,
 }
 
 impl ServingCost {
-    /// The steps of `plan`, made for `problem`, as one llama-server runs them: one
-    /// sequence's decode step through every stage with the memory of all the problem's
-    /// sequences (their KV cache placed, a step reading one), and the plan's prompt rate.
+    /// The steps of `plan`, made for `problem`, as one server runs them: one sequence's
+    /// decode step through every stage with the memory of all the problem's sequences (their
+    /// KV cache placed, a step reading one at the requests' mean depth, their prompt and
+    /// half their response), and the plan's prompt rate.
     ///
     /// A pipeline is one llama-server whose devices (its own and its rpc-servers') run each
     /// step's graph in turn, the activations hopping between them: a step costs the sum of
@@ -62,7 +75,7 @@ impl ServingCost {
         if plan.stages.is_empty() || !plan.feasible {
             return Err(ServingError::NoPlan);
         }
-        let all = crate::CostModel::new(problem);
+        let full = crate::CostModel::new(problem);
         // Each stage as the cost model knows it: a node, or a group's node past them.
         let stages: Option<Vec<crate::problem::Placement>> = plan
             .stages
@@ -71,13 +84,18 @@ impl ServingCost {
                 let node = match stage.nodes(problem).collect::<Vec<_>>().as_slice() {
                     [] => return None,
                     [node] => *node,
-                    members => all.node_count() + all.groups().iter().position(|g| g.members == members)?,
+                    members => full.node_count() + full.groups().iter().position(|g| g.members == members)?,
                 };
                 Some(crate::problem::Placement::new(node, stage.layers[0], stage.layers[1]))
             })
             .collect();
         let Some(stages) = stages else { return Err(ServingError::NoPlan) };
         let batch = problem.workload.batch;
+        // A request's steps read its prompt and half its answer's cache, on the average; the
+        // stages stay placed as at the full context (what is in RAM, where).
+        let depth = problem.workload.prompt.saturating_add(problem.workload.response / 2);
+        let placed = stages.iter().filter_map(|&p| Some((p, full.offload(p.node, p.start, p.end)?)));
+        let all = crate::CostModel::at_depth(problem, depth).with_placements(placed);
         // A step through every stage, each sending to the next and the last back to the first.
         let step = |cost: &crate::CostModel| -> f64 {
             let next = |s: usize| crate::cost::Next::of(&stages, s);
@@ -89,8 +107,30 @@ impl ServingCost {
             0 | 1 => token_s,
             _ => ((step(&all) - step_s) / (batch - 1) as f64).max(0.0),
         };
-        Ok(ServingCost { step_s, sequence_s, token_s })
+        let times: Vec<f64> = (0..stages.len())
+            .map(|s| {
+                all.time(stages[s].node, stages[s].start, stages[s].end, crate::cost::Next::of(&stages, s)).total()
+            })
+            .collect();
+        let whole: f64 = times.iter().sum();
+        let stage_shares =
+            times.iter().map(|t| if whole > 0.0 { t / whole } else { 1.0 / times.len() as f64 }).collect();
+        let kv_tokens = crate::planner::kv_tokens(&full, &stages).saturating_mul(batch.max(1));
+        Ok(ServingCost { step_s, sequence_s, token_s, stage_shares, kv_tokens })
     }
+}
+
+/// Whose scheduler a load runs through, with what it is told.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "server", rename_all = "kebab-case")]
+#[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
+pub enum Scheduler {
+    /// llama-server: one slot a user, up to `n_batch` tokens a step (`-b`), run in graphs of
+    /// `n_ubatch` (`-ub`), each of which reads the weights.
+    LlamaServer { n_batch: u32, n_ubatch: u32 },
+    /// vLLM: up to `max_num_seqs` requests running (`--max-num-seqs`) and
+    /// `max_num_batched_tokens` tokens a step (`--max-num-batched-tokens`), one forward pass.
+    Vllm { max_num_seqs: u32, max_num_batched_tokens: u32 },
 }
 
 /// A fixed number of users, each sending requests one after another.
@@ -103,10 +143,7 @@ pub struct Load {
     pub response: u32,
     /// Requests each user sends.
     pub requests_per_user: u32,
-    /// The most tokens one step takes (llama.cpp's `-b`, 2048 by default).
-    pub n_batch: u32,
-    /// The most tokens one graph of a step computes (`-ub`, 512 by default).
-    pub n_ubatch: u32,
+    pub scheduler: Scheduler,
 }
 
 /// Requests each user sends, one after another, in `stageplan plan --users` and the serve
@@ -123,9 +160,26 @@ impl Load {
             prompt: tokens(problem.workload.prompt),
             response: tokens(problem.workload.response),
             requests_per_user: REQUESTS_PER_USER,
-            n_batch: 2048,
-            n_ubatch: 512,
+            scheduler: Scheduler::LlamaServer { n_batch: 2048, n_ubatch: 512 },
         }
+    }
+
+    /// `users` users of the engine `problem` names, run with its defaults: llama-server's
+    /// ([`Load::llama_server`]), or `vllm serve`'s tokens a step for the GPU of `plan`'s
+    /// first stage ([`crate::engine::vllm_max_num_batched_tokens`]) and the plan's batch as
+    /// `--max-num-seqs`, as the vLLM export writes it.
+    pub fn of(problem: &crate::Problem, plan: &crate::Plan, users: u32) -> Load {
+        let load = Load::llama_server(problem, users);
+        if problem.workload.engine != crate::engine::Engine::Vllm {
+            return load;
+        }
+        let first = plan.stages.first().and_then(|s| s.nodes(problem).next()).map(|k| &problem.nodes[k]);
+        let tokens = crate::engine::vllm_max_num_batched_tokens(
+            first.map_or(0, |n| n.memory),
+            first.and_then(|n| n.device.as_deref()),
+        );
+        let max_num_seqs = u32::try_from(plan.workload.batch.max(1)).unwrap_or(u32::MAX);
+        Load { scheduler: Scheduler::Vllm { max_num_seqs, max_num_batched_tokens: tokens }, ..load }
     }
 }
 
@@ -138,6 +192,8 @@ pub const MAX_REQUESTS: u64 = 1 << 20;
 #[cfg_attr(feature = "typescript", derive(ts_rs::TS))]
 pub struct Served {
     pub users: u32,
+    /// The server they used and its settings.
+    pub scheduler: Scheduler,
     /// Prompt tokens of every request.
     pub prompt: u32,
     /// Tokens generated for every request.
@@ -171,9 +227,13 @@ pub enum ServingError {
     #[error("nothing fits, so no users are served; see the plan's fixes")]
     NoPlan,
     #[error(
-        "one llama-server's scheduler is what is simulated; this scenario's `engine` is another: plan it with `\"engine\": \"llama.cpp\"`"
+        "llama-server's and vLLM's schedulers are what is simulated; this scenario's `engine` is neither: plan it with `\"engine\": \"llama.cpp\"` or `\"vllm\"`"
     )]
     Engine,
+    #[error(
+        "a request holds up to {tokens} tokens of KV cache and the split holds {pool} beside its weights: shorten `workload.prompt` or `workload.response`, or give it more memory"
+    )]
+    Pool { tokens: u64, pool: u64 },
     #[error("no target: give a time to first token, a time per token, or both")]
     NoTarget,
     #[error("the `{field}` target must be a time from 1 µs to 1 h")]
@@ -199,20 +259,27 @@ struct Slot {
     after: u32,
 }
 
-/// Runs `load` through llama-server's scheduler with steps priced by `cost`.
+/// Runs `load` through its engine's scheduler with steps priced by `cost`.
 ///
 /// # Errors
-/// A zero in `load`, more than [`MAX_REQUESTS`] requests, or a step that costs nothing or
-/// forever.
-pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
+/// A zero in `load`, more than [`MAX_REQUESTS`] requests, a step that costs nothing or
+/// forever, or (vLLM) a request longer than the KV pool.
+pub fn simulate(load: Load, cost: &ServingCost) -> Result<Served, ServingError> {
+    let scheduler = match load.scheduler {
+        Scheduler::LlamaServer { n_batch, n_ubatch } => [("n_batch", n_batch), ("n_ubatch", n_ubatch)],
+        Scheduler::Vllm { max_num_seqs, max_num_batched_tokens } => {
+            [("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)]
+        }
+    };
     for (field, value) in [
         ("users", load.users),
         ("prompt", load.prompt),
         ("response", load.response),
         ("requests_per_user", load.requests_per_user),
-        ("n_batch", load.n_batch),
-        ("n_ubatch", load.n_ubatch),
-    ] {
+    ]
+    .into_iter()
+    .chain(scheduler)
+    {
         if value == 0 {
             return Err(ServingError::Zero { field });
         }
@@ -222,9 +289,28 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
         return Err(ServingError::TooMany { requests });
     }
     let positive = |s: f64| s.is_finite() && s > 0.0;
-    if !(positive(cost.step_s) && positive(cost.token_s) && cost.sequence_s.is_finite() && cost.sequence_s >= 0.0) {
+    let shares = !cost.stage_shares.is_empty()
+        && cost.stage_shares.iter().all(|s| s.is_finite() && *s >= 0.0)
+        && (cost.stage_shares.iter().sum::<f64>() - 1.0).abs() < 1e-6;
+    if !(positive(cost.step_s)
+        && positive(cost.token_s)
+        && cost.sequence_s.is_finite()
+        && cost.sequence_s >= 0.0
+        && shares)
+    {
         return Err(ServingError::Cost { step_s: cost.step_s, token_s: cost.token_s });
     }
+    match load.scheduler {
+        Scheduler::LlamaServer { n_batch, n_ubatch } => Ok(llama_server_steps(load, n_batch, n_ubatch, cost)),
+        Scheduler::Vllm { max_num_seqs, max_num_batched_tokens } => {
+            vllm::simulate(load, max_num_seqs, max_num_batched_tokens, cost)
+        }
+    }
+}
+
+/// llama-server's `update_slots`, step by step (see the module doc).
+fn llama_server_steps(load: Load, n_batch: u32, n_ubatch: u32, cost: &ServingCost) -> Served {
+    let requests = u64::from(load.users) * u64::from(load.requests_per_user);
     let fresh = |sent: f64, after: u32| Slot { sent, prompt_left: load.prompt, generated: 0, first: 0.0, after };
     let mut slots: Vec<Option<Slot>> = vec![Some(fresh(0.0, load.requests_per_user - 1)); load.users as usize];
     let (mut ttft, mut tpot) = (Vec::with_capacity(requests as usize), Vec::with_capacity(requests as usize));
@@ -236,12 +322,12 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
         let mut fed = vec![0_u32; slots.len()];
         for (slot, fed) in slots.iter().zip(&mut fed) {
             if let Some(s) = slot.filter(|s| s.prompt_left > 0) {
-                let room = u64::from(load.n_batch).saturating_sub(batch);
+                let room = u64::from(n_batch).saturating_sub(batch);
                 *fed = s.prompt_left.min(u32::try_from(room).unwrap_or(u32::MAX));
                 batch += u64::from(*fed);
             }
         }
-        let graphs = batch.div_ceil(u64::from(load.n_ubatch)).max(1);
+        let graphs = batch.div_ceil(u64::from(n_ubatch)).max(1);
         // The first graph's whole step carries one token: a decoding sequence's if any.
         let (decoding, prompt) = (decoding as f64, (batch - decoding) as f64);
         let (decoding, prompt) = if decoding > 0.0 { (decoding - 1.0, prompt) } else { (0.0, prompt - 1.0) };
@@ -266,8 +352,9 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
             }
         }
     }
-    Ok(Served {
+    Served {
         users: load.users,
+        scheduler: load.scheduler,
         prompt: load.prompt,
         response: load.response,
         requests_per_user: load.requests_per_user,
@@ -275,7 +362,7 @@ pub fn simulate(load: Load, cost: ServingCost) -> Result<Served, ServingError> {
         tpot_s: [quantile(&tpot, 0.5), quantile(&tpot, 0.95)],
         tokens_per_s: tokens as f64 / now,
         wall_s: now,
-    })
+    }
 }
 
 /// A target a load missed: which, what the users saw and what was asked.
@@ -310,7 +397,7 @@ impl Targets {
     }
 }
 
-/// How many users one llama-server serves within [`Targets`], and what they see.
+/// How many users one server serves within [`Targets`], and what they see.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Capacity {
     /// The most users that meet the targets; 0 when one user alone misses them.
@@ -348,7 +435,7 @@ enum Trial {
     Failed(Limit),
 }
 
-/// The most users of one llama-server that see `targets`, each sending requests as `load`
+/// The most users of one server that see `targets`, each sending requests as `load`
 /// says (its `users` is what is searched), the plan remade for each count: a slot and its
 /// context each, as `stageplan plan --users` plans them.
 ///
@@ -369,7 +456,7 @@ pub fn capacity(problem: &crate::Problem, load: Load, targets: Targets) -> Resul
 /// for one user when none meets the targets (the nearest).
 fn explained(problem: &crate::Problem, enabled: Option<&[bool]>, found: Capacity) -> Capacity {
     let options = crate::planner::PlanOptions { enabled, ..crate::planner::PlanOptions::default() };
-    let plan = crate::plan_with(&with_batch(problem, found.users.max(1)), options);
+    let (_, plan) = plan_for(&with_batch(problem, found.users.max(1)), options);
     Capacity { plan, ..found }
 }
 
@@ -391,7 +478,7 @@ impl<'a> Trials<'a> {
         load: Load,
         targets: Targets,
     ) -> Result<Trials<'a>, ServingError> {
-        llama_server(problem)?;
+        served_engine(problem)?;
         targets.check()?;
         let options = crate::planner::PlanOptions { enabled, bare: true, ..crate::planner::PlanOptions::default() };
         Ok(Trials { batched: with_batch(problem, 1), options, load, targets })
@@ -400,14 +487,13 @@ impl<'a> Trials<'a> {
     /// `users` planned, simulated and held to the targets.
     fn run(&mut self, users: u32) -> Result<Trial, ServingError> {
         self.batched.workload.batch = u64::from(users);
-        let problem = &self.batched;
-        let plan = crate::plan_with(problem, self.options);
+        let (problem, plan) = plan_for(&self.batched, self.options);
         if !plan.feasible {
             return Ok(Trial::Failed(Limit::Memory { users }));
         }
-        let cost = ServingCost::of(problem, &plan)?;
-        let load = Load { users, ..self.load };
-        let served = simulate(load, cost)?;
+        let cost = ServingCost::of(&problem, &plan)?;
+        let load = Load { users, scheduler: Load::of(&problem, &plan, users).scheduler, ..self.load };
+        let served = simulate(load, &cost)?;
         Ok(match self.targets.missed(&served) {
             None => Trial::Met(Box::new((plan, load, served))),
             Some(missed) => Trial::Missed(Limit::Target { users, missed }, Box::new((plan, load, served))),
@@ -485,13 +571,13 @@ pub struct Answer {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "typescript", ts(optional))]
     pub targets: Option<TargetsHeld>,
-    /// How many meet the targets on one llama-server: without a count of users, or with one
+    /// How many meet the targets on one server: without a count of users, or with one
     /// that one server misses where its machines could be split.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "typescript", ts(optional))]
     pub capacity: Option<Found>,
     /// The machines split into replicas, where that serves more users within the targets
-    /// than one llama-server over all of them: without a count of users, each at what it
+    /// than one server over all of them: without a count of users, each at what it
     /// serves; with one that one server misses, the users spread over the split (each
     /// replica's share in proportion to what it serves), where it serves them all.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -517,14 +603,14 @@ pub struct Found {
     pub limit: Limit,
 }
 
-/// `users` users of one llama-server planned and simulated (their targets checked), or
+/// `users` users of one server planned and simulated (their targets checked), or
 /// without `users` the most that meet `targets` ([`capacity`]).
 ///
 /// # Errors
 /// An engine other than llama.cpp; neither `users` nor a target; as [`capacity`] and
 /// [`simulate`] do otherwise.
 pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targets>) -> Result<Answer, ServingError> {
-    llama_server(problem)?;
+    served_engine(problem)?;
     let held = |served: &Served| {
         targets.map(|t| TargetsHeld {
             percentile: t.percentile,
@@ -550,16 +636,10 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     if users > MAX_USERS {
         return Err(ServingError::Slots { users });
     }
-    llama_server(problem)?;
     if let Some(targets) = targets {
         targets.check()?;
     }
-    let batched = with_batch(problem, users);
-    let plan = crate::plan(&batched);
-    let served = match plan.feasible {
-        true => Some(simulate(Load::llama_server(&batched, users), ServingCost::of(&batched, &plan)?)?),
-        false => None,
-    };
+    let (plan, served) = served_by(problem, users, None)?;
     let mut answer = Answer { targets: served.as_ref().and_then(held), plan, served, capacity: None, replicas: None };
     // Missed on one server (or its slots do not fit): spread over replicas where a split
     // of the machines serves them all.
@@ -577,11 +657,45 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     Ok(answer)
 }
 
-/// Whether `problem` runs on llama.cpp, whose server's scheduler is the one simulated, with
-/// requests that fit a user's slot: llama-server gives each of `--parallel` slots its share
-/// of `--ctx-size`, the workload's context, and a request past it is cut short.
-fn llama_server(problem: &crate::Problem) -> Result<(), ServingError> {
-    if problem.workload.engine != crate::engine::Engine::LlamaCpp {
+/// A server as it was run and what its users sent: a published measurement's settings.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AsRun {
+    pub scheduler: Scheduler,
+    pub requests_per_user: u32,
+}
+
+/// `users` users of one server of `problem`'s engine, its plan made as `stageplan plan
+/// --users` makes it, each user sending the workload's requests one after another: as the
+/// export starts the server and [`REQUESTS_PER_USER`] each when `as_run` is `None`. What
+/// they saw, `None` when the plan does not fit.
+///
+/// # Errors
+/// An engine neither llama.cpp nor vLLM, a request past the context, and as [`simulate`].
+pub fn served_by(
+    problem: &crate::Problem,
+    users: u32,
+    as_run: Option<AsRun>,
+) -> Result<(crate::Plan, Option<Served>), ServingError> {
+    served_engine(problem)?;
+    let (batched, plan) = plan_for(&with_batch(problem, users), crate::planner::PlanOptions::default());
+    if !plan.feasible {
+        return Ok((plan, None));
+    }
+    let mut load = Load::of(&batched, &plan, users);
+    if let Some(AsRun { scheduler, requests_per_user }) = as_run {
+        load = Load { scheduler, requests_per_user, ..load };
+    }
+    let served = simulate(load, &ServingCost::of(&batched, &plan)?)?;
+    Ok((plan, Some(served)))
+}
+
+/// Whether `problem` runs on llama.cpp or vLLM, whose schedulers are the ones simulated,
+/// with requests that fit a user's context: llama-server gives each of `--parallel` slots
+/// its share of `--ctx-size`, the workload's context, and a request past it is cut short;
+/// vLLM refuses one past `--max-model-len`, the same context.
+fn served_engine(problem: &crate::Problem) -> Result<(), ServingError> {
+    use crate::engine::Engine;
+    if !matches!(problem.workload.engine, Engine::LlamaCpp | Engine::Vllm) {
         return Err(ServingError::Engine);
     }
     let crate::problem::Workload { prompt, response, context, .. } = problem.workload;
@@ -601,6 +715,49 @@ fn with_batch(problem: &crate::Problem, users: u32) -> crate::Problem {
     problem.workload.batch = u64::from(users);
     problem.objective = crate::Objective::Latency;
     problem
+}
+
+/// The plan `problem` (made by [`with_batch`]) is served on, and the problem it was made
+/// for. llama-server's slots each hold the context, so its split holds them all.
+///
+/// vLLM pages its cache: a request holds blocks for its own tokens, and vLLM's one check at
+/// start is that a request of `--max-model-len` fits. So its split is planned for the users'
+/// requests at once, each sequence's context their tokens (prompt and response) or its share
+/// of the context asked, whichever is more (the export's `--max-model-len`); where that does
+/// not fit, for as many as do (`--max-num-seqs`), the rest waiting their turn.
+fn plan_for(problem: &crate::Problem, options: crate::planner::PlanOptions) -> (crate::Problem, crate::Plan) {
+    if problem.workload.engine != crate::engine::Engine::Vllm {
+        return (problem.clone(), crate::plan_with(problem, options));
+    }
+    let workload = &problem.workload;
+    let at = |batch: u64| {
+        let mut paged = problem.clone();
+        let request = workload.prompt.saturating_add(workload.response);
+        paged.workload.batch = batch;
+        paged.workload.context = request.max(workload.context.div_ceil(batch)).min(workload.context);
+        let plan = crate::plan_with(&paged, options);
+        (paged, plan)
+    };
+    let users = workload.batch.max(1);
+    let all = at(users);
+    if all.1.feasible || users == 1 {
+        return all;
+    }
+    // The most sequences at once that fit (one always, when any plan does).
+    let (mut fits, mut lo, mut hi) = (at(1), 1, users);
+    if !fits.1.feasible {
+        return all;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let tried = at(mid);
+        if tried.1.feasible {
+            (fits, lo) = (tried, mid);
+        } else {
+            hi = mid;
+        }
+    }
+    fits
 }
 
 #[cfg(test)]

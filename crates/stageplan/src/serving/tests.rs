@@ -1,9 +1,13 @@
 use super::*;
 
-const COST: ServingCost = ServingCost { step_s: 0.05, sequence_s: 0.02, token_s: 0.01 };
+fn cost() -> ServingCost {
+    ServingCost { step_s: 0.05, sequence_s: 0.02, token_s: 0.01, stage_shares: vec![1.0], kv_tokens: 1 << 20 }
+}
+
+const LLAMA_SERVER: Scheduler = Scheduler::LlamaServer { n_batch: 2048, n_ubatch: 512 };
 
 fn load(users: u32) -> Load {
-    Load { users, prompt: 128, response: 64, requests_per_user: 3, n_batch: 2048, n_ubatch: 512 }
+    Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler: LLAMA_SERVER }
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -12,7 +16,7 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn one_user_waits_for_its_prompt_then_one_step_a_token() {
-    let served = simulate(load(1), COST).unwrap();
+    let served = simulate(load(1), &cost()).unwrap();
     let ttft = 0.05 + 127.0 * 0.01;
     assert!(close(served.ttft_s[0], ttft) && close(served.ttft_s[1], ttft), "{served:?}");
     assert!(close(served.tpot_s[0], 0.05), "{served:?}");
@@ -24,7 +28,7 @@ fn one_user_waits_for_its_prompt_then_one_step_a_token() {
 #[test]
 fn users_who_start_together_share_their_prompts_step_and_every_decode_step() {
     // Four prompts in one step (one graph) of 512 tokens, then steps of four sequences.
-    let served = simulate(load(4), COST).unwrap();
+    let served = simulate(load(4), &cost()).unwrap();
     assert!(close(served.ttft_s[0], 0.05 + 511.0 * 0.01), "{served:?}");
     assert!(close(served.tpot_s[0], 0.05 + 3.0 * 0.02), "{served:?}");
     assert!(close(served.tpot_s[1], 0.05 + 3.0 * 0.02), "{served:?}");
@@ -32,7 +36,7 @@ fn users_who_start_together_share_their_prompts_step_and_every_decode_step() {
 
 #[test]
 fn a_prompt_past_n_batch_takes_several_steps() {
-    let served = simulate(Load { prompt: 5000, n_batch: 2048, ..load(1) }, COST).unwrap();
+    let served = simulate(Load { prompt: 5000, ..load(1) }, &cost()).unwrap();
     // 2048 + 2048 + 904 tokens in three steps, of four, four and two graphs of 512.
     let ttft = 10.0 * 0.05 + (5000.0 - 3.0) * 0.01;
     assert!(close(served.ttft_s[0], ttft), "{served:?}");
@@ -42,8 +46,9 @@ fn a_prompt_past_n_batch_takes_several_steps() {
 fn a_prompt_that_arrives_mid_stream_slows_the_others_tokens() {
     // Two 3000-token prompts and a 2048-token step put the users a step apart: each
     // one's next prompt then lands among the other's tokens.
-    let staggered = Load { users: 2, prompt: 3000, response: 10, requests_per_user: 4, n_batch: 2048, n_ubatch: 512 };
-    let (two, one) = (simulate(staggered, COST).unwrap(), simulate(Load { users: 1, ..staggered }, COST).unwrap());
+    let staggered = Load { users: 2, prompt: 3000, response: 10, requests_per_user: 4, scheduler: LLAMA_SERVER };
+    let (two, one) =
+        (simulate(staggered, &cost()).unwrap(), simulate(Load { users: 1, ..staggered }, &cost()).unwrap());
     assert!(close(one.tpot_s[1], 0.05), "alone, every gap is one step: {one:?}");
     assert!(two.tpot_s[1] > 10.0 * one.tpot_s[1], "{two:?} vs {one:?}");
     assert!(two.tokens_per_s > one.tokens_per_s, "two users are served faster in all");
@@ -67,8 +72,9 @@ proptest::proptest! {
         sequence_s in 0.0..1e-1f64,
         token_s in 1e-5..1e-1f64,
     ) {
-        let load = Load { users, prompt, response, requests_per_user, n_batch, n_ubatch };
-        let served = simulate(load, ServingCost { step_s, sequence_s, token_s }).unwrap();
+        let load = Load { users, prompt, response, requests_per_user, scheduler: Scheduler::LlamaServer { n_batch, n_ubatch } };
+        let cost = ServingCost { step_s, sequence_s, token_s, stage_shares: vec![1.0], kv_tokens: 0 };
+        let served = simulate(load, &cost).unwrap();
         // Times are differences of one clock summed step by step: each sum rounds by up
         // to half an ulp of the clock, so a gap of a 1 ms step read at 127 s is off by
         // about 1e-14 s, far more than 1e-12 of the step (a 1,369-token prompt at 93 ms a
@@ -104,7 +110,7 @@ fn served_by(problem: &crate::Problem, users: u32) -> Option<Served> {
     let problem = with_batch(problem, users);
     let plan = crate::plan_with(&problem, crate::planner::PlanOptions::bare());
     let cost = ServingCost::of(&problem, &plan).ok()?;
-    simulate(Load { users, ..load(1) }, cost).ok()
+    simulate(Load { users, ..load(1) }, &cost).ok()
 }
 
 proptest::proptest! {
@@ -203,8 +209,9 @@ fn a_pipeline_steps_through_every_stage_and_hop_in_turn() {
     let plan = crate::plan_with(&with_batch(&problem, 1), crate::planner::PlanOptions::bare());
     assert_eq!(plan.stages.len(), 2, "{plan:?}");
     let cost = ServingCost::of(&with_batch(&problem, 1), &plan).unwrap();
-    // One user: a step is the plan's latency, both stages and both hops (2 ms each).
-    let latency = plan.latency_s.unwrap();
+    // One user: a step is the plan's latency at the requests' depth (its prompt and half its
+    // answer, the plan's `at_depth`), both stages and both hops (2 ms each).
+    let latency = 1.0 / plan.at_depth.as_ref().unwrap().stream_tokens_per_s;
     assert!(close(cost.step_s, latency), "{cost:?} against {latency}");
     assert!(cost.step_s > 4e-3 + plan.stages.iter().map(|s| s.time.memory_s).sum::<f64>());
     let prefill: f64 = plan.stages.iter().map(|s| s.time.prefill_s).sum();
@@ -233,7 +240,7 @@ fn a_tensor_parallel_stage_is_one_device_of_the_step() {
     let plan = crate::plan_with(&one, crate::planner::PlanOptions::bare());
     assert!(plan.stages.len() == 1 && plan.stages[0].tensor_parallel.len() == 2, "{:?}", plan.stages);
     let cost = ServingCost::of(&one, &plan).unwrap();
-    let latency = plan.latency_s.unwrap();
+    let latency = 1.0 / plan.at_depth.as_ref().unwrap().stream_tokens_per_s;
     assert!(close(cost.step_s, latency), "{cost:?} against {latency}");
     assert!(close(cost.token_s, plan.stages[0].time.prefill_s), "{cost:?}");
     let served = answer(&problem, Some(4), None).unwrap().served.expect("four users served");
@@ -300,11 +307,52 @@ fn users_one_server_misses_spread_over_replicas() {
 
 #[test]
 fn a_load_that_cannot_run_says_which_field() {
-    assert_eq!(simulate(Load { users: 0, ..load(1) }, COST), Err(ServingError::Zero { field: "users" }));
-    assert_eq!(simulate(Load { response: 0, ..load(1) }, COST), Err(ServingError::Zero { field: "response" }));
+    assert_eq!(simulate(Load { users: 0, ..load(1) }, &cost()), Err(ServingError::Zero { field: "users" }));
+    assert_eq!(simulate(Load { response: 0, ..load(1) }, &cost()), Err(ServingError::Zero { field: "response" }));
     let many = Load { users: u32::MAX, requests_per_user: u32::MAX, ..load(1) };
-    assert!(matches!(simulate(many, COST), Err(ServingError::TooMany { .. })));
+    assert!(matches!(simulate(many, &cost()), Err(ServingError::TooMany { .. })));
     for step_s in [0.0, f64::NAN, f64::INFINITY] {
-        assert!(matches!(simulate(load(1), ServingCost { step_s, ..COST }), Err(ServingError::Cost { .. })));
+        assert!(matches!(simulate(load(1), &ServingCost { step_s, ..cost() }), Err(ServingError::Cost { .. })));
     }
+}
+
+/// A 12 GB GPU and Llama 3.1 8B with a context of 8,192: llama-server's slots each hold the
+/// whole context, so a handful fit; vLLM pages its cache, so the same GPU holds the blocks of
+/// many more users' 640-token requests — simulated by its own scheduler, its server the
+/// export's.
+#[test]
+fn vllm_serves_users_from_its_pool_of_blocks_where_llama_servers_slots_run_out() {
+    let scenario = |engine: &str| {
+        let json = format!(
+            r#"{{"model": {{"preset": "llama-3.1-8b", "weights": "q4_k_m"}}, "engine": "{engine}",
+                "workload": {{"context": 8192, "prompt": 512, "response": 128}},
+                "nodes": [{{"name": "gpu", "device": "rtx-3060-12gb"}}]}}"#
+        );
+        crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
+    };
+    let (llama, vllm) = (scenario("llama.cpp"), scenario("vllm"));
+    let users = 16;
+    assert!(answer(&llama, Some(users), None).unwrap().served.is_none(), "16 slots of 8,192 tokens do not fit 12 GB");
+    let answered = answer(&vllm, Some(users), None).unwrap();
+    let served = answered.served.expect("16 users of vLLM");
+    assert!(matches!(served.scheduler, Scheduler::Vllm { max_num_batched_tokens: 2048, .. }), "{served:?}");
+    // The plan holds their requests at once: 640 tokens each (or the context's share).
+    assert_eq!((answered.plan.workload.batch, answered.plan.workload.context), (16, 640));
+    // And the capacity search runs on vLLM's scheduler too: where llama-server's slots stop
+    // at memory, vLLM's users stop at the target.
+    let patient = targets(Some(10.0), None);
+    let slots = capacity(&llama, Load::llama_server(&llama, 1), patient).unwrap();
+    assert!(matches!(slots.limit, Limit::Memory { .. }), "{:?}", slots.limit);
+    let found = capacity(&vllm, Load::llama_server(&vllm, 1), patient).unwrap();
+    assert!(found.users > users && found.users > slots.users, "{} against {}", found.users, slots.users);
+    assert!(matches!(found.limit, Limit::Target { .. }) && matches!(found.served.scheduler, Scheduler::Vllm { .. }));
+}
+
+#[test]
+fn an_engine_whose_scheduler_is_not_simulated_is_refused_naming_the_two_that_are() {
+    let mut problem = one_gpu("12 GB", "");
+    problem.workload.engine = crate::engine::Engine::Generic;
+    let refused = answer(&problem, Some(2), None).unwrap_err();
+    assert_eq!(refused, ServingError::Engine);
+    assert!(refused.to_string().contains(r#"`"vllm"`"#), "{refused}");
 }

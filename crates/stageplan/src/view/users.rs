@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::engine::Engine;
 use crate::serving::{Found, Limit, Percentile, Served, ServingError, Targets, UsersPoint, by_users};
 use crate::units::sig3;
 
@@ -85,13 +86,22 @@ pub fn users_word(users: u32) -> String {
     }
 }
 
-/// What stops one more user than `found` meeting [`USERS_TARGET`].
-pub fn one_more(found: &Found) -> String {
+/// The server whose users are simulated: `llama-server`, or `vLLM server`.
+pub fn server_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Vllm => "vLLM server",
+        Engine::LlamaCpp | Engine::Generic => "llama-server",
+    }
+}
+
+/// What stops one more user than `found` meeting [`USERS_TARGET`] on `engine`'s server.
+pub fn one_more(found: &Found, engine: Engine) -> String {
     match &found.limit {
         Limit::Target { missed, .. } => {
             format!("one more would see its first token in {} s at p95", sig3(missed.seen_s))
         }
         Limit::Memory { .. } => "one more user's slot and KV cache would not fit".to_owned(),
+        Limit::Most if engine == Engine::Vllm => "no more users are simulated".to_owned(),
         Limit::Most => "llama-server runs no more slots".to_owned(),
     }
 }
@@ -124,17 +134,18 @@ pub fn users_view(problem: &crate::Problem, enabled: &[bool], frame: Frame) -> R
     let last = points.last().map_or(1, |p| p.users);
     let (ttft_top, tpot_top) =
         chart.as_ref().map_or_else(|| ("0".into(), "0".into()), |c| (sig3(c.ttft_top_s), sig3(c.tpot_top_s * 1e3)));
+    let (engine, server) = (problem.workload.engine, server_name(problem.workload.engine));
     Ok(UsersView {
         width: frame.width,
         height: frame.height,
         users: found.users,
         found: format!(
-            "At p95 first token ≤ 2 s: {} of one llama-server on these machines; {}.",
+            "At p95 first token ≤ 2 s: {} of one {server} on these machines; {}.",
             users_word(found.users),
-            one_more(&found)
+            one_more(&found, engine)
         ),
         label: format!(
-            "p95 time to first token (up to {ttft_top} s) and per token (up to {tpot_top} ms) for 1 to {last} users of one llama-server"
+            "p95 time to first token (up to {ttft_top} s) and per token (up to {tpot_top} ms) for 1 to {last} users of one {server}"
         ),
         legend: [
             format!("p95 time to first token (top: {ttft_top} s)"),
