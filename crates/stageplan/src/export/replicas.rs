@@ -1,21 +1,23 @@
-//! Replicas ([`crate::serving::replicas`]) as llama.cpp runs them: each replica its own
-//! llama.cpp export (its rpc-servers and one llama-server with a slot per user), the
-//! llama-server listening for a balancer, and the balancer's list: nginx, each replica
-//! weighted by the users it serves, sent the requests of whoever has fewest in flight for
-//! its weight (`least_conn`), which keeps each replica's share of users as planned.
+//! Replicas ([`crate::serving::replicas`]) as their engine runs them: each replica its own
+//! export — llama.cpp's rpc-servers and one llama-server with a slot per user, or one `vllm
+//! serve` — its server listening for a balancer, and the balancer's list: nginx, each
+//! replica weighted by the users it serves, sent the requests of whoever has fewest in
+//! flight for its weight (`least_conn`), which keeps each replica's share of users as
+//! planned.
 
 use std::fmt::Write;
 
 use serde::Deserialize;
 
-use super::{Export, ExportError, ExportOptions, Layout, Target, Word, llama_cpp};
+use super::{Export, ExportError, ExportOptions, Layout, Target, Word, llama_cpp, vllm};
+use crate::engine::Engine;
 use crate::plan::Plan;
 
-/// The port each replica's llama-server listens on for the balancer: llama-server's own
-/// default, on every interface rather than its default loopback.
+/// The port each replica's server listens on for the balancer: llama-server's own default
+/// (vLLM's is the balancer's), on every interface rather than llama-server's loopback.
 pub const REPLICA_PORT: u16 = 8080;
 
-/// The port the balancer listens on: beside a replica's llama-server, on another port.
+/// The port the balancer listens on: beside a replica's server, on another port.
 pub const BALANCER_PORT: u16 = 8000;
 
 /// The balancer's configuration, as the export writes it (a here-document: the export stays
@@ -63,30 +65,35 @@ fn served(plan: &Plan) -> String {
     )
 }
 
-/// Exports replicas to llama.cpp: every replica's processes, each llama-server on
-/// [`REPLICA_PORT`] of every interface, then nginx's list of them, as a file the script
-/// writes.
+/// Exports replicas to the engine they were planned for (llama.cpp or vLLM): every
+/// replica's processes, each server on [`REPLICA_PORT`] of every interface, then nginx's list
+/// of them, as a file the script writes.
 ///
 /// # Errors
-/// A target other than llama.cpp, `--main` (each replica's first stage runs its
-/// llama-server), no replicas or more than [`crate::serving::MAX_REPLICA_MACHINES`], a
-/// replica whose users are not its plan's slots or whose machines are not its stages', a
-/// machine in two replicas, replicas of different models, caches or contexts, riders, two
-/// llama-servers at one address, an address nginx reads as a socket, or what
+/// A target other than llama.cpp and vLLM, or other than the replicas' engine, `--main`
+/// (each replica's first stage runs its server), no replicas or more than
+/// [`crate::serving::MAX_REPLICA_MACHINES`], a replica whose users are not its plan's slots
+/// (llama.cpp) or fewer than its plan's sequences (vLLM), or whose machines are not its
+/// stages', a machine in two replicas, replicas of different models, caches or contexts,
+/// riders, two servers at one address, an address nginx reads as a socket, or what
 /// [`super::export`] refuses in a replica's plan.
 pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOptions) -> Result<Export, ExportError> {
-    if target != Target::LlamaCpp {
-        return Err(ExportError::Option {
-            option: "--to",
-            value: target.name().to_owned(),
-            problem: "cannot run these replicas: they were planned and simulated as llama-servers; export them with `--to llama.cpp`",
-        });
-    }
+    let (engine, server_name) = match target {
+        Target::LlamaCpp => (Engine::LlamaCpp, "llama-server"),
+        Target::Vllm => (Engine::Vllm, "vLLM server"),
+        _ => {
+            return Err(ExportError::Option {
+                option: "--to",
+                value: target.name().to_owned(),
+                problem: "cannot run these replicas: they were planned and simulated as llama-servers or vLLM servers; export them with `--to llama.cpp` or `--to vllm`, as their plans' engine",
+            });
+        }
+    };
     if let Some(main) = &options.main {
         return Err(ExportError::Option {
             option: "--main",
             value: main.clone(),
-            problem: "does not apply to replicas: each runs its llama-server on its first stage's machine; drop `--main`",
+            problem: "does not apply to replicas: each runs its server on its first stage's machine; drop `--main`",
         });
     }
     let invalid = |problem: String| Err(ExportError::Plan { field: "replicas", problem });
@@ -101,9 +108,16 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
     let mut servers: Vec<(String, u32)> = Vec::new();
     let mut machines: Vec<&str> = Vec::new();
     for (i, replica) in replicas.iter().enumerate() {
-        if replica.plan.engine != crate::engine::Engine::LlamaCpp || !replica.plan.riders.is_empty() {
+        if !replica.plan.riders.is_empty() || !matches!(replica.plan.engine, Engine::LlamaCpp | Engine::Vllm) {
             return invalid(format!(
-                "[{i}].plan is not a replica's: replicas are planned for llama.cpp without a draft or projector; export what `stageplan plan` printed"
+                "[{i}].plan is not a replica's: replicas are planned for llama.cpp or vLLM without a draft or projector; export what `stageplan plan` printed"
+            ));
+        }
+        if replica.plan.engine != engine {
+            let to = Target::of_engine(replica.plan.engine).map_or("its engine", Target::name);
+            return invalid(format!(
+                "[{i}].plan is planned for {}: export these replicas with `--to {to}`, the engine they were simulated on",
+                replica.plan.engine.rules().name
             ));
         }
         if !served_alike(&replica.plan, &replicas[0].plan) {
@@ -115,10 +129,17 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
         }
         let in_replica = |error| ExportError::InReplica { index: i, error: Box::new(error) };
         let layout = Layout::new(&replica.plan, options).map_err(in_replica)?;
-        if u64::from(replica.users) != replica.plan.workload.batch || replica.users == 0 {
+        // llama-server has a slot a user; vLLM runs up to its `--max-num-seqs` at once, the
+        // rest waiting their turn.
+        let batch = replica.plan.workload.batch;
+        let fits = match engine {
+            Engine::Vllm => u64::from(replica.users) >= batch && batch > 0,
+            _ => u64::from(replica.users) == batch,
+        };
+        if !fits || replica.users == 0 {
             return invalid(format!(
-                "[{i}].users is {}, and its plan has {} slots (`workload.batch`); export what `stageplan plan` printed",
-                replica.users, replica.plan.workload.batch
+                "[{i}].users is {}, and its plan has {batch} slots (`workload.batch`); export what `stageplan plan` printed",
+                replica.users
             ));
         }
         // The replica's machines, each once (a machine's GPUs may hold several stages).
@@ -155,28 +176,40 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
                 crate::quote::line(&address)
             ));
         }
-        let (mut export, replica_notes, launches) = llama_cpp::export(&layout).map_err(in_replica)?;
-        // The export ends with llama-server's command: it listens for the balancer too.
-        if let Some(server) = launches.last().filter(|l| l.program == "llama-server")
-            && let Some(rest) = export.strip_suffix(&server.flag_lines())
-        {
-            let mut server = server.clone();
-            server.args.extend([
-                Word::Flag("--host"),
-                Word::Text("0.0.0.0".to_owned()),
-                Word::Flag("--port"),
-                Word::Text(REPLICA_PORT.to_string()),
-            ]);
-            export = rest.to_owned() + &server.flag_lines();
-        }
+        let (export, replica_notes) = match engine {
+            Engine::Vllm => {
+                // The export ends with `vllm serve`'s flags: it listens for the balancer too.
+                let (export, notes) = vllm::export(&layout);
+                let served = export.strip_suffix('\n').unwrap_or(&export);
+                (format!("{served} \\\n  --host 0.0.0.0 \\\n  --port {REPLICA_PORT}\n"), notes)
+            }
+            _ => {
+                let (mut export, notes, launches) = llama_cpp::export(&layout).map_err(in_replica)?;
+                // The export ends with llama-server's command: it listens for the balancer too.
+                if let Some(server) = launches.last().filter(|l| l.program == "llama-server")
+                    && let Some(rest) = export.strip_suffix(&server.flag_lines())
+                {
+                    let mut server = server.clone();
+                    server.args.extend([
+                        Word::Flag("--host"),
+                        Word::Text("0.0.0.0".to_owned()),
+                        Word::Flag("--port"),
+                        Word::Text(REPLICA_PORT.to_string()),
+                    ]);
+                    export = rest.to_owned() + &server.flag_lines();
+                }
+                (export, notes)
+            }
+        };
         let _ = writeln!(
             text,
-            "# ==== Replica {} of {}: {}, {} {} (a slot each) ====",
+            "# ==== Replica {} of {}: {}, {} {} ({}) ====",
             i + 1,
             replicas.len(),
             names.join(", "),
             replica.users,
-            if replica.users == 1 { "user" } else { "users" }
+            if replica.users == 1 { "user" } else { "users" },
+            if engine == Engine::Vllm { "KV blocks from its pool" } else { "a slot each" }
         );
         text.push_str(&export);
         text.push('\n');
@@ -206,7 +239,7 @@ pub fn replicas(replicas: &[ReplicaPlan], target: Target, options: &ExportOption
          proxy_buffering off;\n        proxy_read_timeout 1h;\n    }}\n}}\nNGINX\n"
     );
     notes.push(format!(
-        "Each llama-server listens on port {REPLICA_PORT} of every interface for the balancer, and has no authentication: keep it on a network only the balancer reaches, or add `--api-key`."
+        "Each {server_name} listens on port {REPLICA_PORT} of every interface for the balancer, and has no authentication: keep it on a network only the balancer reaches, or add `--api-key`."
     ));
     Ok(Export { target, file_name: target.file_name().to_owned(), text, notes })
 }
@@ -218,10 +251,17 @@ mod tests {
 
     /// Two GPUs that each hold a 1B model: the answer splits them into two replicas.
     fn two_replicas() -> Vec<ReplicaPlan> {
-        let json = r#"{"model": {"preset": "llama-3.2-1b", "weights": "q8_0"},
-            "workload": {"context": 4096, "prompt": 128, "response": 64},
-            "nodes": [{"name": "gpu", "device": "rtx-3060-12gb"}, {"name": "twin", "device": "rtx-3060-12gb"}]}"#;
-        let problem = crate::check(json, crate::check::no_model_files).unwrap().problem;
+        replicas_of(r#""weights": "q8_0""#, "llama.cpp")
+    }
+
+    /// Two GPUs that each hold a 1B model of `weights` on `engine`, split into replicas.
+    fn replicas_of(weights: &str, engine: &str) -> Vec<ReplicaPlan> {
+        let json = format!(
+            r#"{{"model": {{"preset": "llama-3.2-1b", {weights}}}, "engine": "{engine}",
+                "workload": {{"context": 4096, "prompt": 128, "response": 64}},
+                "nodes": [{{"name": "gpu", "device": "rtx-3060-12gb"}}, {{"name": "twin", "device": "rtx-3060-12gb"}}]}}"#
+        );
+        let problem = crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem;
         let targets = Targets { ttft_s: None, tpot_s: Some(0.02), percentile: Percentile::P95 };
         let answer = crate::serving::answer(&problem, None, Some(targets)).unwrap();
         let split = answer.replicas.expect("two replicas");
@@ -254,6 +294,33 @@ mod tests {
         // nginx's part is a here-document: the export stays a shell script.
         let balancer = blocks[2].split_once("cat > stageplan-balancer.conf <<'NGINX'\n").unwrap().1;
         assert!(balancer.starts_with("upstream stageplan {") && balancer.ends_with("}\nNGINX\n"), "{balancer}");
+    }
+
+    /// vLLM's replicas: a `vllm serve` each, listening for the balancer, its users at least
+    /// its sequences at once (the rest wait in its queue), weighted by them.
+    #[test]
+    fn vllm_replicas_each_serve_their_users_behind_the_balancer() {
+        let replicas = replicas_of(r#""weights": "bf16""#, "vllm");
+        let options = ExportOptions { hosts: [("twin".into(), "10.0.0.2".into())].into(), ..ExportOptions::default() };
+        let export = super::replicas(&replicas, Target::Vllm, &options).unwrap();
+        let blocks: Vec<&str> = export.text.split("# ==== ").skip(1).collect();
+        assert_eq!(blocks.len(), 3, "{}", export.text);
+        for (replica, block) in replicas.iter().zip(&blocks) {
+            assert!(u64::from(replica.users) >= replica.plan.workload.batch, "{}", replica.users);
+            let seqs = format!("--max-num-seqs {} \\", replica.plan.workload.batch);
+            for flag in ["vllm serve meta-llama/Llama-3.2-1B", &seqs, "--host 0.0.0.0 \\", "--port 8080\n"] {
+                assert!(block.contains(flag), "{flag} in {block}");
+            }
+            let address = if replica.plan.stages[0].node == "twin" { "10.0.0.2" } else { "gpu" };
+            let server = format!("    server {address}:8080 weight={};\n", replica.users);
+            assert!(blocks[2].contains(&server), "{server} in {}", blocks[2]);
+        }
+        assert!(
+            export.notes.iter().any(|n| n.starts_with("Each vLLM server listens on port 8080")),
+            "{:?}",
+            export.notes
+        );
+        assert!(super::replicas(&replicas, Target::LlamaCpp, &options).unwrap_err().to_string().contains("--to vllm"));
     }
 
     #[test]
@@ -295,7 +362,11 @@ mod tests {
         }
         let mut vllm = replicas.clone();
         vllm[1].plan.engine = crate::engine::Engine::Vllm;
-        assert!(refused(&vllm, Target::LlamaCpp, &options).contains("[1].plan is not a replica's"));
+        assert!(
+            refused(&vllm, Target::LlamaCpp, &options)
+                .contains("[1].plan is planned for vllm: export these replicas with `--to vllm`")
+        );
+        assert!(refused(&replicas, Target::Exo, &options).contains("`--to llama.cpp` or `--to vllm`"));
         let one_host = ExportOptions {
             hosts: [("gpu".into(), "10.0.0.1".into()), ("twin".into(), "10.0.0.1".into())].into(),
             ..ExportOptions::default()
