@@ -352,16 +352,24 @@ fn llama_server_steps(load: Load, n_batch: u32, n_ubatch: u32, cost: &ServingCos
             }
         }
     }
-    Served {
-        users: load.users,
-        scheduler: load.scheduler,
-        prompt: load.prompt,
-        response: load.response,
-        requests_per_user: load.requests_per_user,
-        ttft_s: [quantile(&ttft, 0.5), quantile(&ttft, 0.95)],
-        tpot_s: [quantile(&tpot, 0.5), quantile(&tpot, 0.95)],
-        tokens_per_s: tokens as f64 / now,
-        wall_s: now,
+    Served::of(load, &ttft, &tpot, tokens, now)
+}
+
+impl Served {
+    /// What `load`'s users saw: each request's time to first token and per token, the tokens
+    /// generated, and the time from the first request to the last token.
+    fn of(load: Load, ttft: &[f64], tpot: &[f64], tokens: u64, wall_s: f64) -> Served {
+        Served {
+            users: load.users,
+            scheduler: load.scheduler,
+            prompt: load.prompt,
+            response: load.response,
+            requests_per_user: load.requests_per_user,
+            ttft_s: [quantile(ttft, 0.5), quantile(ttft, 0.95)],
+            tpot_s: [quantile(tpot, 0.5), quantile(tpot, 0.95)],
+            tokens_per_s: tokens as f64 / wall_s,
+            wall_s,
+        }
     }
 }
 

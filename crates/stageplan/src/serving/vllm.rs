@@ -17,7 +17,6 @@
 use std::collections::VecDeque;
 
 use super::{Load, Served, ServingCost, ServingError};
-use crate::calibration::quantile;
 use crate::engine::VLLM_BLOCK_TOKENS;
 
 /// One request, as vLLM's `Request` counts it.
@@ -140,17 +139,7 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
             }
         }
     }
-    Ok(Served {
-        users: load.users,
-        scheduler: load.scheduler,
-        prompt: load.prompt,
-        response: load.response,
-        requests_per_user: load.requests_per_user,
-        ttft_s: [quantile(&ttft, 0.5), quantile(&ttft, 0.95)],
-        tpot_s: [quantile(&tpot, 0.5), quantile(&tpot, 0.95)],
-        tokens_per_s: tokens as f64 / now,
-        wall_s: now,
-    })
+    Ok(Served::of(load, &ttft, &tpot, tokens, now))
 }
 
 /// One `schedule()`: the requests of the next batch and the tokens each computes.
