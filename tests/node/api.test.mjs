@@ -204,6 +204,11 @@ test('serve() answers as stageplan plan --users/--ttft/--tpot', () => {
   assert.deepStrictEqual(vllm, runCli('plan', 'tests/cli/plan-users-vllm/scenario.json', '--users', '4', '--format', 'json'));
   assert.equal(vllm.served.scheduler.server, 'vllm');
   conforms(vllm.served, 'Served');
+  // vLLM queues what its --max-num-seqs does not run: users past llama-server's 256 slots.
+  const queued = stageplan.serve(read('tests/cli/plan-users-vllm/scenario.json'), { users: 600 });
+  assert.equal(queued.served.users, 600);
+  assert.equal(queued.served.scheduler.max_num_seqs, queued.plan.workload.batch);
+  assert.ok(queued.plan.workload.batch < 600);
 });
 
 test('results have the shapes stageplan.d.ts declares', () => {

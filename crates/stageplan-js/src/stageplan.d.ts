@@ -211,7 +211,7 @@ export interface ReplanOptions {
 /** What `serve` is asked: a count of users, or targets (a time as text with its unit,
  *  `"2 s"`, `"80 ms"`, or seconds as a number), or both. */
 export interface ServeOptions {
-  /** Users of one server (1–256): llama-server's a slot and the scenario's context each, vLLM's their requests' KV blocks from its pool. */
+  /** Users of one server: llama-server's (1–256) a slot and the scenario's context each; vLLM's (1–4096) their requests' KV blocks from its pool, up to its `--max-num-seqs` at once and the rest queued. */
   users?: number;
   /** Time to first token every user must see, at `percentile`. */
   ttft?: string | number;

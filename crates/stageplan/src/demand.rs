@@ -2,14 +2,35 @@
 //! percentile. The question alone, apart from [`crate::serving`], which answers it, so a
 //! scenario and a problem can carry it without depending on the simulation.
 
+use crate::engine::Engine;
+
 /// The most users of one llama-server: a slot each, and llama.cpp refuses a context of more
 /// sequences than `LLAMA_MAX_SEQ` (256, `src/llama-cparams.h`; `llama-context.cpp` throws
 /// "n_seq_max must be <= 256" at start). [`crate::serving::capacity`] tries no more.
 pub const MAX_USERS: u32 = 256;
 
-/// Why a count past [`MAX_USERS`] is refused, and the fix: the scenario's `serving.users` and
-/// the answer's [`ServingError::Slots`](crate::serving::ServingError::Slots) say it alike.
-pub(crate) fn past_slots() -> String {
+/// The most users of one vLLM server simulated. vLLM has no such limit: it runs up to
+/// `--max-num-seqs` requests at once ([`crate::engine::vllm_max_num_seqs`], 1024 at most
+/// by default) and queues the rest. This is four times that, past the 2,048 users of the
+/// largest published run in `tests/calibration/serving.csv`, and keeps a capacity search
+/// to a few dozen simulations of at most 12,288 requests.
+pub const MAX_VLLM_USERS: u32 = 4096;
+
+/// The most users of one server of `engine` that are simulated: llama-server's slots, or
+/// [`MAX_VLLM_USERS`].
+pub fn most_users(engine: Engine) -> u32 {
+    if engine == Engine::Vllm { MAX_VLLM_USERS } else { MAX_USERS }
+}
+
+/// Why a count past [`most_users`] is refused, and the fix: the scenario's `serving.users`
+/// and the answer's [`ServingError::Slots`](crate::serving::ServingError::Slots) say it
+/// alike.
+pub(crate) fn past_most(engine: Engine) -> String {
+    if engine == Engine::Vllm {
+        return format!(
+            "past the {MAX_VLLM_USERS} users of one vLLM server that are simulated; give at most {MAX_VLLM_USERS}, or give targets and let the plan split the machines into replicas"
+        );
+    }
     format!(
         "past llama-server's {MAX_USERS} slots (`--parallel` above llama.cpp's `LLAMA_MAX_SEQ` does not start); give at most {MAX_USERS} a server"
     )

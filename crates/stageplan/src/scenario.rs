@@ -77,13 +77,13 @@ pub struct ServingSpec {
 
 impl ServingSpec {
     /// What this asks, checked at its fields: a percentile without a target to hold, no
-    /// users and no target, 0 or more users than llama-server runs, a target outside 1 µs
-    /// to 1 h. The answer itself is [`crate::serving::answer`]'s.
+    /// users and no target, 0 users or more than one server of `engine` is simulated for
+    /// ([`crate::demand::most_users`]), a target outside 1 µs to 1 h. The answer itself is [`crate::serving::answer`]'s.
     ///
     /// # Errors
     /// The first of those, at `serving.…`.
-    pub fn demand(&self) -> Result<crate::demand::Demand, ScenarioError> {
-        use crate::demand::{MAX_USERS, Targets};
+    pub fn demand(&self, engine: crate::engine::Engine) -> Result<crate::demand::Demand, ScenarioError> {
+        use crate::demand::{Targets, most_users, past_most};
         let field = |name: &str, problem: String| Err(ScenarioError::field(format!("serving.{name}"), problem));
         let targets = (self.ttft.is_some() || self.tpot.is_some()).then(|| Targets {
             ttft_s: self.ttft.map(Seconds::get),
@@ -101,8 +101,8 @@ impl ServingSpec {
                 ));
             }
             Some(0) => return field("users", "is 0; give at least 1".into()),
-            Some(users) if users > MAX_USERS => {
-                return field("users", format!("is {users}, {}", crate::demand::past_slots()));
+            Some(users) if users > most_users(engine) => {
+                return field("users", format!("is {users}, {}", past_most(engine)));
             }
             _ => {}
         }

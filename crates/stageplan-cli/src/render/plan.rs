@@ -7,8 +7,8 @@ use std::fmt::Write;
 
 use stageplan::plan::{Level, Plan};
 use stageplan::serving::{
-    self, Answer, Demand, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, Missed, NotSplit, Percentile, Replicas,
-    Scheduler, Served, TargetsHeld,
+    self, Answer, Demand, Found, Limit, MAX_REPLICA_MACHINES, MAX_USERS, MAX_VLLM_USERS, Missed, NotSplit, Percentile,
+    Replicas, Scheduler, Served, TargetsHeld,
 };
 use stageplan::units::{format_bytes, format_seconds, group_digits, sig3};
 use stageplan::{Objective, Problem};
@@ -30,12 +30,14 @@ pub(crate) fn table(problem: &Problem, plan: &Plan) -> String {
         format_bytes(model.weight_bytes() as f64),
         model.num_layers()
     );
+    // What the plan was made for: vLLM's is its requests at once, each at its tokens.
+    let planned = &plan.workload;
     let _ = writeln!(
         out,
         "context {} × {} sequence{} · KV {} · objective {} · policy {}",
-        group_digits(w.context),
-        w.batch,
-        if w.batch == 1 { "" } else { "s" },
+        group_digits(planned.context),
+        planned.batch,
+        if planned.batch == 1 { "" } else { "s" },
         w.kv,
         plan.objective.name(),
         plan.policy.name()
@@ -355,7 +357,7 @@ fn capacity(targets: &TargetsHeld, found: &Found, vllm: bool) -> String {
             let why = match limit {
                 Limit::Target { users, missed: m } => format!("at {users}, {}", missed(p, m)),
                 Limit::Memory { users } => format!("at {users}, their slots' KV caches do not fit"),
-                Limit::Most if vllm => format!("{MAX_USERS} users are the most simulated"),
+                Limit::Most if vllm => format!("{MAX_VLLM_USERS} users are the most simulated"),
                 Limit::Most => format!("{MAX_USERS} slots are the most a llama-server starts with"),
             };
             let (server, flags) =

@@ -13,7 +13,7 @@ use crate::presets::ModelPreset;
 use crate::problem::{
     DEFAULT_PROMPT, DEFAULT_RESPONSE, Draft, FixedOffload, Node, Placement, Problem, Projector, Riders, Workload,
 };
-use crate::scenario::{DraftSpec, ModelSpec, Policy, Scenario, ServingSpec, WorkloadSpec, Workspace};
+use crate::scenario::{DraftSpec, ModelSpec, Policy, Scenario, WorkloadSpec, Workspace};
 use crate::tensor_type::TensorType;
 use crate::units::Bytes;
 
@@ -80,7 +80,7 @@ impl Scenario {
         let manual = self.check_stages(&nodes, model.num_layers())?;
         let fixed_offloads = self.check_stage_offloads(&nodes, manual.as_deref())?;
         let notes = self.notes(&nodes);
-        let serving = self.serving.as_ref().map(ServingSpec::demand).transpose()?;
+        let serving = self.serving.as_ref().map(|s| s.demand(self.engine)).transpose()?;
         Ok(Problem {
             model,
             workload,

@@ -223,15 +223,26 @@ pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 /// request blocks as its tokens grow (`KVCacheManager.allocate_slots`).
 pub const VLLM_BLOCK_TOKENS: u64 = 16;
 
-/// The tokens a step of `vllm serve` computes when not told (`--max-num-batched-tokens`,
-/// `EngineArgs.get_batch_defaults` in `vllm/engine/arg_utils.py`): 8192 on a GPU of 70 GiB
-/// or more that is not an A100 ("Setting large `max_num_batched_tokens` for A100 reduces
-/// throughput", vLLM PR #17885), else 2048. Chunked prefill is on, so a longer prompt takes
-/// several steps. (Its `--max-num-seqs`, 1024 or 256, the export always writes.)
-pub fn vllm_max_num_batched_tokens(gpu_memory: u64, device: Option<&str>) -> u32 {
+/// Whether `vllm serve` takes its larger defaults on a GPU (`EngineArgs.get_batch_defaults` in
+/// `vllm/engine/arg_utils.py`): one of 70 GiB or more that is not an A100 ("Setting large
+/// `max_num_batched_tokens` for A100 reduces throughput", vLLM PR #17885).
+fn vllm_large_defaults(gpu_memory: u64, device: Option<&str>) -> bool {
     const LARGE: u64 = 70 << 30;
     let a100 = device.is_some_and(|d| d.to_ascii_lowercase().contains("a100"));
-    if gpu_memory >= LARGE && !a100 { 8192 } else { 2048 }
+    gpu_memory >= LARGE && !a100
+}
+
+/// The tokens a step of `vllm serve` computes when not told (`--max-num-batched-tokens`):
+/// 8192 with its larger defaults (a GPU of 70 GiB or more, not an A100), else 2048. Chunked prefill is
+/// on, so a longer prompt takes several steps.
+pub fn vllm_max_num_batched_tokens(gpu_memory: u64, device: Option<&str>) -> u32 {
+    if vllm_large_defaults(gpu_memory, device) { 8192 } else { 2048 }
+}
+
+/// The requests `vllm serve` runs at once when not told (`--max-num-seqs`, the same
+/// function): 1024 with its larger defaults, else 256. The others wait in its queue.
+pub fn vllm_max_num_seqs(gpu_memory: u64, device: Option<&str>) -> u32 {
+    if vllm_large_defaults(gpu_memory, device) { 1024 } else { 256 }
 }
 
 /// A vLLM plan's typical error in tok/s: the median |error| of the published one-user vLLM

@@ -29,7 +29,7 @@ mod replicas;
 mod users;
 mod vllm;
 
-pub use crate::demand::{Demand, MAX_USERS, Percentile, Targets};
+pub use crate::demand::{Demand, MAX_USERS, MAX_VLLM_USERS, Percentile, Targets, most_users};
 pub use replicas::{MAX_REPLICA_MACHINES, NotSplit, Replica, Replicas, not_split, replicas};
 pub use users::{UsersPoint, by_users};
 
@@ -238,8 +238,8 @@ pub enum ServingError {
     NoTarget,
     #[error("the `{field}` target must be a time from 1 µs to 1 h")]
     Target { field: &'static str },
-    #[error("{users} users are {}", crate::demand::past_slots())]
-    Slots { users: u32 },
+    #[error("{users} users are {}", crate::demand::past_most(*engine))]
+    Slots { users: u32, engine: crate::engine::Engine },
     #[error(
         "a request of a {prompt}-token prompt and a {response}-token answer does not fit a user's slot, `workload.context` = {context}: raise the context or shorten `workload.prompt` or `workload.response`"
     )]
@@ -428,7 +428,7 @@ pub enum Limit {
     Target { users: u32, missed: Missed },
     /// `users` users' slots and KV cache do not fit one machine.
     Memory { users: u32 },
-    /// [`MAX_USERS`] users meet the targets; more are not tried.
+    /// [`most_users`] of the engine meet the targets; more are not tried.
     Most,
 }
 
@@ -522,8 +522,9 @@ fn search_on(
 ) -> Result<Capacity, ServingError> {
     let mut trials = Trials::new(problem, enabled, load, targets)?;
     let mut trial = |users: u32| trials.run(users);
+    let most = most_users(problem.workload.engine);
     // A count fewer machines met, when these meet it too.
-    let started = match from.min(MAX_USERS) {
+    let started = match from.min(most) {
         0 | 1 => None,
         from => match trial(from)? {
             Trial::Met(ran) => Some((from, ran)),
@@ -546,8 +547,8 @@ fn search_on(
     // gap. From one user the counts tried double: 2, 4, 8.
     let mut failed = None;
     let mut step = 1u32;
-    while failed.is_none() && met.0 < MAX_USERS {
-        let next = met.0.saturating_add(step).min(MAX_USERS);
+    while failed.is_none() && met.0 < most {
+        let next = met.0.saturating_add(step).min(most);
         step = step.saturating_mul(2);
         match trial(next)? {
             Trial::Met(ran) => met = (next, ran),
@@ -641,8 +642,9 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     if users == 0 {
         return Err(ServingError::Zero { field: "users" });
     }
-    if users > MAX_USERS {
-        return Err(ServingError::Slots { users });
+    let engine = problem.workload.engine;
+    if users > most_users(engine) {
+        return Err(ServingError::Slots { users, engine });
     }
     if let Some(targets) = targets {
         targets.check()?;
@@ -729,14 +731,33 @@ fn with_batch(problem: &crate::Problem, users: u32) -> crate::Problem {
 /// for. llama-server's slots each hold the context, so its split holds them all.
 ///
 /// vLLM pages its cache: a request holds blocks for its own tokens, and vLLM's one check at
-/// start is that a request of `--max-model-len` fits. So its split is planned for the users'
-/// requests at once, each sequence's context their tokens (prompt and response) or its share
-/// of the context asked, whichever is more (the export's `--max-model-len`); where that does
-/// not fit, for as many as do (`--max-num-seqs`), the rest waiting their turn.
+/// start is that a request of `--max-model-len` fits. So its split is planned for the
+/// requests it runs at once, each sequence's context their tokens (prompt and response) or
+/// its share of the context asked, whichever is more (the export's `--max-model-len`): the
+/// users' requests, up to vLLM's own `--max-num-seqs` for the GPU that leads the split
+/// ([`crate::engine::vllm_max_num_seqs`]); where they do not fit, as many as do. The export
+/// writes that count as `--max-num-seqs`; the rest wait their turn in vLLM's queue.
 fn plan_for(problem: &crate::Problem, options: crate::planner::PlanOptions) -> (crate::Problem, crate::Plan) {
     if problem.workload.engine != crate::engine::Engine::Vllm {
         return (problem.clone(), crate::plan_with(problem, options));
     }
+    // vLLM's larger default first; the GPU that leads the split may take the smaller.
+    let most = u64::from(crate::engine::vllm_max_num_seqs(u64::MAX, None));
+    let (paged, plan) = paged_for(problem, options, problem.workload.batch.clamp(1, most));
+    let lead = plan.stages.first().and_then(|s| s.nodes(&paged).next()).map(|k| &paged.nodes[k]);
+    let running = lead.map(|n| u64::from(crate::engine::vllm_max_num_seqs(n.memory, n.device.as_deref())));
+    match running {
+        Some(running) if plan.feasible && running < paged.workload.batch => paged_for(problem, options, running),
+        _ => (paged, plan),
+    }
+}
+
+/// vLLM's split for `users` requests at once ([`plan_for`]), or for as many as fit.
+fn paged_for(
+    problem: &crate::Problem,
+    options: crate::planner::PlanOptions,
+    users: u64,
+) -> (crate::Problem, crate::Plan) {
     let workload = &problem.workload;
     let at = |batch: u64| {
         let mut paged = problem.clone();
@@ -746,7 +767,6 @@ fn plan_for(problem: &crate::Problem, options: crate::planner::PlanOptions) -> (
         let plan = crate::plan_with(&paged, options);
         (paged, plan)
     };
-    let users = workload.batch.max(1);
     let all = at(users);
     if all.1.feasible || users == 1 {
         return all;

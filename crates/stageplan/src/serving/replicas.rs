@@ -9,7 +9,7 @@
 //! (nginx's `least_conn` with each server's `weight=` its users) serves them all. Machines
 //! that share a board (a machine's GPUs) stay in one replica: they share its RAM and CPU.
 
-use super::{Capacity, Load, MAX_USERS, Served, ServingError, Targets, Trial, Trials};
+use super::{Capacity, Load, Served, ServingError, Targets, Trial, Trials, most_users};
 
 /// The most machines whose every split into replicas is tried: each set of machines is
 /// tried (2^m − 1 sets; for eight machines holding a 70B model 65 ms on this project's CI
@@ -134,7 +134,7 @@ pub fn replicas(
         // Each set less one machine is smaller, so searched before it.
         let from = (0..m).filter(|i| set >> i & 1 == 1).map(|i| users[set ^ 1 << i]).max().unwrap_or(0);
         if from > 0 {
-            let more = from < MAX_USERS
+            let more = from < most_users(problem.workload.engine)
                 && matches!(Trials::new(problem, Some(&enabled(set)), load, targets)?.run(from + 1)?, Trial::Met(_));
             if !more {
                 (users[set], assumed[set]) = (from, true);

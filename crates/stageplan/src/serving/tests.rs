@@ -184,7 +184,8 @@ fn capacity_refuses_what_it_cannot_answer() {
     );
     assert_eq!(capacity(&one_gpu("1 GB", ""), load(1), targets(Some(1.0), None)), Err(ServingError::NoPlan));
     // More slots than llama-server starts with; a request longer than a slot.
-    assert_eq!(answer(&problem, Some(MAX_USERS + 1), None), Err(ServingError::Slots { users: MAX_USERS + 1 }));
+    let engine = problem.workload.engine;
+    assert_eq!(answer(&problem, Some(MAX_USERS + 1), None), Err(ServingError::Slots { users: MAX_USERS + 1, engine }));
     let mut long = problem.clone();
     long.workload.response = long.workload.context - long.workload.prompt + 1;
     let (prompt, response, context) = (long.workload.prompt, long.workload.response, long.workload.context);
@@ -355,4 +356,44 @@ fn an_engine_whose_scheduler_is_not_simulated_is_refused_naming_the_two_that_are
     let refused = answer(&problem, Some(2), None).unwrap_err();
     assert_eq!(refused, ServingError::Engine);
     assert!(refused.to_string().contains(r#"`"vllm"`"#), "{refused}");
+}
+
+/// vLLM runs up to its `--max-num-seqs` at once (256, or 1024 on a GPU of 70 GiB or more
+/// that is not an A100) and queues the rest, so its users go past llama-server's 256 slots:
+/// the split is planned for the requests it runs, the others wait for their first token.
+#[test]
+fn vllm_runs_its_own_max_num_seqs_at_once_and_queues_the_rest() {
+    let scenario = |engine: &str, device: &str| {
+        let json = format!(
+            r#"{{"model": {{"preset": "llama-3.2-1b", "weights": "q8_0"}}, "engine": "{engine}",
+                "workload": {{"context": 8192, "prompt": 64, "response": 16}},
+                "nodes": [{{"name": "gpu", "device": "{device}"}}]}}"#
+        );
+        crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
+    };
+    let ran = |problem: &crate::Problem, users: u32| {
+        let answered = answer(problem, Some(users), None).unwrap();
+        let served = answered.served.expect("served");
+        let Scheduler::Vllm { max_num_seqs, .. } = served.scheduler else { panic!("{served:?}") };
+        (answered.plan.workload.batch, max_num_seqs, served)
+    };
+    let small = scenario("vllm", "rtx-3060-12gb");
+    let (batch, running, served) = ran(&small, 600);
+    assert_eq!((batch, running, served.users), (256, 256, 600));
+    // Past the requests running the rest wait in the queue, longer than a request decodes.
+    let decoding = |served: &Served| f64::from(served.response - 1) * served.tpot_s[0];
+    assert!(served.ttft_s[0] > decoding(&served), "{served:?}");
+    let (batch, running, _) = ran(&scenario("vllm", "h100"), 2000);
+    assert_eq!((batch, running), (1024, 1024));
+    assert_eq!(ran(&scenario("vllm", "a100-80gb"), 2000).1, 256);
+    // Below vLLM's count every user's request runs at once, and none waits so.
+    let (batch, _, served) = ran(&small, 200);
+    assert!(batch == 200 && served.ttft_s[0] < decoding(&served), "{served:?}");
+    // The most simulated, per engine, named in the refusal.
+    let engine = crate::engine::Engine::Vllm;
+    let refused = answer(&small, Some(MAX_VLLM_USERS + 1), None).unwrap_err();
+    assert_eq!(refused, ServingError::Slots { users: MAX_VLLM_USERS + 1, engine });
+    assert!(refused.to_string().contains("4096 users of one vLLM server"), "{refused}");
+    let llama = scenario("llama.cpp", "rtx-3060-12gb");
+    assert!(answer(&llama, Some(MAX_USERS + 1), None).unwrap_err().to_string().contains("256 slots"));
 }
