@@ -44,7 +44,7 @@ fn many_users_of_vllm_hold_against_published_runs() {
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let column = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("column {name}"));
     let mut table = String::from(
-        "| model | GPUs | users | published tok/s | predicted | error | TPOT published | predicted p50 |\n|---|---|---|---|---|---|---|---|\n",
+        "| model | GPUs | users | published tok/s | predicted | error | TPOT published | predicted p50 | TTFT published | predicted p50 |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut errors = Vec::new();
     for line in lines.filter(|l| !l.trim().is_empty()) {
@@ -103,7 +103,7 @@ fn many_users_of_vllm_hold_against_published_runs() {
             errors.push(error.abs());
         }
         table.push_str(&format!(
-            "| {model} {} | {replicas} × {} {} | {concurrency} | {published} | {predicted:.1} | {:+.1}%{} | {} | {:.2} |\n",
+            "| {model} {} | {replicas} × {} {} | {concurrency} | {published} | {predicted:.1} | {:+.1}%{} | {} | {:.2} | {} | {:.0} |\n",
             get("weights"),
             if pipeline > 1 { format!("{pipeline}×") } else { String::new() },
             get("device"),
@@ -111,6 +111,8 @@ fn many_users_of_vllm_hold_against_published_runs() {
             if outside { " (outside)" } else { "" },
             get("mean_tpot_ms"),
             served.tpot_s[0] * 1e3,
+            get("mean_ttft_ms"),
+            served.ttft_s[0] * 1e3,
         ));
     }
     let median = quantile(&errors, 0.5);

@@ -245,6 +245,13 @@ pub fn vllm_max_num_seqs(gpu_memory: u64, device: Option<&str>) -> u32 {
     if vllm_large_defaults(gpu_memory, device) { 1024 } else { 256 }
 }
 
+/// What `vllm serve` adds to each request's time to first token besides the engine's steps
+/// (its API server: HTTP, the chat template, tokenizing, the hop to the engine's process and
+/// back): GPUStack's runs of Qwen3 8B on an H100 (`tests/calibration/serving.csv`) saw
+/// 59.0, 63.8, 64.0 and 74.6 ms at 1, 2, 4 and 8 users where the steps alone take 14, 18,
+/// 27 and 44 ms: 31–46 ms more, 40 ms at about the median.
+pub const VLLM_REQUEST_S: f64 = 0.040;
+
 /// A vLLM plan's typical error in tok/s: the median |error| of the published one-user vLLM
 /// decode figures the cost model holds (`tests/calibration/tensor-parallel.csv`, planned
 /// with the nearest presets; a test recomputes it). The fit's figures are llama.cpp's, so

@@ -13,16 +13,22 @@
 //! A pipeline of several stages runs as many batches at once as it has stages (vLLM's
 //! batch queue, `EngineCore.step_with_batch_queue`): a request in a batch in flight is not
 //! scheduled again until that batch is out, and each stage works on one batch at a time.
+//!
+//! A request reaches the scheduler [`VLLM_REQUEST_S`] after it is sent: the API server's
+//! part (HTTP, the chat template, tokens in and out, the hop to the engine's process),
+//! which the steps do not see but its user does.
 
 use std::collections::VecDeque;
 
 use super::{Load, Served, ServingCost, ServingError};
-use crate::engine::VLLM_BLOCK_TOKENS;
+use crate::engine::{VLLM_BLOCK_TOKENS, VLLM_REQUEST_S};
 
 /// One request, as vLLM's `Request` counts it.
 #[derive(Copy, Clone, Debug)]
 struct Request {
     sent: f64,
+    /// When it reaches the scheduler's queue.
+    ready: f64,
     /// Tokens generated so far (the prompt's tokens come first).
     generated: u32,
     /// Tokens whose KV is computed (0 again after a preemption).
@@ -61,6 +67,7 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
     let requests = u64::from(load.users) * u64::from(load.requests_per_user);
     let fresh = |sent: f64, after: u32| Request {
         sent,
+        ready: sent + VLLM_REQUEST_S,
         generated: 0,
         computed: 0,
         blocks: 0,
@@ -82,7 +89,7 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
     let prompt = u64::from(load.prompt);
     while done < requests {
         let batch = if in_flight.len() < stages {
-            schedule(&mut all, &mut running, &mut waiting, &mut free, max_num_seqs, budget, prompt)
+            schedule(&mut all, &mut running, &mut waiting, &mut free, Limits { max_num_seqs, budget, prompt, now })
         } else {
             Vec::new()
         };
@@ -104,9 +111,16 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
         }
         // Nothing more to send: the oldest batch comes out.
         let Some(out) = in_flight.pop_front() else {
-            // Nothing in flight and nothing scheduled: only a request too large for the
-            // pool stops here, and that was refused above.
-            return Err(ServingError::Pool { tokens: longest, pool: pool * VLLM_BLOCK_TOKENS });
+            // Nothing in flight and nothing scheduled: the engine idles until the next
+            // request reaches it. Else only a request too large for the pool stops here,
+            // and that was refused above.
+            match waiting.front().map(|&k| all[k].ready).filter(|&ready| ready > now) {
+                Some(ready) => {
+                    now = ready;
+                    continue;
+                }
+                None => return Err(ServingError::Pool { tokens: longest, pool: pool * VLLM_BLOCK_TOKENS }),
+            }
         };
         now = now.max(out.out);
         for (k, n, epoch) in out.scheduled {
@@ -142,16 +156,25 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
     Ok(Served::of(load, &ttft, &tpot, tokens, now))
 }
 
+/// What one `schedule()` works within: the server's limits, the prompt's tokens, and the
+/// time (a request not yet at the queue is not in it).
+#[derive(Copy, Clone)]
+struct Limits {
+    max_num_seqs: u32,
+    budget: u32,
+    prompt: u64,
+    now: f64,
+}
+
 /// One `schedule()`: the requests of the next batch and the tokens each computes.
 fn schedule(
     all: &mut [Request],
     running: &mut Vec<usize>,
     waiting: &mut VecDeque<usize>,
     free: &mut u64,
-    max_num_seqs: u32,
-    budget: u32,
-    prompt: u64,
+    limits: Limits,
 ) -> Vec<(usize, u64)> {
+    let Limits { max_num_seqs, budget, prompt, now } = limits;
     let mut budget = u64::from(budget);
     let mut batch: Vec<(usize, u64)> = Vec::new();
     let lacks = |r: &Request| prompt + u64::from(r.generated) - r.computed;
@@ -207,7 +230,8 @@ fn schedule(
     }
     if !preempted {
         while budget > 0 && running.len() < max_num_seqs as usize {
-            let Some(&k) = waiting.front().filter(|&&k| !all[k].in_flight) else { break };
+            // Users' requests join the queue in the order they reach it.
+            let Some(&k) = waiting.front().filter(|&&k| !all[k].in_flight && all[k].ready <= now) else { break };
             let n = lacks(&all[k]).min(budget);
             if !grow(&mut all[k], n, free) {
                 break;
@@ -234,6 +258,7 @@ fn step_seconds(all: &[Request], batch: &[(usize, u64)], prompt: u64, cost: &Ser
 #[cfg(test)]
 mod tests {
     use super::super::{Load, Scheduler, ServingCost, ServingError, simulate};
+    use crate::engine::VLLM_REQUEST_S;
 
     fn cost(kv_tokens: u64) -> ServingCost {
         ServingCost { step_s: 0.05, sequence_s: 0.02, token_s: 0.01, stage_shares: vec![1.0], kv_tokens }
@@ -250,8 +275,9 @@ mod tests {
 
     #[test]
     fn one_user_is_served_as_one_llama_server_slot_is() {
+        // As a slot would, past the API server's part.
         let served = simulate(load(1, 256, 2048), &cost(1 << 20)).unwrap();
-        let ttft = 0.05 + 127.0 * 0.01;
+        let ttft = VLLM_REQUEST_S + 0.05 + 127.0 * 0.01;
         assert!(close(served.ttft_s[1], ttft) && close(served.tpot_s[1], 0.05), "{served:?}");
         assert!(close(served.wall_s, 3.0 * (ttft + 63.0 * 0.05)), "{served:?}");
     }
@@ -261,7 +287,7 @@ mod tests {
         // 2048 + 2048 + 904 tokens in three steps, each reading the weights once (llama-server
         // would run ten graphs of 512).
         let served = simulate(Load { prompt: 5000, ..load(1, 256, 2048) }, &cost(1 << 20)).unwrap();
-        assert!(close(served.ttft_s[0], 3.0 * 0.05 + 4997.0 * 0.01), "{served:?}");
+        assert!(close(served.ttft_s[0], VLLM_REQUEST_S + 3.0 * 0.05 + 4997.0 * 0.01), "{served:?}");
     }
 
     #[test]
@@ -294,12 +320,13 @@ mod tests {
 
     #[test]
     fn a_pipeline_keeps_a_batch_in_each_stage() {
-        // A budget of one prompt puts the two users in batches of their own, which then take
-        // turns in the two stages: each user a token a step, two tokens every step.
+        // A budget of one prompt puts the two users' requests in batches of their own, which
+        // then take turns in the two stages: each user a token a step, two tokens every step.
         let two = ServingCost { stage_shares: vec![0.5, 0.5], ..cost(1 << 20) };
-        let piped = simulate(load(2, 256, 128), &two).unwrap();
+        let once = Load { requests_per_user: 1, ..load(2, 256, 128) };
+        let piped = simulate(once, &two).unwrap();
         assert!(close(piped.tpot_s[0], 0.05), "{piped:?}");
-        let one = simulate(load(2, 256, 128), &cost(1 << 20)).unwrap();
+        let one = simulate(once, &cost(1 << 20)).unwrap();
         assert!(piped.tokens_per_s > 1.3 * one.tokens_per_s, "{piped:?} vs {one:?}");
     }
 
