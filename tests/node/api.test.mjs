@@ -209,6 +209,11 @@ test('serve() answers as stageplan plan --users/--ttft/--tpot', () => {
   assert.equal(queued.served.users, 600);
   assert.equal(queued.served.scheduler.max_num_seqs, queued.plan.workload.batch);
   assert.ok(queued.plan.workload.batch < 600);
+  // Requests at a rate into the users' slots, as `--users 4 --rate 5`.
+  const rated = stageplan.serve(read('tests/cli/plan-users-rate/scenario.json'), { users: 4, rate: 5 });
+  assert.deepStrictEqual(rated, runCli('plan', 'tests/cli/plan-users-rate/scenario.json', '--users', '4', '--rate', '5', '--format', 'json'));
+  assert.equal(rated.served.rate, 5);
+  assert.throws(() => stageplan.serve(read('tests/cli/plan-users-rate/scenario.json'), { rate: 5 }), /`rate` needs `users` too/);
 });
 
 test('results have the shapes stageplan.d.ts declares', () => {

@@ -44,6 +44,11 @@ pub(crate) enum Command {
         /// are each request's; every user sends three, one after another.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         users: Option<u32>,
+        /// Requests a second arriving at random whatever the replies (an open loop, as
+        /// `vllm bench serve --request-rate`), `--users` then the server's slots and 100
+        /// requests simulated (three a slot where that is more).
+        #[arg(long, value_name = "PER_SECOND", requires = "users")]
+        rate: Option<f64>,
         /// A time to first token every user must see (`2s`, `800ms`), at `--percentile`:
         /// without `--users`, how many users of one server meet it (and `--tpot`),
         /// the plan remade for each count; with `--users`, whether they do.

@@ -349,6 +349,7 @@ pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer
     #[serde(deny_unknown_fields)]
     struct ServeOptions {
         users: Option<u32>,
+        rate: Option<f64>,
         ttft: Option<Seconds>,
         tpot: Option<Seconds>,
         #[serde(default)]
@@ -361,10 +362,12 @@ pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer
         percentile: options.percentile,
     });
     let problem = check(scenario)?.problem;
-    let asked = Asked::of(Demand { users: options.users, targets }, problem.serving);
+    if let Some(rate) = options.rate {
+        stageplan::demand::check_rate(rate, options.users).map_err(|e| format!("`rate`: `rate` {e}"))?;
+    }
+    let asked = Asked::of(Demand { users: options.users, targets, rate: options.rate }, problem.serving);
     let field = asked.field("users", "ttft`/`tpot");
-    let Demand { users, targets } = asked.demand;
-    Ok(serving::answer(&problem, users, targets).map_err(|e| format!("`{field}`: {e}"))?)
+    Ok(serving::answer(&problem, asked.demand).map_err(|e| format!("`{field}`: {e}"))?)
 }
 
 #[cfg(all(test, feature = "api", feature = "more"))]

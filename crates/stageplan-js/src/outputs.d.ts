@@ -707,6 +707,10 @@ prompt: number,
  */
 response: number, requests_per_user: number, 
 /**
+ * Requests a second arriving at random, where they came at a rate.
+ */
+rate?: number, 
+/**
  * Time to first token, sent to first token: 50th and 95th percentiles, seconds.
  */
 ttft_s: [number, number], 

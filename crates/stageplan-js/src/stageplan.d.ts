@@ -213,6 +213,8 @@ export interface ReplanOptions {
 export interface ServeOptions {
   /** Users of one server: llama-server's (1–256) a slot and the scenario's context each; vLLM's (1–4096) their requests' KV blocks from its pool, up to its `--max-num-seqs` at once and the rest queued. */
   users?: number;
+  /** Requests a second arriving at random whatever the replies (an open loop), `users` then the server's slots; 100 requests simulated (three a slot where that is more). */
+  rate?: number;
   /** Time to first token every user must see, at `percentile`. */
   ttft?: string | number;
   /** Time per output token every user must see, at `percentile`. */

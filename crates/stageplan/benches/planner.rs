@@ -153,9 +153,11 @@ fn bench(c: &mut Criterion) {
     let capacity = |p: &Problem| serving::capacity(p, serving::Load::llama_server(p, 1), targets);
     group.bench_function("home-70b-8-capacity", |b| b.iter(|| capacity(&throughput)));
     group.bench_function("home-70b-6-capacity", |b| b.iter(|| capacity(&six)));
-    group.bench_function("home-70b-6-capacity-and-replicas", |b| b.iter(|| serving::answer(&six, None, Some(targets))));
+    group.bench_function("home-70b-6-capacity-and-replicas", |b| {
+        b.iter(|| serving::answer(&six, stageplan::demand::Demand::of_targets(targets)));
+    });
     group.bench_function("home-70b-8-capacity-and-replicas", |b| {
-        b.iter(|| serving::answer(&throughput, None, Some(targets)));
+        b.iter(|| serving::answer(&throughput, stageplan::demand::Demand::of_targets(targets)));
     });
     group.finish();
 

@@ -50,11 +50,42 @@ pub struct Targets {
     pub percentile: Percentile,
 }
 
-/// What a scenario's `serving` asks, checked: users of one llama-server, targets, or both.
-#[derive(Copy, Clone, Debug, PartialEq)]
+/// What a scenario's `serving` asks, checked: users of one server, targets, or both; and
+/// whether requests come at a rate.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub struct Demand {
     pub users: Option<u32>,
     pub targets: Option<Targets>,
+    /// Requests a second arriving at random, `users` the server's slots; `None`: each user
+    /// sends the next when the last ends.
+    pub rate: Option<f64>,
+}
+
+impl Demand {
+    /// `users` users of one server, each sending the next when the last ends.
+    pub fn of_users(users: u32) -> Demand {
+        Demand { users: Some(users), ..Demand::default() }
+    }
+
+    /// How many users of one server meet `targets`.
+    pub fn of_targets(targets: Targets) -> Demand {
+        Demand { targets: Some(targets), ..Demand::default() }
+    }
+}
+
+/// The most requests a second taken: a million, past what any one server answers.
+pub const MAX_RATE: f64 = 1e6;
+
+/// Why `rate` cannot be asked with `users`, and the fix: it must be a number of requests a
+/// second above 0, up to [`MAX_RATE`], and go with a count of users (the server's slots).
+pub fn check_rate(rate: f64, users: Option<u32>) -> Result<(), String> {
+    if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
+        return Err(format!("is {rate}; give requests a second above 0, at most {MAX_RATE}"));
+    }
+    if users.is_none() {
+        return Err("needs `users` too, the server's slots the requests are served in".to_owned());
+    }
+    Ok(())
 }
 
 /// The question a surface answers: its own (flags or options) when it asks one, else the
@@ -70,7 +101,9 @@ impl Asked {
     /// `given` when it asks anything, else `scenario`'s (a problem's `serving`).
     pub fn of(given: Demand, scenario: Option<Demand>) -> Asked {
         match scenario {
-            Some(demand) if given.users.is_none() && given.targets.is_none() => Asked { demand, from_scenario: true },
+            Some(demand) if given.users.is_none() && given.targets.is_none() && given.rate.is_none() => {
+                Asked { demand, from_scenario: true }
+            }
             _ => Asked { demand: given, from_scenario: false },
         }
     }

@@ -58,14 +58,18 @@ pub struct Scenario {
 }
 
 /// A scenario's `serving`: `{"users": 8}` to plan and simulate eight users of one
-/// llama-server, or `{"ttft": "2 s", "tpot": "80 ms", "percentile": "p95"}` for how many
-/// meet those targets (and the replicas that serve more), as the CLI's flags and the JS
-/// API's `serve` options ask.
+/// llama-server, `{"users": 8, "rate": 2}` for eight slots and two requests a second
+/// arriving at random, or `{"ttft": "2 s", "tpot": "80 ms", "percentile": "p95"}` for how
+/// many meet those targets (and the replicas that serve more), as the CLI's flags and the
+/// JS API's `serve` options ask.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServingSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub users: Option<u32>,
+    /// Requests a second arriving at random whatever the replies, `users` the server's slots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft: Option<Seconds>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -93,6 +97,10 @@ impl ServingSpec {
         if self.percentile.is_some() && targets.is_none() {
             return field("percentile", "is what `ttft` and `tpot` hold at; give one of them, or leave it out".into());
         }
+        if let Some(rate) = self.rate {
+            crate::demand::check_rate(rate, self.users)
+                .map_err(|problem| ScenarioError::field("serving.rate", problem))?;
+        }
         match self.users {
             None if targets.is_none() => {
                 return Err(ScenarioError::field(
@@ -109,7 +117,7 @@ impl ServingSpec {
         if let Some(name) = targets.and_then(|t| t.out_of_range()) {
             return field(name, "must be a time from 1 µs to 1 h".into());
         }
-        Ok(crate::demand::Demand { users: self.users, targets })
+        Ok(crate::demand::Demand { users: self.users, targets, rate: self.rate })
     }
 }
 

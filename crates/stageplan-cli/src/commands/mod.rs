@@ -25,9 +25,12 @@ use crate::outcome::{Failure, Outcome};
 /// Bad input: unreadable files, malformed scenarios, unknown names.
 pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
     match cli.command {
-        Command::Plan { scenario, format, objective, policy, verify, users, ttft, tpot, percentile } => {
+        Command::Plan { scenario, format, objective, policy, verify, users, rate, ttft, tpot, percentile } => {
             let targets = plan::targets(ttft.as_deref(), tpot.as_deref(), percentile)?;
-            plan::plan(&scenario, format, plan::Overrides { objective, policy, users, targets }, verify)
+            if let Some(rate) = rate {
+                stageplan::demand::check_rate(rate, users).map_err(|e| Failure(format!("`--rate` {e}")))?;
+            }
+            plan::plan(&scenario, format, plan::Overrides { objective, policy, users, rate, targets }, verify)
         }
         Command::Replan { current, scenario, tolerance, hysteresis, format } => {
             replan::replan(&current, &scenario, stageplan::ReplanOptions { tolerance, hysteresis }, format)

@@ -18,6 +18,7 @@ pub(super) struct Overrides {
     pub objective: Option<ObjectiveArg>,
     pub policy: Option<PolicyArg>,
     pub users: Option<u32>,
+    pub rate: Option<f64>,
     pub targets: Option<Targets>,
 }
 
@@ -54,7 +55,7 @@ pub(super) fn targets(
 
 /// Plans the scenario at `path`, as `overrides` change it; exit 1 when nothing fits.
 pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bool) -> Result<Outcome, Failure> {
-    let Overrides { objective, policy, users, targets } = overrides;
+    let Overrides { objective, policy, users, rate, targets } = overrides;
     let mut scenario = Scenario::from_json(&input::read_text(path)?)?;
     if let Some(objective) = objective {
         scenario.objective = match objective {
@@ -74,8 +75,9 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
         };
     }
     let mut problem = load::problem(path, scenario)?;
-    let asked = Asked::of(Demand { users, targets }, problem.serving);
-    let Demand { users, targets } = asked.demand;
+    let asked = Asked::of(Demand { users, targets, rate }, problem.serving);
+    let demand = asked.demand;
+    let Demand { users, targets, .. } = demand;
     if objective.is_some() && (users.is_some() || targets.is_some()) {
         let asked = if asked.from_scenario { "the scenario's `serving`" } else { "`--users`/`--ttft`/`--tpot`" };
         return Err(Failure(format!(
@@ -84,7 +86,7 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
     }
     let (plan, answer) = if users.is_some() || targets.is_some() {
         let flag = asked.field("--users", "--ttft`/`--tpot");
-        let answer = serving::answer(&problem, users, targets).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
+        let answer = serving::answer(&problem, demand).map_err(|e| Failure(format!("`{flag}`: {e}")))?;
         // The plan is for the users served: a slot and its context each, the fastest step.
         problem.workload.batch = u64::from(answer.served.as_ref().map_or(users.unwrap_or(1), |s| s.users));
         problem.objective = Objective::Latency;
@@ -125,7 +127,7 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
                 text.push_str(&render::plan::verification(&plan, exhaustive));
             }
             if let Some(answer) = &answer {
-                text.push_str(&render::plan::answer(&problem, answer, Demand { users, targets }));
+                text.push_str(&render::plan::answer(&problem, answer, demand));
             }
             text
         }

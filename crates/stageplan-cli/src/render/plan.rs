@@ -299,7 +299,8 @@ pub(crate) fn answer(problem: &Problem, answer: &Answer, demand: Demand) -> Stri
 }
 
 fn served(served: &Served) -> String {
-    let ms = |s: f64| format!("{:.0} ms", s * 1e3);
+    // Past ten seconds (a queue's wait), in seconds.
+    let ms = |s: f64| if s >= 10.0 { format!("{s:.1} s") } else { format!("{:.0} ms", s * 1e3) };
     let plural = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     // A one-token answer has no time between tokens.
     let per_token = if served.response > 1 {
@@ -314,13 +315,24 @@ fn served(served: &Served) -> String {
             if max_num_seqs < served.users { ": the rest wait their turn" } else { "" }
         ),
     };
+    let (who, sent) = match served.rate {
+        None => (
+            plural(served.users, "user", "users"),
+            format!("{} a user", plural(served.requests_per_user, "request", "requests")),
+        ),
+        Some(rate) => (
+            plural(served.users, "slot", "slots"),
+            format!(
+                "{} requests arriving at random, {rate} a second",
+                served.users.saturating_mul(served.requests_per_user)
+            ),
+        ),
+    };
     format!(
-        "\n{} of {server}, {}-token prompts, {} each, {} a user, simulated:\n  \
+        "\n{who} of {server}, {}-token prompts, {} each, {sent}, simulated:\n  \
          first token  p50 {}  p95 {}\n  per token    {per_token}\n  in all       {:.1} tok/s\n",
-        plural(served.users, "user", "users"),
         served.prompt,
         plural(served.response, "token", "tokens"),
-        plural(served.requests_per_user, "request", "requests"),
         ms(served.ttft_s[0]),
         ms(served.ttft_s[1]),
         served.tokens_per_s

@@ -263,7 +263,7 @@ mod tests {
         );
         let problem = crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem;
         let targets = Targets { ttft_s: None, tpot_s: Some(0.02), percentile: Percentile::P95 };
-        let answer = crate::serving::answer(&problem, None, Some(targets)).unwrap();
+        let answer = crate::serving::answer(&problem, crate::demand::Demand::of_targets(targets)).unwrap();
         let split = answer.replicas.expect("two replicas");
         split.replicas.into_iter().map(|r| ReplicaPlan { machines: r.machines, users: r.users, plan: r.plan }).collect()
     }

@@ -21,7 +21,10 @@
 //!
 //! The load is the serve check's and most published concurrency tables': `users` each send a
 //! request, read it to its end and send the next at once (a fixed concurrency, as vLLM's
-//! `benchmark_serving --max-concurrency`), all starting together.
+//! `benchmark_serving --max-concurrency`), all starting together. Or requests arrive at a
+//! rate whatever the replies (an open loop, as `--request-rate`: at random, a Poisson
+//! process), `users` then the server's slots (vLLM: what it runs at once), the rest of the
+//! requests waiting their turn in the server's queue.
 
 use crate::calibration::quantile;
 
@@ -133,8 +136,9 @@ pub enum Scheduler {
     Vllm { max_num_seqs: u32, max_num_batched_tokens: u32 },
 }
 
-/// A fixed number of users, each sending requests one after another.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+/// A fixed number of users, each sending requests one after another; or, at a `rate`,
+/// `users × requests_per_user` requests arriving at random whatever the replies.
+#[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Load {
     pub users: u32,
     /// Prompt tokens of every request.
@@ -144,6 +148,9 @@ pub struct Load {
     /// Requests each user sends.
     pub requests_per_user: u32,
     pub scheduler: Scheduler,
+    /// Requests a second, arriving at random (a Poisson process), `users` the server's slots;
+    /// `None`: each user sends its next request when the last ends.
+    pub rate: Option<f64>,
 }
 
 /// Requests each user sends, one after another, in `stageplan plan --users` and the serve
@@ -161,6 +168,7 @@ impl Load {
             response: tokens(problem.workload.response),
             requests_per_user: REQUESTS_PER_USER,
             scheduler: Scheduler::LlamaServer { n_batch: 2048, n_ubatch: 512 },
+            rate: None,
         }
     }
 
@@ -199,6 +207,10 @@ pub struct Served {
     /// Tokens generated for every request.
     pub response: u32,
     pub requests_per_user: u32,
+    /// Requests a second arriving at random, where they came at a rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "typescript", ts(optional))]
+    pub rate: Option<f64>,
     /// Time to first token, sent to first token: 50th and 95th percentiles, seconds.
     pub ttft_s: [f64; 2],
     /// Time per output token after the first: 50th and 95th percentiles, seconds.
@@ -238,6 +250,10 @@ pub enum ServingError {
     NoTarget,
     #[error("the `{field}` target must be a time from 1 µs to 1 h")]
     Target { field: &'static str },
+    #[error("{rate} requests a second is not a rate requests arrive at; give a number above 0")]
+    Rate { rate: f64 },
+    #[error("a rate needs a count of users too, the server's slots the requests are served in")]
+    RateWithoutUsers,
     #[error("{users} users are {}", crate::demand::past_most(*engine))]
     Slots { users: u32, engine: crate::engine::Engine },
     #[error(
@@ -289,6 +305,9 @@ pub fn simulate(load: Load, cost: &ServingCost) -> Result<Served, ServingError> 
         return Err(ServingError::TooMany { requests });
     }
     let positive = |s: f64| s.is_finite() && s > 0.0;
+    if let Some(rate) = load.rate.filter(|&rate| !positive(rate)) {
+        return Err(ServingError::Rate { rate });
+    }
     let shares = !cost.stage_shares.is_empty()
         && cost.stage_shares.iter().all(|s| s.is_finite() && *s >= 0.0)
         && (cost.stage_shares.iter().sum::<f64>() - 1.0).abs() < 1e-6;
@@ -308,14 +327,69 @@ pub fn simulate(load: Load, cost: &ServingCost) -> Result<Served, ServingError> 
     }
 }
 
+/// When each of `n` requests arrives at `rate` a second at random (a Poisson process: gaps
+/// drawn from the exponential law), the first at 0. The draws are the same every run
+/// (SplitMix64 from a fixed seed), so an answer does not change from one run to the next.
+fn arrivals(rate: f64, n: usize) -> Vec<f64> {
+    let mut state: u64 = 0x5EED;
+    let mut uniform = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        // In (0, 1): 53 bits and a half.
+        (((z ^ (z >> 31)) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let mut at = 0.0;
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                at += -uniform().ln() / rate;
+            }
+            at
+        })
+        .collect()
+}
+
 /// llama-server's `update_slots`, step by step (see the module doc).
 fn llama_server_steps(load: Load, n_batch: u32, n_ubatch: u32, cost: &ServingCost) -> Served {
     let requests = u64::from(load.users) * u64::from(load.requests_per_user);
     let fresh = |sent: f64, after: u32| Slot { sent, prompt_left: load.prompt, generated: 0, first: 0.0, after };
-    let mut slots: Vec<Option<Slot>> = vec![Some(fresh(0.0, load.requests_per_user - 1)); load.users as usize];
+    // A closed loop starts every user's first request at once; an open one fills slots as
+    // requests arrive.
+    let open = load.rate.map(|rate| arrivals(rate, requests as usize));
+    let mut slots: Vec<Option<Slot>> = match open {
+        None => vec![Some(fresh(0.0, load.requests_per_user - 1)); load.users as usize],
+        Some(_) => vec![None; load.users as usize],
+    };
+    let mut arrived = 0;
     let (mut ttft, mut tpot) = (Vec::with_capacity(requests as usize), Vec::with_capacity(requests as usize));
     let (mut now, mut tokens) = (0.0_f64, 0_u64);
-    while slots.iter().any(Option::is_some) {
+    loop {
+        if let Some(open) = &open {
+            // A free slot takes the first request waiting (llama-server's queue of tasks).
+            for slot in slots.iter_mut().filter(|s| s.is_none()) {
+                match open.get(arrived) {
+                    Some(&sent) if sent <= now => {
+                        *slot = Some(fresh(sent, 0));
+                        arrived += 1;
+                    }
+                    _ => break,
+                }
+            }
+            if slots.iter().all(Option::is_none) {
+                // Idle until the next request arrives.
+                match open.get(arrived) {
+                    Some(&sent) => {
+                        now = sent;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+        } else if slots.iter().all(Option::is_none) {
+            break;
+        }
         // The step: each generating slot's token, then prompts in slot order up to n_batch.
         let decoding: u64 = slots.iter().flatten().filter(|s| s.generated > 0).count() as u64;
         let mut batch = decoding;
@@ -365,6 +439,7 @@ impl Served {
             prompt: load.prompt,
             response: load.response,
             requests_per_user: load.requests_per_user,
+            rate: load.rate,
             ttft_s: [quantile(ttft, 0.5), quantile(ttft, 0.95)],
             tpot_s: [quantile(tpot, 0.5), quantile(tpot, 0.95)],
             tokens_per_s: tokens as f64 / wall_s,
@@ -612,14 +687,15 @@ pub struct Found {
     pub limit: Limit,
 }
 
-/// `users` users of one server planned and simulated (their targets checked), or
-/// without `users` the most that meet `targets` ([`capacity`]).
+/// `users` users of one server planned and simulated (their targets checked), at a `rate`
+/// if the demand gives one, or without `users` the most that meet `targets` ([`capacity`]).
 ///
 /// # Errors
-/// An engine other than llama.cpp; neither `users` nor a target; as [`capacity`] and
-/// [`simulate`] do otherwise.
-pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targets>) -> Result<Answer, ServingError> {
+/// An engine other than llama.cpp or vLLM; neither `users` nor a target; a rate without
+/// users; as [`capacity`] and [`simulate`] do otherwise.
+pub fn answer(problem: &crate::Problem, demand: Demand) -> Result<Answer, ServingError> {
     served_engine(problem)?;
+    let Demand { users, targets, rate } = demand;
     let held = |served: &Served| {
         targets.map(|t| TargetsHeld {
             percentile: t.percentile,
@@ -629,6 +705,9 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
         })
     };
     let Some(users) = users else {
+        if rate.is_some() {
+            return Err(ServingError::RateWithoutUsers);
+        }
         let (load, targets) = (Load::llama_server(problem, 1), targets.ok_or(ServingError::NoTarget)?);
         let found = capacity(problem, load, targets)?;
         return Ok(Answer {
@@ -649,12 +728,12 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     if let Some(targets) = targets {
         targets.check()?;
     }
-    let (plan, served) = served_by(problem, users, None)?;
+    let (plan, served) = served_by(problem, users, rate, None)?;
     let mut answer = Answer { targets: served.as_ref().and_then(held), plan, served, capacity: None, replicas: None };
     // Missed on one server (or its slots do not fit): spread over replicas where a split
-    // of the machines serves them all.
+    // of the machines serves them all. (Requests at a rate come to the one server asked.)
     let missed = answer.served.is_none() || answer.targets.as_ref().is_some_and(|t| t.missed.is_some());
-    if let Some(targets) = targets.filter(|_| missed && not_split(problem).is_none()) {
+    if let Some(targets) = targets.filter(|_| missed && rate.is_none() && not_split(problem).is_none()) {
         let load = Load::llama_server(problem, 1);
         let one_server = match capacity(problem, load, targets) {
             Ok(found) => Found { users: found.users, limit: found.limit },
@@ -667,6 +746,10 @@ pub fn answer(problem: &crate::Problem, users: Option<u32>, targets: Option<Targ
     Ok(answer)
 }
 
+/// Requests simulated at a rate: at least this many, for percentiles that mean something,
+/// or [`REQUESTS_PER_USER`] a slot where that is more.
+pub const RATE_REQUESTS: u32 = 100;
+
 /// A server as it was run and what its users sent: a published measurement's settings.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct AsRun {
@@ -675,8 +758,9 @@ pub struct AsRun {
 }
 
 /// `users` users of one server of `problem`'s engine, its plan made as `stageplan plan
-/// --users` makes it, each user sending the workload's requests one after another: as the
-/// export starts the server and [`REQUESTS_PER_USER`] each when `as_run` is `None`. What
+/// --users` makes it, each user sending the workload's requests one after another (or, at
+/// a `rate`, [`RATE_REQUESTS`] arriving at random into `users` slots): as the export starts
+/// the server and [`REQUESTS_PER_USER`] each when `as_run` is `None`. What
 /// they saw, `None` when the plan does not fit.
 ///
 /// # Errors
@@ -684,6 +768,7 @@ pub struct AsRun {
 pub fn served_by(
     problem: &crate::Problem,
     users: u32,
+    rate: Option<f64>,
     as_run: Option<AsRun>,
 ) -> Result<(crate::Plan, Option<Served>), ServingError> {
     served_engine(problem)?;
@@ -692,6 +777,10 @@ pub fn served_by(
         return Ok((plan, None));
     }
     let mut load = Load::of(&batched, &plan, users);
+    if rate.is_some() {
+        let requests_per_user = RATE_REQUESTS.div_ceil(users.max(1)).max(REQUESTS_PER_USER);
+        load = Load { rate, requests_per_user, ..load };
+    }
     if let Some(AsRun { scheduler, requests_per_user }) = as_run {
         load = Load { scheduler, requests_per_user, ..load };
     }

@@ -7,7 +7,7 @@ fn cost() -> ServingCost {
 const LLAMA_SERVER: Scheduler = Scheduler::LlamaServer { n_batch: 2048, n_ubatch: 512 };
 
 fn load(users: u32) -> Load {
-    Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler: LLAMA_SERVER }
+    Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler: LLAMA_SERVER, rate: None }
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -46,7 +46,8 @@ fn a_prompt_past_n_batch_takes_several_steps() {
 fn a_prompt_that_arrives_mid_stream_slows_the_others_tokens() {
     // Two 3000-token prompts and a 2048-token step put the users a step apart: each
     // one's next prompt then lands among the other's tokens.
-    let staggered = Load { users: 2, prompt: 3000, response: 10, requests_per_user: 4, scheduler: LLAMA_SERVER };
+    let staggered =
+        Load { users: 2, prompt: 3000, response: 10, requests_per_user: 4, scheduler: LLAMA_SERVER, rate: None };
     let (two, one) =
         (simulate(staggered, &cost()).unwrap(), simulate(Load { users: 1, ..staggered }, &cost()).unwrap());
     assert!(close(one.tpot_s[1], 0.05), "alone, every gap is one step: {one:?}");
@@ -72,7 +73,7 @@ proptest::proptest! {
         sequence_s in 0.0..1e-1f64,
         token_s in 1e-5..1e-1f64,
     ) {
-        let load = Load { users, prompt, response, requests_per_user, scheduler: Scheduler::LlamaServer { n_batch, n_ubatch } };
+        let load = Load { users, prompt, response, requests_per_user, scheduler: Scheduler::LlamaServer { n_batch, n_ubatch }, rate: None };
         let cost = ServingCost { step_s, sequence_s, token_s, stage_shares: vec![1.0], kv_tokens: 0 };
         let served = simulate(load, &cost).unwrap();
         // Times are differences of one clock summed step by step: each sum rounds by up
@@ -185,13 +186,16 @@ fn capacity_refuses_what_it_cannot_answer() {
     assert_eq!(capacity(&one_gpu("1 GB", ""), load(1), targets(Some(1.0), None)), Err(ServingError::NoPlan));
     // More slots than llama-server starts with; a request longer than a slot.
     let engine = problem.workload.engine;
-    assert_eq!(answer(&problem, Some(MAX_USERS + 1), None), Err(ServingError::Slots { users: MAX_USERS + 1, engine }));
+    assert_eq!(
+        answer(&problem, crate::demand::Demand::of_users(MAX_USERS + 1)),
+        Err(ServingError::Slots { users: MAX_USERS + 1, engine })
+    );
     let mut long = problem.clone();
     long.workload.response = long.workload.context - long.workload.prompt + 1;
     let (prompt, response, context) = (long.workload.prompt, long.workload.response, long.workload.context);
     let refused = ServingError::Request { prompt, response, context };
     assert_eq!(capacity(&long, load(1), targets(Some(1.0), None)).map(|found| found.users), Err(refused.clone()));
-    assert_eq!(answer(&long, Some(2), None).map(|answer| answer.served), Err(refused));
+    assert_eq!(answer(&long, crate::demand::Demand::of_users(2)).map(|answer| answer.served), Err(refused));
 }
 
 /// Two GPUs of 2 GB over a 1 Gbit/s link: the model needs both, a pipeline.
@@ -244,7 +248,7 @@ fn a_tensor_parallel_stage_is_one_device_of_the_step() {
     let latency = 1.0 / plan.at_depth.as_ref().unwrap().stream_tokens_per_s;
     assert!(close(cost.step_s, latency), "{cost:?} against {latency}");
     assert!(close(cost.token_s, plan.stages[0].time.prefill_s), "{cost:?}");
-    let served = answer(&problem, Some(4), None).unwrap().served.expect("four users served");
+    let served = answer(&problem, crate::demand::Demand::of_users(4)).unwrap().served.expect("four users served");
     assert!(served.tpot_s[0] > cost.step_s && served.tokens_per_s > 1.0 / cost.step_s, "{served:?}");
 }
 
@@ -253,7 +257,7 @@ fn machines_that_each_hold_the_model_serve_more_as_replicas() {
     let problem = one_gpu("12 GB", r#", {"name": "twin", "device": "rtx-3060-12gb"}"#);
     let one = served_by(&problem, 1).unwrap();
     let targets = targets(None, Some(one.tpot_s[1] * 1.5));
-    let found = answer(&problem, None, Some(targets)).unwrap();
+    let found = answer(&problem, crate::demand::Demand::of_targets(targets)).unwrap();
     let one_server = found.capacity.unwrap().users;
     let split = found.replicas.expect("two GPUs that each hold the model serve more apart");
     // Each replica serves what its machine alone serves, and together more than one server.
@@ -272,9 +276,14 @@ fn machines_that_each_hold_the_model_serve_more_as_replicas() {
     assert_eq!(split.users, split.replicas.iter().map(|r| r.users).sum::<u32>());
     assert!(split.users > one_server, "{} against {one_server}", split.users);
     // A model that needs both machines has no replicas, nor has a count of users asked.
-    let both = answer(&pipeline(), None, Some(targets)).unwrap();
+    let both = answer(&pipeline(), crate::demand::Demand::of_targets(targets)).unwrap();
     assert!(both.capacity.is_some() && both.replicas.is_none(), "{:?}", both.replicas);
-    assert!(answer(&problem, Some(2), Some(targets)).unwrap().replicas.is_none());
+    assert!(
+        answer(&problem, crate::demand::Demand { users: Some(2), targets: Some(targets), rate: None })
+            .unwrap()
+            .replicas
+            .is_none()
+    );
 }
 
 /// Asked a count one server misses, the users spread over the replicas: each its share,
@@ -285,11 +294,12 @@ fn users_one_server_misses_spread_over_replicas() {
     let problem = one_gpu("12 GB", r#", {"name": "twin", "device": "rtx-3060-12gb"}"#);
     let one = served_by(&problem, 1).unwrap();
     let targets = targets(None, Some(one.tpot_s[1] * 1.5));
-    let most = answer(&problem, None, Some(targets)).unwrap();
+    let most = answer(&problem, crate::demand::Demand::of_targets(targets)).unwrap();
     let (one_server, split) = (most.capacity.unwrap().users, most.replicas.unwrap());
     let asked = one_server + 1;
     assert!(asked < split.users, "{asked} of {split:?}");
-    let spread = answer(&problem, Some(asked), Some(targets)).unwrap();
+    let spread =
+        answer(&problem, crate::demand::Demand { users: Some(asked), targets: Some(targets), rate: None }).unwrap();
     assert!(spread.targets.unwrap().missed.is_some(), "one server misses {asked}");
     assert_eq!(spread.capacity.map(|found| found.users), Some(one_server));
     let replicas = spread.replicas.expect("spread over replicas");
@@ -300,10 +310,17 @@ fn users_one_server_misses_spread_over_replicas() {
         assert!(replica.users <= most && replica.served.users == replica.users, "{replica:?}");
         assert!(targets.missed(&replica.served).is_none(), "{replica:?}");
     }
-    let beyond = answer(&problem, Some(split.users + 1), Some(targets)).unwrap();
+    let beyond =
+        answer(&problem, crate::demand::Demand { users: Some(split.users + 1), targets: Some(targets), rate: None })
+            .unwrap();
     assert_eq!(beyond.replicas, Some(split), "the nearest");
     // Met on one server: nothing to spread.
-    assert!(answer(&problem, Some(one_server), Some(targets)).unwrap().replicas.is_none());
+    assert!(
+        answer(&problem, crate::demand::Demand { users: Some(one_server), targets: Some(targets), rate: None })
+            .unwrap()
+            .replicas
+            .is_none()
+    );
 }
 
 #[test]
@@ -333,8 +350,11 @@ fn vllm_serves_users_from_its_pool_of_blocks_where_llama_servers_slots_run_out()
     };
     let (llama, vllm) = (scenario("llama.cpp"), scenario("vllm"));
     let users = 16;
-    assert!(answer(&llama, Some(users), None).unwrap().served.is_none(), "16 slots of 8,192 tokens do not fit 12 GB");
-    let answered = answer(&vllm, Some(users), None).unwrap();
+    assert!(
+        answer(&llama, crate::demand::Demand::of_users(users)).unwrap().served.is_none(),
+        "16 slots of 8,192 tokens do not fit 12 GB"
+    );
+    let answered = answer(&vllm, crate::demand::Demand::of_users(users)).unwrap();
     let served = answered.served.expect("16 users of vLLM");
     assert!(matches!(served.scheduler, Scheduler::Vllm { max_num_batched_tokens: 2048, .. }), "{served:?}");
     // The plan holds their requests at once: 640 tokens each (or the context's share).
@@ -353,7 +373,7 @@ fn vllm_serves_users_from_its_pool_of_blocks_where_llama_servers_slots_run_out()
 fn an_engine_whose_scheduler_is_not_simulated_is_refused_naming_the_two_that_are() {
     let mut problem = one_gpu("12 GB", "");
     problem.workload.engine = crate::engine::Engine::Generic;
-    let refused = answer(&problem, Some(2), None).unwrap_err();
+    let refused = answer(&problem, crate::demand::Demand::of_users(2)).unwrap_err();
     assert_eq!(refused, ServingError::Engine);
     assert!(refused.to_string().contains(r#"`"vllm"`"#), "{refused}");
 }
@@ -372,7 +392,7 @@ fn vllm_runs_its_own_max_num_seqs_at_once_and_queues_the_rest() {
         crate::check(json.as_str(), crate::check::no_model_files).unwrap().problem
     };
     let ran = |problem: &crate::Problem, users: u32| {
-        let answered = answer(problem, Some(users), None).unwrap();
+        let answered = answer(problem, crate::demand::Demand::of_users(users)).unwrap();
         let served = answered.served.expect("served");
         let Scheduler::Vllm { max_num_seqs, .. } = served.scheduler else { panic!("{served:?}") };
         (answered.plan.workload.batch, max_num_seqs, served)
@@ -391,9 +411,63 @@ fn vllm_runs_its_own_max_num_seqs_at_once_and_queues_the_rest() {
     assert!(batch == 200 && served.ttft_s[0] < decoding(&served), "{served:?}");
     // The most simulated, per engine, named in the refusal.
     let engine = crate::engine::Engine::Vllm;
-    let refused = answer(&small, Some(MAX_VLLM_USERS + 1), None).unwrap_err();
+    let refused = answer(&small, crate::demand::Demand::of_users(MAX_VLLM_USERS + 1)).unwrap_err();
     assert_eq!(refused, ServingError::Slots { users: MAX_VLLM_USERS + 1, engine });
     assert!(refused.to_string().contains("4096 users of one vLLM server"), "{refused}");
     let llama = scenario("llama.cpp", "rtx-3060-12gb");
-    assert!(answer(&llama, Some(MAX_USERS + 1), None).unwrap_err().to_string().contains("256 slots"));
+    assert!(
+        answer(&llama, crate::demand::Demand::of_users(MAX_USERS + 1)).unwrap_err().to_string().contains("256 slots")
+    );
+}
+
+/// Requests at a rate, whatever the replies: far apart, each is served alone as one user's
+/// are; faster than the slots serve them, they wait in the server's queue and the wait
+/// grows; the same draws every run.
+#[test]
+fn requests_at_a_rate_wait_for_a_free_slot() {
+    let vllm = Scheduler::Vllm { max_num_seqs: 4, max_num_batched_tokens: 2048 };
+    for scheduler in [LLAMA_SERVER, vllm] {
+        let alone = simulate(Load { users: 1, scheduler, ..load(1) }, &cost()).unwrap();
+        let sparse = Load { users: 4, requests_per_user: 25, scheduler, rate: Some(0.001), ..load(4) };
+        let served = simulate(sparse, &cost()).unwrap();
+        assert!(close(served.ttft_s[0], alone.ttft_s[0]) && close(served.tpot_s[0], alone.tpot_s[0]), "{served:?}");
+        assert_eq!(served.rate, Some(0.001));
+        // 100 requests in about a second where each takes seconds: the last wait for the first.
+        let dense = Load { rate: Some(100.0), ..sparse };
+        let queued = simulate(dense, &cost()).unwrap();
+        assert!(queued.ttft_s[1] > 10.0 * alone.ttft_s[1], "{queued:?}");
+        assert!(queued.tokens_per_s > served.tokens_per_s, "{queued:?} vs {served:?}");
+        assert_eq!(simulate(dense, &cost()), Ok(queued));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let refused = simulate(Load { rate: Some(bad), ..sparse }, &cost());
+            assert!(matches!(refused, Err(ServingError::Rate { .. })), "{bad}: {refused:?}");
+        }
+    }
+}
+
+/// The gaps between arrivals are the exponential law's: their mean is one over the rate.
+#[test]
+fn arrivals_at_a_rate_come_a_mean_gap_apart() {
+    let at = arrivals(4.0, 20_001);
+    assert_eq!(at[0], 0.0);
+    assert!(at.windows(2).all(|w| w[1] > w[0]));
+    let mean = at[20_000] / 20_000.0;
+    assert!((mean - 0.25).abs() < 0.25 * 0.03, "{mean}");
+    // Half the gaps are shorter than ln 2 over the rate (the law's median).
+    let short = at.windows(2).filter(|w| w[1] - w[0] < std::f64::consts::LN_2 / 4.0).count();
+    assert!((short as f64 / 20_000.0 - 0.5).abs() < 0.02, "{short}");
+}
+
+/// A rate is asked with a count of users (the server's slots): without one it is refused,
+/// and with one the plan is that count's, the requests arriving at random.
+#[test]
+fn a_rate_is_answered_for_a_count_of_users() {
+    let problem = one_gpu("24 GB", "");
+    let demand = crate::demand::Demand { rate: Some(1.0), ..crate::demand::Demand::default() };
+    assert_eq!(answer(&problem, demand).unwrap_err(), ServingError::RateWithoutUsers);
+    let demand = crate::demand::Demand { users: Some(4), ..demand };
+    let answered = answer(&problem, demand).unwrap();
+    let served = answered.served.unwrap();
+    assert_eq!((served.users, served.rate, answered.plan.workload.batch), (4, Some(1.0), 4));
+    assert_eq!(served.users * served.requests_per_user, RATE_REQUESTS);
 }

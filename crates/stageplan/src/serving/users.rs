@@ -74,10 +74,10 @@ mod tests {
         let last = points.last().unwrap();
         assert!(last.served.is_none() && points[..points.len() - 1].iter().all(|p| p.served.is_some()), "{counts:?}");
         for point in &points[..points.len() - 1] {
-            let answered = super::super::answer(&problem, Some(point.users), None).unwrap();
+            let answered = super::super::answer(&problem, crate::demand::Demand::of_users(point.users)).unwrap();
             assert_eq!(point.served, answered.served, "{} users", point.users);
         }
-        assert!(super::super::answer(&problem, Some(last.users), None).unwrap().served.is_none());
+        assert!(super::super::answer(&problem, crate::demand::Demand::of_users(last.users)).unwrap().served.is_none());
         let capacity = super::super::capacity(&problem, Load::llama_server(&problem, 1), targets).unwrap();
         assert_eq!((found.users, &found.limit), (capacity.users, &capacity.limit));
         assert!(found.users >= 1, "{found:?}");

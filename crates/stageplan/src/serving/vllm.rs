@@ -76,8 +76,12 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
         in_flight: false,
         epoch: 0,
     };
-    // One request a user at a time: a user's next takes its place.
-    let mut all = vec![fresh(0.0, load.requests_per_user - 1); load.users as usize];
+    // One request a user at a time, a user's next taking its place; or every request as it
+    // arrives.
+    let mut all = match load.rate {
+        None => vec![fresh(0.0, load.requests_per_user - 1); load.users as usize],
+        Some(rate) => super::arrivals(rate, requests as usize).into_iter().map(|sent| fresh(sent, 0)).collect(),
+    };
     let mut waiting: VecDeque<usize> = (0..all.len()).collect();
     let mut running: Vec<usize> = Vec::new();
     let mut free = pool;
@@ -266,7 +270,7 @@ mod tests {
 
     fn load(users: u32, max_num_seqs: u32, max_num_batched_tokens: u32) -> Load {
         let scheduler = Scheduler::Vllm { max_num_seqs, max_num_batched_tokens };
-        Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler }
+        Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler, rate: None }
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -351,7 +355,7 @@ mod tests {
             token_s in 1e-5..1e-1f64,
         ) {
             let scheduler = Scheduler::Vllm { max_num_seqs, max_num_batched_tokens: budget };
-            let load = Load { users, prompt, response, requests_per_user, scheduler };
+            let load = Load { users, prompt, response, requests_per_user, scheduler, rate: None };
             let longest = u64::from(prompt) + u64::from(response) - 1;
             let kv_tokens = (longest.div_ceil(16) + spare_blocks) * 16;
             let stage_shares = vec![1.0 / stages as f64; stages];

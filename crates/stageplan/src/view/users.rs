@@ -169,7 +169,7 @@ mod tests {
         let problem = crate::scenario::Scenario::from_json(json).unwrap().problem().unwrap();
         let frame = Frame { width: 600.0, height: 160.0, pad: 24.0 };
         let view = users_view(&problem, &[true], frame).unwrap();
-        let capacity = crate::serving::answer(&problem, None, Some(USERS_TARGET)).unwrap();
+        let capacity = crate::serving::answer(&problem, crate::demand::Demand::of_targets(USERS_TARGET)).unwrap();
         assert_eq!(Some(view.users), capacity.capacity.map(|c| c.users));
         assert!(view.found.contains(&users_word(view.users)), "{}", view.found);
         let chart = view.chart.unwrap();
