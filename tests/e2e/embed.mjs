@@ -153,10 +153,12 @@ await check('a page calling the API loads the whole planner once and shares it w
   // Both parts of the module (the whole planner, 181.7 kB in one module before the split;
   // 188.3 kB split; 198.1 kB with #47's `usersView`, whose llama-server simulation the
   // widget's users panel loads with the rest only when opened; 201.8 kB with vLLM's
-  // scheduler beside it, which `serve` and `usersView` run for a vLLM scenario). A page
-  // that calls the sync API takes the whole planner; the widget page's bound is below.
+  // scheduler beside it, which `serve` and `usersView` run for a vLLM scenario; 204.5 kB
+  // with `serve`'s requests at a rate and lengths drawn about the workload's, vLLM's queue
+  // past its `--max-num-seqs` and its API server's part of the first token). A page that
+  // calls the sync API takes the whole planner; the widget page's bound is below.
   metrics.load_with_api = fetched(from);
-  assert.ok(metrics.load_with_api.gzip <= 203_000, `widget and API load ${metrics.load_with_api.gzip} bytes gzip`);
+  assert.ok(metrics.load_with_api.gzip <= 205_500, `widget and API load ${metrics.load_with_api.gzip} bytes gzip`);
   const wasm = served.slice(from).filter((r) => r.path.endsWith('.wasm')).map((r) => r.path).sort();
   assert.deepEqual(wasm, ['/stageplan_bg.wasm', '/stageplan_rest.wasm'], 'each part fetched once');
   assert.ok(!metrics.load_with_api.files.some((f) => f.startsWith('/more/')), 'the model-file module loads only on use');

@@ -214,6 +214,10 @@ test('serve() answers as stageplan plan --users/--ttft/--tpot', () => {
   assert.deepStrictEqual(rated, runCli('plan', 'tests/cli/plan-users-rate/scenario.json', '--users', '4', '--rate', '5', '--format', 'json'));
   assert.equal(rated.served.rate, 5);
   assert.throws(() => stageplan.serve(read('tests/cli/plan-users-rate/scenario.json'), { rate: 5 }), /`rate` needs `users` too/);
+  // Lengths drawn about the workload's, as `--spread 0.5`.
+  const strayed = stageplan.serve(read('tests/cli/plan-users-lengths/scenario.json'), { users: 4, spread: 0.5 });
+  assert.deepStrictEqual(strayed, runCli('plan', 'tests/cli/plan-users-lengths/scenario.json', '--users', '4', '--spread', '0.5', '--format', 'json'));
+  assert.equal(strayed.served.spread, 0.5);
 });
 
 test('results have the shapes stageplan.d.ts declares', () => {

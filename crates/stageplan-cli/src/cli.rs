@@ -49,6 +49,10 @@ pub(crate) enum Command {
         /// requests simulated (three a slot where that is more).
         #[arg(long, value_name = "PER_SECOND", requires = "users")]
         rate: Option<f64>,
+        /// Draw each request's prompt and response within this share of the workload's
+        /// (0.5: ±50%, as `vllm bench serve --random-range-ratio`) [default: 0].
+        #[arg(long, value_name = "SHARE")]
+        spread: Option<f64>,
         /// A time to first token every user must see (`2s`, `800ms`), at `--percentile`:
         /// without `--users`, how many users of one server meet it (and `--tpot`),
         /// the plan remade for each count; with `--users`, whether they do.

@@ -350,6 +350,7 @@ pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer
     struct ServeOptions {
         users: Option<u32>,
         rate: Option<f64>,
+        spread: Option<f64>,
         ttft: Option<Seconds>,
         tpot: Option<Seconds>,
         #[serde(default)]
@@ -365,7 +366,11 @@ pub fn serve(scenario: &str, options: &str) -> Result<stageplan::serving::Answer
     if let Some(rate) = options.rate {
         stageplan::demand::check_rate(rate, options.users).map_err(|e| format!("`rate`: `rate` {e}"))?;
     }
-    let asked = Asked::of(Demand { users: options.users, targets, rate: options.rate }, problem.serving);
+    if let Some(spread) = options.spread {
+        stageplan::demand::check_spread(spread).map_err(|e| format!("`spread`: `spread` {e}"))?;
+    }
+    let demand = Demand { users: options.users, targets, rate: options.rate, spread: options.spread.unwrap_or(0.0) };
+    let asked = Asked::of(demand, problem.serving);
     let field = asked.field("users", "ttft`/`tpot");
     Ok(serving::answer(&problem, asked.demand).map_err(|e| format!("`{field}`: {e}"))?)
 }

@@ -711,6 +711,11 @@ response: number, requests_per_user: number,
  */
 rate?: number, 
 /**
+ * How far each request's lengths strayed from `prompt` and `response` (0.5: ±50%),
+ * where they did.
+ */
+spread?: number, 
+/**
  * Time to first token, sent to first token: 50th and 95th percentiles, seconds.
  */
 ttft_s: [number, number], 

@@ -215,6 +215,8 @@ export interface ServeOptions {
   users?: number;
   /** Requests a second arriving at random whatever the replies (an open loop), `users` then the server's slots; 100 requests simulated (three a slot where that is more). */
   rate?: number;
+  /** Draw each request's prompt and response within this share of the workload's (0.5: ±50%, as `vllm bench serve --random-range-ratio`); 0 when not given. */
+  spread?: number;
   /** Time to first token every user must see, at `percentile`. */
   ttft?: string | number;
   /** Time per output token every user must see, at `percentile`. */

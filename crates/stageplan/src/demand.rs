@@ -59,6 +59,9 @@ pub struct Demand {
     /// Requests a second arriving at random, `users` the server's slots; `None`: each user
     /// sends the next when the last ends.
     pub rate: Option<f64>,
+    /// Each request's prompt and response drawn within `±spread` of the workload's; 0: the
+    /// workload's exactly.
+    pub spread: f64,
 }
 
 impl Demand {
@@ -71,6 +74,15 @@ impl Demand {
     pub fn of_targets(targets: Targets) -> Demand {
         Demand { targets: Some(targets), ..Demand::default() }
     }
+}
+
+/// Why `spread` cannot be asked: it is a share of the lengths, from 0 up to (not) 1, so
+/// every request keeps a token.
+pub fn check_spread(spread: f64) -> Result<(), String> {
+    if (0.0..1.0).contains(&spread) {
+        return Ok(());
+    }
+    Err(format!("is {spread}; give a share of the workload's lengths from 0 up to, not including, 1 (0.5: ±50%)"))
 }
 
 /// The most requests a second taken: a million, past what any one server answers.
@@ -102,7 +114,9 @@ impl Asked {
     pub fn of(given: Demand, scenario: Option<Demand>) -> Asked {
         match scenario {
             Some(demand) if given.users.is_none() && given.targets.is_none() && given.rate.is_none() => {
-                Asked { demand, from_scenario: true }
+                // The surface's spread, where it gives one, over the scenario's.
+                let spread = if given.spread > 0.0 { given.spread } else { demand.spread };
+                Asked { demand: Demand { spread, ..demand }, from_scenario: true }
             }
             _ => Asked { demand: given, from_scenario: false },
         }

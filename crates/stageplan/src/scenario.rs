@@ -70,6 +70,10 @@ pub struct ServingSpec {
     /// Requests a second arriving at random whatever the replies, `users` the server's slots.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
+    /// Each request's prompt and response drawn within this share of the workload's
+    /// (0.5: ±50%, as vLLM's `--random-range-ratio`); 0 when not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft: Option<Seconds>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,6 +105,9 @@ impl ServingSpec {
             crate::demand::check_rate(rate, self.users)
                 .map_err(|problem| ScenarioError::field("serving.rate", problem))?;
         }
+        if let Some(spread) = self.spread {
+            crate::demand::check_spread(spread).map_err(|problem| ScenarioError::field("serving.spread", problem))?;
+        }
         match self.users {
             None if targets.is_none() => {
                 return Err(ScenarioError::field(
@@ -117,7 +124,7 @@ impl ServingSpec {
         if let Some(name) = targets.and_then(|t| t.out_of_range()) {
             return field(name, "must be a time from 1 µs to 1 h".into());
         }
-        Ok(crate::demand::Demand { users: self.users, targets, rate: self.rate })
+        Ok(crate::demand::Demand { users: self.users, targets, rate: self.rate, spread: self.spread.unwrap_or(0.0) })
     }
 }
 

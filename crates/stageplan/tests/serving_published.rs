@@ -25,7 +25,7 @@ mod common;
 use common::split_csv;
 
 use stageplan::calibration::quantile;
-use stageplan::serving::{AsRun, Scheduler, served_by};
+use stageplan::serving::{AsRun, Scheduler, Traffic, served_by};
 
 const MEDIAN_ERROR: f64 = 0.20;
 const P90_ERROR: f64 = 0.43;
@@ -93,7 +93,8 @@ fn many_users_of_vllm_hold_against_published_runs() {
         let users = concurrency.div_ceil(replicas);
         let requests_per_user = number("num_prompts").div_ceil(concurrency);
         let as_run = AsRun { scheduler, requests_per_user };
-        let (_, served) = served_by(&problem, users, None, Some(as_run)).unwrap_or_else(|e| panic!("{line}: {e}"));
+        let (_, served) =
+            served_by(&problem, users, Traffic::default(), Some(as_run)).unwrap_or_else(|e| panic!("{line}: {e}"));
         let served = served.unwrap_or_else(|| panic!("{line}: the server as run fits the plan's memory"));
         let predicted = served.tokens_per_s * f64::from(replicas);
         let published: f64 = get("output_tok_s").parse().unwrap();

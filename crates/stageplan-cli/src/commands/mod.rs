@@ -25,12 +25,16 @@ use crate::outcome::{Failure, Outcome};
 /// Bad input: unreadable files, malformed scenarios, unknown names.
 pub(crate) fn run(cli: Cli) -> Result<Outcome, Failure> {
     match cli.command {
-        Command::Plan { scenario, format, objective, policy, verify, users, rate, ttft, tpot, percentile } => {
+        Command::Plan { scenario, format, objective, policy, verify, users, rate, spread, ttft, tpot, percentile } => {
             let targets = plan::targets(ttft.as_deref(), tpot.as_deref(), percentile)?;
             if let Some(rate) = rate {
                 stageplan::demand::check_rate(rate, users).map_err(|e| Failure(format!("`--rate` {e}")))?;
             }
-            plan::plan(&scenario, format, plan::Overrides { objective, policy, users, rate, targets }, verify)
+            if let Some(spread) = spread {
+                stageplan::demand::check_spread(spread).map_err(|e| Failure(format!("`--spread` {e}")))?;
+            }
+            let overrides = plan::Overrides { objective, policy, users, rate, spread, targets };
+            plan::plan(&scenario, format, overrides, verify)
         }
         Command::Replan { current, scenario, tolerance, hysteresis, format } => {
             replan::replan(&current, &scenario, stageplan::ReplanOptions { tolerance, hysteresis }, format)

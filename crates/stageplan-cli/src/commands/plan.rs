@@ -19,6 +19,7 @@ pub(super) struct Overrides {
     pub policy: Option<PolicyArg>,
     pub users: Option<u32>,
     pub rate: Option<f64>,
+    pub spread: Option<f64>,
     pub targets: Option<Targets>,
 }
 
@@ -55,7 +56,7 @@ pub(super) fn targets(
 
 /// Plans the scenario at `path`, as `overrides` change it; exit 1 when nothing fits.
 pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bool) -> Result<Outcome, Failure> {
-    let Overrides { objective, policy, users, rate, targets } = overrides;
+    let Overrides { objective, policy, users, rate, spread, targets } = overrides;
     let mut scenario = Scenario::from_json(&input::read_text(path)?)?;
     if let Some(objective) = objective {
         scenario.objective = match objective {
@@ -75,9 +76,14 @@ pub(super) fn plan(path: &Path, format: Format, overrides: Overrides, verify: bo
         };
     }
     let mut problem = load::problem(path, scenario)?;
-    let asked = Asked::of(Demand { users, targets, rate }, problem.serving);
+    let asked = Asked::of(Demand { users, targets, rate, spread: spread.unwrap_or(0.0) }, problem.serving);
     let demand = asked.demand;
-    let Demand { users, targets, .. } = demand;
+    let Demand { users, targets, spread, .. } = demand;
+    if users.is_none() && targets.is_none() && spread > 0.0 {
+        return Err(Failure(
+            "`--spread` draws the lengths of the requests simulated; give `--users` or a `--ttft`/`--tpot` target with it".into(),
+        ));
+    }
     if objective.is_some() && (users.is_some() || targets.is_some()) {
         let asked = if asked.from_scenario { "the scenario's `serving`" } else { "`--users`/`--ttft`/`--tpot`" };
         return Err(Failure(format!(

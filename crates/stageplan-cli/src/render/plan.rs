@@ -328,8 +328,10 @@ fn served(served: &Served) -> String {
             ),
         ),
     };
+    // Lengths drawn about the workload's: `512-token prompts (±50%)`.
+    let spread = served.spread.map(|s| format!(" (±{}%)", s * 100.0)).unwrap_or_default();
     format!(
-        "\n{who} of {server}, {}-token prompts, {} each, {sent}, simulated:\n  \
+        "\n{who} of {server}, {}-token prompts{spread}, {}{spread} each, {sent}, simulated:\n  \
          first token  p50 {}  p95 {}\n  per token    {per_token}\n  in all       {:.1} tok/s\n",
         served.prompt,
         plural(served.response, "token", "tokens"),

@@ -349,10 +349,11 @@ pub(crate) fn scenario(json: &Json) -> Read<Scenario> {
 
 fn serving(json: &Json, path: &str) -> Read<ServingSpec> {
     use crate::demand::Percentile;
-    let f = Fields::of(json, path, "struct ServingSpec", &["users", "rate", "ttft", "tpot", "percentile"])?;
+    let f = Fields::of(json, path, "struct ServingSpec", &["users", "rate", "spread", "ttft", "tpot", "percentile"])?;
     Ok(ServingSpec {
         users: f.optional("users", unsigned32)?,
         rate: f.optional("rate", float)?,
+        spread: f.optional("spread", float)?,
         ttft: f.optional("ttft", seconds)?,
         tpot: f.optional("tpot", seconds)?,
         percentile: f.optional("percentile", variant(&Percentile::ALL, Percentile::name))?,

@@ -28,6 +28,8 @@
 
 use crate::calibration::quantile;
 
+mod draws;
+mod llama_server;
 mod replicas;
 mod users;
 mod vllm;
@@ -151,6 +153,9 @@ pub struct Load {
     /// Requests a second, arriving at random (a Poisson process), `users` the server's slots;
     /// `None`: each user sends its next request when the last ends.
     pub rate: Option<f64>,
+    /// How far each request's prompt and response stray from `prompt` and `response`: drawn
+    /// at random within `±spread` of them (vLLM's `--random-range-ratio`); 0: exactly them.
+    pub spread: f64,
 }
 
 /// Requests each user sends, one after another, in `stageplan plan --users` and the serve
@@ -169,6 +174,7 @@ impl Load {
             requests_per_user: REQUESTS_PER_USER,
             scheduler: Scheduler::LlamaServer { n_batch: 2048, n_ubatch: 512 },
             rate: None,
+            spread: 0.0,
         }
     }
 
@@ -211,6 +217,11 @@ pub struct Served {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "typescript", ts(optional))]
     pub rate: Option<f64>,
+    /// How far each request's lengths strayed from `prompt` and `response` (0.5: ±50%),
+    /// where they did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "typescript", ts(optional))]
+    pub spread: Option<f64>,
     /// Time to first token, sent to first token: 50th and 95th percentiles, seconds.
     pub ttft_s: [f64; 2],
     /// Time per output token after the first: 50th and 95th percentiles, seconds.
@@ -254,25 +265,14 @@ pub enum ServingError {
     Rate { rate: f64 },
     #[error("a rate needs a count of users too, the server's slots the requests are served in")]
     RateWithoutUsers,
+    #[error("a spread of {spread} is not a share of the lengths; give one from 0 up to, not including, 1")]
+    Spread { spread: f64 },
     #[error("{users} users are {}", crate::demand::past_most(*engine))]
     Slots { users: u32, engine: crate::engine::Engine },
     #[error(
         "a request of a {prompt}-token prompt and a {response}-token answer does not fit a user's slot, `workload.context` = {context}: raise the context or shorten `workload.prompt` or `workload.response`"
     )]
     Request { prompt: u64, response: u64, context: u64 },
-}
-
-/// One slot's request.
-#[derive(Copy, Clone, Debug)]
-struct Slot {
-    sent: f64,
-    /// Prompt tokens not yet in a step.
-    prompt_left: u32,
-    /// Tokens generated so far.
-    generated: u32,
-    first: f64,
-    /// Requests this slot's user has still to send after this one.
-    after: u32,
 }
 
 /// Runs `load` through its engine's scheduler with steps priced by `cost`.
@@ -308,6 +308,9 @@ pub fn simulate(load: Load, cost: &ServingCost) -> Result<Served, ServingError> 
     if let Some(rate) = load.rate.filter(|&rate| !positive(rate)) {
         return Err(ServingError::Rate { rate });
     }
+    if !(0.0..1.0).contains(&load.spread) {
+        return Err(ServingError::Spread { spread: load.spread });
+    }
     let shares = !cost.stage_shares.is_empty()
         && cost.stage_shares.iter().all(|s| s.is_finite() && *s >= 0.0)
         && (cost.stage_shares.iter().sum::<f64>() - 1.0).abs() < 1e-6;
@@ -320,113 +323,11 @@ pub fn simulate(load: Load, cost: &ServingCost) -> Result<Served, ServingError> 
         return Err(ServingError::Cost { step_s: cost.step_s, token_s: cost.token_s });
     }
     match load.scheduler {
-        Scheduler::LlamaServer { n_batch, n_ubatch } => Ok(llama_server_steps(load, n_batch, n_ubatch, cost)),
+        Scheduler::LlamaServer { n_batch, n_ubatch } => Ok(llama_server::steps(load, n_batch, n_ubatch, cost)),
         Scheduler::Vllm { max_num_seqs, max_num_batched_tokens } => {
             vllm::simulate(load, max_num_seqs, max_num_batched_tokens, cost)
         }
     }
-}
-
-/// When each of `n` requests arrives at `rate` a second at random (a Poisson process: gaps
-/// drawn from the exponential law), the first at 0. The draws are the same every run
-/// (SplitMix64 from a fixed seed), so an answer does not change from one run to the next.
-fn arrivals(rate: f64, n: usize) -> Vec<f64> {
-    let mut state: u64 = 0x5EED;
-    let mut uniform = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        // In (0, 1): 53 bits and a half.
-        (((z ^ (z >> 31)) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    let mut at = 0.0;
-    (0..n)
-        .map(|i| {
-            if i > 0 {
-                at += -uniform().ln() / rate;
-            }
-            at
-        })
-        .collect()
-}
-
-/// llama-server's `update_slots`, step by step (see the module doc).
-fn llama_server_steps(load: Load, n_batch: u32, n_ubatch: u32, cost: &ServingCost) -> Served {
-    let requests = u64::from(load.users) * u64::from(load.requests_per_user);
-    let fresh = |sent: f64, after: u32| Slot { sent, prompt_left: load.prompt, generated: 0, first: 0.0, after };
-    // A closed loop starts every user's first request at once; an open one fills slots as
-    // requests arrive.
-    let open = load.rate.map(|rate| arrivals(rate, requests as usize));
-    let mut slots: Vec<Option<Slot>> = match open {
-        None => vec![Some(fresh(0.0, load.requests_per_user - 1)); load.users as usize],
-        Some(_) => vec![None; load.users as usize],
-    };
-    let mut arrived = 0;
-    let (mut ttft, mut tpot) = (Vec::with_capacity(requests as usize), Vec::with_capacity(requests as usize));
-    let (mut now, mut tokens) = (0.0_f64, 0_u64);
-    loop {
-        if let Some(open) = &open {
-            // A free slot takes the first request waiting (llama-server's queue of tasks).
-            for slot in slots.iter_mut().filter(|s| s.is_none()) {
-                match open.get(arrived) {
-                    Some(&sent) if sent <= now => {
-                        *slot = Some(fresh(sent, 0));
-                        arrived += 1;
-                    }
-                    _ => break,
-                }
-            }
-            if slots.iter().all(Option::is_none) {
-                // Idle until the next request arrives.
-                match open.get(arrived) {
-                    Some(&sent) => {
-                        now = sent;
-                        continue;
-                    }
-                    None => break,
-                }
-            }
-        } else if slots.iter().all(Option::is_none) {
-            break;
-        }
-        // The step: each generating slot's token, then prompts in slot order up to n_batch.
-        let decoding: u64 = slots.iter().flatten().filter(|s| s.generated > 0).count() as u64;
-        let mut batch = decoding;
-        let mut fed = vec![0_u32; slots.len()];
-        for (slot, fed) in slots.iter().zip(&mut fed) {
-            if let Some(s) = slot.filter(|s| s.prompt_left > 0) {
-                let room = u64::from(n_batch).saturating_sub(batch);
-                *fed = s.prompt_left.min(u32::try_from(room).unwrap_or(u32::MAX));
-                batch += u64::from(*fed);
-            }
-        }
-        let graphs = batch.div_ceil(u64::from(n_ubatch)).max(1);
-        // The first graph's whole step carries one token: a decoding sequence's if any.
-        let (decoding, prompt) = (decoding as f64, (batch - decoding) as f64);
-        let (decoding, prompt) = if decoding > 0.0 { (decoding - 1.0, prompt) } else { (0.0, prompt - 1.0) };
-        now += graphs as f64 * cost.step_s + decoding * cost.sequence_s + prompt.max(0.0) * cost.token_s;
-        for (slot, fed) in slots.iter_mut().zip(fed) {
-            let Some(s) = slot else { continue };
-            if s.generated > 0 {
-                s.generated += 1;
-            } else if fed > 0 {
-                s.prompt_left -= fed;
-                if s.prompt_left == 0 {
-                    s.generated = 1;
-                    s.first = now;
-                    ttft.push(now - s.sent);
-                }
-            }
-            if s.generated == load.response {
-                tokens += u64::from(load.response);
-                tpot.push((now - s.first) / f64::from(load.response.saturating_sub(1).max(1)));
-                // The user sends the next at once; it joins the next step.
-                *slot = (s.after > 0).then(|| fresh(now, s.after - 1));
-            }
-        }
-    }
-    Served::of(load, &ttft, &tpot, tokens, now)
 }
 
 impl Served {
@@ -440,6 +341,7 @@ impl Served {
             response: load.response,
             requests_per_user: load.requests_per_user,
             rate: load.rate,
+            spread: (load.spread > 0.0).then_some(load.spread),
             ttft_s: [quantile(ttft, 0.5), quantile(ttft, 0.95)],
             tpot_s: [quantile(tpot, 0.5), quantile(tpot, 0.95)],
             tokens_per_s: tokens as f64 / wall_s,
@@ -561,7 +463,7 @@ impl<'a> Trials<'a> {
         load: Load,
         targets: Targets,
     ) -> Result<Trials<'a>, ServingError> {
-        served_engine(problem)?;
+        served_engine(problem, load.spread)?;
         targets.check()?;
         let options = crate::planner::PlanOptions { enabled, bare: true, ..crate::planner::PlanOptions::default() };
         Ok(Trials { batched: with_batch(problem, 1), options, load, targets })
@@ -694,8 +596,9 @@ pub struct Found {
 /// An engine other than llama.cpp or vLLM; neither `users` nor a target; a rate without
 /// users; as [`capacity`] and [`simulate`] do otherwise.
 pub fn answer(problem: &crate::Problem, demand: Demand) -> Result<Answer, ServingError> {
-    served_engine(problem)?;
-    let Demand { users, targets, rate } = demand;
+    let Demand { users, targets, rate, spread } = demand;
+    served_engine(problem, spread)?;
+    let one_user = Load { spread, ..Load::llama_server(problem, 1) };
     let held = |served: &Served| {
         targets.map(|t| TargetsHeld {
             percentile: t.percentile,
@@ -708,7 +611,7 @@ pub fn answer(problem: &crate::Problem, demand: Demand) -> Result<Answer, Servin
         if rate.is_some() {
             return Err(ServingError::RateWithoutUsers);
         }
-        let (load, targets) = (Load::llama_server(problem, 1), targets.ok_or(ServingError::NoTarget)?);
+        let (load, targets) = (one_user, targets.ok_or(ServingError::NoTarget)?);
         let found = capacity(problem, load, targets)?;
         return Ok(Answer {
             targets: held(&found.served),
@@ -728,13 +631,13 @@ pub fn answer(problem: &crate::Problem, demand: Demand) -> Result<Answer, Servin
     if let Some(targets) = targets {
         targets.check()?;
     }
-    let (plan, served) = served_by(problem, users, rate, None)?;
+    let (plan, served) = served_by(problem, users, Traffic { rate, spread }, None)?;
     let mut answer = Answer { targets: served.as_ref().and_then(held), plan, served, capacity: None, replicas: None };
     // Missed on one server (or its slots do not fit): spread over replicas where a split
     // of the machines serves them all. (Requests at a rate come to the one server asked.)
     let missed = answer.served.is_none() || answer.targets.as_ref().is_some_and(|t| t.missed.is_some());
     if let Some(targets) = targets.filter(|_| missed && rate.is_none() && not_split(problem).is_none()) {
-        let load = Load::llama_server(problem, 1);
+        let load = one_user;
         let one_server = match capacity(problem, load, targets) {
             Ok(found) => Found { users: found.users, limit: found.limit },
             Err(ServingError::NoPlan) => Found { users: 0, limit: Limit::Memory { users: 1 } },
@@ -749,6 +652,14 @@ pub fn answer(problem: &crate::Problem, demand: Demand) -> Result<Answer, Servin
 /// Requests simulated at a rate: at least this many, for percentiles that mean something,
 /// or [`REQUESTS_PER_USER`] a slot where that is more.
 pub const RATE_REQUESTS: u32 = 100;
+
+/// How requests come besides their number: at a rate or one after another, and how far
+/// their lengths stray ([`Load::rate`], [`Load::spread`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Traffic {
+    pub rate: Option<f64>,
+    pub spread: f64,
+}
 
 /// A server as it was run and what its users sent: a published measurement's settings.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -768,15 +679,16 @@ pub struct AsRun {
 pub fn served_by(
     problem: &crate::Problem,
     users: u32,
-    rate: Option<f64>,
+    traffic: Traffic,
     as_run: Option<AsRun>,
 ) -> Result<(crate::Plan, Option<Served>), ServingError> {
-    served_engine(problem)?;
+    let Traffic { rate, spread } = traffic;
+    served_engine(problem, spread)?;
     let (batched, plan) = plan_for(&with_batch(problem, users), crate::planner::PlanOptions::default());
     if !plan.feasible {
         return Ok((plan, None));
     }
-    let mut load = Load::of(&batched, &plan, users);
+    let mut load = Load { spread, ..Load::of(&batched, &plan, users) };
     if rate.is_some() {
         let requests_per_user = RATE_REQUESTS.div_ceil(users.max(1)).max(REQUESTS_PER_USER);
         load = Load { rate, requests_per_user, ..load };
@@ -792,12 +704,17 @@ pub fn served_by(
 /// with requests that fit a user's context: llama-server gives each of `--parallel` slots
 /// its share of `--ctx-size`, the workload's context, and a request past it is cut short;
 /// vLLM refuses one past `--max-model-len`, the same context.
-fn served_engine(problem: &crate::Problem) -> Result<(), ServingError> {
+fn served_engine(problem: &crate::Problem, spread: f64) -> Result<(), ServingError> {
     use crate::engine::Engine;
     if !matches!(problem.workload.engine, Engine::LlamaCpp | Engine::Vllm) {
         return Err(ServingError::Engine);
     }
+    if !(0.0..1.0).contains(&spread) {
+        return Err(ServingError::Spread { spread });
+    }
     let crate::problem::Workload { prompt, response, context, .. } = problem.workload;
+    // The longest request drawn must fit too.
+    let (prompt, response) = draws::longest(prompt, response, spread);
     if prompt.saturating_add(response) > context {
         return Err(ServingError::Request { prompt, response, context });
     }

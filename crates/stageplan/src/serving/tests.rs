@@ -1,3 +1,4 @@
+use super::draws::{arrivals, lengths};
 use super::*;
 
 fn cost() -> ServingCost {
@@ -7,7 +8,7 @@ fn cost() -> ServingCost {
 const LLAMA_SERVER: Scheduler = Scheduler::LlamaServer { n_batch: 2048, n_ubatch: 512 };
 
 fn load(users: u32) -> Load {
-    Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler: LLAMA_SERVER, rate: None }
+    Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler: LLAMA_SERVER, rate: None, spread: 0.0 }
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -46,8 +47,15 @@ fn a_prompt_past_n_batch_takes_several_steps() {
 fn a_prompt_that_arrives_mid_stream_slows_the_others_tokens() {
     // Two 3000-token prompts and a 2048-token step put the users a step apart: each
     // one's next prompt then lands among the other's tokens.
-    let staggered =
-        Load { users: 2, prompt: 3000, response: 10, requests_per_user: 4, scheduler: LLAMA_SERVER, rate: None };
+    let staggered = Load {
+        users: 2,
+        prompt: 3000,
+        response: 10,
+        requests_per_user: 4,
+        scheduler: LLAMA_SERVER,
+        rate: None,
+        spread: 0.0,
+    };
     let (two, one) =
         (simulate(staggered, &cost()).unwrap(), simulate(Load { users: 1, ..staggered }, &cost()).unwrap());
     assert!(close(one.tpot_s[1], 0.05), "alone, every gap is one step: {one:?}");
@@ -73,7 +81,7 @@ proptest::proptest! {
         sequence_s in 0.0..1e-1f64,
         token_s in 1e-5..1e-1f64,
     ) {
-        let load = Load { users, prompt, response, requests_per_user, scheduler: Scheduler::LlamaServer { n_batch, n_ubatch }, rate: None };
+        let load = Load { users, prompt, response, requests_per_user, scheduler: Scheduler::LlamaServer { n_batch, n_ubatch }, rate: None, spread: 0.0 };
         let cost = ServingCost { step_s, sequence_s, token_s, stage_shares: vec![1.0], kv_tokens: 0 };
         let served = simulate(load, &cost).unwrap();
         // Times are differences of one clock summed step by step: each sum rounds by up
@@ -279,10 +287,13 @@ fn machines_that_each_hold_the_model_serve_more_as_replicas() {
     let both = answer(&pipeline(), crate::demand::Demand::of_targets(targets)).unwrap();
     assert!(both.capacity.is_some() && both.replicas.is_none(), "{:?}", both.replicas);
     assert!(
-        answer(&problem, crate::demand::Demand { users: Some(2), targets: Some(targets), rate: None })
-            .unwrap()
-            .replicas
-            .is_none()
+        answer(
+            &problem,
+            crate::demand::Demand { users: Some(2), targets: Some(targets), ..crate::demand::Demand::default() }
+        )
+        .unwrap()
+        .replicas
+        .is_none()
     );
 }
 
@@ -298,8 +309,11 @@ fn users_one_server_misses_spread_over_replicas() {
     let (one_server, split) = (most.capacity.unwrap().users, most.replicas.unwrap());
     let asked = one_server + 1;
     assert!(asked < split.users, "{asked} of {split:?}");
-    let spread =
-        answer(&problem, crate::demand::Demand { users: Some(asked), targets: Some(targets), rate: None }).unwrap();
+    let spread = answer(
+        &problem,
+        crate::demand::Demand { users: Some(asked), targets: Some(targets), ..crate::demand::Demand::default() },
+    )
+    .unwrap();
     assert!(spread.targets.unwrap().missed.is_some(), "one server misses {asked}");
     assert_eq!(spread.capacity.map(|found| found.users), Some(one_server));
     let replicas = spread.replicas.expect("spread over replicas");
@@ -310,16 +324,29 @@ fn users_one_server_misses_spread_over_replicas() {
         assert!(replica.users <= most && replica.served.users == replica.users, "{replica:?}");
         assert!(targets.missed(&replica.served).is_none(), "{replica:?}");
     }
-    let beyond =
-        answer(&problem, crate::demand::Demand { users: Some(split.users + 1), targets: Some(targets), rate: None })
-            .unwrap();
+    let beyond = answer(
+        &problem,
+        crate::demand::Demand {
+            users: Some(split.users + 1),
+            targets: Some(targets),
+            ..crate::demand::Demand::default()
+        },
+    )
+    .unwrap();
     assert_eq!(beyond.replicas, Some(split), "the nearest");
     // Met on one server: nothing to spread.
     assert!(
-        answer(&problem, crate::demand::Demand { users: Some(one_server), targets: Some(targets), rate: None })
-            .unwrap()
-            .replicas
-            .is_none()
+        answer(
+            &problem,
+            crate::demand::Demand {
+                users: Some(one_server),
+                targets: Some(targets),
+                ..crate::demand::Demand::default()
+            }
+        )
+        .unwrap()
+        .replicas
+        .is_none()
     );
 }
 
@@ -470,4 +497,33 @@ fn a_rate_is_answered_for_a_count_of_users() {
     let served = answered.served.unwrap();
     assert_eq!((served.users, served.rate, answered.plan.workload.batch), (4, Some(1.0), 4));
     assert_eq!(served.users * served.requests_per_user, RATE_REQUESTS);
+}
+
+/// Requests whose lengths stray about the workload's: each drawn within `±spread`, the same
+/// every run; one user's longest prompts wait longest for their first token.
+#[test]
+fn lengths_are_drawn_within_the_spread() {
+    let spread = Load { spread: 0.5, ..load(1) };
+    let drawn = lengths(&spread, 2000);
+    assert!(drawn.iter().all(|&(p, r)| (64..=192).contains(&p) && (32..=96).contains(&r)), "{drawn:?}");
+    let mean = |f: fn(&(u32, u32)) -> u32| drawn.iter().map(|d| f64::from(f(d))).sum::<f64>() / 2000.0;
+    assert!((mean(|d| d.0) / 128.0 - 1.0).abs() < 0.03 && (mean(|d| d.1) / 64.0 - 1.0).abs() < 0.03);
+    assert_eq!(lengths(&spread, 2000), drawn);
+    assert!(lengths(&load(1), 10).iter().all(|&d| d == (128, 64)));
+    for scheduler in [LLAMA_SERVER, Scheduler::Vllm { max_num_seqs: 4, max_num_batched_tokens: 2048 }] {
+        let exact = simulate(Load { requests_per_user: 50, scheduler, ..load(1) }, &cost()).unwrap();
+        let strayed = simulate(Load { requests_per_user: 50, scheduler, ..spread }, &cost()).unwrap();
+        assert!(strayed.ttft_s[1] > exact.ttft_s[1] && strayed.spread == Some(0.5), "{strayed:?}");
+        for bad in [1.0, -0.1, f64::NAN] {
+            let refused = simulate(Load { spread: bad, ..spread }, &cost());
+            assert!(matches!(refused, Err(ServingError::Spread { .. })), "{bad}: {refused:?}");
+        }
+    }
+    // The longest request drawn must fit a user's context.
+    let mut problem = one_gpu("24 GB", "");
+    (problem.workload.prompt, problem.workload.response, problem.workload.context) = (512, 128, 800);
+    let demand = |spread: f64| crate::demand::Demand { spread, ..crate::demand::Demand::of_users(2) };
+    assert!(answer(&problem, demand(0.2)).is_ok());
+    let refused = answer(&problem, demand(0.5)).unwrap_err();
+    assert_eq!(refused, ServingError::Request { prompt: 768, response: 192, context: 800 });
 }

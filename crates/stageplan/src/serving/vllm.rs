@@ -29,6 +29,9 @@ struct Request {
     sent: f64,
     /// When it reaches the scheduler's queue.
     ready: f64,
+    /// Its prompt's tokens and the tokens it generates.
+    prompt: u64,
+    response: u32,
     /// Tokens generated so far (the prompt's tokens come first).
     generated: u32,
     /// Tokens whose KV is computed (0 again after a preemption).
@@ -45,6 +48,26 @@ struct Request {
     epoch: u32,
 }
 
+impl Request {
+    /// A request of `prompt` tokens generating `response`, sent at `sent`, its user sending
+    /// `after` more.
+    fn new(sent: f64, prompt: u64, response: u32, after: u32) -> Request {
+        Request {
+            sent,
+            ready: sent + VLLM_REQUEST_S,
+            prompt,
+            response,
+            generated: 0,
+            computed: 0,
+            blocks: 0,
+            first: None,
+            after,
+            in_flight: false,
+            epoch: 0,
+        }
+    }
+}
+
 /// A batch sent down the pipeline: its requests (each user's, at its epoch) and their
 /// tokens, and when it is out.
 struct Batch {
@@ -56,31 +79,26 @@ struct Batch {
 /// step over `cost`'s pool of KV blocks.
 pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &ServingCost) -> Result<Served, ServingError> {
     let pool = cost.kv_tokens / VLLM_BLOCK_TOKENS;
+    let requests = u64::from(load.users) * u64::from(load.requests_per_user);
+    let drawn = super::draws::lengths(&load, requests as usize);
     // A request at its longest holds its prompt and every token but the last.
-    let longest = u64::from(load.prompt) + u64::from(load.response) - 1;
+    let longest = drawn.iter().map(|&(p, r)| u64::from(p) + u64::from(r) - 1).max().unwrap_or(0);
     if longest.div_ceil(VLLM_BLOCK_TOKENS) > pool {
         return Err(ServingError::Pool { tokens: longest, pool: pool * VLLM_BLOCK_TOKENS });
     }
     if max_num_seqs == 0 || budget == 0 {
         return Err(ServingError::Zero { field: if budget == 0 { "max_num_batched_tokens" } else { "max_num_seqs" } });
     }
-    let requests = u64::from(load.users) * u64::from(load.requests_per_user);
-    let fresh = |sent: f64, after: u32| Request {
-        sent,
-        ready: sent + VLLM_REQUEST_S,
-        generated: 0,
-        computed: 0,
-        blocks: 0,
-        first: None,
-        after,
-        in_flight: false,
-        epoch: 0,
+    let mut drawn = drawn.into_iter();
+    let mut fresh = |sent: f64, after: u32| {
+        let (prompt, response) = drawn.next().unwrap_or((load.prompt, load.response));
+        Request::new(sent, u64::from(prompt), response, after)
     };
     // One request a user at a time, a user's next taking its place; or every request as it
     // arrives.
-    let mut all = match load.rate {
-        None => vec![fresh(0.0, load.requests_per_user - 1); load.users as usize],
-        Some(rate) => super::arrivals(rate, requests as usize).into_iter().map(|sent| fresh(sent, 0)).collect(),
+    let mut all: Vec<Request> = match load.rate {
+        None => (0..load.users).map(|_| fresh(0.0, load.requests_per_user - 1)).collect(),
+        Some(rate) => super::draws::arrivals(rate, requests as usize).into_iter().map(|sent| fresh(sent, 0)).collect(),
     };
     let mut waiting: VecDeque<usize> = (0..all.len()).collect();
     let mut running: Vec<usize> = Vec::new();
@@ -90,15 +108,14 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
     let mut in_flight: VecDeque<Batch> = VecDeque::new();
     let (mut ttft, mut tpot) = (Vec::with_capacity(requests as usize), Vec::with_capacity(requests as usize));
     let (mut now, mut tokens, mut done) = (0.0_f64, 0_u64, 0_u64);
-    let prompt = u64::from(load.prompt);
     while done < requests {
         let batch = if in_flight.len() < stages {
-            schedule(&mut all, &mut running, &mut waiting, &mut free, Limits { max_num_seqs, budget, prompt, now })
+            schedule(&mut all, &mut running, &mut waiting, &mut free, Limits { max_num_seqs, budget, now })
         } else {
             Vec::new()
         };
         if !batch.is_empty() {
-            let seconds = step_seconds(&all, &batch, prompt, cost);
+            let seconds = step_seconds(&all, &batch, cost);
             // Down the pipeline: each stage as soon as it is free and the batch has left the one before.
             let mut at = now;
             for (stage, free_at) in stage_free.iter_mut().enumerate() {
@@ -134,7 +151,7 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
                 continue;
             }
             r.computed += n;
-            if r.computed < prompt + u64::from(r.generated) {
+            if r.computed < r.prompt + u64::from(r.generated) {
                 continue;
             }
             r.generated += 1;
@@ -142,10 +159,10 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
             if r.generated == 1 {
                 ttft.push(now - r.sent);
             }
-            if r.generated == load.response {
-                tokens += u64::from(load.response);
+            if r.generated == r.response {
+                tokens += u64::from(r.response);
                 done += 1;
-                tpot.push((now - first) / f64::from(load.response.saturating_sub(1).max(1)));
+                tpot.push((now - first) / f64::from(r.response.saturating_sub(1).max(1)));
                 free += r.blocks;
                 let after = r.after;
                 running.retain(|&j| j != k);
@@ -160,13 +177,12 @@ pub(super) fn simulate(load: Load, max_num_seqs: u32, budget: u32, cost: &Servin
     Ok(Served::of(load, &ttft, &tpot, tokens, now))
 }
 
-/// What one `schedule()` works within: the server's limits, the prompt's tokens, and the
-/// time (a request not yet at the queue is not in it).
+/// What one `schedule()` works within: the server's limits and the time (a request not yet
+/// at the queue is not in it).
 #[derive(Copy, Clone)]
 struct Limits {
     max_num_seqs: u32,
     budget: u32,
-    prompt: u64,
     now: f64,
 }
 
@@ -178,10 +194,10 @@ fn schedule(
     free: &mut u64,
     limits: Limits,
 ) -> Vec<(usize, u64)> {
-    let Limits { max_num_seqs, budget, prompt, now } = limits;
+    let Limits { max_num_seqs, budget, now } = limits;
     let mut budget = u64::from(budget);
     let mut batch: Vec<(usize, u64)> = Vec::new();
-    let lacks = |r: &Request| prompt + u64::from(r.generated) - r.computed;
+    let lacks = |r: &Request| r.prompt + u64::from(r.generated) - r.computed;
     // Blocks for `n` more of the request's tokens, if the pool has them.
     let grow = |r: &mut Request, n: u64, free: &mut u64| -> bool {
         let need = (r.computed + n).div_ceil(VLLM_BLOCK_TOKENS).saturating_sub(r.blocks);
@@ -251,8 +267,8 @@ fn schedule(
 
 /// What a batch costs: its first token a whole step, each further decoding request its
 /// share, each further prompt token the prompt's rate (one forward pass, as vLLM runs a step).
-fn step_seconds(all: &[Request], batch: &[(usize, u64)], prompt: u64, cost: &ServingCost) -> f64 {
-    let decoding = batch.iter().filter(|&&(k, n)| n == 1 && all[k].computed >= prompt).count() as f64;
+fn step_seconds(all: &[Request], batch: &[(usize, u64)], cost: &ServingCost) -> f64 {
+    let decoding = batch.iter().filter(|&&(k, n)| n == 1 && all[k].computed >= all[k].prompt).count() as f64;
     let prompt_tokens = batch.iter().map(|&(_, n)| n).sum::<u64>() as f64 - decoding;
     let (decoding, prompt_tokens) =
         if decoding > 0.0 { (decoding - 1.0, prompt_tokens) } else { (0.0, prompt_tokens - 1.0) };
@@ -270,7 +286,7 @@ mod tests {
 
     fn load(users: u32, max_num_seqs: u32, max_num_batched_tokens: u32) -> Load {
         let scheduler = Scheduler::Vllm { max_num_seqs, max_num_batched_tokens };
-        Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler, rate: None }
+        Load { users, prompt: 128, response: 64, requests_per_user: 3, scheduler, rate: None, spread: 0.0 }
     }
 
     fn close(a: f64, b: f64) -> bool {
@@ -355,7 +371,7 @@ mod tests {
             token_s in 1e-5..1e-1f64,
         ) {
             let scheduler = Scheduler::Vllm { max_num_seqs, max_num_batched_tokens: budget };
-            let load = Load { users, prompt, response, requests_per_user, scheduler, rate: None };
+            let load = Load { users, prompt, response, requests_per_user, scheduler, rate: None, spread: 0.0 };
             let longest = u64::from(prompt) + u64::from(response) - 1;
             let kv_tokens = (longest.div_ceil(16) + spare_blocks) * 16;
             let stage_shares = vec![1.0 / stages as f64; stages];
