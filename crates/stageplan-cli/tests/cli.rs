@@ -275,9 +275,14 @@ fn readme_limits_are_the_enforced_limits() {
     assert!(row("`threads`").contains(&limits::MAX_THREADS.to_string()));
     assert!(row("llama-bench").contains(&stageplan::fit::bench::MAX_TESTS.to_string()));
     assert!(row("`config.json` file").contains("64 MiB") && limits::MAX_TEXT_BYTES == 64 << 20);
+    let users = row("users of one server");
+    assert!(users.contains(&stageplan::demand::MAX_USERS.to_string()));
+    assert!(users.contains(&stageplan::demand::MAX_VLLM_USERS.to_string()));
+    assert!(row("requests a second").contains("10^6") && *limits::REQUEST_RATES.end() == 1e6);
     let start = readme.find("| what | at least |").expect("README has the lower limits");
     let least = &readme[start..start + readme[start..].find("\n\n").expect("table ends")];
     assert!(least.contains("`host.link`") && least.contains("1 per second") && limits::MIN_RATE == 1.0);
+    assert!(least.contains("10^-6") && *limits::REQUEST_RATES.start() == 1e-6);
 }
 
 /// `probe --engine` with a model path that is not UTF-8: one line naming the flag, before the

@@ -85,14 +85,16 @@ pub fn check_spread(spread: f64) -> Result<(), String> {
     Err(format!("is {spread}; give a share of the workload's lengths from 0 up to, not including, 1 (0.5: ±50%)"))
 }
 
-/// The most requests a second taken: a million, past what any one server answers.
-pub const MAX_RATE: f64 = 1e6;
-
 /// Why `rate` cannot be asked with `users`, and the fix: it must be a number of requests a
-/// second above 0, up to [`MAX_RATE`], and go with a count of users (the server's slots).
+/// second within [`REQUEST_RATES`](crate::limits::REQUEST_RATES), and go with a count of
+/// users (the server's slots).
 pub fn check_rate(rate: f64, users: Option<u32>) -> Result<(), String> {
-    if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
-        return Err(format!("is {rate}; give requests a second above 0, at most {MAX_RATE}"));
+    let rates = crate::limits::REQUEST_RATES;
+    if !rates.contains(&rate) {
+        // Far outside, as `1e-300` rather than its three hundred digits.
+        let given =
+            if rate == 0.0 || (1e-3..1e9).contains(&rate.abs()) { format!("{rate}") } else { format!("{rate:e}") };
+        return Err(format!("is {given}; give requests a second from {} to {}", rates.start(), rates.end()));
     }
     if users.is_none() {
         return Err("needs `users` too, the server's slots the requests are served in".to_owned());

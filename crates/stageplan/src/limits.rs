@@ -62,6 +62,11 @@ pub const READ_FACTORS: std::ops::RangeInclusive<f64> = 1.0..=2.0;
 /// no machine runs, and a rate near 0 would make a step's time infinite.
 pub const MEASURED_RATES: std::ops::RangeInclusive<f64> = 1e3..=1e15;
 
+/// Requests a second a load may arrive at (`serving.rate`, `--rate`): from one in a million
+/// seconds (eleven days, below which no two requests meet) to a million a second, past what
+/// any one server answers.
+pub const REQUEST_RATES: std::ops::RangeInclusive<f64> = 1e-6..=1e6;
+
 /// CPU threads a node may name (the largest servers have a few hundred hardware threads).
 pub const MAX_THREADS: u32 = 4096;
 
