@@ -16,14 +16,15 @@ fuzz_target!(|data: &[u8]| {
     if problem.nodes.len() > 12 || problem.model.num_layers() > 512 {
         return;
     }
-    // A scenario's `serving` of a few users: answered or refused, never a panic (targets
-    // search many counts, too slow for a fuzz run).
+    // A scenario's `serving` of a few users, at a rate and with lengths drawn where it says:
+    // answered or refused, never a panic (targets search many counts, too slow for a fuzz
+    // run).
     if let Some(demand) = problem.serving
         && demand.targets.is_none()
         && demand.users.is_some_and(|users| users <= 8)
         && problem.nodes.len() <= 4
     {
-        let _ = stageplan::serving::answer(&problem, demand.users, None);
+        let _ = stageplan::serving::answer(&problem, demand);
     }
     let plan = stageplan::plan(&problem);
     if plan.feasible {
